@@ -1,0 +1,208 @@
+use crate::{ConfigError, Quota};
+
+use super::{Meter, Step};
+
+/// The bucket family as GCRA (generic cell rate algorithm): a token bucket of
+/// `burst` tokens refilled at `limit` per `period`, or a leaky bucket (queue)
+/// of `burst` drained at the same rate.
+///
+/// The state is one "theoretical arrival time" (TAT): the time at which the
+/// bucket will be full again. A cost `c` takes `c * T`, where `T = period /
+/// limit` is the emission interval, and fits when the new TAT is at most
+/// `burst * T` ahead of now. Time is whole microseconds, but `T` is kept as an
+/// exact fraction (`TAT = tat_us + tat_rem / limit`), so a quota such as 3 per
+/// second never drifts.
+///
+/// Guarantee: over any interval of length `d`, at most `burst + d * limit /
+/// period` units pass. With `burst = limit` (the default) that is at most
+/// twice the limit in one period after a full idle period, and the long-run
+/// rate is exactly `limit / period`.
+///
+/// As a **leaky bucket** (`shaping`), an admitted request is not let through
+/// at once: it is scheduled at the time its turn comes (`Step::delay_us`), so
+/// requests leave at most at the drain rate and at most `burst` wait.
+///
+/// ```
+/// use throttle_core::{Quota, algorithm::{Gcra, GcraState, Meter}};
+///
+/// let tb = Gcra::token_bucket(Quota::per_minute(10)).unwrap();
+/// let mut st = GcraState::default();
+/// for left in (0..10).rev() {
+///     assert_eq!(tb.acquire(&mut st, 0, 1).remaining, left);
+/// }
+/// let d = tb.acquire(&mut st, 0, 1);
+/// assert!(!d.allowed);
+/// assert_eq!(d.retry_after_us, 6_000_000); // one token every 6 s
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    limit: u64,
+    period_us: u64,
+    burst: u64,
+    shaping: bool,
+    /// `burst * T` as whole microseconds plus remainder (in 1/limit us).
+    tau_us: u64,
+    tau_rem: u64,
+    /// `T` as whole microseconds plus remainder (in 1/limit us).
+    t_us: u64,
+    t_rem: u64,
+}
+
+/// Per-key state of a [`Gcra`]: the theoretical arrival time
+/// `tat_us + tat_rem / limit` microseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GcraState {
+    /// Whole microseconds of the TAT.
+    pub tat_us: u64,
+    /// Fraction of a microsecond of the TAT, in units of `1 / limit` us.
+    pub tat_rem: u64,
+}
+
+impl Gcra {
+    /// A token bucket: admitted requests pass at once.
+    pub fn token_bucket(quota: Quota) -> Result<Self, ConfigError> {
+        Self::new(quota, false)
+    }
+
+    /// A leaky bucket: admitted requests are delayed until their turn.
+    pub fn leaky_bucket(quota: Quota) -> Result<Self, ConfigError> {
+        Self::new(quota, true)
+    }
+
+    fn new(quota: Quota, shaping: bool) -> Result<Self, ConfigError> {
+        quota.validate(true)?;
+        let (limit, period_us, burst) = (quota.limit(), quota.period_us(), quota.burst());
+        let tau = u128::from(burst) * u128::from(period_us);
+        Ok(Self {
+            limit,
+            period_us,
+            burst,
+            shaping,
+            tau_us: (tau / u128::from(limit)) as u64,
+            tau_rem: (tau % u128::from(limit)) as u64,
+            t_us: period_us / limit,
+            t_rem: period_us % limit,
+        })
+    }
+
+    /// Whether admitted requests are delayed (leaky bucket).
+    pub fn is_shaping(&self) -> bool {
+        self.shaping
+    }
+
+    /// The refill: `limit` units per period.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The period in microseconds.
+    pub fn period_us(&self) -> u64 {
+        self.period_us
+    }
+
+    /// `burst * T` as `(whole microseconds, remainder in 1/limit us)`: the
+    /// most a TAT may lead "now" by.
+    pub fn tau(&self) -> (u64, u64) {
+        (self.tau_us, self.tau_rem)
+    }
+
+    /// `cost * T` as `(whole microseconds, remainder in 1/limit us)`.
+    pub fn increment(&self, cost: u64) -> (u64, u64) {
+        if cost == 1 {
+            return (self.t_us, self.t_rem);
+        }
+        let total = u128::from(cost) * u128::from(self.period_us);
+        let limit = u128::from(self.limit);
+        ((total / limit) as u64, (total % limit) as u64)
+    }
+
+    #[inline]
+    fn scaled(&self, us: u64, rem: u64) -> u128 {
+        u128::from(us) * u128::from(self.limit) + u128::from(rem)
+    }
+
+    /// The report for `st` after a check of `cost` at `now_us` that was (or
+    /// was not) admitted. Everything the Redis script returns is the new
+    /// state, and this turns it into the same figures the memory backend
+    /// gives.
+    pub fn report(&self, st: &GcraState, now_us: u64, cost: u64, allowed: bool) -> Step {
+        let l = u128::from(self.limit);
+        let now_s = u128::from(now_us) * l;
+        let tat_s = self.scaled(st.tat_us, st.tat_rem).max(now_s);
+        let tau_s = u128::from(self.burst) * u128::from(self.period_us);
+        let ahead_s = tat_s - now_s;
+        let remaining = (tau_s.saturating_sub(ahead_s) / u128::from(self.period_us)) as u64;
+        let reset_us = ahead_s.div_ceil(l) as u64;
+        let cost_s = u128::from(cost) * u128::from(self.period_us);
+        let (retry_after_us, delay_us) = if !allowed {
+            let retry = if cost > self.burst {
+                u128::from(self.period_us)
+            } else {
+                (tat_s + cost_s).saturating_sub(tau_s + now_s).div_ceil(l)
+            };
+            (retry as u64, 0)
+        } else if self.shaping {
+            // The request's turn began where the previous TAT stood.
+            let start_s = tat_s - cost_s;
+            (0, start_s.saturating_sub(now_s).div_ceil(l) as u64)
+        } else {
+            (0, 0)
+        };
+        Step {
+            allowed,
+            remaining,
+            reset_us,
+            retry_after_us,
+            delay_us,
+        }
+    }
+}
+
+impl Meter for Gcra {
+    type State = GcraState;
+
+    fn capacity(&self) -> u64 {
+        self.burst
+    }
+
+    fn acquire(&self, st: &mut GcraState, now_us: u64, cost: u64) -> Step {
+        if cost > self.burst {
+            return self.report(st, now_us, cost, false);
+        }
+        let (mut tat_us, mut tat_rem) = (st.tat_us, st.tat_rem);
+        if tat_us < now_us {
+            (tat_us, tat_rem) = (now_us, 0);
+        }
+        let (inc_us, inc_rem) = self.increment(cost);
+        let mut new_us = tat_us + inc_us;
+        let mut new_rem = tat_rem + inc_rem;
+        if new_rem >= self.limit {
+            new_rem -= self.limit;
+            new_us += 1;
+        }
+        let lead = new_us - now_us;
+        let allowed = lead < self.tau_us || (lead == self.tau_us && new_rem <= self.tau_rem);
+        if allowed {
+            *st = GcraState {
+                tat_us: new_us,
+                tat_rem: new_rem,
+            };
+        }
+        self.report(st, now_us, cost, allowed)
+    }
+
+    fn release(&self, st: &mut GcraState, _acquired_at_us: u64, cost: u64) {
+        let back = self
+            .scaled(st.tat_us, st.tat_rem)
+            .saturating_sub(u128::from(cost) * u128::from(self.period_us));
+        let l = u128::from(self.limit);
+        *st = GcraState {
+            tat_us: (back / l) as u64,
+            tat_rem: (back % l) as u64,
+        };
+    }
+
+    fn idle_at(&self, st: &GcraState) -> u64 {
+        st.tat_us + u64::from(st.tat_rem > 0)
+    }
+}

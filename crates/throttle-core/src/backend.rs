@@ -1,0 +1,95 @@
+//! Where counts live: the backend trait, satisfied synchronously by local
+//! backends and asynchronously by remote ones.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::algorithm::Step;
+use crate::{ConfigError, Key, Rule};
+
+/// Where counts live. A backend turns each rule into a [`Limiter`] once, when
+/// the layer is built; that is where the rule is checked against what the
+/// backend supports.
+///
+/// The trait is object safe: a layer holds `Arc<dyn Backend>` so that one
+/// rule can use another backend than the rest.
+pub trait Backend: Send + Sync + 'static {
+    /// The limiter that enforces `rule` in this backend.
+    fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError>;
+}
+
+impl<B: Backend + ?Sized> Backend for Arc<B> {
+    fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+        (**self).limiter(rule)
+    }
+}
+
+/// One rule bound to a backend: checks and takes cost for a key.
+pub trait Limiter: Send + Sync + 'static {
+    /// Checks `cost` for `key` and takes it when it fits.
+    ///
+    /// A local backend answers [`Acquire::Ready`] without awaiting or
+    /// allocating; a remote one may answer [`Acquire::Pending`].
+    fn acquire(&self, key: &Key, cost: u64) -> Acquire;
+
+    /// Gives back `cost` that an allowed `acquire` took at `at_us`, because
+    /// another rule of the same request denied it. Best effort and never
+    /// blocking.
+    fn release(&self, key: &Key, cost: u64, at_us: u64);
+}
+
+/// A boxed, sendable future of an [`Outcome`], for remote backends.
+pub type PendingOutcome = Pin<Box<dyn Future<Output = Result<Outcome, Unavailable>> + Send>>;
+
+/// The answer of [`Limiter::acquire`]: now, or later.
+pub enum Acquire {
+    /// The decision is made.
+    Ready(Result<Outcome, Unavailable>),
+    /// The decision needs a round trip.
+    Pending(PendingOutcome),
+}
+
+impl fmt::Debug for Acquire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ready(r) => f.debug_tuple("Ready").field(r).finish(),
+            Self::Pending(_) => f.write_str("Pending(..)"),
+        }
+    }
+}
+
+/// A decision of one rule for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// What the algorithm found.
+    pub step: Step,
+    /// The backend's "now" when it decided, in microseconds since the Unix
+    /// epoch (passed back to [`Limiter::release`]).
+    pub at_us: u64,
+}
+
+/// The backend could not decide and the rule's failure policy says to deny.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// Why, for logs and for the response.
+    pub reason: Arc<str>,
+}
+
+impl Unavailable {
+    /// An unavailability explained by `reason`.
+    pub fn new(reason: impl Into<Arc<str>>) -> Self {
+        Self {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rate limiter backend unavailable: {}", self.reason)
+    }
+}
+
+impl std::error::Error for Unavailable {}

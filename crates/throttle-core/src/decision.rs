@@ -1,0 +1,317 @@
+//! Decisions, and the rule set that combines rules into one.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::algorithm::Step;
+use crate::backend::{Acquire, Limiter, Outcome, Unavailable};
+use crate::{Backend, ConfigError, Key, Rule};
+
+/// The request may go on. Figures are those of the most restrictive rule
+/// (the fewest units remaining), which is what success headers report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowed {
+    /// The most restrictive rule that applied.
+    pub rule: Arc<Rule>,
+    /// That rule's capacity (`X-RateLimit-Limit`).
+    pub limit: u64,
+    /// Units left for this key under that rule (`X-RateLimit-Remaining`).
+    pub remaining: u64,
+    /// Time until that rule is back to its full allowance (`X-RateLimit-Reset`).
+    pub reset: Duration,
+    /// How long the request must wait for its turn (leaky bucket rules);
+    /// zero for every other algorithm.
+    pub delay: Duration,
+}
+
+/// The request is over a limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    /// The rule (dimension) that denied it: the first in policy order.
+    pub rule: Arc<Rule>,
+    /// That rule's capacity.
+    pub limit: u64,
+    /// Units still left under that rule (less than the request's cost).
+    pub remaining: u64,
+    /// The shortest wait after which the same request fits.
+    pub retry_after: Duration,
+    /// Time until that rule is back to its full allowance.
+    pub reset: Duration,
+}
+
+/// A rule's backend could not answer and the rule fails closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The rule that could not be checked.
+    pub rule: Arc<Rule>,
+    /// What went wrong.
+    pub error: Unavailable,
+}
+
+/// What a check of all rules decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// No rule applied to the request (every rule was skipped).
+    Unlimited,
+    /// Every rule that applied allowed the request.
+    Allowed(Allowed),
+    /// A rule denied the request; no other rule keeps its cost.
+    Denied(Denied),
+    /// A fail-closed rule could not be checked.
+    Unavailable(Refused),
+}
+
+impl Decision {
+    /// Whether the request may go on.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Self::Unlimited | Self::Allowed(_))
+    }
+}
+
+/// One rule to check for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demand {
+    /// Index of the rule in the [`RuleSet`].
+    pub rule: usize,
+    /// Who is limited.
+    pub key: Key,
+    /// Units of cost the request takes under this rule.
+    pub cost: u64,
+}
+
+/// A decision now, or one that needs a round trip.
+pub enum Check {
+    /// Decided without waiting.
+    Ready(Decision),
+    /// Decided by a remote backend.
+    Pending(Pin<Box<dyn Future<Output = Decision> + Send>>),
+}
+
+impl fmt::Debug for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ready(d) => f.debug_tuple("Ready").field(d).finish(),
+            Self::Pending(_) => f.write_str("Pending(..)"),
+        }
+    }
+}
+
+struct Bound {
+    rule: Arc<Rule>,
+    limiter: Arc<dyn Limiter>,
+}
+
+/// The ordered rules a request must all pass, each bound to its backend.
+///
+/// [`check`](Self::check) takes the demands of one request (a key and cost
+/// per rule that applies) and decides: every rule must allow; the first
+/// denial in rule order is reported; when a rule denies, the cost already
+/// taken by the others is given back, so a denied request does not use up the
+/// other dimensions' quota. With local backends the whole check completes
+/// without awaiting or allocating.
+///
+/// ```
+/// use throttle_core::{Check, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+///
+/// let mut rules = RuleSet::new();
+/// let backend = MemoryBackend::default();
+/// let ip = rules.bind(Rule::new("ip", Quota::per_minute(2)), &backend).unwrap();
+/// let demand = [Demand { rule: ip, key: Key::new("10.0.0.1"), cost: 1 }];
+/// for _ in 0..2 {
+///     assert!(matches!(rules.check(&demand), Check::Ready(Decision::Allowed(_))));
+/// }
+/// let Check::Ready(Decision::Denied(d)) = rules.check(&demand) else { panic!() };
+/// assert_eq!(d.rule.name(), "ip");
+/// ```
+#[derive(Clone, Default)]
+pub struct RuleSet {
+    rules: Arc<[Bound]>,
+}
+
+impl fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.rules.iter().map(|b| &b.rule))
+            .finish()
+    }
+}
+
+impl RuleSet {
+    /// An empty rule set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Validates `rule`, binds it to `backend` and appends it; returns its
+    /// index. Rule names must be unique within a set.
+    pub fn bind(&mut self, rule: Rule, backend: &dyn Backend) -> Result<usize, ConfigError> {
+        rule.validate()?;
+        if self.rules.iter().any(|b| b.rule.name() == rule.name()) {
+            return Err(
+                ConfigError::new("name", "is used by another rule of the policy")
+                    .in_rule(rule.name()),
+            );
+        }
+        let limiter = backend.limiter(&rule)?;
+        let mut rules: Vec<Bound> = self
+            .rules
+            .iter()
+            .map(|b| Bound {
+                rule: b.rule.clone(),
+                limiter: b.limiter.clone(),
+            })
+            .collect();
+        rules.push(Bound {
+            rule: Arc::new(rule),
+            limiter,
+        });
+        self.rules = rules.into();
+        Ok(self.rules.len() - 1)
+    }
+
+    /// The rule at `index`.
+    pub fn rule(&self, index: usize) -> &Arc<Rule> {
+        &self.rules[index].rule
+    }
+
+    /// How many rules there are.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Checks `demands` (at most one per rule, in rule order) and takes their
+    /// cost if all allow.
+    pub fn check(&self, demands: &[Demand]) -> Check {
+        // Allowed so far: (index in `demands`, outcome).
+        let mut held: SmallVec<[(usize, Outcome); 8]> = SmallVec::new();
+        for (i, d) in demands.iter().enumerate() {
+            match self.rules[d.rule].limiter.acquire(&d.key, d.cost) {
+                Acquire::Ready(Ok(o)) if o.step.allowed => held.push((i, o)),
+                Acquire::Ready(result) => {
+                    self.give_back(demands, &held);
+                    return Check::Ready(self.refusal(d, result));
+                }
+                Acquire::Pending(first) => {
+                    let set = self.clone();
+                    let demands = demands.to_vec();
+                    let held = held.into_vec();
+                    return Check::Pending(Box::pin(async move {
+                        set.finish(demands, held, i, first).await
+                    }));
+                }
+            }
+        }
+        Check::Ready(self.allowed(demands, &held))
+    }
+
+    /// The asynchronous rest of a check: `held` allowed, `demands[first_at]`
+    /// pending as `first`, the rest not asked yet. Asks the rest at once so
+    /// their round trips overlap.
+    async fn finish(
+        self,
+        demands: Vec<Demand>,
+        held: Vec<(usize, Outcome)>,
+        first_at: usize,
+        first: crate::backend::PendingOutcome,
+    ) -> Decision {
+        let mut results: Vec<Option<Result<Outcome, Unavailable>>> = vec![None; demands.len()];
+        for (i, o) in &held {
+            results[*i] = Some(Ok(*o));
+        }
+        let mut pending = vec![(first_at, first)];
+        for (j, d) in demands.iter().enumerate().skip(first_at + 1) {
+            match self.rules[d.rule].limiter.acquire(&d.key, d.cost) {
+                Acquire::Ready(r) => {
+                    let stop = !matches!(r, Ok(o) if o.step.allowed);
+                    results[j] = Some(r);
+                    if stop {
+                        break;
+                    }
+                }
+                Acquire::Pending(f) => pending.push((j, f)),
+            }
+        }
+        let (at, futs): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
+        for (j, r) in at
+            .into_iter()
+            .zip(futures_util::future::join_all(futs).await)
+        {
+            results[j] = Some(r);
+        }
+        let allowed: Vec<(usize, Outcome)> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(o)) if o.step.allowed => Some((i, *o)),
+                _ => None,
+            })
+            .collect();
+        let first_refusal = results
+            .iter()
+            .enumerate()
+            .find(|(_, r)| matches!(r, Some(r) if !matches!(r, Ok(o) if o.step.allowed)));
+        match first_refusal {
+            Some((i, Some(r))) => {
+                self.give_back(&demands, &allowed);
+                self.refusal(&demands[i], r.clone())
+            }
+            _ => self.allowed(&demands, &allowed),
+        }
+    }
+
+    fn give_back(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
+        for (i, o) in held {
+            let d = &demands[*i];
+            self.rules[d.rule].limiter.release(&d.key, d.cost, o.at_us);
+        }
+    }
+
+    fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
+        let rule = self.rules[d.rule].rule.clone();
+        match result {
+            Ok(Outcome { step, .. }) => Decision::Denied(Denied {
+                limit: rule.capacity(),
+                remaining: step.remaining,
+                retry_after: Duration::from_micros(step.retry_after_us.max(1)),
+                reset: Duration::from_micros(step.reset_us),
+                rule,
+            }),
+            Err(error) => Decision::Unavailable(Refused { rule, error }),
+        }
+    }
+
+    fn allowed(&self, demands: &[Demand], held: &[(usize, Outcome)]) -> Decision {
+        let mut tightest: Option<(usize, Step)> = None;
+        let mut delay_us = 0;
+        for &(i, o) in held {
+            delay_us = delay_us.max(o.step.delay_us);
+            if tightest.is_none_or(|(_, t)| o.step.remaining < t.remaining) {
+                tightest = Some((i, o.step));
+            }
+        }
+        match tightest {
+            None => Decision::Unlimited,
+            Some((i, step)) => {
+                let rule = self.rules[demands[i].rule].rule.clone();
+                Decision::Allowed(Allowed {
+                    limit: rule.capacity(),
+                    remaining: step.remaining,
+                    reset: Duration::from_micros(step.reset_us),
+                    delay: Duration::from_micros(delay_us),
+                    rule,
+                })
+            }
+        }
+    }
+}

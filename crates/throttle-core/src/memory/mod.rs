@@ -1,0 +1,161 @@
+//! The embedded default backend: bounded, sharded, in-process.
+
+mod store;
+
+use std::sync::Arc;
+
+use crate::algorithm::Meter;
+use crate::backend::{Acquire, Backend, Limiter, Outcome};
+use crate::rule::MeterVisitor;
+use crate::{Clock, ConfigError, Key, Rule, SystemClock};
+
+pub use store::MemoryStats;
+use store::Store;
+
+/// The default bound on keys tracked per rule.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// Counts in this process's memory. The embedded default: decisions take a
+/// lock on one shard of one rule's table and never await or allocate for a
+/// key already tracked.
+///
+/// Memory is **bounded**: each rule tracks at most [`max_keys`] keys. When a
+/// shard is full, keys whose state has gone back to "never seen" (an expired
+/// window, a refilled bucket) are swept out, at most once per eighth of the
+/// shard's capacity in inserts; if none is idle, the key closest to idle among
+/// a small random sample is evicted (and counted in
+/// [`MemoryStats::evictions`]). Nobody has to run a pruning task.
+///
+/// Counts are per process: with several instances, each enforces its own
+/// share. Use a Redis backend for fleet-wide limits.
+///
+/// [`max_keys`]: MemoryBackend::max_keys
+///
+/// ```
+/// use throttle_core::{ManualClock, MemoryBackend};
+///
+/// let backend = MemoryBackend::default().max_keys(10_000);
+/// let for_tests = MemoryBackend::with_clock(ManualClock::new(0));
+/// # let _ = (backend, for_tests);
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryBackend<C = SystemClock> {
+    clock: C,
+    max_keys: usize,
+    shards: usize,
+}
+
+impl Default for MemoryBackend<SystemClock> {
+    fn default() -> Self {
+        Self::with_clock(SystemClock::new())
+    }
+}
+
+impl MemoryBackend<SystemClock> {
+    /// A backend on the system clock, with the default bounds.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<C: Clock + Clone> MemoryBackend<C> {
+    /// A backend reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(clock: C) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
+        Self {
+            clock,
+            max_keys: DEFAULT_MAX_KEYS,
+            shards: (cpus * 8).next_power_of_two().clamp(16, 256),
+        }
+    }
+
+    /// Tracks at most `max_keys` keys per rule (default 1,000,000). Must be
+    /// at least the number of shards (a power of two from 16 to 256; see
+    /// [`shards`](Self::shards)), checked when a rule is bound.
+    #[must_use]
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Splits each rule's table into `shards` independently locked parts
+    /// (default: eight per CPU, from 16 to 256). Must be a power of two.
+    #[must_use]
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// A limiter for `meter` directly, without a rule (for embedding an
+    /// algorithm elsewhere, and for tests and benchmarks).
+    pub fn limiter_for<M: Meter>(&self, meter: M) -> Result<Arc<MemoryLimiter<M, C>>, ConfigError> {
+        if !self.shards.is_power_of_two() || self.shards == 0 {
+            return Err(ConfigError::new(
+                "memory.shards",
+                format!("must be a power of two (got {})", self.shards),
+            ));
+        }
+        if self.max_keys < self.shards {
+            return Err(ConfigError::new(
+                "memory.max_keys",
+                format!(
+                    "must be at least the shard count {} (got {})",
+                    self.shards, self.max_keys
+                ),
+            ));
+        }
+        Ok(Arc::new(MemoryLimiter {
+            store: Store::new(meter, self.shards, self.max_keys),
+            clock: self.clock.clone(),
+        }))
+    }
+}
+
+impl<C: Clock + Clone> Backend for MemoryBackend<C> {
+    fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+        struct Build<'a, C>(&'a MemoryBackend<C>);
+        impl<C: Clock + Clone> MeterVisitor for Build<'_, C> {
+            type Output = Result<Arc<dyn Limiter>, ConfigError>;
+            fn visit<M: Meter>(self, meter: M) -> Self::Output {
+                Ok(self.0.limiter_for(meter)? as Arc<dyn Limiter>)
+            }
+        }
+        rule.with_meter(Build(self))?
+            .map_err(|e| e.in_rule(rule.name()))
+    }
+}
+
+/// One rule's counts in memory: a [`Meter`] over a bounded, sharded table.
+#[derive(Debug)]
+pub struct MemoryLimiter<M: Meter, C> {
+    store: Store<M>,
+    clock: C,
+}
+
+impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
+    /// Counters: keys tracked now, evictions so far.
+    pub fn stats(&self) -> MemoryStats {
+        self.store.stats()
+    }
+
+    /// Checks and takes `cost` for `key`, synchronously.
+    #[inline]
+    pub fn check(&self, key: &Key, cost: u64) -> Outcome {
+        let now = self.clock.now_us();
+        Outcome {
+            step: self.store.acquire(key, now, cost),
+            at_us: now,
+        }
+    }
+}
+
+impl<M: Meter, C: Clock> Limiter for MemoryLimiter<M, C> {
+    #[inline]
+    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+        Acquire::Ready(Ok(self.check(key, cost)))
+    }
+
+    fn release(&self, key: &Key, cost: u64, at_us: u64) {
+        self.store.release(key, at_us, cost);
+    }
+}

@@ -1,0 +1,288 @@
+//! A bounded, sharded table of per-key algorithm states.
+//!
+//! Each shard keeps its slots densely in a `Vec` and maps hashes to slot
+//! indices with a SwissTable of `u32`: compact (a few bytes of index per key),
+//! and any slot can be picked at random for eviction in O(1).
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::Key;
+use crate::algorithm::{Meter, Step};
+
+/// Keys of up to 15 bytes (an IP prefix, a short id) live inside the slot;
+/// longer ones take one allocation when first tracked.
+type StoredKey = SmallVec<[u8; 16]>;
+
+/// How many random slots an eviction compares.
+const EVICTION_SAMPLE: usize = 5;
+
+/// Counters of one memory limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Keys tracked now.
+    pub tracked_keys: usize,
+    /// The most keys that will ever be tracked.
+    pub max_keys: usize,
+    /// Keys forgotten while not idle because the table was full.
+    pub evictions: u64,
+}
+
+#[repr(align(128))]
+#[derive(Debug)]
+struct Padded<T>(T);
+
+#[derive(Debug)]
+pub(crate) struct Store<M: Meter> {
+    meter: M,
+    shards: Box<[Padded<Mutex<Shard<M::State>>>]>,
+    hasher: foldhash::fast::RandomState,
+    shard_mask: usize,
+    max_keys: usize,
+    evictions: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Shard<S> {
+    index: HashTable<u32>,
+    slots: Vec<Slot<S>>,
+    cap: usize,
+    rng: u64,
+    inserts_since_sweep: usize,
+}
+
+#[derive(Debug)]
+struct Slot<S> {
+    hash: u64,
+    key: StoredKey,
+    state: S,
+}
+
+#[inline]
+fn matches(stored: &StoredKey, key: &Key) -> bool {
+    let bytes = key.as_bytes();
+    stored.len() == bytes.len() + 1
+        && stored[0] == u8::from(key.is_digest())
+        && &stored[1..] == bytes
+}
+
+impl<M: Meter> Store<M> {
+    pub(crate) fn new(meter: M, shards: usize, max_keys: usize) -> Self {
+        let cap = max_keys / shards;
+        Self {
+            meter,
+            shards: (0..shards)
+                .map(|i| {
+                    Padded(Mutex::new(Shard {
+                        index: HashTable::new(),
+                        slots: Vec::new(),
+                        cap,
+                        rng: 0x9E37_79B9_7F4A_7C15
+                            ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
+                        // Sweep the first time the shard fills up.
+                        inserts_since_sweep: usize::MAX,
+                    }))
+                })
+                .collect(),
+            hasher: foldhash::fast::RandomState::default(),
+            shard_mask: shards - 1,
+            max_keys: cap * shards,
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Mutex<Shard<M::State>> {
+        // Bits 40.. pick the shard: the table uses the low bits for the
+        // bucket and the top seven for its control bytes.
+        &self.shards[(hash >> 40) as usize & self.shard_mask].0
+    }
+
+    #[inline]
+    pub(crate) fn acquire(&self, key: &Key, now_us: u64, cost: u64) -> Step {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shard(hash).lock();
+        let at = match shard.find(hash, key) {
+            Some(at) => at,
+            None => {
+                let evicted = shard.insert(hash, key, now_us, &self.meter);
+                if evicted {
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+                shard.slots.len() - 1
+            }
+        };
+        self.meter.acquire(&mut shard.slots[at].state, now_us, cost)
+    }
+
+    pub(crate) fn release(&self, key: &Key, acquired_at_us: u64, cost: u64) {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shard(hash).lock();
+        if let Some(at) = shard.find(hash, key) {
+            self.meter
+                .release(&mut shard.slots[at].state, acquired_at_us, cost);
+        }
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            tracked_keys: self.shards.iter().map(|s| s.0.lock().slots.len()).sum(),
+            max_keys: self.max_keys,
+            evictions: self.evictions.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<S: Default> Shard<S> {
+    #[inline]
+    fn find(&self, hash: u64, key: &Key) -> Option<usize> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| matches(&slots[i as usize].key, key))
+            .map(|&i| i as usize)
+    }
+
+    /// Appends a fresh slot for `key`, making room first if the shard is
+    /// full. Returns whether a non-idle key had to be evicted.
+    fn insert<M: Meter<State = S>>(
+        &mut self,
+        hash: u64,
+        key: &Key,
+        now_us: u64,
+        meter: &M,
+    ) -> bool {
+        let mut evicted = false;
+        if self.slots.len() >= self.cap {
+            evicted = self.make_room(now_us, meter);
+        }
+        self.inserts_since_sweep = self.inserts_since_sweep.saturating_add(1);
+        let mut stored = StoredKey::with_capacity(key.as_bytes().len() + 1);
+        stored.push(u8::from(key.is_digest()));
+        stored.extend_from_slice(key.as_bytes());
+        let at = self.slots.len() as u32;
+        self.slots.push(Slot {
+            hash,
+            key: stored,
+            state: S::default(),
+        });
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, at, |&i| slots[i as usize].hash);
+        evicted
+    }
+
+    fn make_room<M: Meter<State = S>>(&mut self, now_us: u64, meter: &M) -> bool {
+        // Sweeping is O(shard); doing it at most once per cap/8 inserts keeps
+        // inserts amortised O(1) even when nothing is idle.
+        if self.inserts_since_sweep >= (self.cap / 8).max(1) {
+            self.inserts_since_sweep = 0;
+            let mut i = 0;
+            while i < self.slots.len() {
+                if meter.idle_at(&self.slots[i].state) <= now_us {
+                    self.remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+            if self.slots.len() < self.cap {
+                return false;
+            }
+        }
+        // Evict the sampled slot that will be idle soonest.
+        let mut victim = self.random_slot();
+        for _ in 1..EVICTION_SAMPLE {
+            let other = self.random_slot();
+            if meter.idle_at(&self.slots[other].state) < meter.idle_at(&self.slots[victim].state) {
+                victim = other;
+            }
+        }
+        let was_idle = meter.idle_at(&self.slots[victim].state) <= now_us;
+        self.remove(victim);
+        !was_idle
+    }
+
+    fn random_slot(&mut self) -> usize {
+        // xorshift64*
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        ((r >> 32) * self.slots.len() as u64 >> 32) as usize
+    }
+
+    fn remove(&mut self, at: usize) {
+        let hash = self.slots[at].hash;
+        if let Ok(entry) = self.index.find_entry(hash, |&i| i as usize == at) {
+            entry.remove();
+        }
+        let last = self.slots.len() - 1;
+        self.slots.swap_remove(at);
+        if at != last {
+            let moved = self.slots[at].hash;
+            if let Some(i) = self.index.find_mut(moved, |&i| i as usize == last) {
+                *i = at as u32;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Quota;
+    use crate::algorithm::{FixedWindow, Gcra};
+
+    #[test]
+    fn the_table_never_grows_past_its_bound() {
+        let store = Store::new(Gcra::token_bucket(Quota::per_minute(5)).unwrap(), 16, 1_600);
+        for i in 0..50_000u64 {
+            // Every key stays busy for a minute, so most inserts must evict.
+            let s = store.acquire(&Key::from(i), 1_000_000, 1);
+            assert!(s.allowed);
+        }
+        let stats = store.stats();
+        assert!(stats.tracked_keys <= 1_600, "{stats:?}");
+        assert!(stats.tracked_keys >= 1_500, "{stats:?}");
+        assert!(stats.evictions >= 48_000, "{stats:?}");
+        // Every tracked key is still found and still counted.
+        let mut found = 0;
+        for i in 0..50_000u64 {
+            let key = Key::from(i);
+            let hash = store.hasher.hash_one(key);
+            if store.shard(hash).lock().find(hash, &key).is_some() {
+                found += 1;
+            }
+        }
+        assert_eq!(found, stats.tracked_keys);
+    }
+
+    #[test]
+    fn idle_keys_are_swept_before_anything_is_evicted() {
+        let store = Store::new(FixedWindow::new(Quota::per_second(5)).unwrap(), 16, 1_600);
+        // About 62 keys per shard of 100: no shard fills up.
+        for i in 0..1_000u64 {
+            store.acquire(&Key::from(i), 0, 1);
+        }
+        assert_eq!(store.stats().tracked_keys, 1_000);
+        // A second later every window has expired: new keys replace idle ones.
+        for i in 10_000..11_000u64 {
+            store.acquire(&Key::from(i), 1_000_000, 1);
+        }
+        let stats = store.stats();
+        assert_eq!(stats.evictions, 0, "{stats:?}");
+        assert!(
+            stats.tracked_keys < 2_000,
+            "idle keys were swept: {stats:?}"
+        );
+    }
+
+    #[test]
+    fn a_slot_is_small() {
+        assert_eq!(std::mem::size_of::<StoredKey>(), 24);
+        assert_eq!(std::mem::size_of::<Slot<crate::algorithm::GcraState>>(), 48);
+    }
+}
