@@ -55,7 +55,6 @@ pub struct Refused {
 
 /// What a check of all rules decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Decision {
     /// No rule applied to the request (every rule was skipped).
     Unlimited,

@@ -1,0 +1,302 @@
+//! Extractors that need axum: the peer address and the matched route.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::extract::{ConnectInfo, MatchedPath};
+use http::StatusCode;
+use http::request::Parts;
+use throttle_core::{ConfigError, Key};
+use throttle_tower::{Extracted, KeyExtractor, MissingKey};
+
+static WARNED_NO_CONNECT_INFO: AtomicBool = AtomicBool::new(false);
+static WARNED_NO_MATCHED_PATH: AtomicBool = AtomicBool::new(false);
+
+/// The client's IP address, from the connection (`ConnectInfo<SocketAddr>`),
+/// grouped by prefix: IPv4 by `/32` (each address) and IPv6 by `/64` (one
+/// subscriber's network) unless told otherwise. An IPv4-mapped IPv6 address
+/// (`::ffff:a.b.c.d`) counts as the IPv4 address.
+///
+/// Headers such as `X-Forwarded-For` are never read: any client can write
+/// them.
+///
+/// The server must be started with connect info:
+/// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`.
+/// Without it there is no peer address; the first such request logs an error
+/// explaining the fix, and requests are answered `500` with a JSON body
+/// naming the rule (`RATE_LIMIT_KEY_MISSING`), never passed unlimited.
+///
+/// ```
+/// use throttle_axum::ClientIp;
+/// let per_address = ClientIp::default();
+/// let per_subnet = ClientIp::default().ipv4_prefix(24).ipv6_prefix(56);
+/// # let _ = (per_address, per_subnet);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIp {
+    v4_prefix: u8,
+    v6_prefix: u8,
+}
+
+impl Default for ClientIp {
+    fn default() -> Self {
+        Self {
+            v4_prefix: 32,
+            v6_prefix: 64,
+        }
+    }
+}
+
+impl ClientIp {
+    /// Groups IPv4 addresses by this prefix length (1 to 32; default 32).
+    /// A `/24` groups a whole carrier-grade NAT pool: combine it with other
+    /// signals rather than using it alone.
+    #[must_use]
+    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
+        self.v4_prefix = bits;
+        self
+    }
+
+    /// Groups IPv6 addresses by this prefix length (1 to 128; default 64,
+    /// as one subscriber usually holds a whole /64; 56 and 48 are common
+    /// allocations too).
+    #[must_use]
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.v6_prefix = bits;
+        self
+    }
+
+    /// The key of an address under this grouping.
+    pub fn key_of(&self, ip: IpAddr) -> Key {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match ip {
+            IpAddr::V4(v4) => {
+                let bits = u32::from(v4) & mask32(self.v4_prefix);
+                let mut buf = [0u8; 5];
+                buf[0] = 4;
+                buf[1..].copy_from_slice(&bits.to_be_bytes());
+                Key::new(buf)
+            }
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6) & mask128(self.v6_prefix);
+                let len = usize::from(self.v6_prefix.div_ceil(8));
+                let mut buf = [0u8; 17];
+                buf[0] = 6;
+                buf[1..].copy_from_slice(&bits.to_be_bytes());
+                Key::new(&buf[..1 + len])
+            }
+        }
+    }
+}
+
+fn mask32(bits: u8) -> u32 {
+    u32::MAX
+        .checked_shl(32 - u32::from(bits.min(32)))
+        .unwrap_or(0)
+}
+
+fn mask128(bits: u8) -> u128 {
+    u128::MAX
+        .checked_shl(128 - u32::from(bits.min(128)))
+        .unwrap_or(0)
+}
+
+impl KeyExtractor for ClientIp {
+    #[inline]
+    fn extract(&self, req: &Parts) -> Extracted {
+        match req.extensions.get::<ConnectInfo<SocketAddr>>() {
+            Some(ConnectInfo(addr)) => Extracted::Key(self.key_of(addr.ip())),
+            None => {
+                if !WARNED_NO_CONNECT_INFO.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        "throttle: ClientIp found no peer address in the request. Serve the app with \
+                         `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`; \
+                         until then requests limited by client IP are answered 500"
+                    );
+                }
+                Extracted::Missing
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=32).contains(&self.v4_prefix) {
+            return Err(ConfigError::new(
+                "key.ipv4_prefix",
+                format!("must be from 1 to 32 (got {})", self.v4_prefix),
+            ));
+        }
+        if !(1..=128).contains(&self.v6_prefix) {
+            return Err(ConfigError::new(
+                "key.ipv6_prefix",
+                format!("must be from 1 to 128 (got {})", self.v6_prefix),
+            ));
+        }
+        Ok(())
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        // Only a server started without connect info lacks a peer address.
+        MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+/// The route template the request matched (`/users/{id}`, not
+/// `/users/42`), from axum's `MatchedPath`: one key per endpoint.
+///
+/// [`Route::only`] limits only the listed routes and skips the rule for
+/// every other request.
+///
+/// ```
+/// use throttle_axum::Route;
+/// let every_route = Route::template();
+/// let search_only = Route::only(["/search"]);
+/// # let _ = (every_route, search_only);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Route {
+    only: Option<Box<[String]>>,
+}
+
+impl Route {
+    /// Keys by route template; every route has its own count.
+    pub fn template() -> Self {
+        Self::default()
+    }
+
+    /// Applies the rule only to these route templates (as written in the
+    /// router, e.g. `"/users/{id}"`); other requests skip it.
+    pub fn only<I, S>(templates: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            only: Some(templates.into_iter().map(Into::into).collect()),
+        }
+    }
+}
+
+impl KeyExtractor for Route {
+    fn extract(&self, req: &Parts) -> Extracted {
+        let Some(matched) = req.extensions.get::<MatchedPath>() else {
+            if let Some(only) = &self.only {
+                // Unrouted requests (404s, fallbacks) are not one of ours.
+                return match only.iter().any(|t| t == req.uri.path()) {
+                    true => Extracted::Key(Key::new(req.uri.path())),
+                    false => Extracted::Skip,
+                };
+            }
+            if !WARNED_NO_MATCHED_PATH.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    "throttle: Route found no matched path in the request. Apply the layer with \
+                     Router::layer or Router::route_layer, so it runs after routing"
+                );
+            }
+            return Extracted::Missing;
+        };
+        let template = matched.as_str();
+        match &self.only {
+            Some(only) if !only.iter().any(|t| t == template) => Extracted::Skip,
+            _ => Extracted::Key(Key::new(template)),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        match &self.only {
+            Some(only) if only.is_empty() => Err(ConfigError::new(
+                "key.routes",
+                "Route::only needs at least one route template",
+            )),
+            Some(only) => match only.iter().find(|t| !t.starts_with('/')) {
+                Some(bad) => Err(ConfigError::new(
+                    "key.routes",
+                    format!("route templates start with '/' (got {bad:?})"),
+                )),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use super::*;
+
+    #[test]
+    fn ipv4_mapped_addresses_count_as_ipv4() {
+        let ip = ClientIp::default();
+        let v4 = ip.key_of(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)));
+        let mapped = ip.key_of(IpAddr::V6(Ipv4Addr::new(203, 0, 113, 7).to_ipv6_mapped()));
+        assert_eq!(v4, mapped);
+    }
+
+    #[test]
+    fn prefixes_group_addresses() {
+        let ip = ClientIp::default();
+        let a: Ipv6Addr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: Ipv6Addr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: Ipv6Addr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(ip.key_of(a.into()), ip.key_of(b.into()));
+        assert_ne!(ip.key_of(a.into()), ip.key_of(c.into()));
+        assert_eq!(ip.key_of(a.into()).as_bytes().len(), 9);
+
+        let v4 = |s: &str| IpAddr::V4(s.parse().unwrap());
+        assert_ne!(ip.key_of(v4("10.0.0.1")), ip.key_of(v4("10.0.0.2")));
+        let subnet = ClientIp::default().ipv4_prefix(24);
+        assert_eq!(
+            subnet.key_of(v4("10.0.0.1")),
+            subnet.key_of(v4("10.0.0.200"))
+        );
+        assert_ne!(subnet.key_of(v4("10.0.0.1")), subnet.key_of(v4("10.0.1.1")));
+    }
+
+    #[test]
+    fn bad_prefixes_are_rejected_by_field() {
+        assert_eq!(
+            ClientIp::default()
+                .ipv4_prefix(33)
+                .validate()
+                .unwrap_err()
+                .field(),
+            "key.ipv4_prefix"
+        );
+        assert_eq!(
+            ClientIp::default()
+                .ipv4_prefix(0)
+                .validate()
+                .unwrap_err()
+                .field(),
+            "key.ipv4_prefix"
+        );
+        assert_eq!(
+            ClientIp::default()
+                .ipv6_prefix(129)
+                .validate()
+                .unwrap_err()
+                .field(),
+            "key.ipv6_prefix"
+        );
+        assert_eq!(
+            Route::only(["search"]).validate().unwrap_err().field(),
+            "key.routes"
+        );
+        assert_eq!(
+            Route::only(Vec::<String>::new())
+                .validate()
+                .unwrap_err()
+                .field(),
+            "key.routes"
+        );
+    }
+}

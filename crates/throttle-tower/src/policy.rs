@@ -1,0 +1,152 @@
+//! The ordered rules a request must pass, each with its key extractor.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::StatusCode;
+use http::request::Parts;
+use throttle_core::{Backend, Rule};
+
+use crate::KeyExtractor;
+
+/// What happens when a rule's key material is missing or malformed
+/// ([`Extracted::Missing`](crate::Extracted::Missing)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Answer with this status and a body naming the rule (default: 400).
+    /// Nothing is counted.
+    Reject(StatusCode),
+    /// Let the request pass this rule unchecked. Chosen explicitly: never
+    /// the default, so no rule goes unenforced by accident.
+    Skip,
+}
+
+impl Default for MissingKey {
+    fn default() -> Self {
+        Self::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+/// A per-request cost: a function of the request. Returning 0 exempts the
+/// request from the rule.
+pub type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
+
+/// One rule of a [`Policy`] with everything the layer needs to apply it: the
+/// key extractor, what to do when the key is missing, an optional
+/// per-request cost and an optional backend of its own.
+///
+/// ```
+/// use http::StatusCode;
+/// use throttle_tower::{Header, Limit, MissingKey, Policy, Quota, Rule};
+///
+/// let uploads = Limit::new(Rule::new("upload-bytes", Quota::per_minute(10_000_000)), Header::new("x-api-key"))
+///     .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
+///     .cost_fn(|req| {
+///         req.headers.get("content-length")
+///             .and_then(|v| v.to_str().ok()?.parse().ok())
+///             .unwrap_or(1)
+///     });
+/// let policy = Policy::new().limit(uploads);
+/// # let _ = policy;
+/// ```
+pub struct Limit {
+    pub(crate) rule: Rule,
+    pub(crate) extractor: Box<dyn KeyExtractor>,
+    pub(crate) on_missing: MissingKey,
+    pub(crate) cost: Option<CostFn>,
+    pub(crate) backend: Option<Arc<dyn Backend>>,
+}
+
+impl Limit {
+    /// `rule`, keyed by `extractor`.
+    pub fn new(rule: Rule, extractor: impl KeyExtractor) -> Self {
+        Self {
+            rule,
+            on_missing: extractor.on_missing(),
+            extractor: Box::new(extractor),
+            cost: None,
+            backend: None,
+        }
+    }
+
+    /// What to do when the key is missing (default: the extractor's
+    /// [`on_missing`](KeyExtractor::on_missing), usually reject with 400).
+    #[must_use]
+    pub fn on_missing_key(mut self, on_missing: MissingKey) -> Self {
+        self.on_missing = on_missing;
+        self
+    }
+
+    /// Weighs each request with `cost(request)` instead of the rule's static
+    /// cost. A cost above the rule's capacity is always denied; 0 exempts
+    /// the request from this rule.
+    #[must_use]
+    pub fn cost_fn(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Counts this rule in `backend` instead of the layer's backend.
+    #[must_use]
+    pub fn backend(mut self, backend: impl Backend) -> Self {
+        self.backend = Some(Arc::new(backend));
+        self
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limit")
+            .field("rule", &self.rule)
+            .field("on_missing", &self.on_missing)
+            .field("cost_fn", &self.cost.is_some())
+            .field("own_backend", &self.backend.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The ordered rules a request must pass. All must allow; the first that
+/// denies is named in the answer.
+///
+/// ```
+/// use throttle_tower::{Global, Header, Policy, Quota, Rule};
+///
+/// let policy = Policy::new()
+///     .rule(Rule::new("tenant", Quota::per_minute(1_000)).token_bucket(), Header::new("x-api-key"))
+///     .rule(Rule::new("global", Quota::per_second(5_000)).sliding_window_counter(), Global);
+/// assert_eq!(policy.len(), 2);
+/// ```
+#[derive(Debug, Default)]
+pub struct Policy {
+    pub(crate) limits: Vec<Limit>,
+}
+
+impl Policy {
+    /// An empty policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `rule`, keyed by `extractor`, with the defaults of [`Limit`].
+    #[must_use]
+    pub fn rule(self, rule: Rule, extractor: impl KeyExtractor) -> Self {
+        self.limit(Limit::new(rule, extractor))
+    }
+
+    /// Adds a fully configured [`Limit`].
+    #[must_use]
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// How many rules the policy has.
+    pub fn len(&self) -> usize {
+        self.limits.len()
+    }
+
+    /// Whether the policy has no rules.
+    pub fn is_empty(&self) -> bool {
+        self.limits.is_empty()
+    }
+}

@@ -1,0 +1,91 @@
+use std::fmt;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use throttle_core::Check;
+use tower_service::Service;
+
+use crate::body::ThrottleBody;
+use crate::future::ResponseFuture;
+use crate::layer::{Prepared, Shared};
+use crate::responder::Responder;
+
+/// The service [`ThrottleLayer`](crate::ThrottleLayer) wraps around another:
+/// decides in `call`, answers rejections itself, passes everything else on.
+///
+/// `poll_ready` only forwards to the inner service (limits are never
+/// enforced through back-pressure, which would be per clone and unkeyed),
+/// and the error type stays the inner service's.
+pub struct Throttle<S, R> {
+    inner: S,
+    shared: Arc<Shared<R>>,
+}
+
+impl<S, R> Throttle<S, R> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<R>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Clone, R> Clone for Throttle<S, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, R> fmt::Debug for Throttle<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            .field("inner", &self.inner)
+            .field("rules", &self.shared.rules)
+            .finish()
+    }
+}
+
+impl<S, R, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    R: Responder,
+{
+    type Response = Response<ThrottleBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, S, ReqBody, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = req.into_parts();
+        match self.shared.prepare(&parts) {
+            Prepared::Rejected(rejection) => {
+                ResponseFuture::rejected(self.shared.responder.reject(&parts, rejection))
+            }
+            Prepared::Check(Check::Ready(decision)) => {
+                ResponseFuture::decided(&self.shared, &mut self.inner, parts, body, decision)
+            }
+            Prepared::Check(Check::Pending(check)) => {
+                // The inner call happens after an await: take the service
+                // that was polled ready and leave a fresh clone in its place.
+                let clone = self.inner.clone();
+                let ready = mem::replace(&mut self.inner, clone);
+                ResponseFuture::checking(
+                    check,
+                    ready,
+                    Request::from_parts(parts, body),
+                    self.shared.clone(),
+                )
+            }
+        }
+    }
+}
