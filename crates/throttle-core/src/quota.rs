@@ -136,7 +136,7 @@ impl Quota {
                 format!("must be at most 366 days (got {:?})", self.period),
             ));
         }
-        if self.period.subsec_nanos() % 1_000 != 0 {
+        if !self.period.subsec_nanos().is_multiple_of(1_000) {
             return Err(ConfigError::new(
                 "quota.period",
                 format!(

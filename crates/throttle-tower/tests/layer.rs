@@ -48,6 +48,7 @@ impl Limiter for DeferredLimiter {
 }
 
 /// An inner service that counts its calls.
+#[allow(clippy::type_complexity)]
 fn counting() -> (
     Arc<AtomicUsize>,
     impl Service<

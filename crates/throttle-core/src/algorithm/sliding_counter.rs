@@ -159,10 +159,12 @@ impl SlidingWindowCounter {
     fn retry_after(&self, st: &SlidingWindowCounterState, elapsed: u64, cost: u64) -> u64 {
         let p = self.period_us;
         // Later in this window, as the previous window's weight decays.
-        if let Some(room) = self.limit.checked_sub(st.cur + cost) {
-            if let Some(at) = self.first_fit(st.prev, room, elapsed + 1) {
-                return at - elapsed;
-            }
+        if let Some(at) = self
+            .limit
+            .checked_sub(st.cur + cost)
+            .and_then(|room| self.first_fit(st.prev, room, elapsed + 1))
+        {
+            return at - elapsed;
         }
         // In the next window, where today's count becomes the weighed one.
         let to_next = p - elapsed;
@@ -185,7 +187,9 @@ impl Meter for SlidingWindowCounter {
         let now_us = now_us.max(st.window * self.period_us);
         self.roll(st, now_us);
         let elapsed = now_us - st.window * self.period_us;
-        let allowed = weighted(st.prev, self.period_us, elapsed) + st.cur + cost <= self.limit;
+        // Saturating: a cost near u64::MAX must be denied, not wrap into a fit.
+        let allowed = (weighted(st.prev, self.period_us, elapsed) + st.cur).saturating_add(cost)
+            <= self.limit;
         if allowed {
             st.cur += cost;
         }

@@ -32,6 +32,8 @@ pub struct MemoryStats {
     pub evictions: u64,
 }
 
+type ShardLock<S> = Mutex<Shard<S>>;
+
 #[repr(align(128))]
 #[derive(Debug)]
 struct Padded<T>(T);
@@ -39,7 +41,7 @@ struct Padded<T>(T);
 #[derive(Debug)]
 pub(crate) struct Store<M: Meter> {
     meter: M,
-    shards: Box<[Padded<Mutex<Shard<M::State>>>]>,
+    shards: Box<[Padded<ShardLock<M::State>>]>,
     hasher: foldhash::fast::RandomState,
     shard_mask: usize,
     max_keys: usize,
@@ -211,7 +213,7 @@ impl<S: Default> Shard<S> {
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
         let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((r >> 32) * self.slots.len() as u64 >> 32) as usize
+        (((r >> 32) * self.slots.len() as u64) >> 32) as usize
     }
 
     fn remove(&mut self, at: usize) {
