@@ -34,10 +34,10 @@ pub trait Limiter: Send + Sync + 'static {
     /// allocating; a remote one may answer [`Acquire::Pending`].
     fn acquire(&self, key: &Key, cost: u64) -> Acquire;
 
-    /// Gives back `cost` that an allowed `acquire` took at `at_us`, because
-    /// another rule of the same request denied it. Best effort and never
-    /// blocking.
-    fn release(&self, key: &Key, cost: u64, at_us: u64);
+    /// Gives back `cost` that an allowed `acquire` took (its `outcome`),
+    /// because another rule of the same request denied it. Best effort and
+    /// never blocking.
+    fn release(&self, key: &Key, cost: u64, outcome: &Outcome);
 }
 
 /// A boxed, sendable future of an [`Outcome`], for remote backends.
@@ -66,8 +66,22 @@ pub struct Outcome {
     /// What the algorithm found.
     pub step: Step,
     /// The backend's "now" when it decided, in microseconds since the Unix
-    /// epoch (passed back to [`Limiter::release`]).
+    /// epoch.
     pub at_us: u64,
+    /// Whether the backend could not be asked and the rule's failure policy
+    /// decided instead (fail open, or the local fallback).
+    pub degraded: bool,
+}
+
+impl Outcome {
+    /// A decision made by the backend itself.
+    pub fn new(step: Step, at_us: u64) -> Self {
+        Self {
+            step,
+            at_us,
+            degraded: false,
+        }
+    }
 }
 
 /// The backend could not decide and the rule's failure policy says to deny.

@@ -272,7 +272,7 @@ impl RuleSet {
     fn give_back(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
         for (i, o) in held {
             let d = &demands[*i];
-            self.rules[d.rule].limiter.release(&d.key, d.cost, o.at_us);
+            self.rules[d.rule].limiter.release(&d.key, d.cost, o);
         }
     }
 

@@ -42,8 +42,8 @@ impl Limiter for DeferredLimiter {
         }))
     }
 
-    fn release(&self, key: &Key, cost: u64, at_us: u64) {
-        self.0.release(key, cost, at_us);
+    fn release(&self, key: &Key, cost: u64, outcome: &throttle_core::Outcome) {
+        self.0.release(key, cost, outcome);
     }
 }
 

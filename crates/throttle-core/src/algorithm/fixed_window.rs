@@ -90,7 +90,8 @@ impl Meter for FixedWindow {
         if st.window != window {
             *st = FixedWindowState { window, count: 0 };
         }
-        let allowed = st.count + cost <= self.limit;
+        // Saturating: a cost near u64::MAX must be denied, not wrap into a fit.
+        let allowed = st.count.saturating_add(cost) <= self.limit;
         if allowed {
             st.count += cost;
         }

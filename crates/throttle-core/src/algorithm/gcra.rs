@@ -2,6 +2,11 @@ use crate::{ConfigError, Quota};
 
 use super::{Meter, Step};
 
+/// The longest time a bucket may take to fill from empty (`burst * period /
+/// limit`), about 146,000 years: the TAT is whole microseconds in a `u64`,
+/// and `now + 2 * tau` must fit.
+const MAX_FILL_US: u64 = 1 << 62;
+
 /// The bucket family as GCRA (generic cell rate algorithm): a token bucket of
 /// `burst` tokens refilled at `limit` per `period`, or a leaky bucket (queue)
 /// of `burst` drained at the same rate.
@@ -73,6 +78,15 @@ impl Gcra {
         quota.validate(true)?;
         let (limit, period_us, burst) = (quota.limit(), quota.period_us(), quota.burst());
         let tau = u128::from(burst) * u128::from(period_us);
+        if tau / u128::from(limit) > u128::from(MAX_FILL_US) {
+            return Err(ConfigError::new(
+                "quota.burst",
+                format!(
+                    "must fill within 2^62 us at the quota's rate (burst * period / limit is {} us)",
+                    tau / u128::from(limit)
+                ),
+            ));
+        }
         Ok(Self {
             limit,
             period_us,

@@ -78,7 +78,8 @@ impl Meter for SlidingWindowLog {
         // A clock that stepped back is treated as standing still.
         let now = st.entries.back().map_or(now_us, |&(at, _)| now_us.max(at));
         self.expire(st, now);
-        let allowed = st.total + cost <= self.limit;
+        // Saturating: a cost near u64::MAX must be denied, not wrap into a fit.
+        let allowed = st.total.saturating_add(cost) <= self.limit;
         let mut retry_after_us = 0;
         if allowed {
             match st.entries.back_mut() {

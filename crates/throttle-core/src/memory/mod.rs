@@ -142,10 +142,7 @@ impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
     #[inline]
     pub fn check(&self, key: &Key, cost: u64) -> Outcome {
         let now = self.clock.now_us();
-        Outcome {
-            step: self.store.acquire(key, now, cost),
-            at_us: now,
-        }
+        Outcome::new(self.store.acquire(key, now, cost), now)
     }
 }
 
@@ -155,7 +152,7 @@ impl<M: Meter, C: Clock> Limiter for MemoryLimiter<M, C> {
         Acquire::Ready(Ok(self.check(key, cost)))
     }
 
-    fn release(&self, key: &Key, cost: u64, at_us: u64) {
-        self.store.release(key, at_us, cost);
+    fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.store.release(key, outcome.at_us, cost);
     }
 }

@@ -1,0 +1,258 @@
+//! Connections (standalone or cluster), timeouts, the circuit breaker and
+//! the counters every mode shares.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
+use throttle_core::{Clock, ConfigError};
+
+use crate::breaker::Breaker;
+use crate::config::{RedisConfig, Target};
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    async fn invoke<T: FromRedisValue>(&mut self, inv: &ScriptInvocation<'_>) -> RedisResult<T> {
+        match self {
+            Self::Single(c) => inv.invoke_async(c).await,
+            Self::Cluster(c) => inv.invoke_async(c).await,
+        }
+    }
+
+    async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
+        match self {
+            Self::Single(c) => cmd.query_async(c).await,
+            Self::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+}
+
+/// Counters of a Redis backend, for dashboards and for trusting it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Script calls sent to Redis on the request path.
+    pub calls: u64,
+    /// Calls that failed with an error.
+    pub errors: u64,
+    /// Calls that took longer than the command timeout.
+    pub timeouts: u64,
+    /// Whether the circuit breaker is open now.
+    pub breaker_open: bool,
+    /// How many times the breaker has opened.
+    pub breaker_opened: u64,
+    /// Checks decided by a failure policy instead of Redis.
+    pub degraded: u64,
+}
+
+/// What went wrong with a call.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Timeout,
+    Error(redis::RedisError),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("redis command timed out"),
+            Self::Error(e) => write!(f, "redis error: {e}"),
+        }
+    }
+}
+
+pub(crate) struct Redis {
+    pub(crate) config: RedisConfig,
+    conns: Box<[Conn]>,
+    next: AtomicUsize,
+    pub(crate) breaker: Breaker,
+    probing: AtomicBool,
+    calls: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    pub(crate) degraded: AtomicU64,
+}
+
+impl Redis {
+    /// Validates `config` and opens lazy connections; then checks once that
+    /// Redis answers. If it does not, the breaker starts open and a
+    /// background probe waits for Redis: starting never fails because Redis
+    /// is down.
+    pub(crate) async fn connect(config: RedisConfig) -> Result<Arc<Self>, ConfigError> {
+        config.validate()?;
+        let mut conns = Vec::with_capacity(config.connections);
+        for _ in 0..config.connections {
+            conns.push(match &config.target {
+                Target::Standalone(url) => {
+                    let client = redis::Client::open(url.as_str())
+                        .map_err(|e| ConfigError::new("redis.url", format!("{:?}", e.kind())))?;
+                    let cfg = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(config.connect_timeout))
+                        .set_response_timeout(Some(config.command_timeout))
+                        .set_number_of_retries(1);
+                    Conn::Single(
+                        ConnectionManager::new_lazy_with_config(client, cfg).map_err(|e| {
+                            ConfigError::new("redis.url", format!("{:?}", e.kind()))
+                        })?,
+                    )
+                }
+                Target::Cluster(nodes) => {
+                    let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                        .connection_timeout(config.connect_timeout)
+                        .response_timeout(config.command_timeout)
+                        .retries(2)
+                        .build()
+                        .map_err(|e| {
+                            ConfigError::new("redis.cluster", format!("{:?}", e.kind()))
+                        })?;
+                    let cfg = ClusterConfig::new()
+                        .set_connection_timeout(config.connect_timeout)
+                        .set_response_timeout(config.command_timeout);
+                    Conn::Cluster(client.get_pending_async_connection_with_config(cfg))
+                }
+            });
+        }
+        let redis = Arc::new(Self {
+            breaker: Breaker::new(config.breaker_threshold),
+            config,
+            conns: conns.into(),
+            next: AtomicUsize::new(0),
+            probing: AtomicBool::new(false),
+            calls: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            degraded: AtomicU64::new(0),
+        });
+        let patience = redis.config.connect_timeout + redis.config.command_timeout;
+        if !redis.ping(patience).await {
+            tracing::warn!(
+                "throttle: Redis does not answer at startup; deciding by failure policy until it does"
+            );
+            if redis.breaker.trip() {
+                Self::probe(&redis);
+            }
+        }
+        Ok(redis)
+    }
+
+    fn conn(&self) -> Conn {
+        let i = if self.conns.len() == 1 {
+            0
+        } else {
+            self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len()
+        };
+        self.conns[i].clone()
+    }
+
+    /// "Now" for the scripts: 0 (read Redis `TIME`) unless a test clock is set.
+    pub(crate) fn script_now(&self) -> u64 {
+        self.config.test_clock.as_ref().map_or(0, |c| c.now_us())
+    }
+
+    /// Runs a script on the request path: bounded by the command timeout,
+    /// counted, and reported to the breaker.
+    pub(crate) async fn eval<T: FromRedisValue>(
+        self: &Arc<Self>,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.conn();
+        let result = match tokio::time::timeout(self.config.command_timeout, conn.invoke(inv)).await
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Failure::Error(e)),
+            Err(_) => Err(Failure::Timeout),
+        };
+        match &result {
+            Ok(_) => self.breaker.success(),
+            Err(failure) => self.failed(failure),
+        }
+        result
+    }
+
+    /// Sends a script in the background (refunds): never waited for, never
+    /// sent while the breaker is open.
+    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: ScriptInvocation<'static>) {
+        if self.breaker.is_open() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        rt.spawn(async move {
+            let _ = this.eval::<redis::Value>(&inv).await;
+        });
+    }
+
+    fn failed(self: &Arc<Self>, failure: &Failure) {
+        match failure {
+            Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
+            Failure::Error(_) => self.errors.fetch_add(1, Ordering::Relaxed),
+        };
+        if self.breaker.failure() {
+            tracing::warn!(%failure, "throttle: circuit breaker opened; Redis gets no request-path traffic until a probe succeeds");
+            Self::probe(self);
+        } else {
+            tracing::debug!(%failure, "throttle: Redis call failed");
+        }
+    }
+
+    async fn ping(&self, patience: std::time::Duration) -> bool {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("PING");
+        let ping = conn.query::<String>(&cmd);
+        matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
+    }
+
+    /// While the breaker is open, pings Redis every probe interval and
+    /// closes the breaker when it answers.
+    fn probe(this: &Arc<Self>) {
+        if this.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            this.probing.store(false, Ordering::Release);
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(this);
+        rt.spawn(async move {
+            loop {
+                let interval = match weak.upgrade() {
+                    Some(r) => r.config.probe_interval,
+                    None => return,
+                };
+                tokio::time::sleep(interval).await;
+                let Some(redis) = weak.upgrade() else { return };
+                let patience = redis.config.connect_timeout + redis.config.command_timeout;
+                if redis.ping(patience).await {
+                    // Lower the flag first: a failure that reopens the
+                    // breaker after close() must be able to start a probe.
+                    redis.probing.store(false, Ordering::Release);
+                    redis.breaker.close();
+                    tracing::info!("throttle: Redis answers again; circuit breaker closed");
+                    return;
+                }
+            }
+        });
+    }
+
+    pub(crate) fn stats(&self) -> RedisStats {
+        RedisStats {
+            calls: self.calls.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            breaker_open: self.breaker.is_open(),
+            breaker_opened: self.breaker.times_opened(),
+            degraded: self.degraded.load(Ordering::Relaxed),
+        }
+    }
+}
