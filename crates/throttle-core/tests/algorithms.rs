@@ -250,31 +250,44 @@ fn counter(limit: u64) -> SlidingWindowCounter {
     SlidingWindowCounter::new(Quota::per_second(limit)).unwrap()
 }
 
+/// Reset of a one-second counter holding `cur` in the current window,
+/// `to_next` before it ends: the count weighs nothing once
+/// `cur * (1 s - e) < 1 s` in the next window, i.e. from
+/// `e = 1 s - ceil(1 s / cur) + 1`.
+fn counter_reset(to_next: u64, cur: u64) -> u64 {
+    to_next + S - S.div_ceil(cur) + 1
+}
+
 #[test]
 fn sliding_counter_honours_the_quota_with_exact_remaining_and_reset() {
     let swc = counter(10);
     assert_eq!(swc.capacity(), 10);
     let mut st = SlidingWindowCounterState::default();
     for left in (0..10).rev() {
-        // Reset: the count weighs on until the end of the next window.
+        // Reset: the count weighs on into the next window, until the
+        // weighed count rounds down to nothing.
         assert_eq!(
             swc.acquire(&mut st, T0 + 500 * MS, 1),
-            step(true, left, 1_500 * MS, 0)
+            step(true, left, counter_reset(500 * MS, 10 - left), 0)
         );
     }
+    assert_eq!(counter_reset(500 * MS, 10), 1_400_001);
     // In the next window the ten weigh floor(10 * (1 - elapsed)): 10 at its
     // very start, 9 one microsecond later.
     let now = T0 + 500 * MS;
     assert_eq!(
         swc.acquire(&mut st, now, 1),
-        step(false, 0, 1_500 * MS, 500 * MS + 1)
+        step(false, 0, 1_400_001, 500 * MS + 1)
     );
     assert_eq!(exact_retry(&swc, &st, now, 1), 500 * MS + 1);
     assert!(!probe(&swc, &st, T0 + S, 1).allowed);
     // 30% into the next window the ten weigh floor(10 * 0.7) = 7.
     let now = T0 + 1_300 * MS;
-    assert_eq!(swc.acquire(&mut st, now, 1), step(true, 2, 1_700 * MS, 0));
-    assert_eq!(swc.acquire(&mut st, now, 2), step(true, 0, 1_700 * MS, 0));
+    assert_eq!(swc.acquire(&mut st, now, 1), step(true, 2, 700 * MS + 1, 0));
+    assert_eq!(
+        swc.acquire(&mut st, now, 2),
+        step(true, 0, 700 * MS + 666_667, 0)
+    );
     // The weight drops to 6 a microsecond later.
     assert_eq!(exact_retry(&swc, &st, now, 1), 1);
 }
@@ -285,8 +298,15 @@ fn sliding_counter_weighs_cost_against_the_decaying_previous_window() {
     let mut st = SlidingWindowCounterState::default();
     assert!(swc.acquire(&mut st, T0 + 900 * MS, 10).allowed);
     let now = T0 + 1_300 * MS;
-    assert_eq!(swc.acquire(&mut st, now, 3), step(true, 0, 1_700 * MS, 0));
-    assert_eq!(swc.acquire(&mut st, now, 1), step(false, 0, 1_700 * MS, 1));
+    // The three weigh nothing from 666,667 us into the next window.
+    assert_eq!(
+        swc.acquire(&mut st, now, 3),
+        step(true, 0, 700 * MS + 666_667, 0)
+    );
+    assert_eq!(
+        swc.acquire(&mut st, now, 1),
+        step(false, 0, 700 * MS + 666_667, 1)
+    );
     // Two units fit once the previous ten weigh 5: just after 40%.
     assert_eq!(exact_retry(&swc, &st, now, 2), 100 * MS + 1);
     // Seven fit in this window once the ten weigh nothing: just after 90%.
@@ -323,8 +343,12 @@ fn sliding_counter_forgets_everything_after_two_windows() {
     let mut st = SlidingWindowCounterState::default();
     assert!(swc.acquire(&mut st, T0, 10).allowed);
     assert!(!probe(&swc, &st, T0 + S, 1).allowed);
-    assert_eq!(probe(&swc, &st, T0 + 2 * S, 10), step(true, 0, 2 * S, 0));
-    assert_eq!(swc.idle_at(&st), T0 + 2 * S);
+    assert_eq!(
+        probe(&swc, &st, T0 + 2 * S, 10),
+        step(true, 0, counter_reset(S, 10), 0)
+    );
+    // Ten units weigh nothing from 900,001 us into the next window.
+    assert_eq!(swc.idle_at(&st), T0 + S + 900_001);
 }
 
 #[test]
@@ -333,10 +357,8 @@ fn sliding_counter_cost_above_capacity_is_denied_with_retry_of_one_period() {
     let mut st = SlidingWindowCounterState::default();
     assert_eq!(swc.acquire(&mut st, T0, 11), step(false, 10, 0, S));
     assert!(swc.acquire(&mut st, T0, 1).allowed);
-    assert_eq!(
-        swc.acquire(&mut st, T0 + 1, 11),
-        step(false, 9, 2 * S - 1, S)
-    );
+    // One unit weighs nothing from the first microsecond of the next window.
+    assert_eq!(swc.acquire(&mut st, T0 + 1, 11), step(false, 9, S, S));
 }
 
 #[test]
@@ -345,7 +367,10 @@ fn sliding_counter_release_gives_cost_back_in_the_same_window_only() {
     let mut st = SlidingWindowCounterState::default();
     assert!(swc.acquire(&mut st, T0, 10).allowed);
     swc.release(&mut st, T0, 4);
-    assert_eq!(swc.acquire(&mut st, T0 + 1, 4), step(true, 0, 2 * S - 1, 0));
+    assert_eq!(
+        swc.acquire(&mut st, T0 + 1, 4),
+        step(true, 0, counter_reset(S - 1, 10), 0)
+    );
     swc.release(&mut st, T0 - 1, 4);
     assert!(!probe(&swc, &st, T0 + 2, 1).allowed);
 }

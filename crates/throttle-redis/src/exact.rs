@@ -21,6 +21,21 @@ use crate::scripts::{
     SLIDING_LOG_SCRIPT,
 };
 
+/// The scripts add the bucket's depth to Unix-epoch microseconds in Lua
+/// doubles, exact below 2^53: depths up to 2^52 us (about 140 years) fit.
+const MAX_LUA_TAU_US: u64 = 1 << 52;
+
+fn lua_safe(gcra: Gcra, rule: &Rule) -> Result<Gcra, ConfigError> {
+    if gcra.tau().0 > MAX_LUA_TAU_US {
+        return Err(ConfigError::new(
+            "quota.burst",
+            "makes the bucket take more than 2^52 us (about 140 years) to fill, beyond what the Redis scripts count exactly",
+        )
+        .in_rule(rule.name()));
+    }
+    Ok(gcra)
+}
+
 /// A rule's algorithm, compiled, as the exact mode runs it.
 #[derive(Debug, Clone, Copy)]
 enum Compiled {
@@ -41,8 +56,12 @@ impl Compiled {
                 Self::Counter(SlidingWindowCounter::new(q).map_err(named)?)
             }
             Algorithm::SlidingWindowLog => Self::Log(SlidingWindowLog::new(q).map_err(named)?),
-            Algorithm::TokenBucket => Self::Gcra(Gcra::token_bucket(q).map_err(named)?),
-            Algorithm::LeakyBucket => Self::Gcra(Gcra::leaky_bucket(q).map_err(named)?),
+            Algorithm::TokenBucket => {
+                Self::Gcra(lua_safe(Gcra::token_bucket(q).map_err(named)?, rule)?)
+            }
+            Algorithm::LeakyBucket => {
+                Self::Gcra(lua_safe(Gcra::leaky_bucket(q).map_err(named)?, rule)?)
+            }
             other => {
                 return Err(ConfigError::new(
                     "algorithm",

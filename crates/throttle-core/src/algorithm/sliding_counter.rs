@@ -17,7 +17,7 @@ use super::{Meter, Step};
 /// than `limit`**. Across a boundary it is much smoother than a fixed window,
 /// but it is an estimate: it assumes the previous window's traffic was spread
 /// evenly, so a sliding window can briefly hold more than `limit` (bounded by
-/// `limit + prev * elapsed / period`) or less.
+/// `limit + ceil(prev * elapsed / period)`) or less.
 ///
 /// The weight is computed in IEEE-754 doubles in exactly this order, by the
 /// Rust code and by the Redis script alike, so both always agree.
@@ -133,10 +133,14 @@ impl SlidingWindowCounter {
         let start = st.window * p;
         let elapsed = now_us - start;
         let estimate = weighted(st.prev, p, elapsed) + st.cur;
+        // Back to the full allowance once the estimate is zero: when the
+        // weighed count rounds down to nothing.
+        let to_next = start + p - now_us;
         let reset_us = if st.cur > 0 {
-            start + 2 * p - now_us
+            to_next + self.first_fit(st.cur, 0, 0).unwrap_or(p)
         } else if st.prev > 0 {
-            start + p - now_us
+            self.first_fit(st.prev, 0, elapsed)
+                .map_or(to_next, |at| at - elapsed)
         } else {
             0
         };
@@ -203,10 +207,13 @@ impl Meter for SlidingWindowCounter {
     }
 
     fn idle_at(&self, st: &SlidingWindowCounterState) -> u64 {
+        // The same instant `report` gives as the reset: when the weighed
+        // count rounds down to nothing.
+        let p = self.period_us;
         if st.cur > 0 {
-            (st.window + 2) * self.period_us
+            (st.window + 1) * p + self.first_fit(st.cur, 0, 0).unwrap_or(p)
         } else if st.prev > 0 {
-            (st.window + 1) * self.period_us
+            st.window * p + self.first_fit(st.prev, 0, 0).unwrap_or(p)
         } else {
             0
         }
