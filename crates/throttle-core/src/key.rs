@@ -97,6 +97,16 @@ impl Key {
         key
     }
 
+    /// A key exactly as stored: `bytes` is at most [`MAX_KEY_LEN`] long.
+    pub(crate) fn from_stored(digest: bool, bytes: &[u8]) -> Self {
+        let mut key = Self::global();
+        let n = bytes.len().min(MAX_KEY_LEN);
+        key.buf[..n].copy_from_slice(&bytes[..n]);
+        key.len = n as u8;
+        key.digest = digest;
+        key
+    }
+
     fn from_digest(digest: &[u8; DIGEST_LEN]) -> Self {
         let mut key = Self::global();
         key.buf[..DIGEST_LEN].copy_from_slice(digest);

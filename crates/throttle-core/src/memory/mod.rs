@@ -138,6 +138,29 @@ impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
         self.store.stats()
     }
 
+    /// Runs `f` on `key`'s state, tracking the key first if needed (for
+    /// backends that keep their own per-key state in this table).
+    pub fn with_state<R>(&self, key: &Key, f: impl FnOnce(&mut M::State, u64) -> R) -> R {
+        let now = self.clock.now_us();
+        self.store.with_state(key, now, |st| f(st, now))
+    }
+
+    /// Runs `f` on `key`'s state if the key is tracked.
+    pub fn update<R>(&self, key: &Key, f: impl FnOnce(&mut M::State) -> R) -> Option<R> {
+        self.store.update(key, f)
+    }
+
+    /// Visits every tracked key and its state, one shard at a time (other
+    /// shards stay usable meanwhile).
+    pub fn for_each(&self, f: impl FnMut(&Key, &mut M::State)) {
+        self.store.for_each(f);
+    }
+
+    /// The meter.
+    pub fn meter(&self) -> &M {
+        self.store.meter()
+    }
+
     /// Checks and takes `cost` for `key`, synchronously.
     #[inline]
     pub fn check(&self, key: &Key, cost: u64) -> Outcome {

@@ -121,6 +121,46 @@ impl<M: Meter> Store<M> {
         self.meter.acquire(&mut shard.slots[at].state, now_us, cost)
     }
 
+    /// Runs `f` on `key`'s state, tracking the key first if needed.
+    pub(crate) fn with_state<R>(
+        &self,
+        key: &Key,
+        now_us: u64,
+        f: impl FnOnce(&mut M::State) -> R,
+    ) -> R {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shard(hash).lock();
+        let at = match shard.find(hash, key) {
+            Some(at) => at,
+            None => {
+                if shard.insert(hash, key, now_us, &self.meter) {
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+                shard.slots.len() - 1
+            }
+        };
+        f(&mut shard.slots[at].state)
+    }
+
+    /// Runs `f` on `key`'s state if the key is tracked.
+    pub(crate) fn update<R>(&self, key: &Key, f: impl FnOnce(&mut M::State) -> R) -> Option<R> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shard(hash).lock();
+        let at = shard.find(hash, key)?;
+        Some(f(&mut shard.slots[at].state))
+    }
+
+    /// Visits every tracked key, one shard (and one lock) at a time.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Key, &mut M::State)) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            for slot in shard.slots.iter_mut() {
+                let key = Key::from_stored(slot.key[0] == 1, &slot.key[1..]);
+                f(&key, &mut slot.state);
+            }
+        }
+    }
+
     pub(crate) fn release(&self, key: &Key, acquired_at_us: u64, cost: u64) {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash).lock();
@@ -128,6 +168,10 @@ impl<M: Meter> Store<M> {
             self.meter
                 .release(&mut shard.slots[at].state, acquired_at_us, cost);
         }
+    }
+
+    pub(crate) fn meter(&self) -> &M {
+        &self.meter
     }
 
     pub(crate) fn stats(&self) -> MemoryStats {
@@ -280,6 +324,31 @@ mod tests {
             stats.tracked_keys < 2_000,
             "idle keys were swept: {stats:?}"
         );
+    }
+
+    #[test]
+    fn keys_come_back_as_they_went_in() {
+        let store = Store::new(FixedWindow::new(Quota::per_second(5)).unwrap(), 16, 1_600);
+        let keys = [
+            Key::new("short"),
+            Key::new([7u8; 64]),
+            Key::new(vec![1u8; 500]),
+            Key::global(),
+        ];
+        for (i, k) in keys.iter().enumerate() {
+            store.with_state(k, 0, |st| st.count = i as u64 + 1);
+        }
+        let mut seen = Vec::new();
+        store.for_each(|k, st| seen.push((*k, st.count)));
+        seen.sort_by_key(|(_, c)| *c);
+        let expected: Vec<(Key, u64)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (*k, i as u64 + 1))
+            .collect();
+        assert_eq!(seen, expected);
+        assert_eq!(store.update(&Key::new("absent"), |st| st.count), None);
+        assert_eq!(store.update(&keys[2], |st| st.count), Some(3));
     }
 
     #[test]
