@@ -7,7 +7,7 @@ use axum::extract::{ConnectInfo, MatchedPath};
 use http::StatusCode;
 use http::request::Parts;
 use throttle_core::{ConfigError, Key};
-use throttle_tower::{Extracted, KeyExtractor, MissingKey};
+use throttle_tower::{Extracted, IpPrefix, KeyExtractor, MissingKey};
 
 static WARNED_NO_CONNECT_INFO: AtomicBool = AtomicBool::new(false);
 static WARNED_NO_MATCHED_PATH: AtomicBool = AtomicBool::new(false);
@@ -32,19 +32,9 @@ static WARNED_NO_MATCHED_PATH: AtomicBool = AtomicBool::new(false);
 /// let per_subnet = ClientIp::default().ipv4_prefix(24).ipv6_prefix(56);
 /// # let _ = (per_address, per_subnet);
 /// ```
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ClientIp {
-    v4_prefix: u8,
-    v6_prefix: u8,
-}
-
-impl Default for ClientIp {
-    fn default() -> Self {
-        Self {
-            v4_prefix: 32,
-            v6_prefix: 64,
-        }
-    }
+    prefix: IpPrefix,
 }
 
 impl ClientIp {
@@ -53,7 +43,7 @@ impl ClientIp {
     /// signals rather than using it alone.
     #[must_use]
     pub fn ipv4_prefix(mut self, bits: u8) -> Self {
-        self.v4_prefix = bits;
+        self.prefix = self.prefix.ipv4(bits);
         self
     }
 
@@ -62,46 +52,14 @@ impl ClientIp {
     /// allocations too).
     #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.v6_prefix = bits;
+        self.prefix = self.prefix.ipv6(bits);
         self
     }
 
-    /// The key of an address under this grouping.
+    /// The key of an address under this grouping (see [`IpPrefix`]).
     pub fn key_of(&self, ip: IpAddr) -> Key {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        match ip {
-            IpAddr::V4(v4) => {
-                let bits = u32::from(v4) & mask32(self.v4_prefix);
-                let mut buf = [0u8; 5];
-                buf[0] = 4;
-                buf[1..].copy_from_slice(&bits.to_be_bytes());
-                Key::new(buf)
-            }
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6) & mask128(self.v6_prefix);
-                let len = usize::from(self.v6_prefix.div_ceil(8));
-                let mut buf = [0u8; 17];
-                buf[0] = 6;
-                buf[1..].copy_from_slice(&bits.to_be_bytes());
-                Key::new(&buf[..1 + len])
-            }
-        }
+        self.prefix.key_of(ip)
     }
-}
-
-fn mask32(bits: u8) -> u32 {
-    u32::MAX
-        .checked_shl(32 - u32::from(bits.min(32)))
-        .unwrap_or(0)
-}
-
-fn mask128(bits: u8) -> u128 {
-    u128::MAX
-        .checked_shl(128 - u32::from(bits.min(128)))
-        .unwrap_or(0)
 }
 
 impl KeyExtractor for ClientIp {
@@ -123,19 +81,7 @@ impl KeyExtractor for ClientIp {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=32).contains(&self.v4_prefix) {
-            return Err(ConfigError::new(
-                "key.ipv4_prefix",
-                format!("must be from 1 to 32 (got {})", self.v4_prefix),
-            ));
-        }
-        if !(1..=128).contains(&self.v6_prefix) {
-            return Err(ConfigError::new(
-                "key.ipv6_prefix",
-                format!("must be from 1 to 128 (got {})", self.v6_prefix),
-            ));
-        }
-        Ok(())
+        self.prefix.validate()
     }
 
     fn on_missing(&self) -> MissingKey {

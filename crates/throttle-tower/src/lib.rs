@@ -33,6 +33,7 @@
 mod body;
 mod extract;
 mod future;
+mod ip;
 mod layer;
 mod policy;
 mod responder;
@@ -41,6 +42,7 @@ mod service;
 pub use body::ThrottleBody;
 pub use extract::{Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or};
 pub use future::ResponseFuture;
+pub use ip::IpPrefix;
 pub use layer::ThrottleLayer;
 pub use policy::{CostFn, Limit, MissingKey, Policy};
 pub use responder::{
