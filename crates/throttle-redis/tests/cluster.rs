@@ -1,0 +1,143 @@
+//! The exact mode on a real Redis Cluster (3 primaries, 3 replicas): checks
+//! spread over the slots, and a primary killed mid-traffic fails open until
+//! its replica is promoted, after which limits hold again.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use support::RedisCluster;
+use throttle_core::{Acquire, Key, Limiter, Outcome, Quota, Rule, Unavailable};
+use throttle_redis::{RedisBackend, RedisConfig};
+
+async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool) {
+    match limiter.acquire(key, 1) {
+        Acquire::Ready(r) => (r, false),
+        Acquire::Pending(f) => (f.await, true),
+    }
+}
+
+/// The Redis key of a fixed-window rule's key, as the backend writes it.
+fn redis_key(rule: &str, key: &Key) -> String {
+    let mut hex = String::new();
+    key.write_hex(&mut hex);
+    format!("rl:{{{rule}:{hex}}}:fw")
+}
+
+/// Checks `key` until Redis (not a failure policy) says no; returns how many
+/// Redis allowed.
+async fn admitted_by_redis(limiter: &dyn Limiter, key: &Key) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut allowed = 0;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "Redis did not answer for {key:?}"
+        );
+        match check(limiter, key).await {
+            (Ok(o), true) if !o.degraded => {
+                if !o.step.allowed {
+                    return allowed;
+                }
+                allowed += 1;
+            }
+            // The breaker is open or the slot is moving: wait for Redis.
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_hold_across_slots_and_through_a_failover() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+        .await
+        .unwrap();
+    let config = RedisConfig::cluster(cluster.nodes())
+        .command_timeout(Duration::from_millis(250))
+        .connect_timeout(Duration::from_millis(250))
+        .probe_interval(Duration::from_millis(100));
+    let backend = RedisBackend::exact(config).await.unwrap();
+    let rule = Rule::new("tenant", Quota::per_minute(5))
+        .fixed_window()
+        .fail_open();
+    let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+
+    // Checks spread over many keys, hence over every primary.
+    for i in 0..120u64 {
+        assert_eq!(
+            admitted_by_redis(limiter.as_ref(), &Key::from(i)).await,
+            5,
+            "key {i}"
+        );
+    }
+    for primary in cluster.primaries() {
+        let keys: u64 = primary.cli(&["DBSIZE"]).trim().parse().unwrap();
+        assert!(keys >= 10, "{} holds {keys} keys", primary.port());
+    }
+
+    // Kill the primary of one key while 8 clients keep checking.
+    let victim_key = Key::new("acme");
+    let victim = cluster
+        .primary_for_key(&redis_key("tenant", &victim_key))
+        .port();
+    let done = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicU64::new(0));
+    let checks = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for c in 0..8u64 {
+        let (limiter, done, refused, checks) = (
+            limiter.clone(),
+            done.clone(),
+            refused.clone(),
+            checks.clone(),
+        );
+        clients.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let (r, _) = check(
+                    limiter.as_ref(),
+                    &Key::from(1_000 + c * 1_000_000 + i % 500),
+                )
+                .await;
+                checks.fetch_add(1, Ordering::Relaxed);
+                if r.is_err() {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+                i += 1;
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.node_by_port(victim).kill();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.wait_for_failover(victim);
+        cluster
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    done.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert_eq!(
+        refused.load(Ordering::Relaxed),
+        0,
+        "fail-open: nothing refused during the failover"
+    );
+    assert!(checks.load(Ordering::Relaxed) > 100);
+
+    // The promoted replica serves the slot, and the limit holds there again.
+    let promoted = cluster
+        .primary_for_key(&redis_key("tenant", &victim_key))
+        .port();
+    assert_ne!(promoted, victim);
+    assert_eq!(admitted_by_redis(limiter.as_ref(), &victim_key).await, 5);
+    assert_eq!(
+        admitted_by_redis(limiter.as_ref(), &Key::new("fresh-after-failover")).await,
+        5
+    );
+}
