@@ -7,8 +7,8 @@ use std::sync::{Arc, Weak};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
-use throttle_core::{Clock, ConfigError};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation};
+use throttle_core::{Clock, ConfigError, unix_now_us};
 
 use crate::breaker::Breaker;
 use crate::config::{RedisConfig, Target};
@@ -31,6 +31,13 @@ impl Conn {
         match self {
             Self::Single(c) => cmd.query_async(c).await,
             Self::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+
+    async fn pipeline<T: FromRedisValue>(&mut self, pipe: &Pipeline) -> RedisResult<T> {
+        match self {
+            Self::Single(c) => pipe.query_async(c).await,
+            Self::Cluster(c) => pipe.query_async(c).await,
         }
     }
 }
@@ -155,6 +162,50 @@ impl Redis {
     /// "Now" for the scripts: 0 (read Redis `TIME`) unless a test clock is set.
     pub(crate) fn script_now(&self) -> u64 {
         self.config.test_clock.as_ref().map_or(0, |c| c.now_us())
+    }
+
+    /// "Now" for local decisions and flush schedules: the test clock if set.
+    pub(crate) fn local_now(&self) -> u64 {
+        self.config
+            .test_clock
+            .as_ref()
+            .map_or_else(unix_now_us, |c| c.now_us())
+    }
+
+    /// The clock local decisions read: the test clock, or the system clock.
+    pub(crate) fn local_clock(&self) -> Arc<dyn Clock> {
+        match &self.config.test_clock {
+            Some(c) => c.clone(),
+            None => Arc::new(throttle_core::SystemClock::new()),
+        }
+    }
+
+    /// Whether the target is a Redis Cluster (pipelines must stay in one slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.config.target, Target::Cluster(_))
+    }
+
+    /// Runs a pipeline off the request path (flushes, leases): bounded by
+    /// `timeout`, counted, but not reported to the breaker.
+    pub(crate) async fn pipeline<T: FromRedisValue>(
+        &self,
+        pipe: &Pipeline,
+        timeout: std::time::Duration,
+    ) -> Result<T, Failure> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.conn();
+        let result = match tokio::time::timeout(timeout, conn.pipeline(pipe)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Failure::Error(e)),
+            Err(_) => Err(Failure::Timeout),
+        };
+        if let Err(failure) = &result {
+            match failure {
+                Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
+                Failure::Error(_) => self.errors.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+        result
     }
 
     /// Runs a script on the request path: bounded by the command timeout,

@@ -42,31 +42,49 @@
 //!
 //! [`FailurePolicy`]: throttle_core::FailurePolicy
 
+mod approx;
 mod breaker;
 mod config;
 mod conn;
 mod exact;
 mod keys;
+mod leased;
 mod scripts;
 
 use std::sync::Arc;
 
 use throttle_core::{Backend, ConfigError, Limiter, Rule};
 
+pub use approx::{ApproximateOptions, ApproximateStats};
 pub use config::{MAX_PREFIX_LEN, RedisConfig};
 pub use conn::RedisStats;
 pub use exact::ExactLimiter;
+pub use leased::{LeaseOptions, LeaseStats, MAX_BATCH, WhenEmpty};
 
 /// A Redis backend in one of its modes. Cheap to clone; clones share
 /// connections, breaker and counters.
 #[derive(Clone)]
 pub struct RedisBackend {
     redis: Arc<conn::Redis>,
+    mode: Mode,
+}
+
+#[derive(Clone)]
+enum Mode {
+    Exact,
+    Approximate(Arc<approx::Shared>),
+    Leased(Arc<leased::Shared>),
 }
 
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = match self.mode {
+            Mode::Exact => "exact",
+            Mode::Approximate(_) => "approximate",
+            Mode::Leased(_) => "leased",
+        };
         f.debug_struct("RedisBackend")
+            .field("mode", &mode)
             .field("config", &self.redis.config)
             .finish_non_exhaustive()
     }
@@ -80,7 +98,88 @@ impl RedisBackend {
     pub async fn exact(config: RedisConfig) -> Result<Self, ConfigError> {
         Ok(Self {
             redis: conn::Redis::connect(config).await?,
+            mode: Mode::Exact,
         })
+    }
+
+    /// The approximate mode: decided locally, counts flushed to Redis at
+    /// every span end; Redis is never on the request path.
+    ///
+    /// Flushes run in the background at every span boundary (with a test
+    /// clock set, only when [`flush`](Self::flush) is called). Call
+    /// [`shutdown`](Self::shutdown) before exiting so the last counts reach
+    /// Redis.
+    pub async fn approximate(
+        config: RedisConfig,
+        options: ApproximateOptions,
+    ) -> Result<Self, ConfigError> {
+        options.validate()?;
+        Ok(Self {
+            redis: conn::Redis::connect(config).await?,
+            mode: Mode::Approximate(approx::Shared::new(options)),
+        })
+    }
+
+    /// The leased mode: tokens taken from a Redis token bucket in batches
+    /// and spent locally; about one Redis call per batch.
+    pub async fn leased(config: RedisConfig, options: LeaseOptions) -> Result<Self, ConfigError> {
+        options.validate()?;
+        Ok(Self {
+            redis: conn::Redis::connect(config).await?,
+            mode: Mode::Leased(leased::Shared::new(options)),
+        })
+    }
+
+    /// Brings Redis up to date now: the approximate mode sends what is
+    /// counted locally and not yet in Redis; the leased mode waits for
+    /// background leases and gives back the tokens of idle keys. Returns
+    /// whether it all got there (what did not is sent again next time).
+    pub async fn flush(&self) -> bool {
+        match &self.mode {
+            Mode::Approximate(shared) => shared.flush_all().await,
+            Mode::Leased(shared) => shared.settle(false).await,
+            Mode::Exact => true,
+        }
+    }
+
+    async fn flush_for_shutdown(&self) -> bool {
+        match &self.mode {
+            Mode::Leased(shared) => shared.settle(true).await,
+            _ => self.flush().await,
+        }
+    }
+
+    /// Graceful shutdown: sends what is pending (and gives back every leased
+    /// token), trying up to three times
+    /// (a connection broken while Redis was away reconnects on the first
+    /// failure). Call it after the server stops accepting requests; returns
+    /// whether everything got to Redis.
+    pub async fn shutdown(&self) -> bool {
+        for attempt in 0..3 {
+            if self.flush_for_shutdown().await {
+                return true;
+            }
+            if attempt < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        false
+    }
+
+    /// The leased mode's counters (`None` in other modes).
+    pub fn lease_stats(&self) -> Option<LeaseStats> {
+        match &self.mode {
+            Mode::Leased(shared) => Some(shared.stats()),
+            _ => None,
+        }
+    }
+
+    /// The approximate mode's counters (`None` in other modes).
+    pub fn approximate_stats(&self) -> Option<ApproximateStats> {
+        match &self.mode {
+            Mode::Approximate(shared) => Some(shared.stats()),
+            _ => None,
+        }
     }
 
     /// The counters: calls, errors, timeouts, breaker state, degraded
@@ -98,6 +197,18 @@ impl RedisBackend {
 
 impl Backend for RedisBackend {
     fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
-        Ok(Arc::new(self.exact_limiter(rule)?))
+        Ok(match &self.mode {
+            Mode::Exact => Arc::new(self.exact_limiter(rule)?),
+            Mode::Approximate(shared) => Arc::new(approx::ApproxLimiter::new(
+                self.redis.clone(),
+                shared.clone(),
+                rule,
+            )?),
+            Mode::Leased(shared) => Arc::new(leased::LeaseLimiter::new(
+                self.redis.clone(),
+                shared.clone(),
+                rule,
+            )?),
+        })
     }
 }

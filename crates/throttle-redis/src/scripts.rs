@@ -141,6 +141,43 @@ end
 return 0
 "#;
 
+/// GCRA lease: takes up to `want` tokens at once, and none unless at least
+/// `need` fit. KEYS: state "tat_us tat_rem". ARGV: now, limit, emission
+/// interval (us, rem), tau (us, rem), need, want. Returns {granted, tat_us,
+/// tat_rem, now}.
+const GCRA_LEASE: &str = r#"
+local now = now_us(ARGV[1])
+local l = tonumber(ARGV[2])
+local t_us, t_rem = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tau_us, tau_rem = tonumber(ARGV[5]), tonumber(ARGV[6])
+local need, want = tonumber(ARGV[7]), tonumber(ARGV[8])
+local f = fields(redis.call('GET', KEYS[1]))
+local tat, rem = f[1] or 0, f[2] or 0
+local t, r = tat, rem
+if t < now then t = now; r = 0 end
+-- The TAT after taking k tokens, as (us, rem).
+local function after(k)
+  local kr = r + k * t_rem
+  local carry = idiv(kr, l)
+  return t + k * t_us + carry, kr - carry * l
+end
+local function fits(k)
+  local nt, nr = after(k)
+  local lead = nt - now
+  return lead < tau_us or (lead == tau_us and nr <= tau_rem)
+end
+-- Estimate in doubles, then settle exactly.
+local k = math.floor(((tau_us - (t - now)) + (tau_rem - r) / l) / (t_us + t_rem / l))
+if k > want then k = want end
+if k < 0 then k = 0 end
+while k > 0 and not fits(k) do k = k - 1 end
+while k < want and fits(k + 1) do k = k + 1 end
+if k < need then return {0, tat, rem, now} end
+local nt, nr = after(k)
+redis.call('SET', KEYS[1], int(nt) .. ' ' .. int(nr), 'PX', ttl_ms(nt - now + 1))
+return {k, nt, nr, now}
+"#;
+
 /// Sliding window log. KEYS: the log (sorted set of "seq:cost" scored by
 /// time), its meta "total seq". ARGV: now, limit, period, cost. Returns
 /// {allowed, total, now, newest (-1 if none), fit (-1 if none)}: `fit` is the
@@ -216,6 +253,7 @@ pub(crate) static SLIDING_COUNTER_SCRIPT: LazyLock<Script> =
 pub(crate) static SLIDING_COUNTER_RELEASE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| script(SLIDING_COUNTER_RELEASE));
 pub(crate) static GCRA_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA));
+pub(crate) static GCRA_LEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_LEASE));
 pub(crate) static GCRA_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_RELEASE));
 pub(crate) static SLIDING_LOG_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(SLIDING_LOG));
 pub(crate) static SLIDING_LOG_RELEASE_SCRIPT: LazyLock<Script> =

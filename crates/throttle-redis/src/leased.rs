@@ -1,0 +1,666 @@
+//! Leased mode: token batching (after "Local token batching" in the API
+//! gateway design).
+//!
+//! An instance takes a batch of tokens from the rule's token bucket in Redis
+//! with one atomic script call (the exact mode's GCRA, taking up to `batch`
+//! tokens at once), spends them from local memory, and fetches the next
+//! batch in the background when fewer than the low-water mark remain. A
+//! request waits for Redis only when the local batch is empty (and the rule
+//! waits rather than denies). An exhausted bucket is remembered until its
+//! next token is due, so denied traffic does not reach Redis either. Tokens
+//! left unused by an idle key are returned to the bucket.
+//!
+//! Redis sees about one call per `batch` requests. Worst-case overshoot is
+//! one batch per instance: tokens leased earlier and spent later can add to
+//! what the bucket lets through at that moment.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::ScriptInvocation;
+use throttle_core::algorithm::{Gcra, GcraState, Meter, Step};
+use throttle_core::{
+    Acquire, Algorithm, Clock, ConfigError, Key, Limiter, MemoryBackend, MemoryLimiter, Outcome,
+    Rule, Unavailable,
+};
+
+use crate::conn::{Failure, Redis};
+use crate::exact::{degraded, local_limiter};
+use crate::keys::KeyBase;
+use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
+
+/// The most tokens one lease may take.
+pub const MAX_BATCH: u64 = 4_096;
+
+/// What a request does when the local batch cannot pay for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenEmpty {
+    /// Wait for Redis (one round trip) and take the tokens it needs plus the
+    /// next batch. The default: the first request of a key waits once.
+    #[default]
+    Wait,
+    /// Deny at once (retry in a millisecond) and fetch in the background.
+    Deny,
+}
+
+/// Settings of the leased mode.
+///
+/// ```
+/// use std::time::Duration;
+/// use throttle_redis::LeaseOptions;
+///
+/// let options = LeaseOptions::default().batch(100).low_water(20).return_after(Duration::from_secs(2));
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseOptions {
+    pub(crate) batch: u64,
+    pub(crate) low_water: u64,
+    pub(crate) return_after: Duration,
+    pub(crate) when_empty: WhenEmpty,
+    pub(crate) max_keys: usize,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        Self {
+            batch: 50,
+            low_water: 10,
+            return_after: Duration::from_secs(1),
+            when_empty: WhenEmpty::Wait,
+            max_keys: throttle_core::DEFAULT_MAX_KEYS,
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// Tokens taken per lease (default 50). Redis load falls by about this
+    /// factor; the worst-case overshoot is one batch per instance.
+    #[must_use]
+    pub fn batch(mut self, batch: u64) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// The next batch is fetched in the background once fewer than this
+    /// many tokens are left (default 10).
+    #[must_use]
+    pub fn low_water(mut self, low_water: u64) -> Self {
+        self.low_water = low_water;
+        self
+    }
+
+    /// Tokens a key has not used for this long go back to the bucket
+    /// (default 1 s).
+    #[must_use]
+    pub fn return_after(mut self, idle: Duration) -> Self {
+        self.return_after = idle;
+        self
+    }
+
+    /// What a request does when the local batch is empty (default: wait).
+    #[must_use]
+    pub fn when_empty(mut self, when_empty: WhenEmpty) -> Self {
+        self.when_empty = when_empty;
+        self
+    }
+
+    /// Keys tracked locally per rule (default 1,000,000).
+    #[must_use]
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_BATCH).contains(&self.batch) {
+            return Err(ConfigError::new(
+                "leased.batch",
+                format!("must be from 1 to {MAX_BATCH} (got {})", self.batch),
+            ));
+        }
+        if self.low_water >= self.batch {
+            return Err(ConfigError::new(
+                "leased.low_water",
+                format!(
+                    "must be below the batch of {} (got {})",
+                    self.batch, self.low_water
+                ),
+            ));
+        }
+        if self.return_after.is_zero() {
+            return Err(ConfigError::new("leased.return_after", "must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// What the leased mode has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseStats {
+    /// Lease calls sent to Redis (background and waited for).
+    pub fetches: u64,
+    /// Tokens Redis granted.
+    pub leased: u64,
+    /// Tokens given back by idle keys.
+    pub returned: u64,
+    /// Requests that waited for a lease.
+    pub waited: u64,
+    /// Requests denied locally (bucket known to be empty).
+    pub local_denials: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    fetches: AtomicU64,
+    leased: AtomicU64,
+    returned: AtomicU64,
+    waited: AtomicU64,
+    local_denials: AtomicU64,
+}
+
+/// State shared by every leased rule of one backend.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    options: LeaseOptions,
+    counters: Counters,
+    in_flight: AtomicUsize,
+    rules: Mutex<Vec<std::sync::Weak<LeaseRule>>>,
+}
+
+impl Shared {
+    pub(crate) fn new(options: LeaseOptions) -> Arc<Self> {
+        Arc::new(Self {
+            options,
+            counters: Counters::default(),
+            in_flight: AtomicUsize::new(0),
+            rules: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn stats(&self) -> LeaseStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LeaseStats {
+            fetches: get(&c.fetches),
+            leased: get(&c.leased),
+            returned: get(&c.returned),
+            waited: get(&c.waited),
+            local_denials: get(&c.local_denials),
+        }
+    }
+
+    fn live_rules(&self) -> Vec<Arc<LeaseRule>> {
+        let mut rules = self.rules.lock();
+        rules.retain(|w| w.strong_count() > 0);
+        rules.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Waits for background leases, then gives back tokens of keys idle
+    /// for `return_after` (all of them when `all`). Returns whether every
+    /// return reached Redis.
+    pub(crate) async fn settle(&self, all: bool) -> bool {
+        while self.in_flight.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut ok = true;
+        for rule in self.live_rules() {
+            ok &= rule.give_back(all).await;
+        }
+        ok
+    }
+}
+
+/// Per-key state of the leased mode.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct LeaseState {
+    /// Tokens held locally.
+    tokens: u64,
+    /// The bucket was empty: deny locally until then.
+    exhausted_until: u64,
+    /// A background lease is on its way.
+    fetching: bool,
+    /// Last time a token was spent (or leased).
+    used_at: u64,
+    /// When the bucket is full again, as of the last lease.
+    full_at: u64,
+}
+
+/// The meter of the local table: only `idle_at` matters (a key holding
+/// tokens or waiting for them is never forgotten); decisions are made by
+/// [`LeaseRule`].
+#[derive(Debug)]
+pub(crate) struct LeaseMeter {
+    capacity: u64,
+    return_after_us: u64,
+}
+
+impl Meter for LeaseMeter {
+    type State = LeaseState;
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn acquire(&self, st: &mut LeaseState, now_us: u64, cost: u64) -> Step {
+        spend(st, now_us, cost)
+    }
+
+    fn release(&self, st: &mut LeaseState, _acquired_at_us: u64, cost: u64) {
+        st.tokens += cost;
+    }
+
+    fn idle_at(&self, st: &LeaseState) -> u64 {
+        if st.tokens > 0 || st.fetching {
+            return u64::MAX;
+        }
+        (st.used_at + self.return_after_us).max(st.exhausted_until)
+    }
+}
+
+/// Spends `cost` local tokens if there are enough.
+fn spend(st: &mut LeaseState, now_us: u64, cost: u64) -> Step {
+    let allowed = st.tokens >= cost;
+    if allowed {
+        st.tokens -= cost;
+        st.used_at = now_us;
+    }
+    Step {
+        allowed,
+        remaining: st.tokens,
+        reset_us: st.full_at.saturating_sub(now_us),
+        retry_after_us: u64::from(!allowed),
+        delay_us: 0,
+    }
+}
+
+/// What the local table said about a request.
+enum Local {
+    Decided(Step, bool),
+    Fetch { want: u64, batch: bool },
+}
+
+/// One rule in the leased mode.
+pub(crate) struct LeaseRule {
+    rule: Rule,
+    redis: Arc<Redis>,
+    shared: Arc<Shared>,
+    keys: KeyBase,
+    gcra: Gcra,
+    store: Arc<MemoryLimiter<LeaseMeter, Arc<dyn Clock>>>,
+    local: Option<Arc<dyn Limiter>>,
+    batch: u64,
+}
+
+/// A limiter of the leased mode.
+#[derive(Clone)]
+pub(crate) struct LeaseLimiter(Arc<LeaseRule>);
+
+impl LeaseLimiter {
+    pub(crate) fn new(
+        redis: Arc<Redis>,
+        shared: Arc<Shared>,
+        rule: &Rule,
+    ) -> Result<Self, ConfigError> {
+        rule.validate()?;
+        if rule.algorithm() != Algorithm::TokenBucket {
+            return Err(ConfigError::new(
+                "algorithm",
+                format!(
+                    "{} cannot be leased: the leased mode hands out tokens of a token bucket; use token_bucket(), \
+                     or the exact or approximate mode",
+                    rule.algorithm().name()
+                ),
+            )
+            .in_rule(rule.name()));
+        }
+        let gcra = Gcra::token_bucket(rule.quota()).map_err(|e| e.in_rule(rule.name()))?;
+        let options = &shared.options;
+        let batch = options.batch.min(gcra.capacity());
+        let (t_us, _) = gcra.increment(1);
+        if u128::from(batch + 1) * u128::from(t_us + 1) + u128::from(gcra.tau().0) > 1 << 52 {
+            return Err(ConfigError::new(
+                "leased.batch",
+                "times the emission interval is beyond what the Redis script counts exactly",
+            )
+            .in_rule(rule.name()));
+        }
+        let meter = LeaseMeter {
+            capacity: gcra.capacity(),
+            return_after_us: options.return_after.as_micros() as u64,
+        };
+        let store = MemoryBackend::with_clock(redis.local_clock())
+            .max_keys(options.max_keys)
+            .limiter_for(meter)
+            .map_err(|e| e.in_rule(rule.name()))?;
+        let local = local_limiter(&redis, rule)?;
+        let this = Arc::new(LeaseRule {
+            rule: rule.clone(),
+            keys: KeyBase::new(&redis.config.key_prefix, rule.name()),
+            redis,
+            shared: shared.clone(),
+            gcra,
+            store,
+            local,
+            batch,
+        });
+        shared.rules.lock().push(Arc::downgrade(&this));
+        if this.redis.config.test_clock.is_none() {
+            LeaseRule::schedule(&this);
+        }
+        Ok(Self(this))
+    }
+}
+
+impl LeaseRule {
+    /// Gives back idle tokens every `return_after` until the rule is dropped.
+    fn schedule(this: &Arc<Self>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(this);
+        let every = this.shared.options.return_after;
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(rule) = weak.upgrade() else { return };
+                rule.give_back(false).await;
+            }
+        });
+    }
+
+    fn invocation(&self, key: &Key, need: u64, want: u64) -> ScriptInvocation<'static> {
+        let mut inv = GCRA_LEASE_SCRIPT.prepare_invoke();
+        inv.key(self.keys.key(key, "gcra"));
+        let (t_us, t_rem) = self.gcra.increment(1);
+        let (tau_us, tau_rem) = self.gcra.tau();
+        inv.arg(self.redis.script_now())
+            .arg(self.gcra.limit())
+            .arg(t_us)
+            .arg(t_rem)
+            .arg(tau_us)
+            .arg(tau_rem)
+            .arg(need)
+            .arg(want);
+        inv
+    }
+
+    /// One lease call: `(granted, state after, Redis now)`.
+    async fn lease(
+        &self,
+        key: &Key,
+        need: u64,
+        want: u64,
+    ) -> Result<(u64, GcraState, u64), Failure> {
+        self.shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
+        let inv = self.invocation(key, need, want);
+        let reply: Vec<i64> = self.redis.eval(&inv).await?;
+        let n = |i: usize| reply.get(i).and_then(|&v| u64::try_from(v).ok());
+        match (n(0), n(1), n(2), n(3)) {
+            (Some(k), Some(tat_us), Some(tat_rem), Some(now)) => {
+                self.shared.counters.leased.fetch_add(k, Ordering::Relaxed);
+                Ok((k, GcraState { tat_us, tat_rem }, now))
+            }
+            _ => Err(Failure::Error(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected reply from the lease script",
+            )))),
+        }
+    }
+
+    /// The local part of a check: spend local tokens, or say what to fetch.
+    fn local(&self, key: &Key, cost: u64) -> (Local, u64) {
+        let low_water = self.shared.options.low_water;
+        let batch = self.batch;
+        self.store.with_state(key, |st, now| {
+            let exhausted = now < st.exhausted_until;
+            if st.tokens >= cost {
+                let step = spend(st, now, cost);
+                let prefetch = st.tokens < low_water && !st.fetching && !exhausted;
+                if prefetch {
+                    st.fetching = true;
+                }
+                return (Local::Decided(step, prefetch), now);
+            }
+            if exhausted {
+                let step = Step {
+                    allowed: false,
+                    remaining: st.tokens,
+                    reset_us: st.full_at.saturating_sub(now),
+                    retry_after_us: st.exhausted_until - now,
+                    delay_us: 0,
+                };
+                return (Local::Decided(step, false), now);
+            }
+            // Not enough here: this request's cost, plus the next batch if
+            // nobody is fetching one already.
+            let with_batch = !st.fetching;
+            if with_batch {
+                st.fetching = true;
+            }
+            // The request leases its whole cost itself: tokens left here may
+            // go to concurrent requests meanwhile.
+            let want = cost + if with_batch { batch } else { 0 };
+            (
+                Local::Fetch {
+                    want,
+                    batch: with_batch,
+                },
+                now,
+            )
+        })
+    }
+
+    /// Records a lease's result in the key's state; returns the step for a
+    /// request that waited for it (`cost` already counted in `granted`).
+    ///
+    /// When the bucket could not fill the batch, the key asks again only
+    /// once a whole batch has refilled: a drained bucket costs one Redis call
+    /// per batch, not one per token, and requests meanwhile are denied here
+    /// with the time that takes.
+    fn record(
+        &self,
+        key: &Key,
+        granted: u64,
+        want: u64,
+        bucket: &GcraState,
+        now: u64,
+        cost: u64,
+        batch: bool,
+    ) -> Step {
+        let full = self.gcra.report(bucket, now, 1, true);
+        let full_at = now + full.reset_us;
+        let short = granted < want;
+        let again_at = if short {
+            now + self
+                .gcra
+                .report(bucket, now, self.batch.max(cost), false)
+                .retry_after_us
+                .max(1)
+        } else {
+            0
+        };
+        self.store
+            .update(key, |st| {
+                if batch {
+                    st.fetching = false;
+                }
+                st.full_at = full_at;
+                if short {
+                    st.exhausted_until = again_at;
+                }
+                st.tokens += granted;
+                if cost == 0 {
+                    return Step::default();
+                }
+                if granted == 0 {
+                    return Step {
+                        allowed: false,
+                        remaining: st.tokens,
+                        reset_us: full.reset_us,
+                        retry_after_us: again_at.saturating_sub(now).max(1),
+                        delay_us: 0,
+                    };
+                }
+                spend(st, now, cost)
+            })
+            .unwrap_or(Step {
+                // The key was evicted meanwhile: the request still gets its tokens.
+                allowed: granted >= cost && granted > 0,
+                remaining: granted.saturating_sub(cost),
+                reset_us: full.reset_us,
+                retry_after_us: u64::from(granted < cost),
+                delay_us: 0,
+            })
+    }
+
+    /// Fetches the next batch in the background.
+    fn prefetch(self: &Arc<Self>, key: Key) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.store.update(&key, |st| st.fetching = false);
+            return;
+        };
+        let this = self.clone();
+        this.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        rt.spawn(async move {
+            match this.lease(&key, 1, this.batch).await {
+                Ok((granted, bucket, now)) => {
+                    this.record(&key, granted, this.batch, &bucket, now, 0, true);
+                }
+                Err(_) => {
+                    this.store.update(&key, |st| st.fetching = false);
+                }
+            }
+            this.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
+    /// A request the local tokens could not pay for: lease, then decide.
+    async fn wait(
+        self: Arc<Self>,
+        key: Key,
+        cost: u64,
+        want: u64,
+        batch: bool,
+    ) -> Result<Outcome, Unavailable> {
+        self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
+        match self.lease(&key, cost, want).await {
+            Ok((granted, bucket, now)) => {
+                let step = self.record(&key, granted, want, &bucket, now, cost, batch);
+                if !step.allowed {
+                    self.shared
+                        .counters
+                        .local_denials
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Outcome::new(step, now))
+            }
+            Err(failure) => {
+                if batch {
+                    self.store.update(&key, |st| st.fetching = false);
+                }
+                tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
+                degraded(&self.redis, &self.rule, self.local.as_deref(), &key, cost)
+            }
+        }
+    }
+
+    /// Gives tokens back to the bucket: those of keys idle for
+    /// `return_after`, or all of them.
+    async fn give_back(&self, all: bool) -> bool {
+        let now = self.redis.local_now();
+        let idle = self.shared.options.return_after.as_micros() as u64;
+        let mut back = Vec::new();
+        self.store.for_each(|key, st| {
+            if st.tokens > 0 && !st.fetching && (all || st.used_at + idle <= now) {
+                back.push((*key, st.tokens));
+                st.tokens = 0;
+            }
+        });
+        let mut ok = true;
+        for (key, tokens) in back {
+            let mut inv = GCRA_RELEASE_SCRIPT.prepare_invoke();
+            let (inc_us, inc_rem) = self.gcra.increment(tokens);
+            inv.key(self.keys.key(&key, "gcra"))
+                .arg(self.gcra.limit())
+                .arg(inc_us)
+                .arg(inc_rem);
+            match self.redis.eval::<i64>(&inv).await {
+                Ok(_) => {
+                    self.shared
+                        .counters
+                        .returned
+                        .fetch_add(tokens, Ordering::Relaxed);
+                }
+                Err(_) => ok = false,
+            }
+        }
+        ok
+    }
+}
+
+impl Limiter for LeaseLimiter {
+    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+        let rule = &self.0;
+        match rule.local(key, cost) {
+            (Local::Decided(step, prefetch), now) => {
+                if prefetch {
+                    rule.prefetch(*key);
+                }
+                if !step.allowed {
+                    rule.shared
+                        .counters
+                        .local_denials
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Acquire::Ready(Ok(Outcome::new(step, now)))
+            }
+            (Local::Fetch { want, batch }, now) => {
+                if rule.redis.breaker.is_open() {
+                    if batch {
+                        rule.store.update(key, |st| st.fetching = false);
+                    }
+                    return Acquire::Ready(degraded(
+                        &rule.redis,
+                        &rule.rule,
+                        rule.local.as_deref(),
+                        key,
+                        cost,
+                    ));
+                }
+                if rule.shared.options.when_empty == WhenEmpty::Deny {
+                    if batch {
+                        rule.prefetch(*key);
+                    }
+                    rule.shared
+                        .counters
+                        .local_denials
+                        .fetch_add(1, Ordering::Relaxed);
+                    let step = Step {
+                        allowed: false,
+                        remaining: 0,
+                        reset_us: 0,
+                        retry_after_us: 1_000,
+                        delay_us: 0,
+                    };
+                    return Acquire::Ready(Ok(Outcome::new(step, now)));
+                }
+                Acquire::Pending(Box::pin(rule.clone().wait(*key, cost, want, batch)))
+            }
+        }
+    }
+
+    fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        if outcome.degraded {
+            if let Some(local) = &self.0.local {
+                local.release(key, cost, outcome);
+            }
+            return;
+        }
+        // Spent tokens go back to the local batch.
+        self.0.store.update(key, |st| st.tokens += cost);
+    }
+}

@@ -1,0 +1,327 @@
+//! The approximate mode against a real Redis, with simulated time: several
+//! instances (backends with their own local counts) share one Redis, load is
+//! spread over them, and flushes happen at every span end as they would in
+//! production. Time is an injected clock, so runs are exact and fast.
+
+mod support;
+
+use std::time::Duration;
+
+use support::RedisServer;
+use throttle_core::{Acquire, Clock, Key, Limiter, ManualClock, Quota, Rule};
+use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+
+const T0: u64 = 1_700_000_000_000_000;
+
+/// A clock `offset_us` ahead of (or behind) a shared manual clock.
+#[derive(Clone)]
+struct Skewed {
+    base: ManualClock,
+    offset_us: i64,
+}
+
+impl Clock for Skewed {
+    fn now_us(&self) -> u64 {
+        self.base.now_us().saturating_add_signed(self.offset_us)
+    }
+}
+
+struct Instance {
+    backend: RedisBackend,
+    limiter: std::sync::Arc<dyn Limiter>,
+}
+
+async fn instance(server: &RedisServer, clock: impl Clock, rule: &Rule, spans: u32) -> Instance {
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock)
+        .command_timeout(Duration::from_millis(500));
+    let backend = RedisBackend::approximate(config, ApproximateOptions::default().spans(spans))
+        .await
+        .unwrap();
+    let limiter = throttle_core::Backend::limiter(&backend, rule).unwrap();
+    Instance { backend, limiter }
+}
+
+fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
+    match limiter.acquire(key, 1) {
+        Acquire::Ready(Ok(o)) => o.step.allowed,
+        other => panic!("the approximate mode decides locally and never refuses here: {other:?}"),
+    }
+}
+
+/// Drives `instances` with `per_interval` requests per interval, spread
+/// evenly in time and round-robin over the instances, for `intervals`
+/// intervals of `interval_us`; flushes every instance at every span end.
+/// Returns what was admitted per interval (by the shared clock).
+async fn drive(
+    clock: &ManualClock,
+    instances: &[&Instance],
+    key: &Key,
+    interval_us: u64,
+    spans: u64,
+    per_interval: u64,
+    intervals: u64,
+) -> Vec<u64> {
+    let step = interval_us / per_interval;
+    let span_us = interval_us / spans;
+    let mut admitted = vec![0; intervals as usize];
+    let start = clock.now_us();
+    for i in 0..per_interval * intervals {
+        let now = start + i * step;
+        // Flush everyone at each span boundary crossed, as their tasks would.
+        let before = clock.now_us();
+        if i > 0 && now / span_us != before / span_us {
+            clock.set(now - now % span_us);
+            for inst in instances {
+                inst.backend.flush().await;
+            }
+        }
+        clock.set(now);
+        let inst = instances[(i % instances.len() as u64) as usize];
+        if allowed(inst.limiter.as_ref(), key) {
+            admitted[((now - start) / interval_us) as usize] += 1;
+        }
+    }
+    admitted
+}
+
+fn aligned_start(clock: &ManualClock, interval_us: u64) {
+    let now = clock.now_us();
+    clock.set((now / interval_us + 1) * interval_us);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_at_three_times_the_quota_admit_within_ten_percent() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let rule = Rule::new("api", Quota::new(1_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
+    }
+    let refs: Vec<&Instance> = fleet.iter().collect();
+    let interval_us = interval.as_micros() as u64;
+    aligned_start(&clock, interval_us);
+    let admitted = drive(
+        &clock,
+        &refs,
+        &Key::new("tenant-1"),
+        interval_us,
+        10,
+        3_000,
+        6,
+    )
+    .await;
+    for (i, n) in admitted.iter().enumerate() {
+        let ratio = *n as f64 / 1_000.0;
+        println!("interval {i}: admitted {n} ({ratio:.3}x the quota)");
+        assert!((0.90..=1.10).contains(&ratio), "interval {i}: {admitted:?}");
+    }
+    let stats = fleet[0].backend.approximate_stats().unwrap();
+    // One flush per instance and span while a key has new counts.
+    assert!(stats.flushes >= 20, "{stats:?}");
+    assert_eq!(stats.max_overshoot, 0, "{stats:?}");
+    assert!(
+        (3_500..=4_500).contains(&stats.nodes_estimate_milli),
+        "{stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_estimate_follows_instances_joining_and_leaving() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(100_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
+    }
+    let key = Key::new("k");
+    aligned_start(&clock, interval_us);
+    let two: Vec<&Instance> = fleet.iter().take(2).collect();
+    let all: Vec<&Instance> = fleet.iter().collect();
+    drive(&clock, &two, &key, interval_us, 10, 4_000, 2).await;
+    let est = |i: usize| {
+        fleet[i]
+            .backend
+            .approximate_stats()
+            .unwrap()
+            .nodes_estimate_milli
+    };
+    assert!(
+        (1_800..=2_200).contains(&est(0)),
+        "two instances: {}",
+        est(0)
+    );
+    // Two more join: within two intervals everyone sees four.
+    drive(&clock, &all, &key, interval_us, 10, 8_000, 2).await;
+    for i in 0..4 {
+        assert!(
+            (3_600..=4_400).contains(&est(i)),
+            "instance {i} after joins: {}",
+            est(i)
+        );
+    }
+    // Two leave: the remaining ones see two again.
+    drive(&clock, &two, &key, interval_us, 10, 4_000, 2).await;
+    for i in 0..2 {
+        assert!(
+            (1_800..=2_200).contains(&est(i)),
+            "instance {i} after leaves: {}",
+            est(i)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_local_fallback_keeps_the_fleet_near_the_quota() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000, interval))
+        .fixed_window()
+        .local_fallback();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
+    }
+    let refs: Vec<&Instance> = fleet.iter().collect();
+    let key = Key::new("tenant-1");
+    aligned_start(&clock, interval_us);
+    // Two intervals with Redis up teach every instance that there are four.
+    drive(&clock, &refs, &key, interval_us, 10, 3_000, 2).await;
+    server.kill();
+    let admitted = drive(&clock, &refs, &key, interval_us, 10, 3_000, 3).await;
+    println!("Redis down, 4 instances at 3x: admitted per interval {admitted:?}");
+    for n in &admitted {
+        assert!(
+            *n as f64 <= 1.5 * 1_000.0,
+            "{admitted:?} (naive per-instance limits would admit 3000)"
+        );
+        assert!(*n >= 500, "still serving: {admitted:?}");
+    }
+    assert!(!fleet[0].backend.approximate_stats().unwrap().redis_ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_two_seconds_apart_stay_within_fifteen_percent() {
+    let server = RedisServer::start();
+    let base = ManualClock::new(T0);
+    let interval = Duration::from_secs(60);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for offset_ms in [-2_000i64, -700, 700, 2_000] {
+        let clock = Skewed {
+            base: base.clone(),
+            offset_us: offset_ms * 1_000,
+        };
+        fleet.push(instance(&server, clock, &rule, 10).await);
+    }
+    let refs: Vec<&Instance> = fleet.iter().collect();
+    aligned_start(&base, interval_us);
+    let admitted = drive(
+        &base,
+        &refs,
+        &Key::new("tenant-1"),
+        interval_us,
+        10,
+        3_000,
+        5,
+    )
+    .await;
+    println!("clocks -2 s .. +2 s, interval 60 s: admitted per interval {admitted:?}");
+    for n in &admitted[1..] {
+        assert!(*n as f64 <= 1.15 * 1_000.0, "{admitted:?}");
+        assert!(*n as f64 >= 0.85 * 1_000.0, "{admitted:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_mid_interval_loses_no_counts_and_shutdown_flushes() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(60);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(100_000, interval)).fixed_window();
+    let a = instance(&server, clock.clone(), &rule, 10).await;
+    let b = instance(&server, clock.clone(), &rule, 10).await;
+    aligned_start(&clock, interval_us);
+    let key = Key::new("k");
+    let interval_no = clock.now_us() / interval_us;
+    let mut admitted = 0;
+    let tick = |n: u64| {
+        let mut ok = 0;
+        for i in 0..n {
+            clock.set(clock.now_us() + 1_000);
+            let inst = if i % 2 == 0 { &a } else { &b };
+            ok += u64::from(allowed(inst.limiter.as_ref(), &key));
+        }
+        ok
+    };
+    admitted += tick(300);
+    a.backend.flush().await;
+    b.backend.flush().await;
+    server.kill();
+    admitted += tick(300);
+    assert!(
+        !a.backend.flush().await,
+        "Redis is down: the counts are kept"
+    );
+    assert!(!a.backend.approximate_stats().unwrap().redis_ok);
+    server.restart();
+    admitted += tick(300);
+    // Graceful shutdown sends everything still pending.
+    assert!(a.backend.shutdown().await);
+    assert!(b.backend.shutdown().await);
+    assert_eq!(admitted, 900);
+    let hash = {
+        let mut hex = String::new();
+        key.write_hex(&mut hex);
+        format!("rl:{{api:{hex}}}:a:{interval_no}")
+    };
+    let values = server.cli(&["HVALS", &hash]);
+    // Each instance's field holds `<cumulative count>:<span>`.
+    let total: u64 = values
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|v| v.split_once(':').unwrap().0.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(
+        values.lines().filter(|l| !l.is_empty()).count(),
+        2,
+        "one field per instance"
+    );
+    assert_eq!(
+        total, 900,
+        "every admitted request is counted once in Redis: {values:?}"
+    );
+    let ttl: i64 = server.cli(&["PTTL", &hash]).trim().parse().unwrap();
+    assert!(ttl > 0, "the interval's hash expires");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_window_algorithms_can_be_counted_approximately() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::approximate(
+        RedisConfig::standalone(server.url()),
+        ApproximateOptions::default(),
+    )
+    .await
+    .unwrap();
+    let err = throttle_core::Backend::limiter(&backend, &Rule::new("tb", Quota::per_second(5)))
+        .err()
+        .unwrap();
+    assert_eq!((err.rule(), err.field()), (Some("tb"), "algorithm"));
+    let err = RedisBackend::approximate(
+        RedisConfig::standalone(server.url()),
+        ApproximateOptions::default().spans(1),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.field(), "approximate.spans");
+}

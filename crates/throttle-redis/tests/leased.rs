@@ -1,0 +1,205 @@
+//! The leased mode against a real Redis: the lease script against the Rust
+//! GCRA it extends, overshoot bounded by one batch per instance, Redis calls
+//! about one per batch, and idle tokens given back.
+
+mod support;
+
+use std::time::Duration;
+
+use support::RedisServer;
+use throttle_core::algorithm::{Gcra, GcraState, Meter};
+use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
+use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
+
+const T0: u64 = 1_700_000_000_000_000;
+
+async fn leased(server: &RedisServer, clock: &ManualClock, options: LeaseOptions) -> RedisBackend {
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock.clone())
+        .command_timeout(Duration::from_millis(500));
+    RedisBackend::leased(config, options).await.unwrap()
+}
+
+async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
+    match limiter.acquire(key, 1) {
+        Acquire::Ready(r) => r.unwrap().step.allowed,
+        Acquire::Pending(f) => f.await.unwrap().step.allowed,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_overshoot_by_at_most_one_batch_each() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let quota = Quota::new(1_000, Duration::from_secs(10));
+    let rule = Rule::new("api", quota).token_bucket();
+    let batch = 50;
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        let backend = leased(&server, &clock, LeaseOptions::default().batch(batch)).await;
+        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+        fleet.push((backend, limiter));
+    }
+    let key = Key::new("tenant-1");
+    let evals_before = server.command_count("evalsha");
+    // 3x the quota for 60 s, round-robin; every 100 requests the background
+    // leases are awaited (as time passes in production).
+    let (period, limit, burst) = (10_000_000u64, 1_000u64, 1_000u64);
+    let requests = 3 * 6 * limit;
+    let step = 6 * period / requests;
+    let mut admitted = 0u64;
+    for i in 0..requests {
+        let now = T0 + i * step;
+        clock.set(now);
+        let (_, limiter) = &fleet[(i % 4) as usize];
+        if check(limiter.as_ref(), &key).await {
+            admitted += 1;
+        }
+        // The bucket started full: by `now` it can have let through at most
+        // burst + refill; leased tokens spent late add one batch per instance.
+        let refill = (now - T0) * limit / period;
+        assert!(
+            admitted <= burst + refill + 4 * batch,
+            "request {i}: {admitted} admitted > {burst} + {refill} + {}",
+            4 * batch
+        );
+        if i % 100 == 99 {
+            for (b, _) in &fleet {
+                b.flush().await;
+            }
+        }
+    }
+    let expected = burst + 6 * limit;
+    println!(
+        "leased, 4 instances, batch {batch}: admitted {admitted} of {requests} (bucket allows {expected})"
+    );
+    assert!(
+        admitted >= expected * 9 / 10,
+        "{admitted} admitted, the bucket allows {expected}"
+    );
+    let evals = server.command_count("evalsha") - evals_before;
+    let fetches: u64 = fleet
+        .iter()
+        .map(|(b, _)| b.lease_stats().unwrap().fetches)
+        .sum();
+    println!(
+        "lease calls: {fetches} ({evals} EVALSHA) for {requests} requests, {admitted} admitted"
+    );
+    assert!(
+        evals <= fetches + 20,
+        "{evals} EVALSHA for {fetches} fetches"
+    );
+    // About one call per batch of admitted requests, plus the calls that
+    // find the bucket empty (once per instance per refill, not per request).
+    assert!(
+        fetches <= admitted / batch * 2 + 4 * 60,
+        "{fetches} lease calls for {admitted} admitted"
+    );
+    assert!(
+        fetches < requests / 10,
+        "denied traffic must not reach Redis: {fetches} calls"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tokens_go_back_to_the_bucket() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rule = Rule::new("api", Quota::new(100, Duration::from_secs(100))).token_bucket();
+    let options = LeaseOptions::default()
+        .batch(50)
+        .return_after(Duration::from_secs(1));
+    let a = leased(&server, &clock, options.clone()).await;
+    let b = leased(&server, &clock, options).await;
+    let la = throttle_core::Backend::limiter(&a, &rule).unwrap();
+    let lb = throttle_core::Backend::limiter(&b, &rule).unwrap();
+    let key = Key::new("k");
+    // `a` takes one request's worth plus a batch of 50.
+    assert!(check(la.as_ref(), &key).await);
+    a.flush().await;
+    // `b` can only take what is left: 100 - 51.
+    let mut admitted_b = 0;
+    for _ in 0..100 {
+        admitted_b += u64::from(check(lb.as_ref(), &key).await);
+        b.flush().await;
+    }
+    assert_eq!(admitted_b, 49);
+    // Once `a` has been idle for a second its 50 tokens go back.
+    clock.set(T0 + 1_000_000);
+    assert!(a.flush().await);
+    assert_eq!(a.lease_stats().unwrap().returned, 50);
+    // A third instance finds them in the bucket: the 50 given back plus the
+    // one refilled during that second (`b` remembers the bucket as drained
+    // and would wait for a whole batch to refill).
+    let c = leased(
+        &server,
+        &clock,
+        LeaseOptions::default()
+            .batch(50)
+            .return_after(Duration::from_secs(1)),
+    )
+    .await;
+    let lc = throttle_core::Backend::limiter(&c, &rule).unwrap();
+    let mut more = 0;
+    for _ in 0..100 {
+        more += u64::from(check(lc.as_ref(), &key).await);
+        c.flush().await;
+    }
+    assert_eq!(more, 51);
+    assert!(!check(lb.as_ref(), &key).await, "b waits for a refill");
+    // Shutdown gives back everything held.
+    assert!(b.shutdown().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_script_takes_what_the_rust_bucket_would() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let quota = Quota::new(7, Duration::from_secs(3)).with_burst(40);
+    let gcra = Gcra::token_bucket(quota).unwrap();
+    let rule = Rule::new("diff", quota).token_bucket();
+    // Batch of 1 and no background lease: every check leases exactly its cost.
+    let backend = leased(
+        &server,
+        &clock,
+        LeaseOptions::default().batch(1).low_water(0),
+    )
+    .await;
+    let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+    let mut state = GcraState::default();
+    let mut now = T0;
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut allowed = 0;
+    for _ in 0..3_000 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        now += rng % 900_000;
+        clock.set(now);
+        // Leasing `cost + 1` with need `cost`: the Rust side grants the
+        // largest j <= cost + 1 that fits, and nothing when cost does not.
+        let expected = gcra.acquire(&mut state.clone(), now, 1).allowed;
+        let got = match limiter.acquire(&Key::new("k"), 1) {
+            Acquire::Ready(r) => r.unwrap().step.allowed,
+            Acquire::Pending(f) => f.await.unwrap().step.allowed,
+        };
+        assert_eq!(got, expected, "at {now}");
+        if expected {
+            // Mirror what the lease took: one for the request plus up to one
+            // more for the local batch.
+            gcra.acquire(&mut state, now, 1);
+            if gcra.acquire(&mut state.clone(), now, 1).allowed {
+                gcra.acquire(&mut state, now, 1);
+                // That token now sits in the local batch: spend it next.
+                let again = match limiter.acquire(&Key::new("k"), 1) {
+                    Acquire::Ready(r) => r.unwrap(),
+                    Acquire::Pending(f) => f.await.unwrap(),
+                };
+                assert!(again.step.allowed, "the leased token is spent locally");
+            }
+            allowed += 1;
+        }
+        backend.flush().await;
+    }
+    assert!(allowed > 100 && allowed < 2_900, "{allowed}");
+}
