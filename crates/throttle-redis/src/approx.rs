@@ -305,12 +305,16 @@ impl SpanState {
         self.nodes_milli.max(1_000)
     }
 
-    /// The fleet's count for this interval, estimated now.
+    /// The fleet's count for this interval, estimated now: what the last
+    /// flush said, brought forward; and never less than this instance's
+    /// count times the node estimate (the only guide before the first
+    /// flush of an interval, or while Redis is away).
     fn fleet(&self) -> u64 {
-        self.local
+        let heard = self.local
             + self.others_c
             + extrapolate(self.others_a, self.flushed, self.local)
-            + extrapolate(self.others_b, self.flush_mine_prev, self.local)
+            + extrapolate(self.others_b, self.flush_mine_prev, self.local);
+        heard.max(self.local * self.nodes() / 1_000)
     }
 }
 

@@ -85,6 +85,28 @@ async fn drive(
     admitted
 }
 
+/// Redis commands executed since the last `CONFIG RESETSTAT` (including
+/// those run inside scripts), not counting the harness's own.
+fn commands(server: &RedisServer) -> u64 {
+    server
+        .info("commandstats")
+        .lines()
+        .filter(|l| {
+            l.starts_with("cmdstat_")
+                && !l.starts_with("cmdstat_info")
+                && !l.starts_with("cmdstat_config")
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 fn aligned_start(clock: &ManualClock, interval_us: u64) {
     let now = clock.now_us();
     clock.set((now / interval_us + 1) * interval_us);
@@ -103,6 +125,7 @@ async fn four_instances_at_three_times_the_quota_admit_within_ten_percent() {
     let refs: Vec<&Instance> = fleet.iter().collect();
     let interval_us = interval.as_micros() as u64;
     aligned_start(&clock, interval_us);
+    server.cli(&["CONFIG", "RESETSTAT"]);
     let admitted = drive(
         &clock,
         &refs,
@@ -113,6 +136,11 @@ async fn four_instances_at_three_times_the_quota_admit_within_ten_percent() {
         6,
     )
     .await;
+    let per_check = commands(&server) as f64 / 18_000.0;
+    println!("{per_check:.4} Redis commands per check");
+    // Each instance flushes once per span: HSET + HGETALL, and PEXPIRE
+    // once per interval; a check costs no command of its own.
+    assert!(per_check < 0.03, "{per_check}");
     for (i, n) in admitted.iter().enumerate() {
         let ratio = *n as f64 / 1_000.0;
         println!("interval {i}: admitted {n} ({ratio:.3}x the quota)");
@@ -324,4 +352,60 @@ async fn only_window_algorithms_can_be_counted_approximately() {
     .await
     .unwrap_err();
     assert_eq!(err.field(), "approximate.spans");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushes_that_time_out_and_run_late_are_not_counted_twice() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        let config = RedisConfig::standalone(server.url())
+            .clock_for_tests(clock.clone())
+            .command_timeout(Duration::from_millis(100));
+        let options = ApproximateOptions::default().flush_timeout(Duration::from_millis(100));
+        let backend = RedisBackend::approximate(config, options).await.unwrap();
+        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+        fleet.push(Instance { backend, limiter });
+    }
+    let refs: Vec<&Instance> = fleet.iter().collect();
+    let key = Key::new("tenant-1");
+    aligned_start(&clock, interval_us);
+    let first = clock.now_us() / interval_us;
+    let mut admitted = drive(&clock, &refs, &key, interval_us, 10, 3_000, 1).await;
+    // Redis hangs for five seconds of traffic: the flushes of those spans
+    // time out here but stay queued in Redis' socket and run when it resumes.
+    server.stop();
+    admitted.extend(drive(&clock, &refs, &key, interval_us / 2, 5, 1_500, 1).await);
+    server.resume();
+    admitted.extend(drive(&clock, &refs, &key, interval_us / 2, 5, 1_500, 1).await);
+    admitted.extend(drive(&clock, &refs, &key, interval_us, 10, 3_000, 1).await);
+    for inst in &fleet {
+        assert!(inst.backend.shutdown().await);
+    }
+    let failed: u64 = fleet
+        .iter()
+        .map(|i| i.backend.approximate_stats().unwrap().failed_flushes)
+        .sum();
+    assert!(failed >= 4, "the flushes during the hang failed: {failed}");
+    let admitted = [admitted[0], admitted[1] + admitted[2], admitted[3]];
+    for (i, n) in admitted.iter().enumerate() {
+        let mut hex = String::new();
+        key.write_hex(&mut hex);
+        let values = server.cli(&["HVALS", &format!("rl:{{api:{hex}}}:a:{}", first + i as u64)]);
+        let counted: u64 = values
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|v| v.split_once(':').unwrap().0.parse::<u64>().unwrap())
+            .sum();
+        println!("interval {i}: admitted {n}, counted in Redis {counted}");
+        assert_eq!(
+            counted, *n,
+            "interval {i}: every admitted request counted once"
+        );
+        assert!(*n as f64 <= 1.10 * 1_000.0, "{admitted:?}");
+    }
 }
