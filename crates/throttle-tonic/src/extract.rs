@@ -250,7 +250,9 @@ impl KeyExtractor for Metadata {
 /// The address comes from what the server put into the request:
 ///
 /// - `tonic::transport::Server` inserts `TcpConnectInfo` for TCP
-///   connections before any layer runs;
+///   connections before any layer runs, also when it terminates TLS itself
+///   (`Server::builder().tls_config(..)`, where it adds `TlsConnectInfo`
+///   next to it);
 /// - an axum router (tonic services mounted next to HTTP routes) served with
 ///   `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`
 ///   inserts `ConnectInfo<SocketAddr>`.
@@ -258,11 +260,11 @@ impl KeyExtractor for Metadata {
 /// Metadata such as `x-forwarded-for` is never read: any client can write
 /// it.
 ///
-/// A call without a peer address (a Unix socket, a TLS listener whose
-/// connect info is `TlsConnectInfo`, an axum router served without connect
-/// info) has no key: the first one logs an error, and calls are answered
-/// `INTERNAL` naming the rule, never passed unlimited. Give such servers
-/// another key (`PeerIp::default().or(Global)`, or
+/// A call without a peer address (a Unix socket, a custom transport, an
+/// axum router served without connect info) has no key: the first one logs
+/// an error, and calls are answered `INTERNAL` naming the rule, never
+/// passed unlimited. Give such servers another key
+/// (`PeerIp::default().or(Global)`, or
 /// `Limit::on_missing_key(MissingKey::Skip)`) if that is intended.
 ///
 /// ```
