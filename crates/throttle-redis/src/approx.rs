@@ -730,11 +730,9 @@ impl ApproxRule {
             let raw = w.cum + o.same + o.prev + o.older;
             // The fleet as of this write: older counts brought forward.
             let equivalent = w.cum + o.same + o.older + extrapolate(o.prev, w.mine_prev, w.cum);
-            let nodes_milli = if w.cum > 0 {
-                (equivalent * 1_000 / w.cum).max(1_000)
-            } else {
-                1_000
-            };
+            let nodes_milli = (equivalent * 1_000)
+                .checked_div(w.cum)
+                .map_or(1_000, |n| n.max(1_000));
             if raw > self.limit {
                 c.max_overshoot
                     .fetch_max(raw - self.limit, Ordering::Relaxed);

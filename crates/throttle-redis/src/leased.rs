@@ -277,6 +277,14 @@ fn spend(st: &mut LeaseState, now_us: u64, cost: u64) -> Step {
     }
 }
 
+/// What one lease call got: tokens granted, the bucket after, Redis' now.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    granted: u64,
+    bucket: GcraState,
+    now: u64,
+}
+
 /// What the local table said about a request.
 enum Local {
     Decided(Step, bool),
@@ -389,12 +397,7 @@ impl LeaseRule {
     }
 
     /// One lease call: `(granted, state after, Redis now)`.
-    async fn lease(
-        &self,
-        key: &Key,
-        need: u64,
-        want: u64,
-    ) -> Result<(u64, GcraState, u64), Failure> {
+    async fn lease(&self, key: &Key, need: u64, want: u64) -> Result<Lease, Failure> {
         self.shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
         let inv = self.invocation(key, need, want);
         let reply: Vec<i64> = self.redis.eval(&inv).await?;
@@ -402,7 +405,11 @@ impl LeaseRule {
         match (n(0), n(1), n(2), n(3)) {
             (Some(k), Some(tat_us), Some(tat_rem), Some(now)) => {
                 self.shared.counters.leased.fetch_add(k, Ordering::Relaxed);
-                Ok((k, GcraState { tat_us, tat_rem }, now))
+                Ok(Lease {
+                    granted: k,
+                    bucket: GcraState { tat_us, tat_rem },
+                    now,
+                })
             }
             _ => Err(Failure::Error(redis::RedisError::from((
                 redis::ErrorKind::Parse,
@@ -461,16 +468,13 @@ impl LeaseRule {
     /// once a whole batch has refilled: a drained bucket costs one Redis call
     /// per batch, not one per token, and requests meanwhile are denied here
     /// with the time that takes.
-    fn record(
-        &self,
-        key: &Key,
-        granted: u64,
-        want: u64,
-        bucket: &GcraState,
-        now: u64,
-        cost: u64,
-        batch: bool,
-    ) -> Step {
+    fn record(&self, key: &Key, lease: &Lease, want: u64, cost: u64, batch: bool) -> Step {
+        let Lease {
+            granted,
+            bucket,
+            now,
+        } = *lease;
+        let bucket = &bucket;
         let full = self.gcra.report(bucket, now, 1, true);
         let full_at = now + full.reset_us;
         let short = granted < want;
@@ -527,8 +531,8 @@ impl LeaseRule {
         this.shared.in_flight.fetch_add(1, Ordering::AcqRel);
         rt.spawn(async move {
             match this.lease(&key, 1, this.batch).await {
-                Ok((granted, bucket, now)) => {
-                    this.record(&key, granted, this.batch, &bucket, now, 0, true);
+                Ok(lease) => {
+                    this.record(&key, &lease, this.batch, 0, true);
                 }
                 Err(_) => {
                     this.store.update(&key, |st| st.fetching = false);
@@ -548,8 +552,9 @@ impl LeaseRule {
     ) -> Result<Outcome, Unavailable> {
         self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
         match self.lease(&key, cost, want).await {
-            Ok((granted, bucket, now)) => {
-                let step = self.record(&key, granted, want, &bucket, now, cost, batch);
+            Ok(lease) => {
+                let now = lease.now;
+                let step = self.record(&key, &lease, want, cost, batch);
                 if !step.allowed {
                     self.shared
                         .counters
