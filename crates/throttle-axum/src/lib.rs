@@ -48,9 +48,3 @@ pub use throttle_tower::{
 /// ([`HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom
 /// answer.
 pub type ThrottleLayer = throttle_tower::ThrottleLayer<HttpResponder>;
-
-/// The README's Rust examples, compiled as doctests so the front door never
-/// shows code that does not build.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

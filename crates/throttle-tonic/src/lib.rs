@@ -101,9 +101,3 @@ pub use throttle_tower::{
 /// [`ThrottleLayer::with_responder`] to name key kinds or for a custom
 /// answer.
 pub type ThrottleLayer = throttle_tower::ThrottleLayer<GrpcResponder>;
-
-/// The README section's Rust examples, compiled as doctests so the front
-/// door never shows code that does not build.
-#[cfg(doctest)]
-#[doc = include_str!("../README-section.md")]
-struct ReadmeDoctests;
