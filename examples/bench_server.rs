@@ -16,6 +16,8 @@
 //!   client IP (`ClientIp`), a quota so large that nothing is denied.
 //! - `memory-deny`: the same with 1 per hour: after the first request every
 //!   request is answered 429 with our headers and JSON body.
+//! - `memory-no-headers`: `memory` with a responder that adds no headers to
+//!   allowed responses, to show what the `X-RateLimit-*` headers cost.
 //!
 //! Every mode serves with `into_make_service_with_connect_info::<SocketAddr>()`
 //! so that they differ only by the layer. The server stops on Ctrl-C or
@@ -25,7 +27,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{Router, routing::get};
-use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use bytes::Bytes;
+use http::Response;
+use http::request::Parts;
+use throttle_axum::{
+    Allowed, ClientIp, HeaderBlock, HttpResponder, MemoryBackend, Policy, Quota, Rejection,
+    Responder, Rule, ThrottleLayer,
+};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
@@ -33,6 +41,17 @@ use tower_governor::governor::GovernorConfigBuilder;
 fn ours(quota: Quota) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
     let policy = Policy::new().rule(Rule::new("ip", quota).token_bucket(), ClientIp::default());
     Ok(ThrottleLayer::new(policy, MemoryBackend::default())?)
+}
+
+/// The HTTP responder without success headers.
+struct NoSuccessHeaders(HttpResponder);
+
+impl Responder for NoSuccessHeaders {
+    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
+        self.0.reject(req, rejection)
+    }
+
+    fn allowed(&self, _req: &Parts, _allowed: &Allowed, _headers: &mut HeaderBlock) {}
 }
 
 #[tokio::main]
@@ -72,10 +91,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "memory" => app.layer(ours(Quota::per_second(1_000_000_000))?),
         "memory-deny" => app.layer(ours(Quota::per_hour(1))?),
+        "memory-no-headers" => {
+            let policy = Policy::new().rule(
+                Rule::new("ip", Quota::per_second(1_000_000_000)).token_bucket(),
+                ClientIp::default(),
+            );
+            app.layer(throttle_tower::ThrottleLayer::with_responder(
+                policy,
+                MemoryBackend::default(),
+                NoSuccessHeaders(HttpResponder::new()),
+            )?)
+        }
         other => {
             return Err(format!(
                 "unknown BENCH_MODE {other:?}: use bare, governor, governor-headers, \
-                 governor-deny, memory or memory-deny"
+                 governor-deny, memory, memory-deny or memory-no-headers"
             )
             .into());
         }

@@ -12,12 +12,13 @@
 # modes, then all modes again) so that drift in the machine's speed spreads
 # over every mode instead of favouring one. Prints requests per second per
 # mode (median of the repeats) and the ratios to bare axum and to
-# tower_governor. About 3 minutes with the defaults.
+# tower_governor. About 4 minutes with the defaults.
 #
 # Settings (environment variables):
-#   MODES        modes to run, in order (default:
-#                "bare governor memory memory-deny governor-deny"; the server
-#                also knows "governor-headers")
+#   MODES        modes to run, in order (default: "bare governor
+#                governor-headers memory memory-deny governor-deny"; the
+#                server also knows "memory-no-headers"; see
+#                examples/bench_server.rs for what each one is)
 #   REPEATS      full cycles over the modes (default 3)
 #   DURATION     measured seconds per run (default 10)
 #   WARMUP       warm-up seconds per run, not counted (default 2)
@@ -46,7 +47,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 
-MODES=${MODES:-"bare governor memory memory-deny governor-deny"}
+MODES=${MODES:-"bare governor governor-headers memory memory-deny governor-deny"}
 REPEATS=${REPEATS:-3}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
