@@ -51,6 +51,8 @@ pub struct Gcra {
     /// `T` as whole microseconds plus remainder (in 1/limit us).
     t_us: u64,
     t_rem: u64,
+    /// `burst * period`, when it fits in a u64 (the fast path of `report`).
+    tau_s: Option<u64>,
 }
 
 /// Per-key state of a [`Gcra`]: the theoretical arrival time
@@ -96,6 +98,7 @@ impl Gcra {
             tau_rem: (tau % u128::from(limit)) as u64,
             t_us: period_us / limit,
             t_rem: period_us % limit,
+            tau_s: u64::try_from(tau).ok(),
         })
     }
 
@@ -140,35 +143,62 @@ impl Gcra {
     /// state, and this turns it into the same figures the memory backend
     /// gives.
     pub fn report(&self, st: &GcraState, now_us: u64, cost: u64, allowed: bool) -> Step {
+        // How far the TAT leads now, as (whole us, remainder in 1/limit us).
+        let (ahead_us, ahead_rem) = if st.tat_us < now_us {
+            (0, 0)
+        } else {
+            (st.tat_us - now_us, st.tat_rem)
+        };
+        let reset_us = ahead_us + u64::from(ahead_rem > 0);
+        if cost > self.burst && !allowed {
+            let remaining = self.remaining(ahead_us, ahead_rem);
+            return Step {
+                allowed,
+                remaining,
+                reset_us,
+                retry_after_us: self.period_us,
+                delay_us: 0,
+            };
+        }
+        // Everything below in units of 1/limit us: u64 where it fits (the
+        // common case), u128 otherwise.
         let l = u128::from(self.limit);
-        let now_s = u128::from(now_us) * l;
-        let tat_s = self.scaled(st.tat_us, st.tat_rem).max(now_s);
+        let ahead_s = u128::from(ahead_us) * l + u128::from(ahead_rem);
         let tau_s = u128::from(self.burst) * u128::from(self.period_us);
-        let ahead_s = tat_s - now_s;
-        let remaining = (tau_s.saturating_sub(ahead_s) / u128::from(self.period_us)) as u64;
-        let reset_us = ahead_s.div_ceil(l) as u64;
         let cost_s = u128::from(cost) * u128::from(self.period_us);
         let (retry_after_us, delay_us) = if !allowed {
-            let retry = if cost > self.burst {
-                u128::from(self.period_us)
-            } else {
-                (tat_s + cost_s).saturating_sub(tau_s + now_s).div_ceil(l)
-            };
-            (retry as u64, 0)
+            (
+                (ahead_s + cost_s).saturating_sub(tau_s).div_ceil(l) as u64,
+                0,
+            )
         } else if self.shaping {
             // The request's turn began where the previous TAT stood.
-            let start_s = tat_s - cost_s;
-            (0, start_s.saturating_sub(now_s).div_ceil(l) as u64)
+            (0, ahead_s.saturating_sub(cost_s).div_ceil(l) as u64)
         } else {
             (0, 0)
         };
         Step {
             allowed,
-            remaining,
+            remaining: self.remaining(ahead_us, ahead_rem),
             reset_us,
             retry_after_us,
             delay_us,
         }
+    }
+
+    /// Whole units that fit now: `floor((burst * T - ahead) / T)`.
+    #[inline]
+    fn remaining(&self, ahead_us: u64, ahead_rem: u64) -> u64 {
+        if let Some(tau_s) = self.tau_s
+            && let Some(ahead_s) = ahead_us
+                .checked_mul(self.limit)
+                .and_then(|a| a.checked_add(ahead_rem))
+        {
+            return tau_s.saturating_sub(ahead_s) / self.period_us;
+        }
+        let ahead_s = u128::from(ahead_us) * u128::from(self.limit) + u128::from(ahead_rem);
+        let tau_s = u128::from(self.burst) * u128::from(self.period_us);
+        (tau_s.saturating_sub(ahead_s) / u128::from(self.period_us)) as u64
     }
 }
 

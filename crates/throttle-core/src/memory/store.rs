@@ -1,8 +1,8 @@
 //! A bounded, sharded table of per-key algorithm states.
 //!
-//! Each shard keeps its slots densely in a `Vec` and maps hashes to slot
-//! indices with a SwissTable of `u32`: compact (a few bytes of index per key),
-//! and any slot can be picked at random for eviction in O(1).
+//! Each shard is a SwissTable holding the slots themselves (key and state,
+//! no stored hash): a check is one probe and one slot read. Eviction picks
+//! random occupied buckets, so any slot can be chosen in O(1).
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +15,8 @@ use crate::Key;
 use crate::algorithm::{Meter, Step};
 
 /// Keys of up to 15 bytes (an IP prefix, a short id) live inside the slot;
-/// longer ones take one allocation when first tracked.
+/// longer ones take one allocation when first tracked. The first byte marks
+/// a digest.
 type StoredKey = SmallVec<[u8; 16]>;
 
 /// How many random slots an eviction compares.
@@ -50,8 +51,7 @@ pub(crate) struct Store<M: Meter> {
 
 #[derive(Debug)]
 struct Shard<S> {
-    index: HashTable<u32>,
-    slots: Vec<Slot<S>>,
+    table: HashTable<Slot<S>>,
     cap: usize,
     rng: u64,
     inserts_since_sweep: usize,
@@ -59,7 +59,6 @@ struct Shard<S> {
 
 #[derive(Debug)]
 struct Slot<S> {
-    hash: u64,
     key: StoredKey,
     state: S,
 }
@@ -72,6 +71,10 @@ fn matches(stored: &StoredKey, key: &Key) -> bool {
         && &stored[1..] == bytes
 }
 
+fn stored_key(stored: &StoredKey) -> Key {
+    Key::from_stored(stored[0] == 1, &stored[1..])
+}
+
 impl<M: Meter> Store<M> {
     pub(crate) fn new(meter: M, shards: usize, max_keys: usize) -> Self {
         let cap = max_keys / shards;
@@ -80,8 +83,7 @@ impl<M: Meter> Store<M> {
             shards: (0..shards)
                 .map(|i| {
                     Padded(Mutex::new(Shard {
-                        index: HashTable::new(),
-                        slots: Vec::new(),
+                        table: HashTable::new(),
                         cap,
                         rng: 0x9E37_79B9_7F4A_7C15
                             ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
@@ -98,30 +100,14 @@ impl<M: Meter> Store<M> {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &Mutex<Shard<M::State>> {
+    fn shard(&self, hash: u64) -> &ShardLock<M::State> {
         // Bits 40.. pick the shard: the table uses the low bits for the
         // bucket and the top seven for its control bytes.
         &self.shards[(hash >> 40) as usize & self.shard_mask].0
     }
 
-    #[inline]
-    pub(crate) fn acquire(&self, key: &Key, now_us: u64, cost: u64) -> Step {
-        let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash).lock();
-        let at = match shard.find(hash, key) {
-            Some(at) => at,
-            None => {
-                let evicted = shard.insert(hash, key, now_us, &self.meter);
-                if evicted {
-                    self.evictions.fetch_add(1, Ordering::Relaxed);
-                }
-                shard.slots.len() - 1
-            }
-        };
-        self.meter.acquire(&mut shard.slots[at].state, now_us, cost)
-    }
-
     /// Runs `f` on `key`'s state, tracking the key first if needed.
+    #[inline]
     pub(crate) fn with_state<R>(
         &self,
         key: &Key,
@@ -130,44 +116,52 @@ impl<M: Meter> Store<M> {
     ) -> R {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash).lock();
-        let at = match shard.find(hash, key) {
-            Some(at) => at,
-            None => {
-                if shard.insert(hash, key, now_us, &self.meter) {
-                    self.evictions.fetch_add(1, Ordering::Relaxed);
-                }
-                shard.slots.len() - 1
-            }
+        if let Some(slot) = shard.table.find_mut(hash, |s| matches(&s.key, key)) {
+            return f(&mut slot.state);
+        }
+        let evicted = shard.make_room(now_us, &self.meter);
+        if evicted {
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut stored = StoredKey::with_capacity(key.as_bytes().len() + 1);
+        stored.push(u8::from(key.is_digest()));
+        stored.extend_from_slice(key.as_bytes());
+        let slot = Slot {
+            key: stored,
+            state: M::State::default(),
         };
-        f(&mut shard.slots[at].state)
+        let hasher = &self.hasher;
+        let mut entry = shard
+            .table
+            .insert_unique(hash, slot, |s| hasher.hash_one(stored_key(&s.key)));
+        f(&mut entry.get_mut().state)
+    }
+
+    #[inline]
+    pub(crate) fn acquire(&self, key: &Key, now_us: u64, cost: u64) -> Step {
+        self.with_state(key, now_us, |st| self.meter.acquire(st, now_us, cost))
     }
 
     /// Runs `f` on `key`'s state if the key is tracked.
     pub(crate) fn update<R>(&self, key: &Key, f: impl FnOnce(&mut M::State) -> R) -> Option<R> {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash).lock();
-        let at = shard.find(hash, key)?;
-        Some(f(&mut shard.slots[at].state))
+        let slot = shard.table.find_mut(hash, |s| matches(&s.key, key))?;
+        Some(f(&mut slot.state))
     }
 
     /// Visits every tracked key, one shard (and one lock) at a time.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&Key, &mut M::State)) {
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
-            for slot in shard.slots.iter_mut() {
-                let key = Key::from_stored(slot.key[0] == 1, &slot.key[1..]);
-                f(&key, &mut slot.state);
+            for slot in shard.table.iter_mut() {
+                f(&stored_key(&slot.key), &mut slot.state);
             }
         }
     }
 
     pub(crate) fn release(&self, key: &Key, acquired_at_us: u64, cost: u64) {
-        let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash).lock();
-        if let Some(at) = shard.find(hash, key) {
-            self.meter
-                .release(&mut shard.slots[at].state, acquired_at_us, cost);
-        }
+        self.update(key, |st| self.meter.release(st, acquired_at_us, cost));
     }
 
     pub(crate) fn meter(&self) -> &M {
@@ -176,103 +170,64 @@ impl<M: Meter> Store<M> {
 
     pub(crate) fn stats(&self) -> MemoryStats {
         MemoryStats {
-            tracked_keys: self.shards.iter().map(|s| s.0.lock().slots.len()).sum(),
+            tracked_keys: self.shards.iter().map(|s| s.0.lock().table.len()).sum(),
             max_keys: self.max_keys,
             evictions: self.evictions.load(Ordering::Relaxed),
         }
     }
 }
 
-impl<S: Default> Shard<S> {
-    #[inline]
-    fn find(&self, hash: u64, key: &Key) -> Option<usize> {
-        let slots = &self.slots;
-        self.index
-            .find(hash, |&i| matches(&slots[i as usize].key, key))
-            .map(|&i| i as usize)
-    }
-
-    /// Appends a fresh slot for `key`, making room first if the shard is
-    /// full. Returns whether a non-idle key had to be evicted.
-    fn insert<M: Meter<State = S>>(
-        &mut self,
-        hash: u64,
-        key: &Key,
-        now_us: u64,
-        meter: &M,
-    ) -> bool {
-        let mut evicted = false;
-        if self.slots.len() >= self.cap {
-            evicted = self.make_room(now_us, meter);
-        }
-        self.inserts_since_sweep = self.inserts_since_sweep.saturating_add(1);
-        let mut stored = StoredKey::with_capacity(key.as_bytes().len() + 1);
-        stored.push(u8::from(key.is_digest()));
-        stored.extend_from_slice(key.as_bytes());
-        let at = self.slots.len() as u32;
-        self.slots.push(Slot {
-            hash,
-            key: stored,
-            state: S::default(),
-        });
-        let slots = &self.slots;
-        self.index
-            .insert_unique(hash, at, |&i| slots[i as usize].hash);
-        evicted
-    }
-
+impl<S> Shard<S> {
+    /// Makes room for one more key if the shard is full. Returns whether a
+    /// key that was not idle had to be evicted.
     fn make_room<M: Meter<State = S>>(&mut self, now_us: u64, meter: &M) -> bool {
+        self.inserts_since_sweep = self.inserts_since_sweep.saturating_add(1);
+        if self.table.len() < self.cap {
+            return false;
+        }
         // Sweeping is O(shard); doing it at most once per cap/8 inserts keeps
         // inserts amortised O(1) even when nothing is idle.
         if self.inserts_since_sweep >= (self.cap / 8).max(1) {
             self.inserts_since_sweep = 0;
-            let mut i = 0;
-            while i < self.slots.len() {
-                if meter.idle_at(&self.slots[i].state) <= now_us {
-                    self.remove(i);
-                } else {
-                    i += 1;
-                }
-            }
-            if self.slots.len() < self.cap {
+            self.table
+                .retain(|slot| meter.idle_at(&slot.state) > now_us);
+            if self.table.len() < self.cap {
                 return false;
             }
         }
         // Evict the sampled slot that will be idle soonest.
-        let mut victim = self.random_slot();
-        for _ in 1..EVICTION_SAMPLE {
-            let other = self.random_slot();
-            if meter.idle_at(&self.slots[other].state) < meter.idle_at(&self.slots[victim].state) {
-                victim = other;
+        let mut victim: Option<(usize, u64)> = None;
+        let buckets = self.table.num_buckets();
+        let (mut sampled, mut probes) = (0, 0);
+        while sampled < EVICTION_SAMPLE && probes < 64 * EVICTION_SAMPLE {
+            probes += 1;
+            let i = self.random_below(buckets);
+            if let Some(slot) = self.table.get_bucket(i) {
+                sampled += 1;
+                let idle = meter.idle_at(&slot.state);
+                if victim.is_none_or(|(_, v)| idle < v) {
+                    victim = Some((i, idle));
+                }
             }
         }
-        let was_idle = meter.idle_at(&self.slots[victim].state) <= now_us;
-        self.remove(victim);
-        !was_idle
+        let Some((i, idle)) = victim else {
+            // A full table is at least 7/8 occupied: unreachable in practice,
+            // and refusing to track a key is not an option, so grow instead.
+            return false;
+        };
+        if let Ok(entry) = self.table.get_bucket_entry(i) {
+            entry.remove();
+        }
+        idle > now_us
     }
 
-    fn random_slot(&mut self) -> usize {
+    fn random_below(&mut self, n: usize) -> usize {
         // xorshift64*
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
         let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (((r >> 32) * self.slots.len() as u64) >> 32) as usize
-    }
-
-    fn remove(&mut self, at: usize) {
-        let hash = self.slots[at].hash;
-        if let Ok(entry) = self.index.find_entry(hash, |&i| i as usize == at) {
-            entry.remove();
-        }
-        let last = self.slots.len() - 1;
-        self.slots.swap_remove(at);
-        if at != last {
-            let moved = self.slots[at].hash;
-            if let Some(i) = self.index.find_mut(moved, |&i| i as usize == last) {
-                *i = at as u32;
-            }
-        }
+        (((r >> 32) * n as u64) >> 32) as usize
     }
 }
 
@@ -297,9 +252,7 @@ mod tests {
         // Every tracked key is still found and still counted.
         let mut found = 0;
         for i in 0..50_000u64 {
-            let key = Key::from(i);
-            let hash = store.hasher.hash_one(key);
-            if store.shard(hash).lock().find(hash, &key).is_some() {
+            if store.update(&Key::from(i), |_| ()).is_some() {
                 found += 1;
             }
         }
@@ -354,6 +307,6 @@ mod tests {
     #[test]
     fn a_slot_is_small() {
         assert_eq!(std::mem::size_of::<StoredKey>(), 24);
-        assert_eq!(std::mem::size_of::<Slot<crate::algorithm::GcraState>>(), 48);
+        assert_eq!(std::mem::size_of::<Slot<crate::algorithm::GcraState>>(), 40);
     }
 }
