@@ -31,8 +31,8 @@ use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 use throttle_axum::{
-    Allowed, ClientIp, HeaderBlock, HttpResponder, MemoryBackend, Policy, Quota, Rejection,
-    Responder, Rule, ThrottleLayer,
+    Allowed, ClientIp, HttpResponder, MemoryBackend, Policy, Quota, Rejection, Responder, Rule,
+    SuccessHeaders, ThrottleLayer,
 };
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -51,7 +51,9 @@ impl Responder for NoSuccessHeaders {
         self.0.reject(req, rejection)
     }
 
-    fn allowed(&self, _req: &Parts, _allowed: &Allowed, _headers: &mut HeaderBlock) {}
+    fn allowed(&self, _req: &Parts, _allowed: &Allowed, _rule: &Rule) -> SuccessHeaders {
+        SuccessHeaders::none()
+    }
 }
 
 #[tokio::main]

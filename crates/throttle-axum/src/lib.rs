@@ -41,7 +41,8 @@ pub use throttle_core::{
 };
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, KeyExtractor,
-    KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, Throttle, ThrottleBody,
+    KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, SuccessHeaders, Throttle,
+    ThrottleBody,
 };
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON

@@ -14,10 +14,13 @@ use crate::{Backend, ConfigError, Key, Rule};
 
 /// The request may go on. Figures are those of the most restrictive rule
 /// (the fewest units remaining), which is what success headers report.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Rules are named by their index in the [`RuleSet`] ([`RuleSet::rule`]):
+/// a decision is plain data, cheap to make on every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allowed {
-    /// The most restrictive rule that applied.
-    pub rule: Arc<Rule>,
+    /// The most restrictive rule that applied (its index in the rule set).
+    pub rule: usize,
     /// That rule's capacity (`X-RateLimit-Limit`).
     pub limit: u64,
     /// Units left for this key under that rule (`X-RateLimit-Remaining`).
@@ -30,10 +33,11 @@ pub struct Allowed {
 }
 
 /// The request is over a limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Denied {
-    /// The rule (dimension) that denied it: the first in policy order.
-    pub rule: Arc<Rule>,
+    /// The rule (dimension) that denied it, the first in policy order (its
+    /// index in the rule set).
+    pub rule: usize,
     /// That rule's capacity.
     pub limit: u64,
     /// Units still left under that rule (less than the request's cost).
@@ -47,8 +51,8 @@ pub struct Denied {
 /// A rule's backend could not answer and the rule fails closed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
-    /// The rule that could not be checked.
-    pub rule: Arc<Rule>,
+    /// The rule that could not be checked (its index in the rule set).
+    pub rule: usize,
     /// What went wrong.
     pub error: Unavailable,
 }
@@ -126,7 +130,7 @@ struct Bound {
 ///     assert!(matches!(rules.check(&demand), Check::Ready(Decision::Allowed(_))));
 /// }
 /// let Check::Ready(Decision::Denied(d)) = rules.check(&demand) else { panic!() };
-/// assert_eq!(d.rule.name(), "ip");
+/// assert_eq!(rules.rule(d.rule).name(), "ip");
 /// ```
 #[derive(Clone, Default)]
 pub struct RuleSet {
@@ -277,10 +281,10 @@ impl RuleSet {
     }
 
     fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
-        let rule = self.rules[d.rule].rule.clone();
+        let rule = d.rule;
         match result {
             Ok(Outcome { step, .. }) => Decision::Denied(Denied {
-                limit: rule.capacity(),
+                limit: self.rules[rule].rule.capacity(),
                 remaining: step.remaining,
                 retry_after: Duration::from_micros(step.retry_after_us.max(1)),
                 reset: Duration::from_micros(step.reset_us),
@@ -302,9 +306,9 @@ impl RuleSet {
         match tightest {
             None => Decision::Unlimited,
             Some((i, step)) => {
-                let rule = self.rules[demands[i].rule].rule.clone();
+                let rule = demands[i].rule;
                 Decision::Allowed(Allowed {
-                    limit: rule.capacity(),
+                    limit: self.rules[rule].rule.capacity(),
                     remaining: step.remaining,
                     reset: Duration::from_micros(step.reset_us),
                     delay: Duration::from_micros(delay_us),

@@ -14,7 +14,7 @@
 //! let key = Key::new("acme");
 //! let demands = [Demand { rule: tenant, key, cost: 1 }, Demand { rule: search, key, cost: 1 }];
 //! match rules.check(&demands) {
-//!     Check::Ready(Decision::Allowed(a)) => assert_eq!(a.rule.name(), "search"), // fewest left
+//!     Check::Ready(Decision::Allowed(a)) => assert_eq!(rules.rule(a.rule).name(), "search"), // fewest left
 //!     other => panic!("{other:?}"),
 //! }
 //! # Ok::<(), throttle_core::ConfigError>(())

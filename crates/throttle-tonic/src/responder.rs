@@ -11,7 +11,8 @@ use http::request::Parts;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use throttle_core::{Allowed, Rule};
 use throttle_tower::{
-    HeaderBlock, HttpResponder, Rejection, Responder, rate_limit_headers, retry_after_secs,
+    HeaderBlock, HttpResponder, Rejection, Responder, SuccessHeaders, rate_limit_headers,
+    retry_after_secs,
 };
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -304,7 +305,7 @@ impl Responder for GrpcResponder {
         };
         let mut metadata = HeaderBlock::default();
         let status = match rejection {
-            Rejection::Limited(d) => {
+            Rejection::Limited { denied: d, rule } => {
                 let secs = retry_after_secs(d.retry_after);
                 metadata.push(RETRY_AFTER, HeaderValue::from(secs));
                 metadata.push(
@@ -314,11 +315,11 @@ impl Responder for GrpcResponder {
                 rate_limit_headers(&mut metadata, d.limit, d.remaining, d.reset);
                 let message = format!(
                     "Quota exceeded for {}. Please retry after {secs} seconds.",
-                    d.rule.name()
+                    rule.name()
                 );
                 let details = ErrorDetails::with_retry_info(Some(d.retry_after))
-                    .add_quota_failure_violation(self.subject(&d.rule), describe_quota(&d.rule))
-                    .set_error_info("RATE_LIMIT_EXCEEDED", ERROR_DOMAIN, dimension(&d.rule))
+                    .add_quota_failure_violation(self.subject(rule), describe_quota(rule))
+                    .set_error_info("RATE_LIMIT_EXCEEDED", ERROR_DOMAIN, dimension(rule))
                     .to_owned();
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
@@ -334,7 +335,7 @@ impl Responder for GrpcResponder {
                 );
                 Status::with_error_details(code_for_http_status(status), message, details)
             }
-            Rejection::Unavailable(refused) => {
+            Rejection::Unavailable { rule, .. } => {
                 metadata.push(RETRY_AFTER, HeaderValue::from_static("1"));
                 metadata.push(
                     GRPC_RETRY_PUSHBACK_MS.clone(),
@@ -342,11 +343,7 @@ impl Responder for GrpcResponder {
                 );
                 let message = "The rate limiter is unavailable. Please retry later.";
                 let details = ErrorDetails::with_retry_info(Some(Duration::from_secs(1)))
-                    .set_error_info(
-                        "RATE_LIMITER_UNAVAILABLE",
-                        ERROR_DOMAIN,
-                        dimension(&refused.rule),
-                    )
+                    .set_error_info("RATE_LIMITER_UNAVAILABLE", ERROR_DOMAIN, dimension(rule))
                     .to_owned();
                 Status::with_error_details(Code::Unavailable, message, details)
             }
@@ -360,11 +357,11 @@ impl Responder for GrpcResponder {
         trailers_only(protocol, req, &status, metadata)
     }
 
-    fn allowed(&self, req: &Parts, allowed: &Allowed, headers: &mut HeaderBlock) {
+    fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
         if GrpcProtocol::of(&req.headers).is_some() {
-            rate_limit_headers(headers, allowed.limit, allowed.remaining, allowed.reset);
+            SuccessHeaders::standard(allowed.limit, allowed.remaining, allowed.reset)
         } else {
-            self.http.allowed(req, allowed, headers);
+            self.http.allowed(req, allowed, rule)
         }
     }
 }

@@ -2,6 +2,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -13,7 +14,7 @@ use tower_service::Service;
 
 use crate::body::ThrottleBody;
 use crate::layer::Shared;
-use crate::responder::{HeaderBlock, Rejection, Responder};
+use crate::responder::{Rejection, Responder, SuccessHeaders};
 
 type Pending = Pin<Box<dyn Future<Output = Decision> + Send>>;
 
@@ -21,11 +22,30 @@ pin_project! {
     /// The response future of [`Throttle`](crate::Throttle): the inner
     /// service's future, a rejection, or (with remote backends and leaky
     /// buckets) a check or a delay before the inner call.
+    ///
+    /// The common case (decided in `call`, inner future running) keeps only
+    /// the inner future and three numbers for the headers; the rare states
+    /// are boxed so they do not make every request's future larger.
     pub struct ResponseFuture<F, S, ReqBody, R> {
         #[pin]
         state: State<F, S, ReqBody, R>,
-        headers: HeaderBlock,
+        headers: SuccessHeaders,
     }
+}
+
+/// Waiting for a remote backend, with what the inner call needs.
+struct Checking<S, ReqBody, R> {
+    check: Pending,
+    service: S,
+    request: Request<ReqBody>,
+    shared: Arc<Shared<R>>,
+}
+
+/// Waiting for a leaky bucket's turn.
+struct Delaying<S, ReqBody> {
+    sleep: Pin<Box<Sleep>>,
+    service: S,
+    request: Request<ReqBody>,
 }
 
 pin_project! {
@@ -37,16 +57,10 @@ pin_project! {
             future: F,
         },
         Check {
-            check: Pending,
-            service: S,
-            request: Request<ReqBody>,
-            shared: Arc<Shared<R>>,
+            pending: Box<Checking<S, ReqBody, R>>,
         },
         Delay {
-            #[pin]
-            sleep: Sleep,
-            service: S,
-            request: Request<ReqBody>,
+            pending: Box<Delaying<S, ReqBody>>,
         },
         Reject {
             response: Option<Response<Bytes>>,
@@ -57,17 +71,17 @@ pin_project! {
 
 /// What a decision leads to.
 enum Next {
-    Call(HeaderBlock),
-    Delay(HeaderBlock, std::time::Duration),
+    Call(SuccessHeaders),
+    Delay(SuccessHeaders, Duration),
     Reject(Response<Bytes>),
 }
 
 fn next<R: Responder>(shared: &Shared<R>, parts: &Parts, decision: Decision) -> Next {
     match decision {
-        Decision::Unlimited => Next::Call(HeaderBlock::default()),
+        Decision::Unlimited => Next::Call(SuccessHeaders::none()),
         Decision::Allowed(allowed) => {
-            let mut headers = HeaderBlock::default();
-            shared.responder.allowed(parts, &allowed, &mut headers);
+            let rule = shared.rules.rule(allowed.rule);
+            let headers = shared.responder.allowed(parts, &allowed, rule);
             if allowed.delay.is_zero() {
                 Next::Call(headers)
             } else {
@@ -75,15 +89,25 @@ fn next<R: Responder>(shared: &Shared<R>, parts: &Parts, decision: Decision) -> 
             }
         }
         Decision::Denied(denied) => {
-            Next::Reject(shared.responder.reject(parts, Rejection::Limited(&denied)))
+            let rule = shared.rules.rule(denied.rule);
+            Next::Reject(shared.responder.reject(
+                parts,
+                Rejection::Limited {
+                    denied: &denied,
+                    rule,
+                },
+            ))
         }
         Decision::Unavailable(refused) => {
-            tracing::warn!(rule = refused.rule.name(), error = %refused.error, "fail-closed rule could not be checked");
-            Next::Reject(
-                shared
-                    .responder
-                    .reject(parts, Rejection::Unavailable(&refused)),
-            )
+            let rule = shared.rules.rule(refused.rule);
+            tracing::warn!(rule = rule.name(), error = %refused.error, "fail-closed rule could not be checked");
+            Next::Reject(shared.responder.reject(
+                parts,
+                Rejection::Unavailable {
+                    refused: &refused,
+                    rule,
+                },
+            ))
         }
     }
 }
@@ -94,7 +118,7 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
             state: State::Reject {
                 response: Some(response),
             },
-            headers: HeaderBlock::default(),
+            headers: SuccessHeaders::none(),
         }
     }
 
@@ -106,13 +130,29 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
     ) -> Self {
         Self {
             state: State::Check {
-                check,
-                service,
-                request,
-                shared,
+                pending: Box::new(Checking {
+                    check,
+                    service,
+                    request,
+                    shared,
+                }),
             },
-            headers: HeaderBlock::default(),
+            headers: SuccessHeaders::none(),
         }
+    }
+}
+
+fn delaying<F, S, ReqBody, R>(
+    delay: Duration,
+    service: S,
+    request: Request<ReqBody>,
+) -> State<F, S, ReqBody, R> {
+    State::Delay {
+        pending: Box::new(Delaying {
+            sleep: Box::pin(tokio::time::sleep(delay)),
+            service,
+            request,
+        }),
     }
 }
 
@@ -139,12 +179,9 @@ where
             },
             Next::Delay(headers, delay) => {
                 let clone = service.clone();
+                let ready = std::mem::replace(service, clone);
                 Self {
-                    state: State::Delay {
-                        sleep: tokio::time::sleep(delay),
-                        service: std::mem::replace(service, clone),
-                        request: Request::from_parts(parts, body),
-                    },
+                    state: delaying(delay, ready, Request::from_parts(parts, body)),
                     headers,
                 }
             }
@@ -171,17 +208,19 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
-                StateProj::Check { check, .. } => {
-                    let decision = ready!(check.as_mut().poll(cx));
-                    let StateOwned::Check {
+                StateProj::Check { pending } => {
+                    let decision = ready!(pending.check.as_mut().poll(cx));
+                    let StateOwned::Check { pending } =
+                        this.state.as_mut().project_replace(State::Done)
+                    else {
+                        unreachable!("the state was Check a moment ago")
+                    };
+                    let Checking {
                         mut service,
                         request,
                         shared,
                         ..
-                    } = this.state.as_mut().project_replace(State::Done)
-                    else {
-                        unreachable!("the state was Check a moment ago")
-                    };
+                    } = *pending;
                     let (parts, body) = request.into_parts();
                     match next(&shared, &parts, decision) {
                         Next::Call(headers) => {
@@ -191,11 +230,11 @@ where
                         }
                         Next::Delay(headers, delay) => {
                             *this.headers = headers;
-                            this.state.set(State::Delay {
-                                sleep: tokio::time::sleep(delay),
+                            this.state.set(delaying(
+                                delay,
                                 service,
-                                request: Request::from_parts(parts, body),
-                            });
+                                Request::from_parts(parts, body),
+                            ));
                         }
                         Next::Reject(response) => {
                             this.state.set(State::Reject {
@@ -204,16 +243,18 @@ where
                         }
                     }
                 }
-                StateProj::Delay { sleep, .. } => {
-                    ready!(sleep.poll(cx));
-                    let StateOwned::Delay {
-                        mut service,
-                        request,
-                        ..
-                    } = this.state.as_mut().project_replace(State::Done)
+                StateProj::Delay { pending } => {
+                    ready!(pending.sleep.as_mut().poll(cx));
+                    let StateOwned::Delay { pending } =
+                        this.state.as_mut().project_replace(State::Done)
                     else {
                         unreachable!("the state was Delay a moment ago")
                     };
+                    let Delaying {
+                        mut service,
+                        request,
+                        ..
+                    } = *pending;
                     let future = service.call(request);
                     this.state.set(State::Call { future });
                 }

@@ -46,8 +46,8 @@ pub use ip::IpPrefix;
 pub use layer::ThrottleLayer;
 pub use policy::{CostFn, Limit, MissingKey, Policy};
 pub use responder::{
-    HeaderBlock, HttpResponder, RATELIMIT, RATELIMIT_POLICY, Rejection, Responder,
-    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, rate_limit_headers,
+    HeaderBlock, HttpResponder, RATELIMIT, RATELIMIT_POLICY, Rejection, Responder, SuccessHeaders,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number, rate_limit_headers,
     reset_epoch_secs, retry_after_secs,
 };
 pub use service::Throttle;

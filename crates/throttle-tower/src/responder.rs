@@ -25,7 +25,12 @@ pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 #[non_exhaustive]
 pub enum Rejection<'a> {
     /// A rule denied the request.
-    Limited(&'a Denied),
+    Limited {
+        /// What the rule found.
+        denied: &'a Denied,
+        /// The rule (dimension) that denied it.
+        rule: &'a Rule,
+    },
     /// A rule's key material was missing and the rule rejects such requests.
     MissingKey {
         /// The rule whose key was missing.
@@ -34,7 +39,12 @@ pub enum Rejection<'a> {
         status: StatusCode,
     },
     /// A fail-closed rule's backend could not be reached.
-    Unavailable(&'a Refused),
+    Unavailable {
+        /// What went wrong.
+        refused: &'a Refused,
+        /// The rule that could not be checked.
+        rule: &'a Rule,
+    },
 }
 
 /// Headers to add to an allowed response; small and allocation-free itself.
@@ -62,6 +72,99 @@ impl HeaderBlock {
     }
 }
 
+/// Headers for an allowed request's response, decided in `call` and
+/// written when the inner service answers.
+///
+/// The standard `X-RateLimit-*` trio is kept as three numbers and rendered
+/// at the end without allocating for small values; anything else is a
+/// [`HeaderBlock`].
+#[derive(Debug, Clone, Default)]
+pub struct SuccessHeaders(SuccessRepr);
+
+#[derive(Debug, Clone, Default)]
+enum SuccessRepr {
+    #[default]
+    None,
+    Standard {
+        limit: u64,
+        remaining: u64,
+        reset_epoch: u64,
+    },
+    Block(Box<HeaderBlock>),
+}
+
+impl SuccessHeaders {
+    /// No headers.
+    pub fn none() -> Self {
+        Self(SuccessRepr::None)
+    }
+
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix epoch seconds at
+    /// which `reset` from now has passed).
+    pub fn standard(limit: u64, remaining: u64, reset: Duration) -> Self {
+        Self(SuccessRepr::Standard {
+            limit,
+            remaining,
+            reset_epoch: reset_epoch_secs(reset),
+        })
+    }
+
+    /// Any headers.
+    pub fn block(block: HeaderBlock) -> Self {
+        Self(SuccessRepr::Block(Box::new(block)))
+    }
+
+    /// Writes the headers into `headers`, replacing same-named ones.
+    pub fn apply(self, headers: &mut HeaderMap) {
+        match self.0 {
+            SuccessRepr::None => {}
+            SuccessRepr::Standard {
+                limit,
+                remaining,
+                reset_epoch,
+            } => {
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
+                headers.insert(X_RATELIMIT_REMAINING.clone(), number(remaining));
+                headers.insert(X_RATELIMIT_RESET.clone(), number(reset_epoch));
+            }
+            SuccessRepr::Block(block) => block.apply(headers),
+        }
+    }
+}
+
+/// Header values of the numbers 0 to 1023, made once.
+static SMALL_NUMBERS: std::sync::LazyLock<Box<[HeaderValue]>> =
+    std::sync::LazyLock::new(|| (0..1024u64).map(HeaderValue::from).collect());
+
+/// A recently rendered larger number and its header value.
+type Recent = (u64, Option<HeaderValue>);
+
+thread_local! {
+    /// Recently rendered larger numbers (limits, reset times), per thread:
+    /// the same few values repeat from request to request.
+    static RECENT: std::cell::RefCell<[Recent; 16]> =
+        std::cell::RefCell::new(std::array::from_fn(|_| (0, None)));
+}
+
+/// `n` as a header value; no allocation for small or recently seen numbers.
+pub fn number(n: u64) -> HeaderValue {
+    if let Some(v) = SMALL_NUMBERS.get(n as usize) {
+        return v.clone();
+    }
+    RECENT.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        let slot = &mut recent[(n % 16) as usize];
+        match &slot.1 {
+            Some(v) if slot.0 == n => v.clone(),
+            _ => {
+                let v = HeaderValue::from(n);
+                *slot = (n, Some(v.clone()));
+                v
+            }
+        }
+    })
+}
+
 /// Turns decisions into responses: a whole response for rejections, and
 /// headers for allowed requests.
 ///
@@ -72,10 +175,10 @@ pub trait Responder: Send + Sync + 'static {
     fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes>;
 
     /// Headers for an allowed request's response (default: `X-RateLimit-*`
-    /// of the most restrictive rule).
-    fn allowed(&self, req: &Parts, allowed: &Allowed, headers: &mut HeaderBlock) {
-        let _ = req;
-        rate_limit_headers(headers, allowed.limit, allowed.remaining, allowed.reset);
+    /// of the most restrictive rule, `rule`).
+    fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+        let _ = (req, rule);
+        SuccessHeaders::standard(allowed.limit, allowed.remaining, allowed.reset)
     }
 }
 
@@ -103,12 +206,9 @@ pub fn reset_epoch_secs(reset: Duration) -> u64 {
 
 /// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`.
 pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset: Duration) {
-    out.push(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(limit));
-    out.push(X_RATELIMIT_REMAINING.clone(), HeaderValue::from(remaining));
-    out.push(
-        X_RATELIMIT_RESET.clone(),
-        HeaderValue::from(reset_epoch_secs(reset)),
-    );
+    out.push(X_RATELIMIT_LIMIT.clone(), number(limit));
+    out.push(X_RATELIMIT_REMAINING.clone(), number(remaining));
+    out.push(X_RATELIMIT_RESET.clone(), number(reset_epoch_secs(reset)));
 }
 
 /// The HTTP responder: `429 Too Many Requests` with `Retry-After`, the
@@ -216,12 +316,12 @@ impl Responder for HttpResponder {
     fn reject(&self, _req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
         let mut headers = HeaderBlock::default();
         match rejection {
-            Rejection::Limited(d) => {
+            Rejection::Limited { denied: d, rule } => {
                 let secs = retry_after_secs(d.retry_after);
-                headers.push(RETRY_AFTER, HeaderValue::from(secs));
+                headers.push(RETRY_AFTER, number(secs));
                 rate_limit_headers(&mut headers, d.limit, d.remaining, d.reset);
                 if self.ietf {
-                    Self::ietf_fields(&mut headers, &d.rule, d.limit, d.remaining, secs);
+                    Self::ietf_fields(&mut headers, rule, d.limit, d.remaining, secs);
                 }
                 let mut buf = itoa::Buffer::new();
                 let message = [
@@ -230,7 +330,7 @@ impl Responder for HttpResponder {
                     " seconds.",
                 ]
                 .concat();
-                let body = json_body("RATE_LIMIT_EXCEEDED", &message, Some(secs), d.rule.name());
+                let body = json_body("RATE_LIMIT_EXCEEDED", &message, Some(secs), rule.name());
                 json_response(StatusCode::TOO_MANY_REQUESTS, body, headers)
             }
             Rejection::MissingKey { rule, status } => {
@@ -241,32 +341,47 @@ impl Responder for HttpResponder {
                     headers,
                 )
             }
-            Rejection::Unavailable(refused) => {
+            Rejection::Unavailable { rule, .. } => {
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
                 let message = "The rate limiter is unavailable. Please retry later.";
-                let body = json_body(
-                    "RATE_LIMITER_UNAVAILABLE",
-                    message,
-                    Some(1),
-                    refused.rule.name(),
-                );
+                let body = json_body("RATE_LIMITER_UNAVAILABLE", message, Some(1), rule.name());
                 json_response(StatusCode::SERVICE_UNAVAILABLE, body, headers)
             }
         }
     }
 
-    fn allowed(&self, _req: &Parts, allowed: &Allowed, headers: &mut HeaderBlock) {
-        rate_limit_headers(headers, allowed.limit, allowed.remaining, allowed.reset);
-        if self.ietf {
-            let t = retry_after_secs(allowed.reset);
-            Self::ietf_fields(headers, &allowed.rule, allowed.limit, allowed.remaining, t);
+    fn allowed(&self, _req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+        if !self.ietf {
+            return SuccessHeaders::standard(allowed.limit, allowed.remaining, allowed.reset);
         }
+        let mut headers = HeaderBlock::default();
+        rate_limit_headers(
+            &mut headers,
+            allowed.limit,
+            allowed.remaining,
+            allowed.reset,
+        );
+        let t = retry_after_secs(allowed.reset);
+        Self::ietf_fields(&mut headers, rule, allowed.limit, allowed.remaining, t);
+        SuccessHeaders::block(headers)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_render_the_same_from_the_tables_and_from_scratch() {
+        for n in [0, 1, 9, 10, 1_023, 1_024, 60_000, 1_796_025_675, u64::MAX] {
+            assert_eq!(number(n), HeaderValue::from(n));
+            assert_eq!(number(n), HeaderValue::from(n), "cached");
+        }
+        // Two values sharing a cache slot.
+        assert_eq!(number(1_040), HeaderValue::from(1_040u64));
+        assert_eq!(number(1_056), HeaderValue::from(1_056u64));
+        assert_eq!(number(1_040), HeaderValue::from(1_040u64));
+    }
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero_for_a_wait() {
