@@ -19,6 +19,18 @@
 //! - `memory-no-headers`: `memory` with a responder that adds no headers to
 //!   allowed responses, to show what the `X-RateLimit-*` headers cost.
 //!
+//! - `naive-pool`: the API-gateway design's Lua token bucket run on every
+//!   request through a `deadpool-redis` connection checkout, as an axum
+//!   middleware (the baseline the exact mode is measured against).
+//! - `naive-mux`: the same script on one shared multiplexed connection.
+//! - `exact`, `exact-2conn`: our exact mode (token bucket per client IP) on
+//!   one or two multiplexed connections.
+//! - `approximate`: our approximate mode (fixed window per client IP).
+//! - `leased`: our leased mode (token bucket per client IP, batches of 50).
+//!
+//! The Redis modes read `REDIS_URL` (default `redis://127.0.0.1:6379`) and
+//! use quotas so large that nothing is denied.
+//!
 //! Every mode serves with `into_make_service_with_connect_info::<SocketAddr>()`
 //! so that they differ only by the layer. The server stops on Ctrl-C or
 //! `SIGINT`.
@@ -26,6 +38,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::IntoResponse;
 use axum::{Router, routing::get};
 use bytes::Bytes;
 use http::Response;
@@ -34,8 +49,13 @@ use throttle_axum::{
     Allowed, ClientIp, HttpResponder, MemoryBackend, Policy, Quota, Rejection, Responder, Rule,
     SuccessHeaders, ThrottleLayer,
 };
+use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
 
 /// A token bucket per client IP with `quota`, on the memory backend.
 fn ours(quota: Quota) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
@@ -54,6 +74,96 @@ impl Responder for NoSuccessHeaders {
     fn allowed(&self, _req: &Parts, _allowed: &Allowed, _rule: &Rule) -> SuccessHeaders {
         SuccessHeaders::none()
     }
+}
+
+/// The token bucket script of the API-gateway design, verbatim.
+const SEED_TOKEN_BUCKET: &str = r#"
+local key = KEYS[1]
+local capacity = tonumber(ARGV[1])
+local refill_rate = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+
+local data = redis.call('HMGET', key, 'tokens', 'last_updated')
+local tokens = tonumber(data[1])
+local last_updated = tonumber(data[2])
+
+if tokens == nil then
+    tokens = capacity
+    last_updated = now
+else
+    local delta = math.max(0, now - last_updated)
+    tokens = math.min(capacity, tokens + delta * refill_rate)
+    last_updated = now
+end
+
+if tokens >= cost then
+    tokens = tokens - cost
+    redis.call('HMSET', key, 'tokens', tokens, 'last_updated', last_updated)
+    local ttl = math.ceil(capacity / refill_rate / 1000) * 2
+    redis.call('EXPIRE', key, math.max(60, ttl))
+    return { 1, math.floor(tokens) }
+else
+    redis.call('HMSET', key, 'tokens', tokens, 'last_updated', last_updated)
+    return { 0, math.floor(tokens) }
+end
+"#;
+
+/// Where the naive middleware gets its connection.
+#[derive(Clone)]
+enum NaiveConn {
+    Pool(deadpool_redis::Pool),
+    Mux(redis::aio::ConnectionManager),
+}
+
+struct Naive {
+    conn: NaiveConn,
+    script: redis::Script,
+}
+
+/// The naive middleware: one script call per request, nothing else.
+async fn naive(
+    State(naive): State<std::sync::Arc<Naive>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> axum::response::Response {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut inv = naive.script.prepare_invoke();
+    inv.key(format!("rl:naive:{}", peer.ip()))
+        .arg(1_000_000_000u64)
+        .arg(1_000_000u64)
+        .arg(now_ms)
+        .arg(1);
+    let reply: redis::RedisResult<Vec<i64>> = match &naive.conn {
+        NaiveConn::Pool(pool) => match pool.get().await {
+            Ok(mut conn) => inv.invoke_async(&mut conn).await,
+            Err(e) => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "pool",
+                e.to_string(),
+            ))),
+        },
+        NaiveConn::Mux(conn) => inv.invoke_async(&mut conn.clone()).await,
+    };
+    match reply {
+        Ok(r) if r.first() == Some(&1) => next.run(req).await,
+        Ok(_) => http::StatusCode::TOO_MANY_REQUESTS.into_response(),
+        Err(_) => http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// A per-client-IP rule on a Redis backend.
+fn redis_layer(
+    backend: RedisBackend,
+    rule: Rule,
+) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
+    Ok(ThrottleLayer::new(
+        Policy::new().rule(rule, ClientIp::default()),
+        backend,
+    )?)
 }
 
 #[tokio::main]
@@ -104,10 +214,59 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 NoSuccessHeaders(HttpResponder::new()),
             )?)
         }
+        "naive-pool" | "naive-mux" => {
+            let conn = if mode == "naive-pool" {
+                let pool = deadpool_redis::Config::from_url(redis_url())
+                    .create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+                NaiveConn::Pool(pool)
+            } else {
+                NaiveConn::Mux(
+                    redis::aio::ConnectionManager::new(redis::Client::open(redis_url())?).await?,
+                )
+            };
+            let state = std::sync::Arc::new(Naive {
+                conn,
+                script: redis::Script::new(SEED_TOKEN_BUCKET),
+            });
+            app.layer(axum::middleware::from_fn_with_state(state, naive))
+        }
+        "exact" | "exact-2conn" => {
+            let connections = if mode == "exact" { 1 } else { 2 };
+            let backend =
+                RedisBackend::exact(RedisConfig::standalone(redis_url()).connections(connections))
+                    .await?;
+            app.layer(redis_layer(
+                backend,
+                Rule::new("ip", Quota::per_second(1_000_000_000)).token_bucket(),
+            )?)
+        }
+        "approximate" => {
+            let backend = RedisBackend::approximate(
+                RedisConfig::standalone(redis_url()),
+                ApproximateOptions::default(),
+            )
+            .await?;
+            app.layer(redis_layer(
+                backend,
+                Rule::new("ip", Quota::per_second(1_000_000_000)).fixed_window(),
+            )?)
+        }
+        "leased" => {
+            let backend = RedisBackend::leased(
+                RedisConfig::standalone(redis_url()),
+                LeaseOptions::default(),
+            )
+            .await?;
+            app.layer(redis_layer(
+                backend,
+                Rule::new("ip", Quota::per_second(1_000_000_000)).token_bucket(),
+            )?)
+        }
         other => {
             return Err(format!(
                 "unknown BENCH_MODE {other:?}: use bare, governor, governor-headers, \
-                 governor-deny, memory, memory-deny or memory-no-headers"
+                 governor-deny, memory, memory-deny, memory-no-headers, naive-pool, naive-mux, \
+                 exact, exact-2conn, approximate or leased"
             )
             .into());
         }

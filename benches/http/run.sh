@@ -15,7 +15,9 @@
 # tower_governor. About 4 minutes with the defaults.
 #
 # Settings (environment variables):
-#   MODES        modes to run, in order (default: "bare governor
+#   MODES        modes to run, in order (the Redis modes naive-pool,
+#                naive-mux, exact, exact-2conn, approximate and leased
+#                start a private redis-server; default: "bare governor
 #                governor-headers memory memory-deny governor-deny"; the
 #                server also knows "memory-no-headers"; see
 #                examples/bench_server.rs for what each one is)
@@ -92,14 +94,42 @@ fi
 CLK_TCK=$(getconf CLK_TCK)
 WORK=$(mktemp -d)
 SERVER_PID=""
+REDIS_PID=""
 cleanup() {
     if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
         kill -INT "$SERVER_PID" 2>/dev/null || true
         wait "$SERVER_PID" 2>/dev/null || true
     fi
+    if [ -n "$REDIS_PID" ]; then
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+
+# --- redis --------------------------------------------------------------------
+# The Redis modes get a private redis-server on a free port (never one you
+# already run), emptied before every run. It is not pinned: it shares the
+# machine with the server and wrk, as a co-located Redis would.
+REDIS_MODES=" naive-pool naive-mux exact exact-2conn approximate leased "
+needs_redis=""
+for mode in $MODES; do
+    case $REDIS_MODES in *" $mode "*) needs_redis=1 ;; esac
+done
+if [ -n "$needs_redis" ]; then
+    command -v redis-server >/dev/null 2>&1 || { say "the Redis modes need redis-server"; exit 1; }
+    REDIS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+        >"$WORK/redis.log" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 100); do
+        redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+    say "redis-server for the Redis modes on port $REDIS_PORT"
+fi
 
 # CPU ticks (user + system, all threads) used so far by process $1.
 cpu_ticks() {
@@ -115,6 +145,9 @@ cpu_ticks() {
 # "mode rps server_cpu% wrk_cpu% non2xx requests server_us_per_request".
 run_mode() {
     local mode=$1 log="$WORK/server.log"
+    if [ -n "$REDIS_PID" ]; then
+        redis-cli -p "$REDIS_PORT" flushall >/dev/null
+    fi
     BENCH_MODE=$mode BENCH_LISTEN=$LISTEN "${SERVER_PIN[@]}" "$BIN" >"$log" 2>&1 &
     SERVER_PID=$!
     local ready=""

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::algorithm::Step;
 use crate::backend::{Acquire, Limiter, Outcome, Unavailable};
 use crate::{Backend, ConfigError, Key, Rule};
 
@@ -30,6 +29,9 @@ pub struct Allowed {
     /// How long the request must wait for its turn (leaky bucket rules);
     /// zero for every other algorithm.
     pub delay: Duration,
+    /// When that rule's backend decided, in microseconds since the Unix
+    /// epoch (`reset` counts from there).
+    pub at_us: u64,
 }
 
 /// The request is over a limit.
@@ -46,6 +48,9 @@ pub struct Denied {
     pub retry_after: Duration,
     /// Time until that rule is back to its full allowance.
     pub reset: Duration,
+    /// When that rule's backend decided, in microseconds since the Unix
+    /// epoch (`retry_after` and `reset` count from there).
+    pub at_us: u64,
 }
 
 /// A rule's backend could not answer and the rule fails closed.
@@ -283,7 +288,8 @@ impl RuleSet {
     fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
         let rule = d.rule;
         match result {
-            Ok(Outcome { step, .. }) => Decision::Denied(Denied {
+            Ok(Outcome { step, at_us, .. }) => Decision::Denied(Denied {
+                at_us,
                 limit: self.rules[rule].rule.capacity(),
                 remaining: step.remaining,
                 retry_after: Duration::from_micros(step.retry_after_us.max(1)),
@@ -295,23 +301,24 @@ impl RuleSet {
     }
 
     fn allowed(&self, demands: &[Demand], held: &[(usize, Outcome)]) -> Decision {
-        let mut tightest: Option<(usize, Step)> = None;
+        let mut tightest: Option<(usize, Outcome)> = None;
         let mut delay_us = 0;
         for &(i, o) in held {
             delay_us = delay_us.max(o.step.delay_us);
-            if tightest.is_none_or(|(_, t)| o.step.remaining < t.remaining) {
-                tightest = Some((i, o.step));
+            if tightest.is_none_or(|(_, t)| o.step.remaining < t.step.remaining) {
+                tightest = Some((i, o));
             }
         }
         match tightest {
             None => Decision::Unlimited,
-            Some((i, step)) => {
+            Some((i, Outcome { step, at_us, .. })) => {
                 let rule = demands[i].rule;
                 Decision::Allowed(Allowed {
                     limit: self.rules[rule].rule.capacity(),
                     remaining: step.remaining,
                     reset: Duration::from_micros(step.reset_us),
                     delay: Duration::from_micros(delay_us),
+                    at_us,
                     rule,
                 })
             }

@@ -319,14 +319,15 @@ impl SpanState {
 }
 
 impl SpanMeter {
+    // Periods are at most 366 days (3.2e13 us) and spans at most 1000, so
+    // these products fit in a u64.
     fn span_of(&self, interval: u64, now_us: u64) -> u64 {
         let into = now_us - interval * self.interval_us;
-        (u128::from(into) * u128::from(self.spans) / u128::from(self.interval_us)) as u64
+        into * self.spans / self.interval_us
     }
 
     fn span_end(&self, interval: u64, span: u64) -> u64 {
-        interval * self.interval_us
-            + (u128::from(span + 1) * u128::from(self.interval_us) / u128::from(self.spans)) as u64
+        interval * self.interval_us + (span + 1) * self.interval_us / self.spans
     }
 
     /// Moves the state to `now`'s interval and span; returns `now` (never

@@ -1,7 +1,19 @@
-//! Exact mode: one atomic script per check.
+//! Exact mode: atomic scripts, with Redis' own clock.
+//!
+//! Checks of one rule that arrive while a call for that rule is on its way
+//! are sent together in the next call: the batch script runs them in order,
+//! exactly as separate calls would, but reads and writes a repeated key once
+//! and costs one round trip, one `EVALSHA` and one `TIME` for all of them.
+//! A lone check goes out at once, so batching adds no latency; under load
+//! batches grow with the concurrency, and a hot key (the attack case) costs
+//! Redis a small fraction of one call per request.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
 
 use redis::{Script, ScriptInvocation};
 use throttle_core::algorithm::{
@@ -16,10 +28,27 @@ use throttle_core::{
 use crate::conn::{Failure, Redis};
 use crate::keys::KeyBase;
 use crate::scripts::{
-    FIXED_WINDOW_RELEASE_SCRIPT, FIXED_WINDOW_SCRIPT, GCRA_RELEASE_SCRIPT, GCRA_SCRIPT,
-    SLIDING_COUNTER_RELEASE_SCRIPT, SLIDING_COUNTER_SCRIPT, SLIDING_LOG_RELEASE_SCRIPT,
+    FIXED_WINDOW_BATCH_SCRIPT, FIXED_WINDOW_RELEASE_SCRIPT, GCRA_BATCH_SCRIPT, GCRA_RELEASE_SCRIPT,
+    SLIDING_COUNTER_BATCH_SCRIPT, SLIDING_COUNTER_RELEASE_SCRIPT, SLIDING_LOG_RELEASE_SCRIPT,
     SLIDING_LOG_SCRIPT,
 };
+
+/// The most checks one batch call carries.
+const MAX_BATCH: usize = 256;
+
+/// A check waiting for the next batch call.
+struct Job {
+    key: Key,
+    cost: u64,
+    reply: oneshot::Sender<Result<Outcome, Unavailable>>,
+}
+
+/// The checks of one rule waiting to be sent, and whether a call is out.
+#[derive(Default)]
+struct Batcher {
+    queue: Mutex<Vec<Job>>,
+    sending: AtomicBool,
+}
 
 /// The scripts add the bucket's depth to Unix-epoch microseconds in Lua
 /// doubles, exact below 2^53: depths up to 2^52 us (about 140 years) fit.
@@ -81,81 +110,117 @@ impl Compiled {
         }
     }
 
-    fn script(&self) -> &'static Script {
+    /// The script that runs many checks of this rule in one call, for
+    /// every algorithm but the log (whose checks each walk a sorted set).
+    fn batch_script(&self) -> Option<&'static Script> {
         match self {
-            Self::Fixed(_) => &FIXED_WINDOW_SCRIPT,
-            Self::Counter(_) => &SLIDING_COUNTER_SCRIPT,
-            Self::Log(_) => &SLIDING_LOG_SCRIPT,
-            Self::Gcra(_) => &GCRA_SCRIPT,
+            Self::Fixed(_) => Some(&FIXED_WINDOW_BATCH_SCRIPT),
+            Self::Counter(_) => Some(&SLIDING_COUNTER_BATCH_SCRIPT),
+            Self::Gcra(_) => Some(&GCRA_BATCH_SCRIPT),
+            Self::Log(_) => None,
         }
     }
 
-    /// The script's arguments after the keys.
-    fn args(&self, inv: &mut ScriptInvocation<'_>, now: u64, cost: u64) {
+    /// The batch script's arguments after the keys: "now", the rule's
+    /// parameters, then each check's cost.
+    fn batch_args(
+        &self,
+        inv: &mut ScriptInvocation<'_>,
+        now: u64,
+        costs: impl Iterator<Item = u64>,
+    ) {
         inv.arg(now);
         match self {
-            Self::Fixed(m) => inv.arg(m.capacity()).arg(m.period_us()).arg(cost),
-            Self::Counter(m) => inv.arg(m.capacity()).arg(m.period_us()).arg(cost),
-            Self::Log(m) => inv.arg(m.capacity()).arg(m.period_us()).arg(cost),
-            Self::Gcra(m) => {
-                let (inc_us, inc_rem) = m.increment(cost);
-                let (tau_us, tau_rem) = m.tau();
-                inv.arg(m.limit())
-                    .arg(inc_us)
-                    .arg(inc_rem)
-                    .arg(tau_us)
-                    .arg(tau_rem)
-            }
-        };
-    }
-
-    /// Turns the script's reply into the step and the script's "now", with
-    /// the same report code the memory backend uses.
-    fn step(&self, reply: &[i64], cost: u64) -> Option<(Step, u64)> {
-        let n = |i: usize| reply.get(i).and_then(|&v| u64::try_from(v).ok());
-        let allowed = n(0)? == 1;
-        Some(match self {
             Self::Fixed(m) => {
-                let st = FixedWindowState {
-                    window: n(1)?,
-                    count: n(2)?,
-                };
-                (m.report(&st, n(3)?, cost, allowed), n(3)?)
+                inv.arg(m.capacity()).arg(m.period_us());
+                costs.for_each(|c| {
+                    inv.arg(c);
+                });
             }
             Self::Counter(m) => {
-                let st = SlidingWindowCounterState {
-                    window: n(1)?,
-                    cur: n(2)?,
-                    prev: n(3)?,
-                };
-                (m.report(&st, n(4)?, cost, allowed), n(4)?)
+                inv.arg(m.capacity()).arg(m.period_us());
+                costs.for_each(|c| {
+                    inv.arg(c);
+                });
             }
             Self::Gcra(m) => {
-                let st = GcraState {
-                    tat_us: n(1)?,
-                    tat_rem: n(2)?,
-                };
-                (m.report(&st, n(3)?, cost, allowed), n(3)?)
+                let (tau_us, tau_rem) = m.tau();
+                inv.arg(m.limit()).arg(tau_us).arg(tau_rem);
+                costs.for_each(|c| {
+                    let (inc_us, inc_rem) = m.increment(c);
+                    inv.arg(inc_us).arg(inc_rem);
+                });
             }
-            Self::Log(m) => {
-                let (total, now) = (n(1)?, n(2)?);
-                let newest = reply.get(3).copied()?;
-                let fit = reply.get(4).copied()?;
-                let period = m.period_us();
-                let step = Step {
-                    allowed,
-                    remaining: m.capacity() - total.min(m.capacity()),
-                    reset_us: u64::try_from(newest).map_or(0, |at| at + period - now),
-                    retry_after_us: match (allowed, u64::try_from(fit)) {
-                        (true, _) => 0,
-                        (false, Ok(at)) if cost <= m.capacity() => at + period - now,
-                        (false, _) => period,
-                    },
-                    delay_us: 0,
-                };
-                (step, now)
-            }
-        })
+            Self::Log(_) => {}
+        }
+    }
+
+    /// Turns a batch script's reply into each check's step and "now", with
+    /// the same report code the memory backend uses.
+    fn batch_steps(&self, reply: &[i64], costs: &[u64]) -> Option<Vec<(Step, u64)>> {
+        let n = |i: usize| reply.get(i).and_then(|&v| u64::try_from(v).ok());
+        let mut steps = Vec::with_capacity(costs.len());
+        for (j, &cost) in costs.iter().enumerate() {
+            steps.push(match self {
+                Self::Fixed(m) => {
+                    let at = 4 * j;
+                    let st = FixedWindowState {
+                        window: n(at + 1)?,
+                        count: n(at + 2)?,
+                    };
+                    let now = n(at + 3)?;
+                    (m.report(&st, now, cost, n(at)? == 1), now)
+                }
+                Self::Counter(m) => {
+                    let at = 5 * j;
+                    let st = SlidingWindowCounterState {
+                        window: n(at + 1)?,
+                        cur: n(at + 2)?,
+                        prev: n(at + 3)?,
+                    };
+                    let now = n(at + 4)?;
+                    (m.report(&st, now, cost, n(at)? == 1), now)
+                }
+                Self::Gcra(m) => {
+                    let at = 3 * j;
+                    let st = GcraState {
+                        tat_us: n(at + 1)?,
+                        tat_rem: n(at + 2)?,
+                    };
+                    let now = n(3 * costs.len())?;
+                    (m.report(&st, now, cost, n(at)? == 1), now)
+                }
+                Self::Log(_) => return None,
+            });
+        }
+        Some(steps)
+    }
+
+    /// The log's arguments after the keys.
+    fn log_args(m: &SlidingWindowLog, inv: &mut ScriptInvocation<'_>, now: u64, cost: u64) {
+        inv.arg(now).arg(m.capacity()).arg(m.period_us()).arg(cost);
+    }
+
+    /// Turns the log script's reply into the step and the script's "now".
+    fn log_step(m: &SlidingWindowLog, reply: &[i64], cost: u64) -> Option<(Step, u64)> {
+        let n = |i: usize| reply.get(i).and_then(|&v| u64::try_from(v).ok());
+        let allowed = n(0)? == 1;
+        let (total, now) = (n(1)?, n(2)?);
+        let newest = reply.get(3).copied()?;
+        let fit = reply.get(4).copied()?;
+        let period = m.period_us();
+        let step = Step {
+            allowed,
+            remaining: m.capacity() - total.min(m.capacity()),
+            reset_us: u64::try_from(newest).map_or(0, |at| at + period - now),
+            retry_after_us: match (allowed, u64::try_from(fit)) {
+                (true, _) => 0,
+                (false, Ok(at)) if cost <= m.capacity() => at + period - now,
+                (false, _) => period,
+            },
+            delay_us: 0,
+        };
+        Some((step, now))
     }
 
     fn release_script(&self) -> &'static Script {
@@ -188,6 +253,7 @@ struct Inner {
     keys: KeyBase,
     /// Fail open: counts locally (never denies); local fallback: decides.
     local: Option<Arc<dyn Limiter>>,
+    batcher: Batcher,
 }
 
 /// One rule in the exact mode: every check is one `EVALSHA` of the rule's
@@ -215,6 +281,7 @@ impl ExactLimiter {
             compiled,
             keys,
             local,
+            batcher: Batcher::default(),
         })))
     }
 }
@@ -267,16 +334,19 @@ impl Inner {
         inv
     }
 
-    async fn remote(self: Arc<Self>, key: Key, cost: u64) -> Result<Outcome, Unavailable> {
-        let mut inv = self.invocation(self.compiled.script(), &key);
-        self.compiled.args(&mut inv, self.redis.script_now(), cost);
+    /// One check of a sliding window log, in its own call.
+    async fn log(
+        self: Arc<Self>,
+        m: SlidingWindowLog,
+        key: Key,
+        cost: u64,
+    ) -> Result<Outcome, Unavailable> {
+        let mut inv = self.invocation(&SLIDING_LOG_SCRIPT, &key);
+        Compiled::log_args(&m, &mut inv, self.redis.script_now(), cost);
         let failure = match self.redis.eval::<Vec<i64>>(&inv).await {
-            Ok(reply) => match self.compiled.step(&reply, cost) {
+            Ok(reply) => match Compiled::log_step(&m, &reply, cost) {
                 Some((step, at_us)) => return Ok(Outcome::new(step, at_us)),
-                None => Failure::Error(redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "unexpected reply from the rate-limit script",
-                ))),
+                None => unexpected_reply(),
             },
             Err(failure) => failure,
         };
@@ -284,10 +354,118 @@ impl Inner {
         self.degraded(&key, cost)
     }
 
+    /// Queues a check for the next batch call, starting one if none is out.
+    fn enqueue(self: &Arc<Self>, key: Key, cost: u64) -> Acquire {
+        let (reply, answer) = oneshot::channel();
+        self.batcher.queue.lock().push(Job { key, cost, reply });
+        if !self.batcher.sending.swap(true, Ordering::AcqRel) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(self.clone().send_batches());
+                }
+                Err(_) => {
+                    // No runtime to send from: decide by failure policy.
+                    self.batcher.sending.store(false, Ordering::Release);
+                    let jobs = std::mem::take(&mut *self.batcher.queue.lock());
+                    self.answer_degraded(jobs);
+                }
+            }
+        }
+        let rule = self.rule.name().to_owned();
+        Acquire::Pending(Box::pin(async move {
+            answer.await.unwrap_or_else(|_| {
+                Err(Unavailable::new(format!(
+                    "the check of rule {rule} was dropped"
+                )))
+            })
+        }))
+    }
+
+    /// Sends what is queued, one call at a time, until the queue is empty.
+    async fn send_batches(self: Arc<Self>) {
+        loop {
+            let jobs = std::mem::take(&mut *self.batcher.queue.lock());
+            if jobs.is_empty() {
+                self.batcher.sending.store(false, Ordering::Release);
+                // A check queued between the take and the store above would
+                // wait for nobody: take the sending role back if so.
+                if self.batcher.queue.lock().is_empty()
+                    || self.batcher.sending.swap(true, Ordering::AcqRel)
+                {
+                    return;
+                }
+                continue;
+            }
+            if self.redis.is_cluster() {
+                // A script touches one slot: one call per key (concurrently).
+                let mut by_key: HashMap<Key, Vec<Job>> = HashMap::new();
+                for job in jobs {
+                    by_key.entry(job.key).or_default().push(job);
+                }
+                futures_util::future::join_all(by_key.into_values().map(|group| self.send(group)))
+                    .await;
+            } else {
+                let mut jobs = jobs;
+                while jobs.len() > MAX_BATCH {
+                    let rest = jobs.split_off(MAX_BATCH);
+                    self.send(jobs).await;
+                    jobs = rest;
+                }
+                self.send(jobs).await;
+            }
+        }
+    }
+
+    /// One batch call; answers every check in it.
+    async fn send(&self, jobs: Vec<Job>) {
+        let Some(script) = self.compiled.batch_script() else {
+            return self.answer_degraded(jobs);
+        };
+        if self.redis.breaker.is_open() {
+            return self.answer_degraded(jobs);
+        }
+        let mut inv = script.prepare_invoke();
+        for job in &jobs {
+            for suffix in self.compiled.suffixes() {
+                inv.key(self.keys.key(&job.key, suffix));
+            }
+        }
+        let costs: Vec<u64> = jobs.iter().map(|j| j.cost).collect();
+        self.compiled
+            .batch_args(&mut inv, self.redis.script_now(), costs.iter().copied());
+        let failure = match self.redis.eval::<Vec<i64>>(&inv).await {
+            Ok(reply) => match self.compiled.batch_steps(&reply, &costs) {
+                Some(steps) => {
+                    for (job, (step, at_us)) in jobs.into_iter().zip(steps) {
+                        let _ = job.reply.send(Ok(Outcome::new(step, at_us)));
+                    }
+                    return;
+                }
+                None => unexpected_reply(),
+            },
+            Err(failure) => failure,
+        };
+        tracing::debug!(rule = self.rule.name(), %failure, checks = jobs.len(), "deciding by failure policy");
+        self.answer_degraded(jobs);
+    }
+
+    fn answer_degraded(&self, jobs: Vec<Job>) {
+        for job in jobs {
+            let _ = job.reply.send(self.degraded(&job.key, job.cost));
+        }
+    }
+
     /// The rule's failure policy decides.
     pub(crate) fn degraded(&self, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
         degraded(&self.redis, &self.rule, self.local.as_deref(), key, cost)
     }
+}
+
+fn unexpected_reply() -> Failure {
+    Failure::Error(redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "unexpected reply from the rate-limit script",
+    )))
 }
 
 /// Decides by the rule's failure policy, with its local limiter.
@@ -324,7 +502,10 @@ impl Limiter for ExactLimiter {
         if self.0.redis.breaker.is_open() {
             return Acquire::Ready(self.0.degraded(key, cost));
         }
-        Acquire::Pending(Box::pin(self.0.clone().remote(*key, cost)))
+        match self.0.compiled {
+            Compiled::Log(m) => Acquire::Pending(Box::pin(self.0.clone().log(m, *key, cost))),
+            _ => self.0.enqueue(*key, cost),
+        }
     }
 
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {

@@ -25,6 +25,8 @@ use throttle_core::{
     Acquire, Algorithm, Clock, ConfigError, Key, Limiter, MemoryBackend, MemoryLimiter, Outcome,
     Rule, Unavailable,
 };
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 
 use crate::conn::{Failure, Redis};
 use crate::exact::{degraded, local_limiter};
@@ -77,7 +79,10 @@ impl Default for LeaseOptions {
 
 impl LeaseOptions {
     /// Tokens taken per lease (default 50). Redis load falls by about this
-    /// factor; the worst-case overshoot is one batch per instance.
+    /// factor. A hot key whose requests outrun its batches doubles its batch
+    /// up to 1/64 of the bucket (at most 4,096 tokens), back to this when it
+    /// goes idle: the worst-case overshoot is one batch per instance, the
+    /// larger of this and 1/64 of the bucket.
     #[must_use]
     pub fn batch(mut self, batch: u64) -> Self {
         self.batch = batch;
@@ -215,16 +220,19 @@ impl Shared {
 }
 
 /// Per-key state of the leased mode.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub(crate) struct LeaseState {
     /// Tokens held locally.
     tokens: u64,
     /// The bucket was empty: deny locally until then.
     exhausted_until: u64,
-    /// A background lease is on its way.
-    fetching: bool,
+    /// A batch lease is on its way; requests the local tokens cannot pay
+    /// for wait for it here instead of each calling Redis.
+    fetching: Option<Arc<Notify>>,
     /// Last time a token was spent (or leased).
     used_at: u64,
+    /// This key's batch, grown while it is hot (0: the configured batch).
+    batch: u64,
     /// When the bucket is full again, as of the last lease.
     full_at: u64,
 }
@@ -254,7 +262,7 @@ impl Meter for LeaseMeter {
     }
 
     fn idle_at(&self, st: &LeaseState) -> u64 {
-        if st.tokens > 0 || st.fetching {
+        if st.tokens > 0 || st.fetching.is_some() {
             return u64::MAX;
         }
         (st.used_at + self.return_after_us).max(st.exhausted_until)
@@ -287,8 +295,21 @@ struct Lease {
 
 /// What the local table said about a request.
 enum Local {
-    Decided(Step, bool),
+    /// Decided here; the next batch to fetch in the background, if due.
+    Decided(Step, Option<u64>),
+    /// Lease `want` tokens now (`batch`: this lease brings the next batch).
     Fetch { want: u64, batch: bool },
+    /// A batch is on its way: wait for it.
+    Wait(OwnedNotified),
+}
+
+/// Marks a batch lease as started; false if one already is.
+fn start_fetch(st: &mut LeaseState) -> bool {
+    if st.fetching.is_some() {
+        return false;
+    }
+    st.fetching = Some(Arc::new(Notify::new()));
+    true
 }
 
 /// One rule in the leased mode.
@@ -301,6 +322,8 @@ pub(crate) struct LeaseRule {
     store: Arc<MemoryLimiter<LeaseMeter, Arc<dyn Clock>>>,
     local: Option<Arc<dyn Limiter>>,
     batch: u64,
+    /// The most a hot key's batch grows to.
+    max_batch: u64,
 }
 
 /// A limiter of the leased mode.
@@ -354,6 +377,7 @@ impl LeaseLimiter {
             store,
             local,
             batch,
+            max_batch: batch.max((gcra.capacity() / 64).min(MAX_BATCH)),
         });
         shared.rules.lock().push(Arc::downgrade(&this));
         if this.redis.config.test_clock.is_none() {
@@ -419,18 +443,22 @@ impl LeaseRule {
     }
 
     /// The local part of a check: spend local tokens, or say what to fetch.
+    ///
+    /// A key whose requests outrun its batches (they had to wait for one)
+    /// doubles its batch, up to `max_batch`, so a hot key needs fewer Redis
+    /// calls and waits; the low-water mark grows with it. It falls back to
+    /// the configured batch when the key goes idle.
     fn local(&self, key: &Key, cost: u64) -> (Local, u64) {
         let low_water = self.shared.options.low_water;
-        let batch = self.batch;
+        let (configured, max_batch) = (self.batch, self.max_batch);
         self.store.with_state(key, |st, now| {
+            let batch = st.batch.max(configured);
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
                 let step = spend(st, now, cost);
-                let prefetch = st.tokens < low_water && !st.fetching && !exhausted;
-                if prefetch {
-                    st.fetching = true;
-                }
-                return (Local::Decided(step, prefetch), now);
+                let low = low_water * batch / configured;
+                let prefetch = st.tokens < low && !exhausted && start_fetch(st);
+                return (Local::Decided(step, prefetch.then_some(batch)), now);
             }
             if exhausted {
                 let step = Step {
@@ -440,21 +468,20 @@ impl LeaseRule {
                     retry_after_us: st.exhausted_until - now,
                     delay_us: 0,
                 };
-                return (Local::Decided(step, false), now);
+                return (Local::Decided(step, None), now);
             }
-            // Not enough here: this request's cost, plus the next batch if
-            // nobody is fetching one already.
-            let with_batch = !st.fetching;
-            if with_batch {
-                st.fetching = true;
+            // Not enough here: wait for the batch on its way, or lease this
+            // request's whole cost (tokens left here may go to concurrent
+            // requests meanwhile) plus the next batch.
+            st.batch = (batch * 2).min(max_batch);
+            if let Some(notify) = &st.fetching {
+                return (Local::Wait(notify.clone().notified_owned()), now);
             }
-            // The request leases its whole cost itself: tokens left here may
-            // go to concurrent requests meanwhile.
-            let want = cost + if with_batch { batch } else { 0 };
+            start_fetch(st);
             (
                 Local::Fetch {
-                    want,
-                    batch: with_batch,
+                    want: cost + batch,
+                    batch: true,
                 },
                 now,
             )
@@ -487,10 +514,12 @@ impl LeaseRule {
         } else {
             0
         };
-        self.store
+        let mut waiters = None;
+        let step = self
+            .store
             .update(key, |st| {
                 if batch {
-                    st.fetching = false;
+                    waiters = st.fetching.take();
                 }
                 st.full_at = full_at;
                 if short {
@@ -518,25 +547,34 @@ impl LeaseRule {
                 reset_us: full.reset_us,
                 retry_after_us: u64::from(granted < cost),
                 delay_us: 0,
-            })
+            });
+        if let Some(waiters) = waiters {
+            waiters.notify_waiters();
+        }
+        step
+    }
+
+    /// A batch lease failed: lets the requests waiting for it try again.
+    fn end_fetch(&self, key: &Key) {
+        if let Some(waiters) = self.store.update(key, |st| st.fetching.take()).flatten() {
+            waiters.notify_waiters();
+        }
     }
 
     /// Fetches the next batch in the background.
-    fn prefetch(self: &Arc<Self>, key: Key) {
+    fn prefetch(self: &Arc<Self>, key: Key, batch: u64) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.store.update(&key, |st| st.fetching = false);
+            self.end_fetch(&key);
             return;
         };
         let this = self.clone();
         this.shared.in_flight.fetch_add(1, Ordering::AcqRel);
         rt.spawn(async move {
-            match this.lease(&key, 1, this.batch).await {
+            match this.lease(&key, 1, batch).await {
                 Ok(lease) => {
-                    this.record(&key, &lease, this.batch, 0, true);
+                    this.record(&key, &lease, batch, 0, true);
                 }
-                Err(_) => {
-                    this.store.update(&key, |st| st.fetching = false);
-                }
+                Err(_) => this.end_fetch(&key),
             }
             this.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
         });
@@ -565,12 +603,61 @@ impl LeaseRule {
             }
             Err(failure) => {
                 if batch {
-                    self.store.update(&key, |st| st.fetching = false);
+                    self.end_fetch(&key);
                 }
                 tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
                 degraded(&self.redis, &self.rule, self.local.as_deref(), &key, cost)
             }
         }
+    }
+
+    /// A request that waits for the batch on its way, then decides locally
+    /// like any other. If batches keep running out before its turn (more
+    /// concurrent requests than a batch holds), it leases its own cost.
+    async fn queue(
+        self: Arc<Self>,
+        key: Key,
+        cost: u64,
+        mut notified: OwnedNotified,
+    ) -> Result<Outcome, Unavailable> {
+        self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
+        for _ in 0..8 {
+            notified.await;
+            match self.local(&key, cost) {
+                (Local::Decided(step, prefetch), now) => {
+                    if let Some(batch) = prefetch {
+                        self.prefetch(key, batch);
+                    }
+                    if !step.allowed {
+                        self.shared
+                            .counters
+                            .local_denials
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(Outcome::new(step, now));
+                }
+                (Local::Fetch { want, batch }, _) => {
+                    if self.redis.breaker.is_open() {
+                        if batch {
+                            self.end_fetch(&key);
+                        }
+                        return degraded(
+                            &self.redis,
+                            &self.rule,
+                            self.local.as_deref(),
+                            &key,
+                            cost,
+                        );
+                    }
+                    return self.wait(key, cost, want, batch).await;
+                }
+                (Local::Wait(next), _) => notified = next,
+            }
+        }
+        if self.redis.breaker.is_open() {
+            return degraded(&self.redis, &self.rule, self.local.as_deref(), &key, cost);
+        }
+        self.wait(key, cost, cost, false).await
     }
 
     /// Gives tokens back to the bucket: those of keys idle for
@@ -580,9 +667,10 @@ impl LeaseRule {
         let idle = self.shared.options.return_after.as_micros() as u64;
         let mut back = Vec::new();
         self.store.for_each(|key, st| {
-            if st.tokens > 0 && !st.fetching && (all || st.used_at + idle <= now) {
+            if st.tokens > 0 && st.fetching.is_none() && (all || st.used_at + idle <= now) {
                 back.push((*key, st.tokens));
                 st.tokens = 0;
+                st.batch = 0;
             }
         });
         let mut ok = true;
@@ -612,8 +700,8 @@ impl Limiter for LeaseLimiter {
         let rule = &self.0;
         match rule.local(key, cost) {
             (Local::Decided(step, prefetch), now) => {
-                if prefetch {
-                    rule.prefetch(*key);
+                if let Some(batch) = prefetch {
+                    rule.prefetch(*key, batch);
                 }
                 if !step.allowed {
                     rule.shared
@@ -626,7 +714,7 @@ impl Limiter for LeaseLimiter {
             (Local::Fetch { want, batch }, now) => {
                 if rule.redis.breaker.is_open() {
                     if batch {
-                        rule.store.update(key, |st| st.fetching = false);
+                        rule.end_fetch(key);
                     }
                     return Acquire::Ready(degraded(
                         &rule.redis,
@@ -638,7 +726,7 @@ impl Limiter for LeaseLimiter {
                 }
                 if rule.shared.options.when_empty == WhenEmpty::Deny {
                     if batch {
-                        rule.prefetch(*key);
+                        rule.prefetch(*key, want - cost);
                     }
                     rule.shared
                         .counters
@@ -654,6 +742,9 @@ impl Limiter for LeaseLimiter {
                     return Acquire::Ready(Ok(Outcome::new(step, now)));
                 }
                 Acquire::Pending(Box::pin(rule.clone().wait(*key, cost, want, batch)))
+            }
+            (Local::Wait(notified), _) => {
+                Acquire::Pending(Box::pin(rule.clone().queue(*key, cost, notified)))
             }
         }
     }

@@ -155,3 +155,56 @@ async fn leaky_bucket_script_matches_rust() {
     )
     .await;
 }
+
+/// Checks that arrive together are sent together (one script call for many)
+/// and decided exactly as if each had its own call: the same admissions and
+/// every `remaining` value once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_are_batched_and_still_exact() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock.clone())
+        .command_timeout(Duration::from_secs(5));
+    let backend = RedisBackend::exact(config).await.unwrap();
+    for (rule, capacity) in [
+        (
+            Rule::new("tb", Quota::per_minute(100)).token_bucket(),
+            100u64,
+        ),
+        (Rule::new("fw", Quota::per_minute(100)).fixed_window(), 100),
+        (
+            Rule::new("swc", Quota::per_minute(100)).sliding_window_counter(),
+            100,
+        ),
+    ] {
+        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+        let calls_before = server.command_count("evalsha");
+        let checks: Vec<_> = (0..500)
+            .map(|_| match limiter.acquire(&Key::new("hot"), 1) {
+                Acquire::Pending(f) => f,
+                Acquire::Ready(r) => panic!("{r:?}"),
+            })
+            .collect();
+        let outcomes = futures_util::future::join_all(checks).await;
+        let calls = server.command_count("evalsha") - calls_before;
+        let mut remaining: Vec<u64> = outcomes
+            .iter()
+            .map(|o| o.as_ref().unwrap())
+            .filter(|o| o.step.allowed)
+            .map(|o| o.step.remaining)
+            .collect();
+        remaining.sort_unstable();
+        assert_eq!(
+            remaining,
+            (0..capacity).collect::<Vec<_>>(),
+            "{}",
+            rule.name()
+        );
+        assert!(
+            calls < 50,
+            "{}: 500 concurrent checks took {calls} calls",
+            rule.name()
+        );
+    }
+}

@@ -359,7 +359,7 @@ impl Responder for GrpcResponder {
 
     fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
         if GrpcProtocol::of(&req.headers).is_some() {
-            SuccessHeaders::standard(allowed.limit, allowed.remaining, allowed.reset)
+            SuccessHeaders::for_allowed(allowed)
         } else {
             self.http.allowed(req, allowed, rule)
         }

@@ -109,6 +109,17 @@ impl SuccessHeaders {
         })
     }
 
+    /// The `X-RateLimit-*` trio of an allowed decision, its reset counted
+    /// from when the backend decided (no second clock read).
+    pub fn for_allowed(allowed: &Allowed) -> Self {
+        let reset_us = u64::try_from(allowed.reset.as_micros()).unwrap_or(u64::MAX);
+        Self(SuccessRepr::Standard {
+            limit: allowed.limit,
+            remaining: allowed.remaining,
+            reset_epoch: allowed.at_us.saturating_add(reset_us).div_ceil(1_000_000),
+        })
+    }
+
     /// Any headers.
     pub fn block(block: HeaderBlock) -> Self {
         Self(SuccessRepr::Block(Box::new(block)))
@@ -178,7 +189,7 @@ pub trait Responder: Send + Sync + 'static {
     /// of the most restrictive rule, `rule`).
     fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
         let _ = (req, rule);
-        SuccessHeaders::standard(allowed.limit, allowed.remaining, allowed.reset)
+        SuccessHeaders::for_allowed(allowed)
     }
 }
 
@@ -352,7 +363,7 @@ impl Responder for HttpResponder {
 
     fn allowed(&self, _req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
         if !self.ietf {
-            return SuccessHeaders::standard(allowed.limit, allowed.remaining, allowed.reset);
+            return SuccessHeaders::for_allowed(allowed);
         }
         let mut headers = HeaderBlock::default();
         rate_limit_headers(
