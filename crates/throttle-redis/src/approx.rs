@@ -40,6 +40,7 @@ use throttle_core::{
 
 use crate::conn::Redis;
 use crate::keys::KeyBase;
+use crate::scripts::APPROX_FLUSH_SCRIPT;
 
 /// Settings of the approximate mode.
 ///
@@ -281,8 +282,6 @@ pub(crate) struct SpanState {
     /// The previous interval's count, if it was not fully flushed.
     pending_interval: u64,
     pending_local: u64,
-    /// `interval + 1` once this instance set the hash's expiry.
-    expiry_for: u64,
     /// `span + 1` of the last early flush (see [`ApproxRule::decide`]).
     early_span: u64,
 }
@@ -470,6 +469,8 @@ pub(crate) struct ApproxRule {
     interval_us: u64,
     limit: u64,
     cooldown_us: Option<u64>,
+    /// (bucket, interval) hashes this instance has set the expiry of.
+    expiry_set: Mutex<std::collections::HashSet<(u64, u64)>>,
 }
 
 /// A limiter of the approximate mode.
@@ -537,6 +538,7 @@ impl ApproxLimiter {
             interval_us,
             limit: q.limit(),
             cooldown_us,
+            expiry_set: Mutex::new(std::collections::HashSet::new()),
         });
         shared.rules.lock().push(Arc::downgrade(&this));
         if this.redis.config.test_clock.is_none() {
@@ -555,7 +557,6 @@ struct Write {
     span: u64,
     /// This instance's count at the start of the span before.
     mine_prev: u64,
-    set_expiry: bool,
 }
 
 impl Write {
@@ -567,7 +568,6 @@ impl Write {
             cum: st.local,
             span: st.span,
             mine_prev: st.at_prev_span,
-            set_expiry: st.expiry_for != st.interval + 1,
         }
     }
 }
@@ -578,6 +578,24 @@ struct Others {
     same: u64,
     prev: u64,
     older: u64,
+}
+
+/// How many hashes a rule's keys are spread over per interval. A flush
+/// costs a few commands per bucket, whatever the number of keys; in a
+/// cluster the buckets spread over the slots.
+pub(crate) const BUCKETS: u64 = 8;
+
+/// The most keys one flush call carries.
+const FLUSH_CHUNK: usize = 256;
+
+/// The bucket of a key: the same on every instance (FNV-1a of its bytes).
+fn bucket_of(key: &Key) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in std::iter::once(u8::from(key.is_digest())).chain(key.as_bytes().iter().copied()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % BUCKETS
 }
 
 impl ApproxRule {
@@ -604,108 +622,121 @@ impl ApproxRule {
         });
     }
 
-    fn key_name(&self, key: &Key, interval: u64) -> String {
-        self.keys.key(key, &format!("a:{interval}"))
+    /// The hash of one bucket for one interval.
+    fn bucket_name(&self, bucket: u64, interval: u64) -> String {
+        self.keys.bucket(bucket, interval)
     }
 
     /// Writes every dirty key's cumulative count and reads the fleet totals;
     /// returns whether it all reached Redis.
     pub(crate) async fn flush(&self) -> bool {
-        let mut writes = Vec::new();
+        let mut writes: HashMap<(u64, u64), Vec<Write>> = HashMap::new();
         let now = self.redis.local_now();
         let meter = self.store.meter();
+        let mut dirty = 0;
         self.store.for_each(|key, st| {
             meter.roll(st, now);
+            let bucket = bucket_of(key);
             if st.pending_local > 0 {
-                writes.push(Write {
-                    key: *key,
-                    interval: st.pending_interval,
-                    cum: st.pending_local,
-                    span: st.interval * meter.spans - 1,
-                    mine_prev: 0,
-                    set_expiry: true,
-                });
+                dirty += 1;
+                writes
+                    .entry((bucket, st.pending_interval))
+                    .or_default()
+                    .push(Write {
+                        key: *key,
+                        interval: st.pending_interval,
+                        cum: st.pending_local,
+                        span: st.interval * meter.spans - 1,
+                        mine_prev: 0,
+                    });
             }
             if st.local != st.flushed {
-                writes.push(Write::current(key, st));
+                dirty += 1;
+                writes
+                    .entry((bucket, st.interval))
+                    .or_default()
+                    .push(Write::current(key, st));
             }
         });
         let c = &self.shared.counters;
-        c.pending_keys.store(writes.len() as u64, Ordering::Relaxed);
+        c.pending_keys.store(dirty, Ordering::Relaxed);
         if writes.is_empty() {
             return true;
         }
         let started = Instant::now();
-        // A pipeline may not span slots in a cluster: one per key there.
-        let chunk = if self.redis.is_cluster() { 1 } else { 512 };
-        let mut ok = true;
-        let mut flushes = Vec::new();
-        for batch in writes.chunks(chunk) {
-            flushes.push(self.flush_batch(batch, now));
-        }
-        for (batch, result) in writes
-            .chunks(chunk)
-            .zip(futures_util::future::join_all(flushes).await)
-        {
-            match result {
-                Ok(totals) => self.apply(batch, &totals),
-                Err(()) => ok = false,
+        let mut calls = Vec::new();
+        for ((bucket, interval), group) in &writes {
+            for chunk in group.chunks(FLUSH_CHUNK) {
+                calls.push(self.flush_bucket(*bucket, *interval, chunk, now));
             }
         }
+        let ok = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .all(|r| r);
         if ok {
             let us = started.elapsed().as_micros() as u64;
             c.flushes.fetch_add(1, Ordering::Relaxed);
             c.last_flush_us.store(us, Ordering::Relaxed);
             c.max_flush_us.fetch_max(us, Ordering::Relaxed);
+            // Forget expiries of intervals that are over.
+            let current = now / self.interval_us;
+            self.expiry_set.lock().retain(|&(_, i)| i + 1 >= current);
         } else {
             c.failed_flushes.fetch_add(1, Ordering::Relaxed);
             // Redis may come back empty (a restart loses the hashes and
             // their expiry): set the expiry again with the next write.
-            self.store.for_each(|_, st| st.expiry_for = 0);
+            self.expiry_set.lock().clear();
         }
         self.shared.redis_ok.store(ok, Ordering::Relaxed);
         ok
     }
 
-    async fn flush_batch(
-        &self,
-        batch: &[Write],
-        now: u64,
-    ) -> Result<Vec<HashMap<String, String>>, ()> {
-        let mut pipe = redis::pipe();
-        for w in batch {
-            let name = self.key_name(&w.key, w.interval);
-            let value = format!("{}:{}", w.cum, w.span);
-            pipe.cmd("HSET")
-                .arg(&name)
-                .arg(&self.shared.instance)
-                .arg(value)
-                .ignore();
-            if w.set_expiry {
-                // Kept until the next interval ends (the sliding estimate
-                // reads it), plus a second.
-                let end = (w.interval + 2) * self.interval_us;
-                let ttl_ms = end.saturating_sub(now) / 1_000 + 1_000;
-                pipe.cmd("PEXPIRE").arg(&name).arg(ttl_ms).ignore();
-            }
-            pipe.cmd("HGETALL").arg(&name);
+    /// One flush call for keys sharing a bucket and interval; applies the
+    /// reply. Returns whether it reached Redis.
+    async fn flush_bucket(&self, bucket: u64, interval: u64, writes: &[Write], now: u64) -> bool {
+        let name = self.bucket_name(bucket, interval);
+        let first = !self.expiry_set.lock().contains(&(bucket, interval));
+        // Kept until the next interval ends (the sliding estimate reads it),
+        // plus a second.
+        let ttl_ms = if first {
+            ((interval + 2) * self.interval_us).saturating_sub(now) / 1_000 + 1_000
+        } else {
+            0
+        };
+        let mut inv = APPROX_FLUSH_SCRIPT.prepare_invoke();
+        inv.key(name).arg(&self.shared.instance).arg(ttl_ms);
+        let mut field = String::new();
+        for w in writes {
+            field.clear();
+            w.key.write_hex(&mut field);
+            inv.arg(field.as_str()).arg(format!("{}:{}", w.cum, w.span));
         }
-        self.redis
-            .pipeline::<Vec<HashMap<String, String>>>(&pipe, self.shared.options.flush_timeout)
+        match self
+            .redis
+            .eval_off_path::<Vec<String>>(&inv, self.shared.options.flush_timeout)
             .await
-            .map_err(|failure| {
+        {
+            Ok(others) if others.len() == writes.len() => {
+                if first {
+                    self.expiry_set.lock().insert((bucket, interval));
+                }
+                self.apply(writes, &others);
+                true
+            }
+            Ok(_) => false,
+            Err(failure) => {
                 tracing::debug!(rule = self.rule.name(), %failure, "flush failed; counts kept for the next one");
-            })
+                false
+            }
+        }
     }
 
     /// Sorts the other instances' `count:span` values by age relative to
     /// this instance's write.
-    fn others(&self, w: &Write, fields: &HashMap<String, String>) -> Others {
+    fn others(w: &Write, values: &str) -> Others {
         let mut others = Others::default();
-        for (instance, value) in fields {
-            if *instance == self.shared.instance {
-                continue;
-            }
+        for value in values.split(',').filter(|v| !v.is_empty()) {
             let Some((cum, span)) = value.split_once(':') else {
                 continue;
             };
@@ -723,11 +754,11 @@ impl ApproxRule {
         others
     }
 
-    fn apply(&self, batch: &[Write], replies: &[HashMap<String, String>]) {
+    fn apply(&self, writes: &[Write], replies: &[String]) {
         let c = &self.shared.counters;
         let now = self.redis.local_now();
-        for (w, fields) in batch.iter().zip(replies) {
-            let o = self.others(w, fields);
+        for (w, values) in writes.iter().zip(replies) {
+            let o = Self::others(w, values);
             let raw = w.cum + o.same + o.prev + o.older;
             // The fleet as of this write: older counts brought forward.
             let equivalent = w.cum + o.same + o.older + extrapolate(o.prev, w.mine_prev, w.cum);
@@ -747,9 +778,6 @@ impl ApproxRule {
                     st.others_b = o.prev;
                     st.others_c = o.older;
                     st.nodes_milli = nodes_milli;
-                    if w.set_expiry {
-                        st.expiry_for = w.interval + 1;
-                    }
                     if raw > self.limit {
                         let end = (w.interval + 1) * self.interval_us;
                         st.blocked_until = self.cooldown_us.map_or(end, |cd| now + cd);
@@ -812,10 +840,8 @@ impl ApproxRule {
         let this = self.clone();
         rt.spawn(async move {
             let now = this.redis.local_now();
-            let batch = [write];
-            if let Ok(totals) = this.flush_batch(&batch, now).await {
-                this.apply(&batch, &totals);
-            }
+            let (bucket, interval) = (bucket_of(&write.key), write.interval);
+            this.flush_bucket(bucket, interval, &[write], now).await;
         });
     }
 }

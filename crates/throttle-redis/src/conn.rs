@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation};
+use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 use throttle_core::{Clock, ConfigError, unix_now_us};
 
 use crate::breaker::Breaker;
@@ -31,13 +31,6 @@ impl Conn {
         match self {
             Self::Single(c) => cmd.query_async(c).await,
             Self::Cluster(c) => cmd.query_async(c).await,
-        }
-    }
-
-    async fn pipeline<T: FromRedisValue>(&mut self, pipe: &Pipeline) -> RedisResult<T> {
-        match self {
-            Self::Single(c) => pipe.query_async(c).await,
-            Self::Cluster(c) => pipe.query_async(c).await,
         }
     }
 }
@@ -185,16 +178,16 @@ impl Redis {
         matches!(self.config.target, Target::Cluster(_))
     }
 
-    /// Runs a pipeline off the request path (flushes, leases): bounded by
-    /// `timeout`, counted, but not reported to the breaker.
-    pub(crate) async fn pipeline<T: FromRedisValue>(
+    /// Runs a script off the request path (flushes): bounded by `timeout`,
+    /// counted, but not reported to the breaker.
+    pub(crate) async fn eval_off_path<T: FromRedisValue>(
         &self,
-        pipe: &Pipeline,
+        inv: &ScriptInvocation<'_>,
         timeout: std::time::Duration,
     ) -> Result<T, Failure> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.conn();
-        let result = match tokio::time::timeout(timeout, conn.pipeline(pipe)).await {
+        let result = match tokio::time::timeout(timeout, conn.invoke(inv)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Failure::Error(e)),
             Err(_) => Err(Failure::Timeout),

@@ -19,6 +19,12 @@ impl KeyBase {
         }
     }
 
+    /// The approximate mode's hash of one bucket of the rule's keys for one
+    /// interval: `<prefix>:{<rule>:b<bucket>}:a:<interval>`.
+    pub(crate) fn bucket(&self, bucket: u64, interval: u64) -> String {
+        format!("{}b{bucket}}}:a:{interval}", self.head)
+    }
+
     pub(crate) fn key(&self, key: &throttle_core::Key, suffix: &str) -> String {
         let mut out =
             String::with_capacity(self.head.len() + 2 * key.as_bytes().len() + suffix.len() + 4);

@@ -85,6 +85,37 @@ async fn drive(
     admitted
 }
 
+/// What Redis holds for `key` of `rule` in `interval`: the instances'
+/// counts summed, how many instances, and the bucket hash it is in. Each
+/// bucket hash maps a key (hex) to `instance=count:span` entries.
+fn counted(server: &RedisServer, rule: &str, key: &Key, interval: u64) -> (u64, usize, String) {
+    let mut hex = String::new();
+    key.write_hex(&mut hex);
+    let hashes = server.cli(&["KEYS", &format!("rl:{{{rule}:b*}}:a:{interval}")]);
+    for hash in hashes.lines().filter(|l| !l.is_empty()) {
+        let entries = server.cli(&["HGET", hash, &hex]);
+        let entries = entries.trim();
+        if entries.is_empty() {
+            continue;
+        }
+        let counts: Vec<u64> = entries
+            .split(',')
+            .map(|e| {
+                e.split_once('=')
+                    .unwrap()
+                    .1
+                    .split_once(':')
+                    .unwrap()
+                    .0
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        return (counts.iter().sum(), counts.len(), hash.to_owned());
+    }
+    panic!("no counts for {key:?} in interval {interval}: {hashes:?}")
+}
+
 /// Redis commands executed since the last `CONFIG RESETSTAT` (including
 /// those run inside scripts), not counting the harness's own.
 fn commands(server: &RedisServer) -> u64 {
@@ -307,26 +338,11 @@ async fn a_redis_restart_mid_interval_loses_no_counts_and_shutdown_flushes() {
     assert!(a.backend.shutdown().await);
     assert!(b.backend.shutdown().await);
     assert_eq!(admitted, 900);
-    let hash = {
-        let mut hex = String::new();
-        key.write_hex(&mut hex);
-        format!("rl:{{api:{hex}}}:a:{interval_no}")
-    };
-    let values = server.cli(&["HVALS", &hash]);
-    // Each instance's field holds `<cumulative count>:<span>`.
-    let total: u64 = values
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|v| v.split_once(':').unwrap().0.parse::<u64>().unwrap())
-        .sum();
-    assert_eq!(
-        values.lines().filter(|l| !l.is_empty()).count(),
-        2,
-        "one field per instance"
-    );
+    let (total, instances, hash) = counted(&server, "api", &key, interval_no);
+    assert_eq!(instances, 2, "one entry per instance");
     assert_eq!(
         total, 900,
-        "every admitted request is counted once in Redis: {values:?}"
+        "every admitted request is counted once in Redis"
     );
     let ttl: i64 = server.cli(&["PTTL", &hash]).trim().parse().unwrap();
     assert!(ttl > 0, "the interval's hash expires");
@@ -393,14 +409,7 @@ async fn flushes_that_time_out_and_run_late_are_not_counted_twice() {
     assert!(failed >= 4, "the flushes during the hang failed: {failed}");
     let admitted = [admitted[0], admitted[1] + admitted[2], admitted[3]];
     for (i, n) in admitted.iter().enumerate() {
-        let mut hex = String::new();
-        key.write_hex(&mut hex);
-        let values = server.cli(&["HVALS", &format!("rl:{{api:{hex}}}:a:{}", first + i as u64)]);
-        let counted: u64 = values
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(|v| v.split_once(':').unwrap().0.parse::<u64>().unwrap())
-            .sum();
+        let (counted, _, _) = counted(&server, "api", &key, first + i as u64);
         println!("interval {i}: admitted {n}, counted in Redis {counted}");
         assert_eq!(
             counted, *n,
@@ -408,4 +417,61 @@ async fn flushes_that_time_out_and_run_late_are_not_counted_twice() {
         );
         assert!(*n as f64 <= 1.10 * 1_000.0, "{admitted:?}");
     }
+}
+
+/// Runs `requests` checks spread evenly over `secs` simulated seconds, over
+/// `keys` keys and `instances` instances, flushing at every span end; returns
+/// the Redis commands they cost.
+async fn commands_for(requests: u64, secs: u64, keys: u64, instances: usize) -> u64 {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for _ in 0..instances {
+        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
+    }
+    aligned_start(&clock, interval_us);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let start = clock.now_us();
+    let span_us = interval_us / 10;
+    let step = secs * 1_000_000 / requests;
+    for i in 0..requests {
+        let now = start + i * step;
+        if i > 0 && now / span_us != (now - step) / span_us {
+            clock.set(now - now % span_us);
+            for inst in &fleet {
+                assert!(inst.backend.flush().await);
+            }
+        }
+        clock.set(now);
+        let inst = &fleet[i as usize % instances];
+        assert!(allowed(inst.limiter.as_ref(), &Key::from(i % keys)));
+    }
+    for inst in &fleet {
+        assert!(inst.backend.shutdown().await);
+    }
+    commands(&server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_commands_follow_time_and_buckets_not_requests() {
+    // 1,000 active keys, 100,000 requests, four instances.
+    let fast = commands_for(100_000, 10, 1_000, 4).await;
+    let slow = commands_for(100_000, 40, 1_000, 4).await;
+    let (fast_per_req, slow_per_req) = (fast as f64 / 100_000.0, slow as f64 / 100_000.0);
+    let (fast_per_sec, slow_per_sec) = (fast as f64 / 10.0, slow as f64 / 40.0);
+    println!(
+        "1k keys, 100k requests, 4 instances: {fast} commands over 10 s ({fast_per_req:.4} per request, \
+         {fast_per_sec:.0} per second); {slow} over 40 s ({slow_per_req:.4} per request, {slow_per_sec:.0} per second)"
+    );
+    assert!(fast_per_req <= 0.02, "{fast_per_req}");
+    // A flush costs a few commands per bucket whatever the traffic: commands
+    // per second do not move with the request rate.
+    let ratio = fast_per_sec / slow_per_sec;
+    assert!(
+        (0.85..=1.15).contains(&ratio),
+        "{fast_per_sec} vs {slow_per_sec} commands per second"
+    );
 }
