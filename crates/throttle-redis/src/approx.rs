@@ -5,8 +5,10 @@
 //! are counted per key in this process's memory and decided there, with no
 //! Redis call on the request path. At each span end one flush writes, for
 //! every key active since the last flush, this instance's *cumulative* count
-//! for the interval into a Redis hash (`HSET <key>:<interval> <instance>
-//! <count>`) and reads back every instance's count (`HVALS`). Writing the
+//! for the interval, and reads back the other instances' counts. Keys share
+//! [`BUCKETS`] hashes per rule and interval (field: the key; value:
+//! `instance=count:span` entries), one script call per hash: a flush costs a
+//! few commands per bucket, whatever the number of keys. Writing the
 //! cumulative count rather than a delta makes a flush idempotent: a flush
 //! that timed out and ran late, or one sent twice, writes the same number
 //! again, and the next flush corrects anything lost, so nothing is counted
@@ -16,7 +18,8 @@
 //! memory backend uses ([`FixedWindow`] or [`SlidingWindowCounter`]):
 //!
 //! ```text
-//! fleet = others (at the last flush) + mine + unflushed mine * (nodes - 1)
+//! fleet = max(mine + others, each brought forward by how much mine grew
+//!             since they were taken;  mine * nodes)
 //! ```
 //!
 //! where `nodes = fleet total / my total` from the last flush reply. A fleet
