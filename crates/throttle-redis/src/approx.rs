@@ -43,6 +43,7 @@ use throttle_core::{
 
 use crate::conn::Redis;
 use crate::keys::KeyBase;
+use crate::registry::Registry;
 use crate::scripts::APPROX_FLUSH_SCRIPT;
 
 /// Settings of the approximate mode.
@@ -172,7 +173,7 @@ pub(crate) struct Shared {
     instance: String,
     redis_ok: AtomicBool,
     counters: Counters,
-    rules: Mutex<Vec<std::sync::Weak<ApproxRule>>>,
+    rules: Registry<ApproxRule>,
 }
 
 impl Shared {
@@ -182,7 +183,7 @@ impl Shared {
             instance: instance_id(),
             redis_ok: AtomicBool::new(true),
             counters: Counters::default(),
-            rules: Mutex::new(Vec::new()),
+            rules: Registry::default(),
         })
     }
 
@@ -203,17 +204,11 @@ impl Shared {
         }
     }
 
-    fn live_rules(&self) -> Vec<Arc<ApproxRule>> {
-        let mut rules = self.rules.lock();
-        rules.retain(|w| w.strong_count() > 0);
-        rules.iter().filter_map(std::sync::Weak::upgrade).collect()
-    }
-
     /// Flushes every rule now (tests, and graceful shutdown); returns
     /// whether everything reached Redis.
     pub(crate) async fn flush_all(&self) -> bool {
         let mut ok = true;
-        for rule in self.live_rules() {
+        for rule in self.rules.live() {
             ok &= rule.flush().await;
         }
         ok
@@ -543,7 +538,7 @@ impl ApproxLimiter {
             cooldown_us,
             expiry_set: Mutex::new(std::collections::HashSet::new()),
         });
-        shared.rules.lock().push(Arc::downgrade(&this));
+        shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
             ApproxRule::schedule(&this);
         }

@@ -185,6 +185,28 @@ impl Redis {
         inv: &ScriptInvocation<'_>,
         timeout: std::time::Duration,
     ) -> Result<T, Failure> {
+        self.timed(inv, timeout).await
+    }
+
+    /// Runs a script on the request path: bounded by the command timeout,
+    /// counted, and reported to the breaker.
+    pub(crate) async fn eval<T: FromRedisValue>(
+        self: &Arc<Self>,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
+        let result = self.timed(inv, self.config.command_timeout).await;
+        match &result {
+            Ok(_) => self.breaker.success(),
+            Err(failure) => self.failed(failure),
+        }
+        result
+    }
+
+    async fn timed<T: FromRedisValue>(
+        &self,
+        inv: &ScriptInvocation<'_>,
+        timeout: std::time::Duration,
+    ) -> Result<T, Failure> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.conn();
         let result = match tokio::time::timeout(timeout, conn.invoke(inv)).await {
@@ -197,27 +219,6 @@ impl Redis {
                 Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
                 Failure::Error(_) => self.errors.fetch_add(1, Ordering::Relaxed),
             };
-        }
-        result
-    }
-
-    /// Runs a script on the request path: bounded by the command timeout,
-    /// counted, and reported to the breaker.
-    pub(crate) async fn eval<T: FromRedisValue>(
-        self: &Arc<Self>,
-        inv: &ScriptInvocation<'_>,
-    ) -> Result<T, Failure> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.conn();
-        let result = match tokio::time::timeout(self.config.command_timeout, conn.invoke(inv)).await
-        {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(Failure::Error(e)),
-            Err(_) => Err(Failure::Timeout),
-        };
-        match &result {
-            Ok(_) => self.breaker.success(),
-            Err(failure) => self.failed(failure),
         }
         result
     }
@@ -238,10 +239,6 @@ impl Redis {
     }
 
     fn failed(self: &Arc<Self>, failure: &Failure) {
-        match failure {
-            Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
-            Failure::Error(_) => self.errors.fetch_add(1, Ordering::Relaxed),
-        };
         if self.breaker.failure() {
             tracing::warn!(%failure, "throttle: circuit breaker opened; Redis gets no request-path traffic until a probe succeeds");
             Self::probe(self);

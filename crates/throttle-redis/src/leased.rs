@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use redis::ScriptInvocation;
 use throttle_core::algorithm::{Gcra, GcraState, Meter, Step};
 use throttle_core::{
@@ -31,6 +30,7 @@ use tokio::sync::futures::OwnedNotified;
 use crate::conn::{Failure, Redis};
 use crate::exact::{degraded, local_limiter};
 use crate::keys::KeyBase;
+use crate::registry::Registry;
 use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 /// The most tokens one lease may take.
@@ -173,7 +173,7 @@ pub(crate) struct Shared {
     options: LeaseOptions,
     counters: Counters,
     in_flight: AtomicUsize,
-    rules: Mutex<Vec<std::sync::Weak<LeaseRule>>>,
+    rules: Registry<LeaseRule>,
 }
 
 impl Shared {
@@ -182,7 +182,7 @@ impl Shared {
             options,
             counters: Counters::default(),
             in_flight: AtomicUsize::new(0),
-            rules: Mutex::new(Vec::new()),
+            rules: Registry::default(),
         })
     }
 
@@ -198,12 +198,6 @@ impl Shared {
         }
     }
 
-    fn live_rules(&self) -> Vec<Arc<LeaseRule>> {
-        let mut rules = self.rules.lock();
-        rules.retain(|w| w.strong_count() > 0);
-        rules.iter().filter_map(std::sync::Weak::upgrade).collect()
-    }
-
     /// Waits for background leases, then gives back tokens of keys idle
     /// for `return_after` (all of them when `all`). Returns whether every
     /// return reached Redis.
@@ -212,7 +206,7 @@ impl Shared {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let mut ok = true;
-        for rule in self.live_rules() {
+        for rule in self.rules.live() {
             ok &= rule.give_back(all).await;
         }
         ok
@@ -379,7 +373,7 @@ impl LeaseLimiter {
             batch,
             max_batch: batch.max((gcra.capacity() / 64).min(MAX_BATCH)),
         });
-        shared.rules.lock().push(Arc::downgrade(&this));
+        shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
             LeaseRule::schedule(&this);
         }

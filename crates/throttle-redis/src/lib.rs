@@ -56,6 +56,7 @@ mod conn;
 mod exact;
 mod keys;
 mod leased;
+mod registry;
 mod scripts;
 
 use std::sync::Arc;
