@@ -40,7 +40,10 @@ const MAX_BATCH: usize = 256;
 struct Job {
     key: Key,
     cost: u64,
-    reply: oneshot::Sender<Result<Outcome, Unavailable>>,
+    /// Redis's answer, or `None`: Redis could not be asked, and the waiting
+    /// check decides by failure policy itself (so a check that gave up
+    /// waiting is never decided twice).
+    reply: oneshot::Sender<Option<Outcome>>,
 }
 
 /// The checks of one rule waiting to be sent, and whether a call is out.
@@ -367,17 +370,21 @@ impl Inner {
                     // No runtime to send from: decide by failure policy.
                     self.batcher.sending.store(false, Ordering::Release);
                     let jobs = std::mem::take(&mut *self.batcher.queue.lock());
-                    self.answer_degraded(jobs);
+                    self.answer_locally(jobs);
                 }
             }
         }
-        let rule = self.rule.name().to_owned();
+        // A check may wait for the call before its own: its wait is bounded
+        // from now, so a hung Redis still costs it one command timeout at
+        // most. (If the call runs later anyway, its answer is dropped; like
+        // any timed-out script, it may still count in Redis.)
+        let this = self.clone();
+        let patience = self.redis.config.command_timeout;
         Acquire::Pending(Box::pin(async move {
-            answer.await.unwrap_or_else(|_| {
-                Err(Unavailable::new(format!(
-                    "the check of rule {rule} was dropped"
-                )))
-            })
+            match tokio::time::timeout(patience, answer).await {
+                Ok(Ok(Some(outcome))) => Ok(outcome),
+                Ok(Ok(None) | Err(_)) | Err(_) => this.degraded(&key, cost),
+            }
         }))
     }
 
@@ -419,10 +426,10 @@ impl Inner {
     /// One batch call; answers every check in it.
     async fn send(&self, jobs: Vec<Job>) {
         let Some(script) = self.compiled.batch_script() else {
-            return self.answer_degraded(jobs);
+            return self.answer_locally(jobs);
         };
         if self.redis.breaker.is_open() {
-            return self.answer_degraded(jobs);
+            return self.answer_locally(jobs);
         }
         let mut inv = script.prepare_invoke();
         for job in &jobs {
@@ -437,7 +444,7 @@ impl Inner {
             Ok(reply) => match self.compiled.batch_steps(&reply, &costs) {
                 Some(steps) => {
                     for (job, (step, at_us)) in jobs.into_iter().zip(steps) {
-                        let _ = job.reply.send(Ok(Outcome::new(step, at_us)));
+                        let _ = job.reply.send(Some(Outcome::new(step, at_us)));
                     }
                     return;
                 }
@@ -446,12 +453,12 @@ impl Inner {
             Err(failure) => failure,
         };
         tracing::debug!(rule = self.rule.name(), %failure, checks = jobs.len(), "deciding by failure policy");
-        self.answer_degraded(jobs);
+        self.answer_locally(jobs);
     }
 
-    fn answer_degraded(&self, jobs: Vec<Job>) {
+    fn answer_locally(&self, jobs: Vec<Job>) {
         for job in jobs {
-            let _ = job.reply.send(self.degraded(&job.key, job.cost));
+            let _ = job.reply.send(None);
         }
     }
 

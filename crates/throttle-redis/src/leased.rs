@@ -583,6 +583,30 @@ impl LeaseRule {
         batch: bool,
     ) -> Result<Outcome, Unavailable> {
         self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
+        // The lease runs in its own task: if this request goes away (its
+        // client disconnected, or it gave up waiting), the lease still
+        // completes, its tokens are kept and waiting requests are woken.
+        let (this, fallback) = (self.clone(), self.clone());
+        match tokio::spawn(async move { this.lease_and_record(key, cost, want, batch).await }).await
+        {
+            Ok(decided) => decided,
+            Err(_) => degraded(
+                &fallback.redis,
+                &fallback.rule,
+                fallback.local.as_deref(),
+                &key,
+                cost,
+            ),
+        }
+    }
+
+    async fn lease_and_record(
+        self: Arc<Self>,
+        key: Key,
+        cost: u64,
+        want: u64,
+        batch: bool,
+    ) -> Result<Outcome, Unavailable> {
         match self.lease(&key, cost, want).await {
             Ok(lease) => {
                 let now = lease.now;
@@ -738,7 +762,21 @@ impl Limiter for LeaseLimiter {
                 Acquire::Pending(Box::pin(rule.clone().wait(*key, cost, want, batch)))
             }
             (Local::Wait(notified), _) => {
-                Acquire::Pending(Box::pin(rule.clone().queue(*key, cost, notified)))
+                // Waiting for another request's lease, then perhaps leasing
+                // again: bounded from now, so a hung Redis costs at most one
+                // command timeout here too.
+                let (this, key) = (rule.clone(), *key);
+                let patience = rule.redis.config.command_timeout;
+                Acquire::Pending(Box::pin(async move {
+                    match tokio::time::timeout(patience, this.clone().queue(key, cost, notified))
+                        .await
+                    {
+                        Ok(decided) => decided,
+                        Err(_) => {
+                            degraded(&this.redis, &this.rule, this.local.as_deref(), &key, cost)
+                        }
+                    }
+                }))
             }
         }
     }
