@@ -130,7 +130,20 @@ impl KeyExtractor for Route {
     fn extract(&self, req: &Parts) -> Extracted {
         let Some(matched) = req.extensions.get::<MatchedPath>() else {
             if let Some(only) = &self.only {
-                // Unrouted requests (404s, fallbacks) are not one of ours.
+                // Unrouted requests (404s, fallbacks) carry no matched path
+                // and are not one of ours. A layer wrapping the router from
+                // outside sees no matched path on any request, though: plain
+                // templates still match the path, but a `{param}` one never
+                // would, so say so once rather than pass quietly.
+                if only.iter().any(|t| t.contains('{'))
+                    && !WARNED_NO_MATCHED_PATH.swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        "throttle: Route::only saw a request without a matched path. If the layer \
+                         wraps the router from outside, apply it with Router::layer or \
+                         Router::route_layer instead, or templates with parameters never match"
+                    );
+                }
                 return match only.iter().any(|t| t == req.uri.path()) {
                     true => Extracted::Key(Key::new(req.uri.path())),
                     false => Extracted::Skip,

@@ -28,6 +28,20 @@ pub fn unix_now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
+/// The wall clock itself, read on every call: what instances of a fleet
+/// agree on (through NTP), so it numbers shared intervals. It can step back
+/// when the system time is corrected; the algorithms treat time that steps
+/// back as standing still.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    #[inline]
+    fn now_us(&self) -> u64 {
+        unix_now_us()
+    }
+}
+
 /// The default clock: anchored to the wall clock once, then advanced by a
 /// fast monotonic counter (TSC where available, via `quanta`), so it is cheap
 /// to read and never jumps back when the wall clock is adjusted.

@@ -32,7 +32,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
 };
@@ -335,10 +334,12 @@ impl SpanMeter {
         if w > st.interval {
             if w == st.interval + 1 {
                 if st.pending_local > 0 {
+                    // Two intervals old and never sent: given up.
                     self.shared
                         .counters
                         .dropped
                         .fetch_add(st.pending_local, Ordering::Relaxed);
+                    st.pending_local = 0;
                 }
                 if st.local != st.flushed {
                     st.pending_interval = st.interval;
@@ -408,7 +409,7 @@ impl Meter for SpanMeter {
         }
         if self.strict_when_down && !self.shared.redis_ok.load(Ordering::Relaxed) {
             // Redis unreachable: no key may take more than its share of a span.
-            let share = self.limit / self.spans;
+            let share = self.limit.div_ceil(self.spans);
             if (st.span_local + cost) * st.nodes() > share * 1_000 {
                 let span_end = self.span_end(st.interval, st.span % self.spans);
                 return self.deny(span_end - now, interval_end - now);
@@ -467,8 +468,6 @@ pub(crate) struct ApproxRule {
     interval_us: u64,
     limit: u64,
     cooldown_us: Option<u64>,
-    /// (bucket, interval) hashes this instance has set the expiry of.
-    expiry_set: Mutex<std::collections::HashSet<(u64, u64)>>,
 }
 
 /// A limiter of the approximate mode.
@@ -536,7 +535,6 @@ impl ApproxLimiter {
             interval_us,
             limit: q.limit(),
             cooldown_us,
-            expiry_set: Mutex::new(std::collections::HashSet::new()),
         });
         shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
@@ -677,14 +675,8 @@ impl ApproxRule {
             c.flushes.fetch_add(1, Ordering::Relaxed);
             c.last_flush_us.store(us, Ordering::Relaxed);
             c.max_flush_us.fetch_max(us, Ordering::Relaxed);
-            // Forget expiries of intervals that are over.
-            let current = now / self.interval_us;
-            self.expiry_set.lock().retain(|&(_, i)| i + 1 >= current);
         } else {
             c.failed_flushes.fetch_add(1, Ordering::Relaxed);
-            // Redis may come back empty (a restart loses the hashes and
-            // their expiry): set the expiry again with the next write.
-            self.expiry_set.lock().clear();
         }
         self.shared.redis_ok.store(ok, Ordering::Relaxed);
         ok
@@ -694,14 +686,9 @@ impl ApproxRule {
     /// reply. Returns whether it reached Redis.
     async fn flush_bucket(&self, bucket: u64, interval: u64, writes: &[Write], now: u64) -> bool {
         let name = self.bucket_name(bucket, interval);
-        let first = !self.expiry_set.lock().contains(&(bucket, interval));
         // Kept until the next interval ends (the sliding estimate reads it),
         // plus a second.
-        let ttl_ms = if first {
-            ((interval + 2) * self.interval_us).saturating_sub(now) / 1_000 + 1_000
-        } else {
-            0
-        };
+        let ttl_ms = ((interval + 2) * self.interval_us).saturating_sub(now) / 1_000 + 1_000;
         let mut inv = APPROX_FLUSH_SCRIPT.prepare_invoke();
         inv.key(name).arg(&self.shared.instance).arg(ttl_ms);
         let mut field = String::new();
@@ -716,9 +703,6 @@ impl ApproxRule {
             .await
         {
             Ok(others) if others.len() == writes.len() => {
-                if first {
-                    self.expiry_set.lock().insert((bucket, interval));
-                }
                 self.apply(writes, &others);
                 true
             }

@@ -8,7 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
-use throttle_core::{Clock, ConfigError, unix_now_us};
+use throttle_core::{Clock, ConfigError};
 
 use crate::breaker::Breaker;
 use crate::config::{RedisConfig, Target};
@@ -71,6 +71,7 @@ impl std::fmt::Display for Failure {
 
 pub(crate) struct Redis {
     pub(crate) config: RedisConfig,
+    clock: Arc<dyn Clock>,
     conns: Box<[Conn]>,
     next: AtomicUsize,
     pub(crate) breaker: Breaker,
@@ -120,7 +121,12 @@ impl Redis {
                 }
             });
         }
+        let clock: Arc<dyn Clock> = match &config.test_clock {
+            Some(c) => c.clone(),
+            None => Arc::new(throttle_core::WallClock),
+        };
         let redis = Arc::new(Self {
+            clock,
             breaker: Breaker::new(config.breaker_threshold),
             config,
             conns: conns.into(),
@@ -159,18 +165,13 @@ impl Redis {
 
     /// "Now" for local decisions and flush schedules: the test clock if set.
     pub(crate) fn local_now(&self) -> u64 {
-        self.config
-            .test_clock
-            .as_ref()
-            .map_or_else(unix_now_us, |c| c.now_us())
+        self.clock.now_us()
     }
 
-    /// The clock local decisions read: the test clock, or the system clock.
+    /// The clock local decisions, flushes and leases all read: the test
+    /// clock, or the wall clock (one clock, so local instants compare).
     pub(crate) fn local_clock(&self) -> Arc<dyn Clock> {
-        match &self.config.test_clock {
-            Some(c) => c.clone(),
-            None => Arc::new(throttle_core::SystemClock::new()),
-        }
+        self.clock.clone()
     }
 
     /// Whether the target is a Redis Cluster (pipelines must stay in one slot).

@@ -36,6 +36,10 @@ use crate::scripts::{
 /// The most checks one batch call carries.
 const MAX_BATCH: usize = 256;
 
+/// The most checks waiting for a call: past this Redis is not keeping up,
+/// and further checks are decided by the failure policy at once.
+const MAX_QUEUE: usize = 16 * MAX_BATCH;
+
 /// A check waiting for the next batch call.
 struct Job {
     key: Key,
@@ -360,7 +364,14 @@ impl Inner {
     /// Queues a check for the next batch call, starting one if none is out.
     fn enqueue(self: &Arc<Self>, key: Key, cost: u64) -> Acquire {
         let (reply, answer) = oneshot::channel();
-        self.batcher.queue.lock().push(Job { key, cost, reply });
+        {
+            let mut queue = self.batcher.queue.lock();
+            if queue.len() >= MAX_QUEUE {
+                drop(queue);
+                return Acquire::Ready(self.degraded(&key, cost));
+            }
+            queue.push(Job { key, cost, reply });
+        }
         if !self.batcher.sending.swap(true, Ordering::AcqRel) {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
@@ -423,8 +434,14 @@ impl Inner {
         }
     }
 
-    /// One batch call; answers every check in it.
-    async fn send(&self, jobs: Vec<Job>) {
+    /// One batch call; answers every check in it. Checks that stopped
+    /// waiting (they were answered by the failure policy) are not sent: a
+    /// request told "unavailable" is not charged.
+    async fn send(&self, mut jobs: Vec<Job>) {
+        jobs.retain(|job| !job.reply.is_closed());
+        if jobs.is_empty() {
+            return;
+        }
         let Some(script) = self.compiled.batch_script() else {
             return self.answer_locally(jobs);
         };

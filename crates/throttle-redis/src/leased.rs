@@ -445,7 +445,21 @@ impl LeaseRule {
     fn local(&self, key: &Key, cost: u64) -> (Local, u64) {
         let low_water = self.shared.options.low_water;
         let (configured, max_batch) = (self.batch, self.max_batch);
+        let capacity = self.gcra.capacity();
+        let period_us = self.gcra.period_us();
         self.store.with_state(key, |st, now| {
+            if cost > capacity {
+                // Can never fit: denied here, like every other backend does,
+                // without asking Redis or touching the key.
+                let step = Step {
+                    allowed: false,
+                    remaining: st.tokens,
+                    reset_us: st.full_at.saturating_sub(now),
+                    retry_after_us: period_us,
+                    delay_us: 0,
+                };
+                return (Local::Decided(step, None), now);
+            }
             let batch = st.batch.max(configured);
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
@@ -496,15 +510,20 @@ impl LeaseRule {
             now,
         } = *lease;
         let bucket = &bucket;
+        // Waits are worked out on Redis' clock and kept as instants on the
+        // local one (the two need not agree).
+        let local_now = self.redis.local_now();
         let full = self.gcra.report(bucket, now, 1, true);
-        let full_at = now + full.reset_us;
+        let full_at = local_now + full.reset_us;
         let short = granted < want;
         let again_at = if short {
-            now + self
-                .gcra
-                .report(bucket, now, self.batch.max(cost), false)
-                .retry_after_us
-                .max(1)
+            let refill = self.batch.max(cost).min(self.gcra.capacity());
+            local_now
+                + self
+                    .gcra
+                    .report(bucket, now, refill, false)
+                    .retry_after_us
+                    .max(1)
         } else {
             0
         };
@@ -528,11 +547,11 @@ impl LeaseRule {
                         allowed: false,
                         remaining: st.tokens,
                         reset_us: full.reset_us,
-                        retry_after_us: again_at.saturating_sub(now).max(1),
+                        retry_after_us: again_at.saturating_sub(local_now).max(1),
                         delay_us: 0,
                     };
                 }
-                spend(st, now, cost)
+                spend(st, local_now, cost)
             })
             .unwrap_or(Step {
                 // The key was evicted meanwhile: the request still gets its tokens.
@@ -561,6 +580,11 @@ impl LeaseRule {
             self.end_fetch(&key);
             return;
         };
+        if self.redis.breaker.is_open() {
+            // No background traffic to a Redis known to be away.
+            self.end_fetch(&key);
+            return;
+        }
         let this = self.clone();
         this.shared.in_flight.fetch_add(1, Ordering::AcqRel);
         rt.spawn(async move {
@@ -681,6 +705,10 @@ impl LeaseRule {
     /// Gives tokens back to the bucket: those of keys idle for
     /// `return_after`, or all of them.
     async fn give_back(&self, all: bool) -> bool {
+        if self.redis.breaker.is_open() {
+            // Kept for when Redis answers again.
+            return false;
+        }
         let now = self.redis.local_now();
         let idle = self.shared.options.return_after.as_micros() as u64;
         let mut back = Vec::new();
@@ -691,22 +719,29 @@ impl LeaseRule {
                 st.batch = 0;
             }
         });
-        let mut ok = true;
-        for (key, tokens) in back {
+        let returns = back.iter().map(|&(key, tokens)| async move {
             let mut inv = GCRA_RELEASE_SCRIPT.prepare_invoke();
             let (inc_us, inc_rem) = self.gcra.increment(tokens);
             inv.key(self.keys.key(&key, "gcra"))
                 .arg(self.gcra.limit())
                 .arg(inc_us)
                 .arg(inc_rem);
-            match self.redis.eval::<i64>(&inv).await {
-                Ok(_) => {
-                    self.shared
-                        .counters
-                        .returned
-                        .fetch_add(tokens, Ordering::Relaxed);
-                }
-                Err(_) => ok = false,
+            self.redis.eval::<i64>(&inv).await.is_ok()
+        });
+        let mut ok = true;
+        for ((key, tokens), returned) in back
+            .iter()
+            .zip(futures_util::future::join_all(returns).await)
+        {
+            if returned {
+                self.shared
+                    .counters
+                    .returned
+                    .fetch_add(*tokens, Ordering::Relaxed);
+            } else {
+                // Not given back: the tokens are still this instance's.
+                ok = false;
+                self.store.update(key, |st| st.tokens += tokens);
             }
         }
         ok

@@ -223,13 +223,14 @@ return out
 "#;
 
 /// Approximate-mode flush of many keys sharing one bucket hash. KEYS: the
-/// bucket's hash for one interval. ARGV: this instance's id, the expiry to
-/// set in ms (0: leave it), then for each key its field and this instance's
+/// bucket's hash for one interval. ARGV: this instance's id, the expiry in
+/// ms (set when the hash has none), then for each key its field and this instance's
 /// `count:span`. Each field holds `instance=count:span` entries separated by
 /// commas; this instance's entry is replaced (so sending a flush again
 /// changes nothing) and the other instances' `count:span` values are
-/// returned, comma-separated, one string per key. Three commands for all
-/// the keys: HMGET, HSET, and PEXPIRE once per interval.
+/// returned, comma-separated, one string per key. Four commands for all
+/// the keys, the EVALSHA included: HMGET, HSET and PEXPIRE NX (a hash
+/// recreated after an eviction or a restart gets its expiry back).
 const APPROX_FLUSH: &str = r#"
 local inst = ARGV[1]
 local n = (#ARGV - 2) / 2
@@ -254,7 +255,7 @@ for i = 1, n do
   out[i] = table.concat(others, ',')
 end
 redis.call('HSET', KEYS[1], unpack(update))
-if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2], 'NX')
 return out
 "#;
 

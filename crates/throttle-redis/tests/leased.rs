@@ -203,3 +203,30 @@ async fn the_lease_script_takes_what_the_rust_bucket_would() {
     }
     assert!(allowed > 100 && allowed < 2_900, "{allowed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_above_the_bucket_is_denied_alone_without_asking_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let backend = leased(&server, &clock, LeaseOptions::default()).await;
+    let limiter =
+        throttle_core::Backend::limiter(&backend, &Rule::new("api", Quota::per_minute(100)))
+            .unwrap();
+    let key = Key::new("k");
+    let calls = server.command_count("evalsha");
+    let big = match limiter.acquire(&key, 1_000) {
+        Acquire::Ready(r) => r.unwrap(),
+        Acquire::Pending(_) => panic!("an impossible cost needs no Redis call"),
+    };
+    assert!(!big.step.allowed);
+    assert_eq!(
+        big.step.retry_after_us, 60_000_000,
+        "one period, like the other backends"
+    );
+    assert_eq!(server.command_count("evalsha"), calls);
+    // The key is not locked out: ordinary requests go on.
+    for i in 1..=3 {
+        clock.set(T0 + i * 1_000_000);
+        assert!(check(limiter.as_ref(), &key).await, "request {i}");
+    }
+}

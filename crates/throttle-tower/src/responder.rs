@@ -143,9 +143,18 @@ impl SuccessHeaders {
     }
 }
 
-/// Header values of the numbers 0 to 1023, made once.
-static SMALL_NUMBERS: std::sync::LazyLock<Box<[HeaderValue]>> =
-    std::sync::LazyLock::new(|| (0..1024u64).map(HeaderValue::from).collect());
+/// The numbers 0 to 1023 as text, made once and kept for the program's
+/// life, so their header values are static: cloning one touches no shared
+/// reference count.
+static SMALL_NUMBER_TEXT: std::sync::LazyLock<Box<[String]>> =
+    std::sync::LazyLock::new(|| (0..1024u64).map(|n| n.to_string()).collect());
+
+static SMALL_NUMBERS: std::sync::LazyLock<Box<[HeaderValue]>> = std::sync::LazyLock::new(|| {
+    SMALL_NUMBER_TEXT
+        .iter()
+        .map(|s| HeaderValue::from_static(s.as_str()))
+        .collect()
+});
 
 /// A recently rendered larger number and its header value.
 type Recent = (u64, Option<HeaderValue>);
