@@ -210,6 +210,16 @@ impl RuleSet {
                     self.give_back(demands, &held);
                     return Check::Ready(self.refusal(d, result));
                 }
+                Acquire::Pending(first) if demands.len() == 1 => {
+                    // The common remote case, one rule: no combination to do.
+                    let (set, d) = (self.clone(), *d);
+                    return Check::Pending(Box::pin(async move {
+                        match first.await {
+                            Ok(o) if o.step.allowed => set.allowed(&[d], &[(0, o)]),
+                            result => set.refusal(&d, result),
+                        }
+                    }));
+                }
                 Acquire::Pending(first) => {
                     let set = self.clone();
                     let demands = demands.to_vec();
