@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
 use crate::conn::{Failure, Redis};
-use crate::exact::{degraded, local_limiter};
+use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::registry::Registry;
 use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};

@@ -49,11 +49,12 @@
 //!
 //! [`FailurePolicy`]: throttle_core::FailurePolicy
 
-mod approx;
+mod approximate;
 mod breaker;
 mod config;
 mod conn;
 mod exact;
+mod failure;
 mod keys;
 mod leased;
 mod registry;
@@ -63,7 +64,7 @@ use std::sync::Arc;
 
 use throttle_core::{Backend, ConfigError, Limiter, Rule};
 
-pub use approx::{ApproximateOptions, ApproximateStats};
+pub use approximate::{ApproximateOptions, ApproximateStats};
 pub use config::{MAX_PREFIX_LEN, RedisConfig};
 pub use conn::RedisStats;
 pub use exact::ExactLimiter;
@@ -80,7 +81,7 @@ pub struct RedisBackend {
 #[derive(Clone)]
 enum Mode {
     Exact,
-    Approximate(Arc<approx::Shared>),
+    Approximate(Arc<approximate::Shared>),
     Leased(Arc<leased::Shared>),
 }
 
@@ -124,7 +125,7 @@ impl RedisBackend {
         options.validate()?;
         Ok(Self {
             redis: conn::Redis::connect(config).await?,
-            mode: Mode::Approximate(approx::Shared::new(options)),
+            mode: Mode::Approximate(approximate::Shared::new(options)),
         })
     }
 
@@ -207,7 +208,7 @@ impl Backend for RedisBackend {
     fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
         Ok(match &self.mode {
             Mode::Exact => Arc::new(self.exact_limiter(rule)?),
-            Mode::Approximate(shared) => Arc::new(approx::ApproxLimiter::new(
+            Mode::Approximate(shared) => Arc::new(approximate::ApproxLimiter::new(
                 self.redis.clone(),
                 shared.clone(),
                 rule,

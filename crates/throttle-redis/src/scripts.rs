@@ -222,43 +222,6 @@ out[#out + 1] = now
 return out
 "#;
 
-/// Approximate-mode flush of many keys sharing one bucket hash. KEYS: the
-/// bucket's hash for one interval. ARGV: this instance's id, the expiry in
-/// ms (set when the hash has none), then for each key its field and this instance's
-/// `count:span`. Each field holds `instance=count:span` entries separated by
-/// commas; this instance's entry is replaced (so sending a flush again
-/// changes nothing) and the other instances' `count:span` values are
-/// returned, comma-separated, one string per key. Four commands for all
-/// the keys, the EVALSHA included: HMGET, HSET and PEXPIRE NX (a hash
-/// recreated after an eviction or a restart gets its expiry back).
-const APPROX_FLUSH: &str = r#"
-local inst = ARGV[1]
-local n = (#ARGV - 2) / 2
-local fields = {}
-for i = 1, n do fields[i] = ARGV[1 + 2 * i] end
-local current = redis.call('HMGET', KEYS[1], unpack(fields))
-local out, update = {}, {}
-for i = 1, n do
-  local list = inst .. '=' .. ARGV[2 + 2 * i]
-  local others = {}
-  if current[i] then
-    for entry in string.gmatch(current[i], '[^,]+') do
-      local id, value = string.match(entry, '^([^=]+)=(.+)$')
-      if id and id ~= inst then
-        list = list .. ',' .. entry
-        others[#others + 1] = value
-      end
-    end
-  end
-  update[#update + 1] = fields[i]
-  update[#update + 1] = list
-  out[i] = table.concat(others, ',')
-end
-redis.call('HSET', KEYS[1], unpack(update))
-redis.call('PEXPIRE', KEYS[1], ARGV[2], 'NX')
-return out
-"#;
-
 /// Sliding window log. KEYS: the log (sorted set of "seq:cost" scored by
 /// time), its meta (total, seq). ARGV: now, limit, period, cost. Returns
 /// {allowed, total, now, newest (-1 if none), fit (-1 if none)}: `fit` is the
@@ -341,7 +304,6 @@ pub(crate) static FIXED_WINDOW_BATCH_SCRIPT: LazyLock<Script> =
 pub(crate) static SLIDING_COUNTER_BATCH_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| script(SLIDING_COUNTER_BATCH));
 pub(crate) static GCRA_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_BATCH));
-pub(crate) static APPROX_FLUSH_SCRIPT: LazyLock<Script> = LazyLock::new(|| refund(APPROX_FLUSH));
 pub(crate) static GCRA_LEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_LEASE));
 pub(crate) static GCRA_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| refund(GCRA_RELEASE));
 pub(crate) static SLIDING_LOG_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(SLIDING_LOG));

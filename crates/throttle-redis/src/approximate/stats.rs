@@ -1,0 +1,42 @@
+//! Counters of the approximate mode.
+
+use std::sync::atomic::AtomicU64;
+
+/// What the approximate mode has done, for dashboards and for trusting it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApproximateStats {
+    /// Flushes that reached Redis.
+    pub flushes: u64,
+    /// Flushes that failed or timed out (their counts are sent again).
+    pub failed_flushes: u64,
+    /// Duration of the last successful flush, in microseconds.
+    pub last_flush_us: u64,
+    /// Longest successful flush so far, in microseconds.
+    pub max_flush_us: u64,
+    /// Keys whose counts were not yet in Redis at the last flush.
+    pub pending_keys: u64,
+    /// Instances sharing the busiest key, as last estimated (x1000).
+    pub nodes_estimate_milli: u64,
+    /// Requests denied by a local decision.
+    pub local_denials: u64,
+    /// Most a fleet total exceeded the quota in a flush reply.
+    pub max_overshoot: u64,
+    /// Counts of an interval that ended while Redis was unreachable, given up.
+    pub dropped: u64,
+    /// Whether the last flush reached Redis.
+    pub redis_ok: bool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(super) flushes: AtomicU64,
+    pub(super) failed_flushes: AtomicU64,
+    pub(super) last_flush_us: AtomicU64,
+    pub(super) max_flush_us: AtomicU64,
+    pub(super) pending_keys: AtomicU64,
+    pub(super) nodes_estimate_milli: AtomicU64,
+    pub(super) local_denials: AtomicU64,
+    pub(super) max_overshoot: AtomicU64,
+    pub(super) dropped: AtomicU64,
+}
