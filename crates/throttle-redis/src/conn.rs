@@ -248,6 +248,39 @@ impl Redis {
         }
     }
 
+    /// One `PING` within the connect and command timeouts: whether Redis
+    /// answers now (off the request path: the breaker is not told).
+    pub(crate) async fn ping_once(&self) -> bool {
+        self.ping(self.config.connect_timeout + self.config.command_timeout)
+            .await
+    }
+
+    /// The server's version (`INFO server`), if it answers; for each node
+    /// of a cluster the one the query reached.
+    pub(crate) async fn server_version(&self) -> Option<(u32, u32)> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("INFO").arg("server").to_owned();
+        let patience = self.config.connect_timeout + self.config.command_timeout;
+        let info = match tokio::time::timeout(patience, conn.query::<redis::Value>(&cmd)).await {
+            Ok(Ok(v)) => v,
+            _ => return None,
+        };
+        let text = match info {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text,
+            redis::Value::Map(nodes) => nodes
+                .into_iter()
+                .find_map(|(_, v)| match v {
+                    redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                    redis::Value::VerbatimString { text, .. } => Some(text),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+            _ => return None,
+        };
+        parse_version(&text)
+    }
+
     async fn ping(&self, patience: std::time::Duration) -> bool {
         let mut conn = self.conn();
         let cmd = redis::cmd("PING");
@@ -296,5 +329,32 @@ impl Redis {
             breaker_opened: self.breaker.times_opened(),
             degraded: self.degraded.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// `redis_version:x.y.z` in an `INFO` text, as `(x, y)`.
+pub(crate) fn parse_version(info: &str) -> Option<(u32, u32)> {
+    let line = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))?;
+    let mut parts = line.trim().split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn versions_are_read_from_info() {
+        assert_eq!(
+            parse_version("# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"),
+            Some((7, 0))
+        );
+        assert_eq!(parse_version("redis_version:6.2.14"), Some((6, 2)));
+        assert_eq!(parse_version("redis_version:garbage"), None);
+        assert_eq!(parse_version("no version here"), None);
     }
 }

@@ -123,8 +123,12 @@ impl RedisBackend {
         options: ApproximateOptions,
     ) -> Result<Self, ConfigError> {
         options.validate()?;
+        let redis = conn::Redis::connect(config).await?;
+        if let Some(version) = redis.server_version().await {
+            approximate::check_version(version)?;
+        }
         Ok(Self {
-            redis: conn::Redis::connect(config).await?,
+            redis,
             mode: Mode::Approximate(approximate::Shared::new(options)),
         })
     }

@@ -1,7 +1,7 @@
-//! The approximate mode against a real Redis, with simulated time: several
-//! instances (backends with their own local counts) share one Redis, load is
-//! spread over them, and flushes happen at every span end as they would in
-//! production. Time is an injected clock, so runs are exact and fast.
+//! The approximate mode's protocol against a real Redis, with simulated
+//! time: counts survive restarts and late flushes, shutdown flushes, the
+//! node estimate follows the fleet, configuration errors name their field.
+//! Precision under realistic traffic is `scenarios.rs`'s job.
 
 mod support;
 
@@ -98,15 +98,17 @@ fn counted(server: &RedisServer, rule: &str, key: &Key, interval: u64) -> (u64, 
         if entries.is_empty() {
             continue;
         }
+        // `@<first span>,<id>=<seq>:<count>:<claim>:<span>:<demand>,...`
         let counts: Vec<u64> = entries
             .split(',')
+            .filter(|e| !e.starts_with('@'))
             .map(|e| {
                 e.split_once('=')
                     .unwrap()
                     .1
-                    .split_once(':')
+                    .split(':')
+                    .nth(1)
                     .unwrap()
-                    .0
                     .parse()
                     .unwrap()
             })
@@ -141,50 +143,6 @@ fn commands(server: &RedisServer) -> u64 {
 fn aligned_start(clock: &ManualClock, interval_us: u64) {
     let now = clock.now_us();
     clock.set((now / interval_us + 1) * interval_us);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_instances_at_three_times_the_quota_admit_within_ten_percent() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
-    let interval = Duration::from_secs(10);
-    let rule = Rule::new("api", Quota::new(1_000, interval)).fixed_window();
-    let mut fleet = Vec::new();
-    for _ in 0..4 {
-        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
-    }
-    let refs: Vec<&Instance> = fleet.iter().collect();
-    let interval_us = interval.as_micros() as u64;
-    aligned_start(&clock, interval_us);
-    server.cli(&["CONFIG", "RESETSTAT"]);
-    let admitted = drive(
-        &clock,
-        &refs,
-        &Key::new("tenant-1"),
-        interval_us,
-        10,
-        3_000,
-        6,
-    )
-    .await;
-    let per_check = commands(&server) as f64 / 18_000.0;
-    println!("{per_check:.4} Redis commands per check");
-    // Each instance flushes once per span: HSET + HGETALL, and PEXPIRE
-    // once per interval; a check costs no command of its own.
-    assert!(per_check < 0.03, "{per_check}");
-    for (i, n) in admitted.iter().enumerate() {
-        let ratio = *n as f64 / 1_000.0;
-        println!("interval {i}: admitted {n} ({ratio:.3}x the quota)");
-        assert!((0.90..=1.10).contains(&ratio), "interval {i}: {admitted:?}");
-    }
-    let stats = fleet[0].backend.approximate_stats().unwrap();
-    // One flush per instance and span while a key has new counts.
-    assert!(stats.flushes >= 20, "{stats:?}");
-    assert_eq!(stats.max_overshoot, 0, "{stats:?}");
-    assert!(
-        (3_500..=4_500).contains(&stats.nodes_estimate_milli),
-        "{stats:?}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

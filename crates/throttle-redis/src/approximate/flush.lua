@@ -1,34 +1,102 @@
--- Approximate-mode flush of many keys sharing one bucket hash. KEYS: the
--- bucket's hash for one interval. ARGV: this instance's id, the expiry in
--- ms (set when the hash has none), then for each key its field and this instance's
--- `count:span`. Each field holds `instance=count:span` entries separated by
--- commas; this instance's entry is replaced (so sending a flush again
--- changes nothing) and the other instances' `count:span` values are
--- returned, comma-separated, one string per key. Four commands for all
--- the keys, the EVALSHA included: HMGET, HSET and PEXPIRE NX (a hash
--- recreated after an eviction or a restart gets its expiry back).
-local inst = ARGV[1]
-local n = (#ARGV - 2) / 2
+-- Approximate-mode flush of many keys sharing one bucket hash: writes this
+-- instance's count of each key and hands it a claim on what the fleet has
+-- left (see flush.rs for the protocol and the bound it gives).
+--
+-- KEYS[1]: the bucket's hash for the interval written; KEYS[2]: the same
+-- bucket's hash for the interval before (read for the sliding estimate).
+-- ARGV: instance id, expiry (ms, set when a field is added), limit, weight
+-- of the previous interval (x1000, 0 for a fixed window), writer's span
+-- (absolute), fleet size the writer knows, credit per instance, sequence
+-- number of this flush; then per key: field, count, hold, demand, and the
+-- fleet count the writer last heard (a floor should Redis have lost data).
+--
+-- Each field holds `@<first span>` then `,<id>=<seq>:<count>:<claim>:<span>:<demand>`
+-- entries, one per instance. The reply is one string per key:
+-- `<fleet count>:<claim>:<limit now>:<instances>:<previous total>:<estimate>:<rate>`
+-- (estimate: the fleet count with every other entry brought forward by its
+-- demand over the spans since it was written; rate: the others' demand), or
+-- `S` when this instance already wrote a later flush (a late flush never
+-- overwrites a newer count).
+local inst, ttl = ARGV[1], ARGV[2]
+local limit, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
+local span, fleet, credit, seq = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local n = (#ARGV - 8) / 5
 local fields = {}
-for i = 1, n do fields[i] = ARGV[1 + 2 * i] end
+for i = 1, n do fields[i] = ARGV[4 + 5 * i] end
 local current = redis.call('HMGET', KEYS[1], unpack(fields))
+local previous = {}
+if weight > 0 then previous = redis.call('HMGET', KEYS[2], unpack(fields)) end
 local out, update = {}, {}
 for i = 1, n do
-  local list = inst .. '=' .. ARGV[2 + 2 * i]
-  local others = {}
-  if current[i] then
-    for entry in string.gmatch(current[i], '[^,]+') do
-      local id, value = string.match(entry, '^([^=]+)=(.+)$')
-      if id and id ~= inst then
-        list = list .. ',' .. entry
-        others[#others + 1] = value
+  local base = 4 + 5 * i
+  local cum, hold, demand = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local known = tonumber(ARGV[base + 4])
+  local first, stale = span, false
+  local others, spent, claimed, wanted, count = {}, cum, 0, demand, 0
+  local estimate, rate = cum, 0
+  local value = current[i]
+  if value then
+    for entry in string.gmatch(value, '[^,]+') do
+      if string.sub(entry, 1, 1) == '@' then
+        first = tonumber(string.sub(entry, 2))
+      else
+        local id, eseq, ecum, eclaim, espan, edemand =
+          string.match(entry, '^([^=]+)=(%d+):(%d+):(%d+):(%d+):(%d+)$')
+        if id == inst then
+          if tonumber(eseq) > seq then stale = true end
+        elseif id then
+          ecum, eclaim = tonumber(ecum), tonumber(eclaim)
+          others[#others + 1] = entry
+          count = count + 1
+          spent = spent + ecum
+          edemand, espan = tonumber(edemand), tonumber(espan)
+          estimate = estimate + ecum + edemand * math.max(0, span - espan)
+          rate = rate + edemand
+          if espan + 2 >= span then
+            -- A live claim: its owner may spend up to it.
+            claimed = claimed + math.max(ecum, eclaim)
+            wanted = wanted + edemand
+          else
+            -- Expired: its owner stopped spending it, but may spend one
+            -- credit again (meter.rs, `ceiling`).
+            claimed = claimed + ecum + credit
+          end
+        end
       end
     end
   end
-  update[#update + 1] = fields[i]
-  update[#update + 1] = list
-  out[i] = table.concat(others, ',')
+  if stale then
+    out[i] = 'S'
+  else
+    local prev = 0
+    if previous[i] then
+      for c in string.gmatch(previous[i], '=%d+:(%d+):') do prev = prev + tonumber(c) end
+    end
+    local now_limit = limit - math.floor(prev * weight / 1000)
+    -- Instances the writer knows of that have not written this key yet may
+    -- each spend their credit: keep it for them during the key's first span.
+    local reserve = 0
+    if span <= first then reserve = math.max(0, fleet - 1 - count) * credit end
+    -- `known`: what the writer heard last; more than Redis holds only if
+    -- Redis lost data (a restart or failover), when it is the better floor.
+    spent = math.max(spent, known)
+    local free = now_limit - math.max(claimed + cum, known) - reserve
+    local pool = now_limit - spent
+    local share = 0
+    if wanted > 0 then share = math.floor(pool * demand / wanted) end
+    local grant = math.max(0, math.min(free, share, 3 * demand))
+    local claim = math.max(hold, cum + grant)
+    local list = '@' .. first .. ',' .. inst .. '=' .. seq .. ':' .. cum .. ':' .. claim .. ':' .. span .. ':' .. demand
+    for j = 1, #others do list = list .. ',' .. others[j] end
+    update[#update + 1] = fields[i]
+    update[#update + 1] = list
+    out[i] = spent .. ':' .. claim .. ':' .. now_limit .. ':' .. (count + 1) .. ':' .. prev
+      .. ':' .. math.max(estimate, spent) .. ':' .. rate
+  end
 end
-redis.call('HSET', KEYS[1], unpack(update))
-redis.call('PEXPIRE', KEYS[1], ARGV[2], 'NX')
+if #update > 0 then
+  if redis.call('HSET', KEYS[1], unpack(update)) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
+end
 return out

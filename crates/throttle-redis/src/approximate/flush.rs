@@ -1,52 +1,56 @@
-//! The flush protocol: each dirty key's cumulative count written, the other
-//! instances' counts read back, one script call per bucket hash.
+//! The flush protocol: claims on what the fleet has left.
+//!
+//! At every span end (and early, when a key runs out of claim) an instance
+//! writes, for each key it saw since its last flush, its cumulative count
+//! for the interval, the most it may admit before the reply arrives (its
+//! *hold*) and its demand (requests per span, denied ones included). One
+//! script call per bucket hash does up to [`FLUSH_CHUNK`] keys atomically
+//! (`flush.lua`); for each key it computes, from every instance's entry:
+//!
+//! ```text
+//! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
+//! pool   = limit - sum of all counts
+//! free   = limit - sum of the other instances' live claims - my count - reserve
+//! share  = pool x my demand / sum of live demands
+//! claim  = max(hold, my count + max(0, min(free, share, 3 x my demand)))
+//! ```
+//!
+//! and stores `claim` with this instance's entry. An instance admits a key
+//! only up to its claim, which holds for the span it was granted in and the
+//! next; other instances' scripts count a claim as taken until its writer's
+//! span is two past it (one span of clock skew tolerated), then only its
+//! count plus one credit. So at every script run the claims of the fleet
+//! fit in `limit`, and the fleet admits no more than `limit` except for
+//! **credits**: before an instance has an entry for a key in an interval it
+//! may admit `credit = max(1, MAX / (4 x fleet x N))` on its own. During a
+//! key's first span the script reserves a credit for every instance it
+//! knows of that has not written the key yet; after that, an instance that
+//! sees the key for the first time spends a credit no claim covered.
+//!
+//! Worst case per interval (fixed window, clocks within one span of each
+//! other, Redis answering): `MAX + (I - 1) x credit`, where `I` is the
+//! number of instances serving the key. The demand-weighted share moves the
+//! unspent quota towards where the traffic is at every flush; the cap of
+//! three spans of demand leaves the rest free for instances that start seeing
+//! the key.
+//!
+//! A flush is idempotent (absolute counts), and each carries a sequence
+//! number: the script refuses a write older than the entry it would replace,
+//! so a flush that timed out and runs late never overwrites a newer count.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use redis::Script;
-use std::sync::LazyLock;
 use throttle_core::Key;
 
 use super::limiter::ApproxRule;
-use super::meter::{SpanState, extrapolate};
+use super::meter::{SpanState, Window, flag, sat32};
 
 /// The flush script (see `flush.lua`).
 static FLUSH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("flush.lua")));
-
-/// One key's counts to write.
-pub(super) struct Write {
-    pub(super) key: Key,
-    pub(super) interval: u64,
-    /// This instance's cumulative count, taken at the start of `span`.
-    pub(super) cum: u64,
-    pub(super) span: u64,
-    /// This instance's count at the start of the span before.
-    pub(super) mine_prev: u64,
-}
-
-impl Write {
-    /// The key's count for its current interval.
-    pub(super) fn current(key: &Key, st: &SpanState) -> Self {
-        Self {
-            key: *key,
-            interval: st.interval,
-            cum: st.local,
-            span: st.span,
-            mine_prev: st.at_prev_span,
-        }
-    }
-}
-
-/// The other instances' counts in a flush reply, by age.
-#[derive(Debug, Default)]
-pub(super) struct Others {
-    pub(super) same: u64,
-    pub(super) prev: u64,
-    pub(super) older: u64,
-}
 
 /// How many hashes a rule's keys are spread over per interval. A flush
 /// costs a few commands per bucket, whatever the number of keys; in a
@@ -54,7 +58,7 @@ pub(super) struct Others {
 pub(crate) const BUCKETS: u64 = 8;
 
 /// The most keys one flush call carries.
-pub(super) const FLUSH_CHUNK: usize = 256;
+pub(super) const FLUSH_CHUNK: usize = 1_000;
 
 /// The bucket of a key: the same on every instance (FNV-1a of its bytes).
 pub(super) fn bucket_of(key: &Key) -> u64 {
@@ -66,53 +70,134 @@ pub(super) fn bucket_of(key: &Key) -> u64 {
     h % BUCKETS
 }
 
+/// One key's entry to write.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Write {
+    pub(super) key: Key,
+    pub(super) interval: u64,
+    /// Span within `interval` the write was made in.
+    pub(super) span: u16,
+    /// This instance's cumulative count.
+    pub(super) cum: u32,
+    /// The most it may admit before the reply is applied.
+    pub(super) hold: u32,
+    /// Requests per span.
+    pub(super) demand: u32,
+    /// The fleet's count as this instance last heard it.
+    pub(super) known: u32,
+}
+
+/// A script's answer for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reply {
+    spent: u32,
+    claim: u32,
+    limit: u32,
+    instances: u32,
+    prev: u32,
+    /// The other instances' counts brought forward by their demand, and
+    /// their demand.
+    estimate: u32,
+    rate: u32,
+}
+
+impl Reply {
+    /// `spent:claim:limit:instances:prev:estimate:rate`; `None` for `S` (a later flush of
+    /// this instance is already there) or anything unexpected.
+    fn parse(s: &str) -> Option<Self> {
+        let mut it = s.split(':').map(|v| v.parse::<i64>().ok());
+        let mut next = || -> Option<u32> { Some(sat32(it.next()??.max(0) as u64)) };
+        Some(Self {
+            spent: next()?,
+            claim: next()?,
+            limit: next()?,
+            instances: next()?,
+            prev: next()?,
+            estimate: next()?,
+            rate: next()?,
+        })
+    }
+}
+
 impl ApproxRule {
-    /// The hash of one bucket for one interval.
-    pub(super) fn bucket_name(&self, bucket: u64, interval: u64) -> String {
-        self.keys.bucket(bucket, interval)
+    /// The entries a flush writes for one key now, and resets its demand.
+    fn writes_of(&self, key: &Key, st: &mut SpanState, now: u64, out: &mut Vec<Write>) {
+        let meter = self.store.meter();
+        meter.roll(st, now);
+        st.flags &= !(flag::LISTED | flag::WANTS);
+        if st.pending > 0 {
+            out.push(Write {
+                key: *key,
+                interval: st.interval - 1,
+                span: (meter.spans - 1) as u16,
+                cum: st.pending,
+                hold: st.pending,
+                demand: 0,
+                known: st.prev_fleet,
+            });
+        }
+        if st.local != st.flushed || st.seen > 0 || (st.claim_valid() && st.claim > st.local) {
+            let demand = meter.demand(st, now);
+            // While the write is out, this instance spends at most a little
+            // more than it has (a flight takes milliseconds): the old claim
+            // is not carried into the new one.
+            let credit = meter.credit();
+            let margin = credit.max(demand / 8);
+            let hold = st.ceiling(credit).min(st.local.saturating_add(margin));
+            if st.claim_valid() {
+                st.claim = st.claim.min(hold);
+            }
+            out.push(Write {
+                key: *key,
+                interval: st.interval,
+                span: st.span,
+                cum: st.local,
+                hold,
+                demand,
+                known: sat32(st.heard()),
+            });
+            st.seen = 0;
+            st.since = now;
+        }
     }
 
-    /// Writes every dirty key's cumulative count and reads the fleet totals;
-    /// returns whether it all reached Redis.
+    /// Writes every key seen since the last flush (and those still holding
+    /// a claim) and applies the claims granted; returns whether it all
+    /// reached Redis. Costs one script call per bucket and 1,000 keys, and
+    /// work in proportion to the keys written, not to the keys tracked.
     pub(crate) async fn flush(&self) -> bool {
-        let mut writes: HashMap<(u64, u64), Vec<Write>> = HashMap::new();
         let now = self.redis.local_now();
-        let meter = self.store.meter();
-        let mut dirty = 0;
-        self.store.for_each(|key, st| {
-            meter.roll(st, now);
-            let bucket = bucket_of(key);
-            if st.pending_local > 0 {
-                dirty += 1;
-                writes
-                    .entry((bucket, st.pending_interval))
-                    .or_default()
-                    .push(Write {
-                        key: *key,
-                        interval: st.pending_interval,
-                        cum: st.pending_local,
-                        span: st.interval * meter.spans - 1,
-                        mine_prev: 0,
-                    });
-            }
-            if st.local != st.flushed {
-                dirty += 1;
-                writes
-                    .entry((bucket, st.interval))
-                    .or_default()
-                    .push(Write::current(key, st));
-            }
-        });
+        let keys = self.take_listed();
+        let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
+        for key in &keys {
+            self.store
+                .update(key, |st| self.writes_of(key, st, now, &mut writes));
+        }
         let c = &self.shared.counters;
-        c.pending_keys.store(dirty, Ordering::Relaxed);
+        c.pending_keys.store(writes.len() as u64, Ordering::Relaxed);
         if writes.is_empty() {
+            if !self.shared.redis_ok.load(Ordering::Relaxed) {
+                // Nothing to write, but a real round trip decides whether
+                // Redis is back (a fail-closed rule writes nothing).
+                let ok = self.redis.ping_once().await;
+                self.shared.redis_ok.store(ok, Ordering::Relaxed);
+                return ok;
+            }
             return true;
         }
+        let mut groups: HashMap<(u64, u64), Vec<Write>> = HashMap::new();
+        for w in writes {
+            groups
+                .entry((bucket_of(&w.key), w.interval))
+                .or_default()
+                .push(w);
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let started = Instant::now();
         let mut calls = Vec::new();
-        for ((bucket, interval), group) in &writes {
+        for ((bucket, interval), group) in &groups {
             for chunk in group.chunks(FLUSH_CHUNK) {
-                calls.push(self.flush_bucket(*bucket, *interval, chunk, now));
+                calls.push(self.flush_bucket(*bucket, *interval, chunk, now, seq));
             }
         }
         let ok = futures_util::future::join_all(calls)
@@ -131,116 +216,185 @@ impl ApproxRule {
         ok
     }
 
-    /// One flush call for keys sharing a bucket and interval; applies the
-    /// reply. Returns whether it reached Redis.
-    pub(super) async fn flush_bucket(
+    /// One script call for keys sharing a bucket and interval; applies the
+    /// replies, or lists the keys again if it failed. Returns whether it
+    /// reached Redis.
+    async fn flush_bucket(
         &self,
         bucket: u64,
         interval: u64,
         writes: &[Write],
         now: u64,
+        seq: u32,
     ) -> bool {
-        let name = self.bucket_name(bucket, interval);
+        let meter = self.store.meter();
         // Kept until the next interval ends (the sliding estimate reads it),
         // plus a second.
         let ttl_ms = ((interval + 2) * self.interval_us).saturating_sub(now) / 1_000 + 1_000;
+        let weight_milli = match meter.window {
+            Window::Fixed(_) => 0,
+            Window::Sliding(_) => {
+                // The previous interval's weight at the write (at least 1
+                // while any of it is left, so the script reads it).
+                let into = now.saturating_sub(interval * self.interval_us);
+                (self.interval_us.saturating_sub(into) * 1_000)
+                    .div_ceil(self.interval_us)
+                    .min(1_000)
+            }
+        };
         let mut inv = FLUSH_SCRIPT.prepare_invoke();
-        inv.key(name).arg(&self.shared.instance).arg(ttl_ms);
+        inv.key(self.keys.bucket(bucket, interval))
+            .key(self.keys.bucket(bucket, interval.saturating_sub(1)))
+            .arg(&self.shared.instance)
+            .arg(ttl_ms)
+            .arg(self.limit)
+            .arg(weight_milli)
+            .arg(interval * meter.spans + u64::from(writes[0].span))
+            .arg(meter.fleet.size())
+            .arg(meter.credit())
+            .arg(seq);
         let mut field = String::new();
         for w in writes {
             field.clear();
             w.key.write_hex(&mut field);
-            inv.arg(field.as_str()).arg(format!("{}:{}", w.cum, w.span));
+            inv.arg(field.as_str())
+                .arg(w.cum)
+                .arg(w.hold)
+                .arg(w.demand)
+                .arg(w.known);
         }
-        match self
+        let replies = match self
             .redis
             .eval_off_path::<Vec<String>>(&inv, self.shared.options.flush_timeout)
             .await
         {
-            Ok(others) if others.len() == writes.len() => {
-                self.apply(writes, &others);
-                true
+            Ok(replies) if replies.len() == writes.len() => replies,
+            Ok(_) => {
+                tracing::debug!(rule = self.rule.name(), "unexpected flush reply");
+                self.relist(writes);
+                return false;
             }
-            Ok(_) => false,
             Err(failure) => {
                 tracing::debug!(rule = self.rule.name(), %failure, "flush failed; counts kept for the next one");
+                self.relist(writes);
+                return false;
+            }
+        };
+        for (w, reply) in writes.iter().zip(&replies) {
+            if let Some(reply) = Reply::parse(reply) {
+                self.apply(w, reply, seq);
+            }
+        }
+        true
+    }
+
+    /// Lists the keys of a failed write again, for the next flush.
+    fn relist(&self, writes: &[Write]) {
+        for w in writes {
+            let again = self.store.update(&w.key, |st| {
+                let again = !st.has(flag::LISTED);
+                st.flags |= flag::LISTED;
+                again
+            });
+            if again == Some(true) {
+                self.list(&w.key);
+            }
+        }
+    }
+
+    fn apply(&self, w: &Write, r: Reply, seq: u32) {
+        let c = &self.shared.counters;
+        let meter = self.store.meter();
+        meter.fleet.saw(w.interval, r.instances);
+        if r.spent > r.limit {
+            c.max_overshoot
+                .fetch_max(u64::from(r.spent - r.limit), Ordering::Relaxed);
+        }
+        let nodes_milli = if w.cum > 0 {
+            (u64::from(r.spent) * 1_000 / u64::from(w.cum)).max(1_000)
+        } else {
+            u64::from(r.instances) * 1_000
+        };
+        c.nodes_estimate_milli.store(nodes_milli, Ordering::Relaxed);
+        let instances = u8::try_from(r.instances).unwrap_or(u8::MAX);
+        let now = self.redis.local_now();
+        let relist = self.store.update(&w.key, |st| {
+            if st.interval == w.interval {
+                if seq <= st.seq && st.has(flag::ENTRY) {
+                    return false;
+                }
+                st.seq = seq;
+                st.flags |= flag::ENTRY;
+                st.flushed = w.cum;
+                st.claim = r.claim;
+                st.grant_span = w.span;
+                st.spent = r.spent;
+                st.behind = r.estimate.saturating_sub(r.spent);
+                st.others_rate = r.rate;
+                st.instances = instances;
+                st.prev_fleet = st.prev_fleet.max(r.prev);
+                if r.spent >= r.limit {
+                    // No room left in the fleet: denied here without a
+                    // flush until the window can have room again.
+                    st.claim = st.local;
+                    st.blocked_until = match meter.window {
+                        Window::Fixed(_) => {
+                            let end = (w.interval + 1) * self.interval_us;
+                            self.cooldown_us.map_or(end, |cd| now + cd)
+                        }
+                        Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
+                    };
+                } else if r.claim <= st.local {
+                    // Nothing granted now (other instances hold the rest):
+                    // ask again after a quarter of a span, not at once (a
+                    // sliding window grows its room with time: at the span
+                    // end).
+                    st.quiet_until = match meter.window {
+                        Window::Fixed(_) => now + meter.span_us() / 4,
+                        Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
+                    };
+                }
+                // Still holding a claim: written again at the span end, to
+                // renew or give it back.
+                st.claim > st.local && !st.has(flag::LISTED) && {
+                    st.flags |= flag::LISTED;
+                    true
+                }
+            } else {
+                if st.interval == w.interval + 1 && st.pending == w.cum {
+                    st.pending = 0;
+                    st.prev_fleet = st.prev_fleet.max(r.spent);
+                }
                 false
             }
-        }
-    }
-
-    /// Sorts the other instances' `count:span` values by age relative to
-    /// this instance's write.
-    pub(super) fn others(w: &Write, values: &str) -> Others {
-        let mut others = Others::default();
-        for value in values.split(',').filter(|v| !v.is_empty()) {
-            let Some((cum, span)) = value.split_once(':') else {
-                continue;
-            };
-            let (Ok(cum), Ok(span)) = (cum.parse::<u64>(), span.parse::<u64>()) else {
-                continue;
-            };
-            if span >= w.span {
-                others.same += cum;
-            } else if span + 1 == w.span {
-                others.prev += cum;
-            } else {
-                others.older += cum;
-            }
-        }
-        others
-    }
-
-    pub(super) fn apply(&self, writes: &[Write], replies: &[String]) {
-        let c = &self.shared.counters;
-        let now = self.redis.local_now();
-        for (w, values) in writes.iter().zip(replies) {
-            let o = Self::others(w, values);
-            let raw = w.cum + o.same + o.prev + o.older;
-            // The fleet as of this write: older counts brought forward.
-            let equivalent = w.cum + o.same + o.older + extrapolate(o.prev, w.mine_prev, w.cum);
-            let nodes_milli = (equivalent * 1_000)
-                .checked_div(w.cum)
-                .map_or(1_000, |n| n.max(1_000));
-            if raw > self.limit {
-                c.max_overshoot
-                    .fetch_max(raw - self.limit, Ordering::Relaxed);
-            }
-            c.nodes_estimate_milli.store(nodes_milli, Ordering::Relaxed);
-            self.store.update(&w.key, |st| {
-                if st.interval == w.interval {
-                    st.flushed = w.cum;
-                    st.flush_mine_prev = w.mine_prev;
-                    st.others_a = o.same;
-                    st.others_b = o.prev;
-                    st.others_c = o.older;
-                    st.nodes_milli = nodes_milli;
-                    if raw > self.limit {
-                        let end = (w.interval + 1) * self.interval_us;
-                        st.blocked_until = self.cooldown_us.map_or(end, |cd| now + cd);
-                    }
-                } else if st.pending_local > 0 && st.pending_interval == w.interval {
-                    if st.pending_local == w.cum {
-                        st.pending_local = 0;
-                    }
-                    if st.interval == w.interval + 1 {
-                        st.prev_fleet = st.prev_fleet.max(raw);
-                    }
-                }
-            });
-        }
-    }
-
-    /// Flushes one key now, in the background.
-    pub(super) fn flush_early(self: &Arc<Self>, write: Write) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let this = self.clone();
-        rt.spawn(async move {
-            let now = this.redis.local_now();
-            let (bucket, interval) = (bucket_of(&write.key), write.interval);
-            this.flush_bucket(bucket, interval, &[write], now).await;
         });
+        if relist == Some(true) {
+            self.list(&w.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reply;
+
+    #[test]
+    fn replies_parse_and_refusals_do_not() {
+        assert_eq!(
+            Reply::parse("12:15:100:3:40:20:9"),
+            Some(Reply {
+                spent: 12,
+                claim: 15,
+                limit: 100,
+                instances: 3,
+                prev: 40,
+                estimate: 20,
+                rate: 9,
+            })
+        );
+        assert_eq!(Reply::parse("S"), None);
+        assert_eq!(Reply::parse("1:2:3"), None);
+        // A limit pushed below zero by the previous interval reads as 0.
+        assert_eq!(Reply::parse("5:5:-3:1:0:5:0").map(|r| r.limit), Some(0));
     }
 }

@@ -2,17 +2,19 @@
 //! path and the flush schedule.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use throttle_core::algorithm::{FixedWindow, Meter, SlidingWindowCounter};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use throttle_core::algorithm::{FixedWindow, SlidingWindowCounter};
 use throttle_core::{
     Acquire, Algorithm, Clock, ConfigError, FailurePolicy, Key, Limiter, MemoryBackend,
     MemoryLimiter, Outcome, Rule, Unavailable,
 };
 
-use super::flush::Write;
-use super::meter::{SpanMeter, Window};
+use super::meter::{Fleet, SpanMeter, Window};
 use super::shared::Shared;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
@@ -27,7 +29,17 @@ pub(crate) struct ApproxRule {
     pub(super) interval_us: u64,
     pub(super) limit: u64,
     pub(super) cooldown_us: Option<u64>,
+    /// Keys to write at the next flush, sharded to keep the request path
+    /// off one lock; each key is listed once until a flush takes it.
+    listed: Box<[Mutex<Vec<Key>>]>,
+    /// Sequence number of the last flush.
+    pub(super) seq: AtomicU32,
+    /// Wakes the flusher before the span ends.
+    wake: Arc<Notify>,
 }
+
+/// Shards of the list of keys to write.
+const LIST_SHARDS: usize = 16;
 
 /// A limiter of the approximate mode.
 #[derive(Clone)]
@@ -72,6 +84,17 @@ impl ApproxLimiter {
             )
             .in_rule(rule.name()));
         }
+        if q.limit() > u64::from(u32::MAX) {
+            return Err(ConfigError::new(
+                "quota.limit",
+                format!(
+                    "must be at most {} in the approximate mode (got {})",
+                    u32::MAX,
+                    q.limit()
+                ),
+            )
+            .in_rule(rule.name()));
+        }
         let cooldown_us = options.cooldown.map(|c| c.as_micros() as u64);
         let meter = SpanMeter {
             window,
@@ -79,6 +102,8 @@ impl ApproxLimiter {
             interval_us,
             spans: u64::from(options.spans),
             strict_when_down: rule.failure_policy() == FailurePolicy::LocalFallback,
+            closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
+            fleet: Fleet::default(),
             shared: shared.clone(),
         };
         let store = MemoryBackend::with_clock(redis.local_clock())
@@ -94,6 +119,9 @@ impl ApproxLimiter {
             interval_us,
             limit: q.limit(),
             cooldown_us,
+            listed: (0..LIST_SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
+            seq: AtomicU32::new(0),
+            wake: Arc::new(Notify::new()),
         });
         shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
@@ -104,7 +132,8 @@ impl ApproxLimiter {
 }
 
 impl ApproxRule {
-    /// Flushes at every span end until the rule is dropped.
+    /// Flushes at every span end, and within the early-flush gap when a key
+    /// runs out of claim, until the rule is dropped.
     pub(super) fn schedule(this: &Arc<Self>) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             tracing::error!(
@@ -115,45 +144,70 @@ impl ApproxRule {
         };
         let weak = Arc::downgrade(this);
         let span_us = this.interval_us / u64::from(this.shared.options.spans);
+        let gap = this.shared.options.early_flush_gap;
+        let wake = this.wake.clone();
         rt.spawn(async move {
             loop {
                 let now = throttle_core::unix_now_us();
                 // Just after the next span boundary.
                 let next = (now / span_us + 1) * span_us + 200;
-                tokio::time::sleep(Duration::from_micros(next - now)).await;
+                let woken = tokio::select! {
+                    () = tokio::time::sleep(Duration::from_micros(next - now)) => false,
+                    () = wake.notified() => true,
+                };
                 let Some(rule) = weak.upgrade() else { return };
                 rule.flush().await;
+                drop(rule);
+                if woken {
+                    // At most one early flush per gap: a burst of new keys
+                    // costs Redis a few calls per gap, not one per key.
+                    tokio::time::sleep(gap).await;
+                }
             }
         });
     }
 
-    /// The local decision. A key the fleet has not been heard about yet
-    /// (no flush reply so far) that takes more than its share of a span
-    /// (`MAX / N`) is flushed at once, without waiting for the span to end:
-    /// a burst on a new key then learns about the other instances within a
-    /// round trip instead of a span. Keys with a node estimate never flush
-    /// early, so steady load costs no extra commands.
+    /// Adds a key to the list of keys to write (its `LISTED` flag was
+    /// just set).
+    pub(super) fn list(&self, key: &Key) {
+        let shard = (key.as_bytes().first().copied().unwrap_or(0) as usize ^ key.as_bytes().len())
+            % LIST_SHARDS;
+        self.listed[shard].lock().push(*key);
+    }
+
+    /// Takes the listed keys (keeping the lists' memory for the next span).
+    pub(super) fn take_listed(&self) -> Vec<Key> {
+        let mut keys = Vec::new();
+        for shard in self.listed.iter() {
+            keys.extend(shard.lock().drain(..));
+        }
+        keys
+    }
+
+    /// The local decision: no await, no allocation for a known key (a key's
+    /// first request in a span appends it to a list that keeps its memory).
     pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
         let redis_ok = self.shared.redis_ok.load(Ordering::Relaxed);
-        if !redis_ok && self.rule.failure_policy() == FailurePolicy::FailClosed {
-            return Err(Unavailable::new("Redis is unavailable"));
-        }
         let meter = self.store.meter();
-        let share = self.limit / meter.spans;
-        let (step, now, early) = self.store.with_state(key, |st, now| {
-            let step = meter.acquire(st, now, cost);
-            let early = redis_ok
-                && step.allowed
-                && st.nodes_milli == 0
-                && st.early_span != st.span + 1
-                && st.span_local > share;
-            if early {
-                st.early_span = st.span + 1;
-            }
-            (step, now, early.then(|| Write::current(key, st)))
+        let (step, now, asks) = self.store.with_state(key, |st, now| {
+            let (step, asks) = meter.decide(st, now, cost);
+            (step, now, asks)
         });
-        if let Some(write) = early {
-            self.flush_early(write);
+        if asks.list {
+            self.list(key);
+        }
+        if asks.early && redis_ok {
+            self.shared
+                .counters
+                .early_flushes_asked
+                .fetch_add(1, Ordering::Relaxed);
+            self.wake.notify_one();
+        }
+        if asks.degraded {
+            self.redis.degraded.fetch_add(1, Ordering::Relaxed);
+            if meter.closed_when_down {
+                return Err(Unavailable::new("Redis is unavailable"));
+            }
         }
         if !step.allowed {
             self.shared
@@ -162,7 +216,7 @@ impl ApproxRule {
                 .fetch_add(1, Ordering::Relaxed);
         }
         let mut outcome = Outcome::new(step, now);
-        outcome.degraded = !redis_ok;
+        outcome.degraded = asks.degraded;
         Ok(outcome)
     }
 }

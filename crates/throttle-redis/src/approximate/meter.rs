@@ -1,8 +1,8 @@
-//! The local decision: a pure state machine over per-key counts and what
-//! the last flush said about the fleet.
+//! The local decision: a pure state machine over one key's counts and the
+//! claim the last flush reply granted this instance.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
@@ -10,15 +10,159 @@ use throttle_core::algorithm::{
 
 use super::shared::Shared;
 
-/// The window code the fleet estimate is fed to.
+/// The window code the fleet estimate is fed to (for the decision's
+/// remaining count, reset and retry-after, the same figures the memory
+/// backend reports).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Window {
     Fixed(FixedWindow),
     Sliding(SlidingWindowCounter),
 }
 
-/// The local decision of one rule: a pure state machine over the per-key
-/// counts and what the last flush said about the fleet.
+/// The flags of a [`SpanState`].
+pub(super) mod flag {
+    /// A flush reply for this interval was applied: the key has an entry in
+    /// Redis and spends its claim, not its credit.
+    pub(crate) const ENTRY: u8 = 1;
+    /// The key is in the rule's list of keys to write at the next flush.
+    pub(crate) const LISTED: u8 = 2;
+    /// The key ran out of claim and asked for an early flush.
+    pub(crate) const WANTS: u8 = 4;
+}
+
+/// Per-key state of the approximate mode: 88 bytes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct SpanState {
+    /// Interval number (`now / interval`).
+    pub(super) interval: u64,
+    /// Denied locally until then (a flush showed the fleet over the quota).
+    pub(super) blocked_until: u64,
+    /// When the demand now in `seen` started being counted (local time).
+    pub(super) since: u64,
+    /// No early flush before then (the last reply granted nothing).
+    pub(super) quiet_until: u64,
+    /// Admitted here in this interval.
+    pub(super) local: u32,
+    /// The count of the last write whose reply was applied.
+    pub(super) flushed: u32,
+    /// This instance may have admitted up to this in the interval while its
+    /// claim is valid (up to the end of the span after `grant_span`).
+    pub(super) claim: u32,
+    /// The fleet's count in that reply, and how far behind it probably was
+    /// (the other instances' entries brought forward by their demand).
+    pub(super) spent: u32,
+    pub(super) behind: u32,
+    /// The other instances' demand in that reply (requests per span).
+    pub(super) others_rate: u32,
+    /// The fleet total of the previous interval, as best known.
+    pub(super) prev_fleet: u32,
+    /// The previous interval's count, not yet written (0: nothing pending).
+    pub(super) pending: u32,
+    /// Requests seen (admitted or not) since `since`: the demand.
+    pub(super) seen: u32,
+    /// Admitted here in this span (for the local fallback).
+    pub(super) span_local: u32,
+    /// Sequence number of the last applied reply.
+    pub(super) seq: u32,
+    /// Span within the interval now, and of the claim's grant.
+    pub(super) span: u16,
+    pub(super) grant_span: u16,
+    /// Instances that wrote this key, as of the last reply (0: none yet).
+    pub(super) instances: u8,
+    pub(super) flags: u8,
+}
+
+impl SpanState {
+    pub(super) fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+
+    /// Whether the claim still holds (its owner may spend it and Redis keeps
+    /// it for it).
+    pub(super) fn claim_valid(&self) -> bool {
+        self.has(flag::ENTRY) && self.span <= self.grant_span.saturating_add(1)
+    }
+
+    /// The most this instance may have admitted in the interval right now.
+    pub(super) fn ceiling(&self, credit: u32) -> u32 {
+        if !self.has(flag::ENTRY) {
+            credit
+        } else if self.claim_valid() {
+            self.claim
+        } else {
+            // An expired claim: Redis keeps one credit for it (flush.lua).
+            self.flushed.saturating_add(credit)
+        }
+        .max(self.local)
+    }
+
+    /// The fleet's count for this interval as known: the last reply plus
+    /// what this instance admitted since.
+    pub(super) fn heard(&self) -> u64 {
+        u64::from(self.spent) + u64::from(self.local.saturating_sub(self.flushed))
+    }
+
+    /// Whether the next flush has something to say for this key.
+    pub(super) fn dirty(&self) -> bool {
+        self.local != self.flushed
+            || self.pending > 0
+            || self.seen > 0
+            || (self.claim_valid() && self.claim > self.local)
+    }
+}
+
+/// What one decision asks of the rule besides its answer.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Asks {
+    /// Put the key in the list of keys to write.
+    pub(super) list: bool,
+    /// Wake the flusher now: the key needs a claim before the span ends.
+    pub(super) early: bool,
+    /// Decided without Redis and without a claim (the failure policy's
+    /// call); with `fail_closed()` the step is a denial to report as
+    /// unavailable.
+    pub(super) degraded: bool,
+}
+
+/// The fleet size a rule has learnt from flush replies: the most instances
+/// seen writing one key, this interval or the one before.
+#[derive(Debug, Default)]
+pub(super) struct Fleet {
+    interval: AtomicU64,
+    now: AtomicU32,
+    before: AtomicU32,
+}
+
+impl Fleet {
+    pub(super) fn size(&self) -> u32 {
+        self.now
+            .load(Ordering::Relaxed)
+            .max(self.before.load(Ordering::Relaxed))
+            .max(1)
+    }
+
+    pub(super) fn saw(&self, interval: u64, instances: u32) {
+        let at = self.interval.load(Ordering::Relaxed);
+        if interval > at
+            && self
+                .interval
+                .compare_exchange(at, interval, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let last = self.now.swap(0, Ordering::Relaxed);
+            let before = if interval == at + 1 { last } else { 0 };
+            self.before.store(before, Ordering::Relaxed);
+        }
+        let at = self.interval.load(Ordering::Relaxed);
+        if interval >= at {
+            self.now.fetch_max(instances, Ordering::Relaxed);
+        } else if interval + 1 == at {
+            self.before.fetch_max(instances, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The local decision of one rule.
 #[derive(Debug)]
 pub(crate) struct SpanMeter {
     pub(super) window: Window,
@@ -27,74 +171,15 @@ pub(crate) struct SpanMeter {
     pub(super) spans: u64,
     /// Decide with the stricter per-span limit while Redis is unreachable.
     pub(super) strict_when_down: bool,
+    /// Refuse (as unavailable) what no claim covers while Redis is away.
+    pub(super) closed_when_down: bool,
+    pub(super) fleet: Fleet,
     pub(super) shared: Arc<Shared>,
 }
 
-/// Per-key state of the approximate mode.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct SpanState {
-    /// Interval number (`now / interval`).
-    pub(super) interval: u64,
-    /// Admitted here in this interval.
-    pub(super) local: u64,
-    /// Absolute span number (`interval * spans + span`), what this instance
-    /// had admitted when it began and when the span before it began, and
-    /// what it admitted in it.
-    pub(super) span: u64,
-    pub(super) at_span: u64,
-    pub(super) at_prev_span: u64,
-    pub(super) span_local: u64,
-    /// The last successful flush: the count written, and this instance's
-    /// count one span before it was taken.
-    pub(super) flushed: u64,
-    pub(super) flush_mine_prev: u64,
-    /// The other instances' counts in that flush's reply: taken at the same
-    /// span end (`a`), one span earlier (`b`), or earlier still (`c`).
-    pub(super) others_a: u64,
-    pub(super) others_b: u64,
-    pub(super) others_c: u64,
-    /// The fleet total of the previous interval, as best known.
-    pub(super) prev_fleet: u64,
-    /// Instances sharing this key, x1000 (0: not estimated yet).
-    pub(super) nodes_milli: u64,
-    /// Blocked until then by a flush reply over the quota.
-    pub(super) blocked_until: u64,
-    /// The previous interval's count, if it was not fully flushed.
-    pub(super) pending_interval: u64,
-    pub(super) pending_local: u64,
-    /// `span + 1` of the last early flush (see [`ApproxRule::decide`]).
-    pub(super) early_span: u64,
-}
-
-/// `others` counted when this instance had `mine`, extrapolated to now (when
-/// it has `local`): every instance is assumed to grow in proportion.
-pub(super) fn extrapolate(others: u64, mine: u64, local: u64) -> u64 {
-    if others == 0 || mine == 0 {
-        return others;
-    }
-    (u128::from(others) * u128::from(local) / u128::from(mine)) as u64
-}
-
-impl SpanState {
-    pub(super) fn dirty(&self) -> bool {
-        self.local != self.flushed || self.pending_local > 0
-    }
-
-    pub(super) fn nodes(&self) -> u64 {
-        self.nodes_milli.max(1_000)
-    }
-
-    /// The fleet's count for this interval, estimated now: what the last
-    /// flush said, brought forward; and never less than this instance's
-    /// count times the node estimate (the only guide before the first
-    /// flush of an interval, or while Redis is away).
-    pub(super) fn fleet(&self) -> u64 {
-        let heard = self.local
-            + self.others_c
-            + extrapolate(self.others_a, self.flushed, self.local)
-            + extrapolate(self.others_b, self.flush_mine_prev, self.local);
-        heard.max(self.local * self.nodes() / 1_000)
-    }
+/// `x` as a u32, saturating.
+pub(super) fn sat32(x: u64) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
 }
 
 impl SpanMeter {
@@ -109,57 +194,65 @@ impl SpanMeter {
         interval * self.interval_us + (span + 1) * self.interval_us / self.spans
     }
 
+    pub(super) fn span_us(&self) -> u64 {
+        self.interval_us / self.spans
+    }
+
+    /// What an instance may admit for a key before Redis has heard of it
+    /// (and again once its claim has expired): a quarter of its share of one
+    /// span, at least one request. Small on purpose: it is the one part of
+    /// the fleet's admissions that no claim covers (see `flush.rs`).
+    pub(super) fn credit(&self) -> u32 {
+        let share = self.limit / (4 * u64::from(self.fleet.size()) * self.spans);
+        sat32(share.max(1))
+    }
+
+    /// The requests per span that `st.seen` stands for.
+    pub(super) fn demand(&self, st: &SpanState, now_us: u64) -> u32 {
+        if st.seen == 0 {
+            return 0;
+        }
+        let span = self.span_us();
+        // Over a tenth of a span at least: a first request is not a rate.
+        let elapsed = now_us.saturating_sub(st.since).clamp(span / 10, span);
+        sat32(u64::from(st.seen) * span / elapsed)
+    }
+
     /// Moves the state to `now`'s interval and span; returns `now` (never
     /// before the state's interval, should the clock step back).
     pub(crate) fn roll(&self, st: &mut SpanState, now_us: u64) -> u64 {
         let now_us = now_us.max(st.interval * self.interval_us);
         let w = now_us / self.interval_us;
         if w > st.interval {
-            if w == st.interval + 1 {
-                if st.pending_local > 0 {
-                    // Two intervals old and never sent: given up.
-                    self.shared
-                        .counters
-                        .dropped
-                        .fetch_add(st.pending_local, Ordering::Relaxed);
-                    st.pending_local = 0;
-                }
-                if st.local != st.flushed {
-                    st.pending_interval = st.interval;
-                    st.pending_local = st.local;
-                }
-                st.prev_fleet = st.fleet();
+            let dropped = &self.shared.counters.dropped;
+            // Two intervals old and never written: given up.
+            dropped.fetch_add(u64::from(st.pending), Ordering::Relaxed);
+            let unwritten = st.local.saturating_sub(st.flushed);
+            let (pending, prev_fleet) = if w == st.interval + 1 {
+                (
+                    if st.local != st.flushed { st.local } else { 0 },
+                    sat32(st.heard()).max(st.local),
+                )
             } else {
                 // Counts of an interval long over: too late to matter.
-                let lost = st.pending_local + st.local.saturating_sub(st.flushed);
-                if lost > 0 {
-                    self.shared
-                        .counters
-                        .dropped
-                        .fetch_add(lost, Ordering::Relaxed);
-                }
-                st.prev_fleet = 0;
-                st.pending_local = 0;
-            }
+                dropped.fetch_add(u64::from(unwritten), Ordering::Relaxed);
+                (0, 0)
+            };
             *st = SpanState {
                 interval: w,
-                span: w * self.spans,
-                prev_fleet: st.prev_fleet,
-                nodes_milli: st.nodes_milli,
                 blocked_until: st.blocked_until,
-                pending_interval: st.pending_interval,
-                pending_local: st.pending_local,
+                since: st.since,
+                prev_fleet,
+                pending,
+                seen: st.seen,
+                instances: st.instances,
+                seq: st.seq,
+                flags: st.flags & (flag::LISTED | flag::WANTS),
                 ..SpanState::default()
             };
         }
-        let span = w * self.spans + self.span_of(w, now_us);
+        let span = self.span_of(w, now_us) as u16;
         if span != st.span {
-            st.at_prev_span = if span == st.span + 1 {
-                st.at_span
-            } else {
-                st.local
-            };
-            st.at_span = st.local;
             st.span = span;
             st.span_local = 0;
         }
@@ -175,31 +268,11 @@ impl SpanMeter {
             delay_us: 0,
         }
     }
-}
 
-impl Meter for SpanMeter {
-    type State = SpanState;
-
-    fn capacity(&self) -> u64 {
-        self.limit
-    }
-
-    fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
-        let now = self.roll(st, now_us);
-        let interval_end = (st.interval + 1) * self.interval_us;
-        if now < st.blocked_until {
-            return self.deny(st.blocked_until - now, st.blocked_until - now);
-        }
-        if self.strict_when_down && !self.shared.redis_ok.load(Ordering::Relaxed) {
-            // Redis unreachable: no key may take more than its share of a span.
-            let share = self.limit.div_ceil(self.spans);
-            if (st.span_local + cost) * st.nodes() > share * 1_000 {
-                let span_end = self.span_end(st.interval, st.span % self.spans);
-                return self.deny(span_end - now, interval_end - now);
-            }
-        }
-        let fleet = st.fleet();
-        let step = match self.window {
+    /// The window's verdict on a fleet count of `fleet` (and the previous
+    /// interval's `prev`) for `cost` more.
+    fn window_step(&self, st: &SpanState, now: u64, fleet: u64, cost: u64) -> Step {
+        match self.window {
             Window::Fixed(fw) => {
                 let mut s = FixedWindowState {
                     window: st.interval,
@@ -211,32 +284,133 @@ impl Meter for SpanMeter {
                 let mut s = SlidingWindowCounterState {
                     window: st.interval,
                     cur: fleet,
-                    prev: st.prev_fleet,
+                    prev: u64::from(st.prev_fleet),
                 };
                 swc.acquire(&mut s, now, cost)
             }
+        }
+    }
+
+    /// Checks and takes `cost` for a key; says what the rule must do next.
+    pub(super) fn decide(&self, st: &mut SpanState, now_us: u64, cost: u64) -> (Step, Asks) {
+        let now = self.roll(st, now_us);
+        let mut asks = Asks::default();
+        if now < st.blocked_until {
+            return (
+                self.deny(st.blocked_until - now, st.blocked_until - now),
+                asks,
+            );
+        }
+        if st.seen == 0 {
+            st.since = now;
+        }
+        st.seen = st.seen.saturating_add(1);
+        if !st.has(flag::LISTED) {
+            st.flags |= flag::LISTED;
+            asks.list = true;
+        }
+        let redis_ok = self.shared.redis_ok.load(Ordering::Relaxed);
+        let step = self.window_step(st, now, st.heard(), cost);
+        let ceiling = u64::from(st.ceiling(self.credit()));
+        let covered = u64::from(st.local) + cost <= ceiling;
+        let step = if !step.allowed || (covered && (redis_ok || st.claim_valid())) {
+            // Within the claim (it holds while Redis is away, too), or the
+            // fleet is over the limit as last heard.
+            step
+        } else if redis_ok {
+            // The fleet has room, but this instance's claim does not:
+            // other instances hold it. Ask for a claim now.
+            if !st.has(flag::WANTS) && now >= st.quiet_until {
+                st.flags |= flag::WANTS;
+                asks.early = true;
+            }
+            let span_end = self.span_end(st.interval, u64::from(st.span));
+            self.deny(span_end - now, step.reset_us)
+        } else {
+            asks.degraded = true;
+            if self.closed_when_down {
+                return (self.deny(self.span_us(), step.reset_us), asks);
+            }
+            self.degraded(st, now, cost)
         };
         if step.allowed {
-            st.local += cost;
-            st.span_local += cost;
+            st.local = st.local.saturating_add(sat32(cost));
+            st.span_local = st.span_local.saturating_add(sat32(cost));
         }
-        step
+        (step, asks)
+    }
+
+    /// Redis unreachable and no claim left: decide on what was last heard,
+    /// with the other instances brought forward at the demand they reported
+    /// (not in proportion to this one), and never below this instance's
+    /// count times the instances known.
+    fn degraded(&self, st: &SpanState, now: u64, cost: u64) -> Step {
+        let nodes = u64::from(st.instances.max(1)).max(if st.instances == 0 {
+            u64::from(self.fleet.size())
+        } else {
+            1
+        });
+        if self.strict_when_down {
+            // No key may take more than its share of a span.
+            let share = self.limit.div_ceil(self.spans);
+            if (u64::from(st.span_local) + cost) * nodes > share {
+                let span_end = self.span_end(st.interval, u64::from(st.span));
+                let interval_end = (st.interval + 1) * self.interval_us;
+                return self.deny(span_end - now, interval_end - now);
+            }
+        }
+        let fleet = self.heard_now(st, now).max(u64::from(st.local) * nodes);
+        self.window_step(st, now, fleet, cost)
+    }
+
+    /// The fleet's count now as best guessed without Redis: the last reply,
+    /// what this instance admitted since, and the others brought forward at
+    /// the demand they reported.
+    pub(super) fn heard_now(&self, st: &SpanState, now: u64) -> u64 {
+        if !st.has(flag::ENTRY) {
+            return st.heard();
+        }
+        let heard_at = st.interval * self.interval_us + u64::from(st.grant_span) * self.span_us();
+        let since = now.saturating_sub(heard_at);
+        st.heard() + u64::from(st.behind) + u64::from(st.others_rate) * since / self.span_us()
+    }
+}
+
+impl Meter for SpanMeter {
+    type State = SpanState;
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
+        self.decide(st, now_us, cost).0
     }
 
     fn release(&self, st: &mut SpanState, acquired_at_us: u64, cost: u64) {
         if st.interval == acquired_at_us / self.interval_us {
             // The next flush writes the lower cumulative count.
-            st.local = st.local.saturating_sub(cost);
-            st.span_local = st.span_local.saturating_sub(cost);
+            st.local = st.local.saturating_sub(sat32(cost));
+            st.span_local = st.span_local.saturating_sub(sat32(cost));
         }
     }
 
     fn idle_at(&self, st: &SpanState) -> u64 {
-        if st.dirty() {
+        if st.dirty() || st.has(flag::LISTED) {
             return u64::MAX;
         }
         // The counts weigh until the next interval ends (sliding), and a
         // block until it lifts.
         ((st.interval + 2) * self.interval_us).max(st.blocked_until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpanState;
+
+    #[test]
+    fn per_key_state_stays_under_96_bytes() {
+        assert!(std::mem::size_of::<SpanState>() <= 88);
     }
 }

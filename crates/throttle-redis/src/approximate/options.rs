@@ -19,6 +19,7 @@ pub struct ApproximateOptions {
     pub(crate) cooldown: Option<Duration>,
     pub(crate) flush_timeout: Duration,
     pub(crate) max_keys: usize,
+    pub(crate) early_flush_gap: Duration,
 }
 
 impl Default for ApproximateOptions {
@@ -28,6 +29,7 @@ impl Default for ApproximateOptions {
             cooldown: None,
             flush_timeout: Duration::from_secs(1),
             max_keys: throttle_core::DEFAULT_MAX_KEYS,
+            early_flush_gap: Duration::from_millis(5),
         }
     }
 }
@@ -65,6 +67,17 @@ impl ApproximateOptions {
         self
     }
 
+    /// The shortest time between two early flushes (default 5 ms). A key
+    /// that runs out of its claim before the span ends asks for one; the
+    /// requests it gets meanwhile are denied (with a retry-after to the span
+    /// end), so a shorter gap means fewer such denials, a longer one fewer
+    /// Redis calls when many keys start at once.
+    #[must_use]
+    pub fn early_flush_gap(mut self, gap: Duration) -> Self {
+        self.early_flush_gap = gap;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if !(2..=1_000).contains(&self.spans) {
             return Err(ConfigError::new(
@@ -79,6 +92,12 @@ impl ApproximateOptions {
             return Err(ConfigError::new(
                 "approximate.flush_timeout",
                 "must be positive",
+            ));
+        }
+        if self.early_flush_gap > Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "approximate.early_flush_gap",
+                format!("must be at most 1 s (got {:?})", self.early_flush_gap),
             ));
         }
         Ok(())

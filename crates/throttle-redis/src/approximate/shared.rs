@@ -40,6 +40,7 @@ impl Shared {
             pending_keys: get(&c.pending_keys),
             nodes_estimate_milli: get(&c.nodes_estimate_milli),
             local_denials: get(&c.local_denials),
+            early_flushes_asked: get(&c.early_flushes_asked),
             max_overshoot: get(&c.max_overshoot),
             dropped: get(&c.dropped),
             redis_ok: self.redis_ok.load(Ordering::Relaxed),

@@ -20,6 +20,9 @@ pub struct ApproximateStats {
     pub nodes_estimate_milli: u64,
     /// Requests denied by a local decision.
     pub local_denials: u64,
+    /// Early flushes asked for: a key ran out of its claim before its span
+    /// ended (a driver with a test clock flushes when this grows).
+    pub early_flushes_asked: u64,
     /// Most a fleet total exceeded the quota in a flush reply.
     pub max_overshoot: u64,
     /// Counts of an interval that ended while Redis was unreachable, given up.
@@ -37,6 +40,7 @@ pub(crate) struct Counters {
     pub(super) pending_keys: AtomicU64,
     pub(super) nodes_estimate_milli: AtomicU64,
     pub(super) local_denials: AtomicU64,
+    pub(super) early_flushes_asked: AtomicU64,
     pub(super) max_overshoot: AtomicU64,
     pub(super) dropped: AtomicU64,
 }
