@@ -1,0 +1,641 @@
+//! The fleet scenario suite: N instances of the approximate mode (each its
+//! own backend, its own clock with a skew, its own flush-timer phase) on one
+//! real `redis-server`, driven through the `Limiter` API by a traffic model,
+//! next to a perfect global limiter fed the same requests on the same
+//! timeline.
+//!
+//! Time is simulated: one shared manual clock is the true time; each
+//! instance reads it through its skew. The driver plays requests in time
+//! order and, between them, the flushes each instance's background task
+//! would make: at every span boundary of its own clock (plus its phase),
+//! and an early flush when a key ran out of claim (one round trip and at
+//! most one per early-flush gap after the ask). Redis is real, so faults
+//! are real too: the server can be stopped, resumed, killed and restarted
+//! at a point of the timeline.
+//!
+//! Per scenario, [`Report`] gives the worst admitted count in an aligned
+//! interval and in any sliding window of the interval's length (both
+//! against the quota, and the reference's next to them), false denials (the
+//! requests the reference admitted and the fleet denied, per request, as a
+//! share of the reference's admissions), Redis commands per check and per
+//! second, and bytes sent to Redis per second.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use throttle_core::{
+    Acquire, Backend, Clock, Key, Limiter, ManualClock, MemoryBackend, Quota, Rule,
+};
+use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+
+use crate::support::RedisServer;
+
+/// Where the shared clock starts: an aligned, realistic Unix time.
+pub const T0: u64 = 1_800_000_000_000_000;
+
+/// A clock `offset_us` ahead of (or behind) the true time.
+#[derive(Clone)]
+pub struct Skewed {
+    base: ManualClock,
+    offset_us: i64,
+}
+
+impl Clock for Skewed {
+    fn now_us(&self) -> u64 {
+        self.base.now_us().saturating_add_signed(self.offset_us)
+    }
+}
+
+/// A small deterministic generator (splitmix64).
+#[derive(Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An exponential gap with mean `mean_us` (Poisson arrivals).
+    pub fn exp(&mut self, mean_us: f64) -> u64 {
+        (-(1.0 - self.unit()).ln() * mean_us) as u64
+    }
+
+    /// An index drawn with probability proportional to `weights`.
+    pub fn weighted(&mut self, weights: &[f64]) -> usize {
+        let total: f64 = weights.iter().sum();
+        let mut x = self.unit() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if x < *w {
+                return i;
+            }
+            x -= w;
+        }
+        weights.len() - 1
+    }
+}
+
+/// One request of a traffic model: when (true time, from the start), to
+/// which instance, for which key.
+#[derive(Debug, Clone, Copy)]
+pub struct Req {
+    pub at_us: u64,
+    pub instance: usize,
+    pub key: u64,
+}
+
+/// Something done to the fleet at a point of the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `SIGSTOP`: Redis hangs.
+    Stop,
+    /// `SIGCONT`.
+    Resume,
+    /// `SIGKILL`.
+    Kill,
+    /// Back on the same port, with empty data.
+    Restart,
+}
+
+/// How a scenario's fleet is built.
+#[derive(Clone)]
+pub struct Setup {
+    pub name: &'static str,
+    pub traffic: &'static str,
+    pub instances: usize,
+    pub limit: u64,
+    pub interval: Duration,
+    pub spans: u32,
+    pub sliding: bool,
+    /// Clock offsets of the instances (ms); empty: all exact.
+    pub skews_ms: Vec<i64>,
+    /// Seed of the flush-timer phases and anything random in the driver.
+    pub seed: u64,
+    /// Round trip of an early flush, and the gap between two (true time).
+    pub early_latency_us: u64,
+    pub early_gap_us: u64,
+    pub flush_timeout: Duration,
+    pub events: Vec<(u64, Event)>,
+}
+
+impl Setup {
+    pub fn new(name: &'static str, traffic: &'static str, limit: u64, interval: Duration) -> Self {
+        Self {
+            name,
+            traffic,
+            instances: 4,
+            limit,
+            interval,
+            spans: 10,
+            sliding: false,
+            skews_ms: Vec::new(),
+            seed: 7,
+            early_latency_us: 1_000,
+            early_gap_us: 5_000,
+            flush_timeout: Duration::from_millis(200),
+            events: Vec::new(),
+        }
+    }
+
+    pub fn interval_us(&self) -> u64 {
+        self.interval.as_micros() as u64
+    }
+
+    fn rule(&self) -> Rule {
+        let rule = Rule::new("fleet", Quota::new(self.limit, self.interval));
+        if self.sliding {
+            rule.sliding_window_counter()
+        } else {
+            rule.fixed_window()
+        }
+    }
+
+    /// The published worst case of one interval: the quota plus one credit
+    /// per other instance (credit taken with a fleet of one, its largest).
+    pub fn bound(&self) -> u64 {
+        let credit = (self.limit / (4 * u64::from(self.spans))).max(1);
+        self.limit + (self.instances as u64 - 1) * credit
+    }
+}
+
+struct Instance {
+    backend: RedisBackend,
+    limiter: Arc<dyn Limiter>,
+    offset_us: i64,
+    phase_us: u64,
+    /// Next span-end flush, true time.
+    next_flush: u64,
+    early_asked: u64,
+    early_due: Option<u64>,
+    last_early: u64,
+}
+
+/// What a scenario measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub name: &'static str,
+    pub traffic: &'static str,
+    pub requests: u64,
+    pub limit: u64,
+    pub bound: u64,
+    pub admitted: u64,
+    pub reference_admitted: u64,
+    /// Admitted per aligned interval (true time) for the key that got the
+    /// most in it, and the reference's for that key.
+    pub per_interval: Vec<u64>,
+    pub reference_per_interval: Vec<u64>,
+    /// The most one key got in any window of one interval's length.
+    pub worst_sliding: u64,
+    pub reference_worst_sliding: u64,
+    pub false_denials: u64,
+    /// Per key and interval, what the reference admitted beyond what the
+    /// fleet did, summed: the quota a perfect limiter would have given that
+    /// the fleet did not give at all (`false_denials` also counts requests
+    /// denied early and made up for by later ones).
+    pub shortfall: u64,
+    pub commands: u64,
+    pub bytes_in: u64,
+    pub seconds: f64,
+}
+
+impl Report {
+    pub fn worst_interval(&self) -> u64 {
+        self.per_interval.iter().copied().max().unwrap_or(0)
+    }
+
+    pub fn worst_ratio(&self) -> f64 {
+        self.worst_interval() as f64 / self.limit as f64
+    }
+
+    pub fn sliding_ratio(&self) -> f64 {
+        self.worst_sliding as f64 / self.limit as f64
+    }
+
+    pub fn false_denial_share(&self) -> f64 {
+        self.false_denials as f64 / self.reference_admitted.max(1) as f64
+    }
+
+    pub fn shortfall_share(&self) -> f64 {
+        self.shortfall as f64 / self.reference_admitted.max(1) as f64
+    }
+
+    pub fn commands_per_check(&self) -> f64 {
+        self.commands as f64 / self.requests.max(1) as f64
+    }
+
+    pub fn commands_per_second(&self) -> f64 {
+        self.commands as f64 / self.seconds
+    }
+
+    /// One markdown row: scenario, traffic, worst interval (and the
+    /// bound), worst sliding window (the reference's), shortfall, false
+    /// denials per request, Redis.
+    pub fn row(&self) -> String {
+        format!(
+            "| {} | {} | {:.3}x (bound {:.3}x) | {:.3}x (ref {:.3}x) | {:.2}% | {:.2}% | {:.4} per check, {:.0}/s, {:.0} B/s |",
+            self.name,
+            self.traffic,
+            self.worst_ratio(),
+            self.bound as f64 / self.limit as f64,
+            self.sliding_ratio(),
+            self.reference_worst_sliding as f64 / self.limit as f64,
+            100.0 * self.shortfall_share(),
+            100.0 * self.false_denial_share(),
+            self.commands_per_check(),
+            self.commands_per_second(),
+            self.bytes_in as f64 / self.seconds,
+        )
+    }
+}
+
+/// Whether the long versions run (`THROTTLE_FLEET_LONG=1`).
+pub fn long() -> bool {
+    std::env::var("THROTTLE_FLEET_LONG").is_ok_and(|v| v == "1")
+}
+
+/// Redis commands executed since the last `CONFIG RESETSTAT` (those run
+/// inside scripts included), not counting the harness's own.
+pub fn commands(server: &RedisServer) -> u64 {
+    server
+        .info("commandstats")
+        .lines()
+        .filter(|l| {
+            l.starts_with("cmdstat_")
+                && !l.starts_with("cmdstat_info")
+                && !l.starts_with("cmdstat_config")
+                && !l.starts_with("cmdstat_ping")
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+fn bytes_in(server: &RedisServer) -> u64 {
+    server
+        .info("stats")
+        .lines()
+        .find_map(|l| l.strip_prefix("total_net_input_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
+    match limiter.acquire(key, 1) {
+        Acquire::Ready(Ok(o)) => o.step.allowed,
+        Acquire::Ready(Err(_)) => false,
+        Acquire::Pending(_) => panic!("the approximate mode decides locally"),
+    }
+}
+
+/// The most of `times` (sorted) inside any window of `width`.
+fn worst_window(times: &[u64], width: u64) -> u64 {
+    let (mut best, mut lo) = (0, 0);
+    for hi in 0..times.len() {
+        while times[hi] - times[lo] >= width {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best as u64
+}
+
+/// Runs `requests` (sorted by time) through a fleet built from `setup`,
+/// starting at an interval boundary, after `warmup` requests that are not
+/// measured (they teach the fleet, as production traffic would have).
+pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
+    let server = RedisServer::start();
+    let base = ManualClock::new(T0);
+    let interval_us = setup.interval_us();
+    let span_us = interval_us / u64::from(setup.spans);
+    let rule = setup.rule();
+    let mut rng = Rng::new(setup.seed ^ 0x5eed);
+    let mut fleet = Vec::new();
+    for i in 0..setup.instances {
+        let offset_us = setup.skews_ms.get(i).copied().unwrap_or(0) * 1_000;
+        let clock = Skewed {
+            base: base.clone(),
+            offset_us,
+        };
+        let config = RedisConfig::standalone(server.url())
+            .clock_for_tests(clock)
+            .command_timeout(setup.flush_timeout);
+        let options = ApproximateOptions::default()
+            .spans(setup.spans)
+            .flush_timeout(setup.flush_timeout);
+        let backend = RedisBackend::approximate(config, options).await.unwrap();
+        let limiter = backend.limiter(&rule).unwrap();
+        let phase_us = rng.below(span_us / 5) + 200;
+        fleet.push(Instance {
+            backend,
+            limiter,
+            offset_us,
+            phase_us,
+            next_flush: 0,
+            early_asked: 0,
+            early_due: None,
+            last_early: 0,
+        });
+    }
+    for inst in &mut fleet {
+        // Its next local span boundary, in true time.
+        let local = T0.saturating_add_signed(inst.offset_us);
+        let boundary = (local / span_us + 1) * span_us + inst.phase_us;
+        inst.next_flush = boundary.saturating_add_signed(-inst.offset_us);
+    }
+    let reference = MemoryBackend::with_clock(base.clone())
+        .limiter(&rule)
+        .unwrap();
+    let mut driver = Driver {
+        base: &base,
+        fleet,
+        span_us,
+        early_latency_us: setup.early_latency_us,
+        early_gap_us: setup.early_gap_us,
+    };
+    // Warm-up: the timeline starts at T0; measurement starts at the next
+    // interval boundary after the warm-up's last request.
+    for r in warmup {
+        driver.advance(T0 + r.at_us).await;
+        let key = Key::from(r.key);
+        allowed(driver.fleet[r.instance].limiter.as_ref(), &key);
+        let _ = reference.acquire(&key, 1);
+        driver.after_request(r.instance, T0 + r.at_us);
+    }
+    let last = warmup.last().map_or(T0, |r| T0 + r.at_us);
+    let start = (last / interval_us + 1) * interval_us;
+    driver.advance(start).await;
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let bytes_before = bytes_in(&server);
+    let mut events = setup.events.clone();
+    events.sort_by_key(|e| e.0);
+    let mut events = events.into_iter().peekable();
+    let intervals = requests.last().map_or(1, |r| r.at_us / interval_us + 1) as usize;
+    let mut per_interval = vec![0; intervals];
+    let mut reference_per_interval = vec![0; intervals];
+    // Per key: admitted per interval and admission times, ours and the
+    // reference's.
+    let mut keyed: HashMap<u64, PerKey> = HashMap::new();
+    let (mut admitted, mut reference_admitted) = (0, 0);
+    let mut false_denials = 0;
+    for r in requests {
+        let now = start + r.at_us;
+        while let Some(&(at, event)) = events.peek() {
+            if start + at > now {
+                break;
+            }
+            driver.advance(start + at).await;
+            match event {
+                Event::Stop => server.stop(),
+                Event::Resume => server.resume(),
+                Event::Kill => server.kill(),
+                Event::Restart => server.restart(),
+            }
+            events.next();
+        }
+        driver.advance(now).await;
+        let key = Key::from(r.key);
+        let ours = allowed(driver.fleet[r.instance].limiter.as_ref(), &key);
+        let perfect = allowed(reference.as_ref(), &key);
+        let interval = (r.at_us / interval_us) as usize;
+        let k = keyed.entry(r.key).or_insert_with(|| {
+            (
+                vec![0; intervals],
+                vec![0; intervals],
+                Vec::new(),
+                Vec::new(),
+            )
+        });
+        if ours {
+            admitted += 1;
+            k.0[interval] += 1;
+            k.2.push(r.at_us);
+        }
+        if perfect {
+            reference_admitted += 1;
+            k.1[interval] += 1;
+            k.3.push(r.at_us);
+            if !ours {
+                false_denials += 1;
+            }
+        }
+        driver.after_request(r.instance, now);
+    }
+    let end = start + requests.last().map_or(0, |r| r.at_us);
+    let seconds = (end - start) as f64 / 1e6;
+    let commands = commands(&server);
+    let bytes = bytes_in(&server).saturating_sub(bytes_before);
+    if server.is_stopped() {
+        server.resume();
+    }
+    // Per interval, the worst key's count (and the reference's for it).
+    let (mut worst_sliding, mut reference_worst_sliding, mut shortfall) = (0, 0, 0);
+    for (ours, perfect, times, reference_times) in keyed.values() {
+        for i in 0..intervals {
+            shortfall += perfect[i].saturating_sub(ours[i]);
+            if ours[i] > per_interval[i] {
+                per_interval[i] = ours[i];
+                reference_per_interval[i] = perfect[i];
+            }
+        }
+        worst_sliding = worst_sliding.max(worst_window(times, interval_us));
+        reference_worst_sliding =
+            reference_worst_sliding.max(worst_window(reference_times, interval_us));
+    }
+    Report {
+        name: setup.name,
+        traffic: setup.traffic,
+        requests: requests.len() as u64,
+        limit: setup.limit,
+        bound: setup.bound(),
+        admitted,
+        reference_admitted,
+        per_interval,
+        reference_per_interval,
+        worst_sliding,
+        reference_worst_sliding,
+        false_denials,
+        shortfall,
+        commands,
+        bytes_in: bytes,
+        seconds: seconds.max(1e-6),
+    }
+}
+
+/// One key's admissions: per interval (ours, the reference's), and times.
+type PerKey = (Vec<u64>, Vec<u64>, Vec<u64>, Vec<u64>);
+
+struct Driver<'a> {
+    base: &'a ManualClock,
+    fleet: Vec<Instance>,
+    span_us: u64,
+    early_latency_us: u64,
+    early_gap_us: u64,
+}
+
+impl Driver<'_> {
+    /// Plays every flush due before `until` (true time), in time order,
+    /// then sets the clock to `until`.
+    async fn advance(&mut self, until: u64) {
+        loop {
+            let mut next: Option<(u64, usize, bool)> = None;
+            for (i, inst) in self.fleet.iter().enumerate() {
+                if next.is_none_or(|n| inst.next_flush < n.0) {
+                    next = Some((inst.next_flush, i, false));
+                }
+                if let Some(due) = inst.early_due
+                    && next.is_none_or(|n| due < n.0)
+                {
+                    next = Some((due, i, true));
+                }
+            }
+            let Some((at, i, early)) = next else { break };
+            if at > until {
+                break;
+            }
+            self.base.set(at.max(self.base.now_us()));
+            let inst = &mut self.fleet[i];
+            if early {
+                inst.early_due = None;
+                inst.last_early = at;
+            } else {
+                inst.next_flush += self.span_us;
+            }
+            inst.backend.flush().await;
+            // A flush can ask again (a key still short of claim).
+            let asked = inst
+                .backend
+                .approximate_stats()
+                .unwrap()
+                .early_flushes_asked;
+            inst.early_asked = asked;
+        }
+        self.base.set(until.max(self.base.now_us()));
+    }
+
+    /// After a request: if the instance asked for an early flush, schedules
+    /// it one round trip later, no sooner than one gap after the last.
+    fn after_request(&mut self, i: usize, now: u64) {
+        let inst = &mut self.fleet[i];
+        let asked = inst
+            .backend
+            .approximate_stats()
+            .unwrap()
+            .early_flushes_asked;
+        if asked > inst.early_asked && inst.early_due.is_none() {
+            let due = (now + self.early_latency_us).max(inst.last_early + self.early_gap_us);
+            inst.early_due = Some(due);
+        }
+        inst.early_asked = asked;
+    }
+}
+
+// ------------------------------------------------------- traffic models ----
+
+/// `rate` requests per second for `secs`, evenly spaced, over the
+/// instances in turn, all for `key`.
+pub fn round_robin(rate: f64, secs: f64, instances: usize, key: u64) -> Vec<Req> {
+    let n = (rate * secs) as u64;
+    let step = 1e6 / rate;
+    (0..n)
+        .map(|i| Req {
+            at_us: (i as f64 * step) as u64,
+            instance: i as usize % instances,
+            key,
+        })
+        .collect()
+}
+
+/// Poisson arrivals at `rate` for `secs`, each sent to an instance drawn
+/// from a Zipf law (weight `1 / rank^s`), all for `key`.
+pub fn zipf(rate: f64, secs: f64, instances: usize, s: f64, key: u64, rng: &mut Rng) -> Vec<Req> {
+    let weights: Vec<f64> = (1..=instances).map(|r| 1.0 / (r as f64).powf(s)).collect();
+    let mut out = Vec::new();
+    let mut t = 0;
+    let end = (secs * 1e6) as u64;
+    loop {
+        t += rng.exp(1e6 / rate).max(1);
+        if t >= end {
+            return out;
+        }
+        out.push(Req {
+            at_us: t,
+            instance: rng.weighted(&weights),
+            key,
+        });
+    }
+}
+
+/// Poisson arrivals at `rate` for `secs`, all for `key`, that stick to one
+/// instance for a random while (`stay_us` on average) and then move to
+/// another (sticky sessions, connection reuse, HTTP/2).
+pub fn sticky_moving(
+    rate: f64,
+    secs: f64,
+    instances: usize,
+    stay_us: f64,
+    key: u64,
+    rng: &mut Rng,
+) -> Vec<Req> {
+    let mut out = Vec::new();
+    let (mut t, mut at) = (0, 0);
+    let mut move_at = rng.exp(stay_us);
+    let end = (secs * 1e6) as u64;
+    loop {
+        t += rng.exp(1e6 / rate).max(1);
+        if t >= end {
+            return out;
+        }
+        while t >= move_at {
+            at = (at + 1 + rng.below(instances as u64 - 1) as usize) % instances;
+            move_at += rng.exp(stay_us).max(1);
+        }
+        out.push(Req {
+            at_us: t,
+            instance: at,
+            key,
+        });
+    }
+}
+
+/// Merges request streams into one, by time.
+pub fn merge(mut streams: Vec<Vec<Req>>) -> Vec<Req> {
+    let mut all: Vec<Req> = streams.drain(..).flatten().collect();
+    all.sort_by_key(|r| r.at_us);
+    all
+}
+
+/// `streams` shifted by `by_us`.
+pub fn shifted(reqs: Vec<Req>, by_us: u64) -> Vec<Req> {
+    reqs.into_iter()
+        .map(|r| Req {
+            at_us: r.at_us + by_us,
+            ..r
+        })
+        .collect()
+}
