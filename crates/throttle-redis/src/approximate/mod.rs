@@ -1,31 +1,32 @@
-//! Approximate mode: local counting, decided locally, flushed to Redis at
-//! every span end (after the design in "Decentralized Request Throttling").
+//! Approximate mode: decided locally, flushed to Redis at every span end
+//! (after the design in "Decentralized Request Throttling"), with each
+//! instance spending only a *claim* on what the fleet has left.
 //!
 //! Each rule's quota `MAX` per `INTERVAL` is split into `N` spans. Requests
 //! are counted per key in this process's memory and decided there, with no
-//! Redis call on the request path. At each span end one flush writes, for
-//! every key active since the last flush, this instance's *cumulative* count
-//! for the interval, and reads back the other instances' counts. Keys share
-//! [`BUCKETS`] hashes per rule and interval (field: the key; value:
-//! `instance=count:span` entries), one script call per hash: a flush costs a
-//! few commands per bucket, whatever the number of keys. Writing the
-//! cumulative count rather than a delta makes a flush idempotent: a flush
-//! that timed out and ran late, or one sent twice, writes the same number
-//! again, and the next flush corrects anything lost, so nothing is counted
-//! twice and no delta is dropped while its interval lasts.
+//! Redis call on the request path. At each span end (and early, at most once
+//! per early-flush gap, when a key runs out of claim) one flush writes, for
+//! every key seen since the last flush, this instance's *cumulative* count
+//! for the interval and its demand, and gets back a claim: the most it may
+//! have admitted by its next flush (`flush.rs` has the formula and the
+//! bound). Keys share eight hashes per rule and interval (field: the key;
+//! value: one entry per instance), one script call per hash and 1,000 keys:
+//! a flush costs a few commands per bucket, whatever the number of keys.
+//! Writing absolute counts makes a flush idempotent, and a sequence number
+//! keeps a late flush from overwriting a newer one.
 //!
-//! The local decision feeds the fleet estimate to the same window code the
-//! memory backend uses ([`FixedWindow`] or [`SlidingWindowCounter`]):
-//!
-//! ```text
-//! fleet = max(mine + others, each brought forward by how much mine grew
-//!             since they were taken;  mine * nodes)
-//! ```
-//!
-//! where `nodes = fleet total / my total` from the last flush reply. A fleet
-//! total above `MAX` in a reply blocks the key locally for the cooldown.
-//! While Redis cannot be reached, a `LocalFallback` rule also blocks a key
-//! when `mine in this span * nodes > MAX / N`.
+//! The local decision feeds what the fleet has counted (the last reply plus
+//! what this instance admitted since) to the same window code the memory
+//! backend uses (`FixedWindow` or `SlidingWindowCounter`), for the answer's
+//! remaining count, reset and retry-after, and admits only within its claim.
+//! Before a key has an entry in an interval an instance may admit a small
+//! credit on its own. A reply showing the fleet at the limit blocks the key
+//! locally (fixed window: until the interval ends or the cooldown lifts).
+//! While Redis cannot be reached a valid claim is still spent; past it, the
+//! rule's failure policy decides: `fail_closed()` refuses, `fail_open()`
+//! decides on the last reply with the other instances brought forward at
+//! the demand they reported, and `local_fallback()` also keeps each key to
+//! its share of a span.
 
 mod flush;
 mod limiter;
