@@ -158,6 +158,18 @@ impl RedisBackend {
         }
     }
 
+    /// The approximate mode's early flush: sends now only the keys that ran
+    /// out of their claim before their span ended, and applies the claims
+    /// granted. The background task does this within the early-flush gap
+    /// of the first ask; with a test clock, call it when
+    /// [`ApproximateStats::early_flushes_asked`] grows. Other modes: `true`.
+    pub async fn flush_asked(&self) -> bool {
+        match &self.mode {
+            Mode::Approximate(shared) => shared.flush_asked().await,
+            _ => true,
+        }
+    }
+
     async fn flush_for_shutdown(&self) -> bool {
         match &self.mode {
             Mode::Leased(shared) => shared.settle(true).await,

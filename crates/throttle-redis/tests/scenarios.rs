@@ -125,6 +125,24 @@ fn background(clients: u64, secs: f64) -> Vec<Req> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_each_over_a_small_quota() {
+    let setup = Setup::new(
+        "many small clients",
+        "50 clients, each one request every 2 s round-robin (3x), quota 10 per minute",
+        10,
+        MINUTE,
+    );
+    let secs = 60.0 * intervals(3, 10);
+    let reqs = merge(
+        (0..50)
+            .map(|c| shifted(round_robin(0.5, secs, 4, 100 + c), c * 37_000))
+            .collect(),
+    );
+    let r = run(&setup, &[], &reqs).await;
+    check(&r, 1.15, 0.03);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_on_a_brand_new_key() {
     let setup = Setup::new(
         "new key, burst",

@@ -121,9 +121,16 @@ impl Reply {
 
 impl ApproxRule {
     /// The entries a flush writes for one key now, and resets its demand.
-    fn writes_of(&self, key: &Key, st: &mut SpanState, now: u64, out: &mut Vec<Write>) {
+    /// Returns whether the key stays listed without a write: blocked with
+    /// nothing new to say, it is carried to the flush after its block lifts,
+    /// which asks for a claim with the demand seen meanwhile (so the first
+    /// requests of the next interval need no early flush).
+    fn writes_of(&self, key: &Key, st: &mut SpanState, now: u64, out: &mut Vec<Write>) -> bool {
         let meter = self.store.meter();
         meter.roll(st, now);
+        if now < st.blocked_until && st.local == st.flushed && st.pending == 0 {
+            return true;
+        }
         st.flags &= !(flag::LISTED | flag::WANTS);
         if st.pending > 0 {
             out.push(Write {
@@ -159,6 +166,7 @@ impl ApproxRule {
             st.seen = 0;
             st.since = now;
         }
+        false
     }
 
     /// Writes every key seen since the last flush (and those still holding
@@ -166,12 +174,32 @@ impl ApproxRule {
     /// reached Redis. Costs one script call per bucket and 1,000 keys, and
     /// work in proportion to the keys written, not to the keys tracked.
     pub(crate) async fn flush(&self) -> bool {
+        let keys = self.take_listed(u64::MAX);
+        self.write(&keys).await
+    }
+
+    /// The early flush: writes the listed keys of the buckets where a key
+    /// ran out of claim before its span ended (the calls to those buckets
+    /// are made anyway; their other keys ride along and renew their claims).
+    pub(crate) async fn flush_asked(&self) -> bool {
+        let buckets = self.take_asked();
+        if buckets == 0 {
+            return true;
+        }
+        let keys = self.take_listed(buckets);
+        self.write(&keys).await
+    }
+
+    async fn write(&self, keys: &[Key]) -> bool {
         let now = self.redis.local_now();
-        let keys = self.take_listed();
         let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
-        for key in &keys {
-            self.store
+        for key in keys {
+            let carried = self
+                .store
                 .update(key, |st| self.writes_of(key, st, now, &mut writes));
+            if carried == Some(true) {
+                self.list(key);
+            }
         }
         let c = &self.shared.counters;
         c.pending_keys.store(writes.len() as u64, Ordering::Relaxed);
@@ -337,6 +365,8 @@ impl ApproxRule {
                     // No room left in the fleet: denied here without a
                     // flush until the window can have room again.
                     st.claim = st.local;
+                    st.seen = 0;
+                    st.since = now;
                     st.blocked_until = match meter.window {
                         Window::Fixed(_) => {
                             let end = (w.interval + 1) * self.interval_us;
@@ -345,18 +375,21 @@ impl ApproxRule {
                         Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
                     };
                 } else if r.claim <= st.local {
-                    // Nothing granted now (other instances hold the rest):
-                    // ask again after a quarter of a span, not at once (a
-                    // sliding window grows its room with time: at the span
-                    // end).
+                    // Nothing granted: other instances hold the rest, and
+                    // asking again before they flush at their span end
+                    // gives nothing more (a sliding window grows its room
+                    // with time: at the span end).
                     st.quiet_until = match meter.window {
-                        Window::Fixed(_) => now + meter.span_us() / 4,
+                        Window::Fixed(_) => {
+                            meter.span_end(w.interval, u64::from(st.span)) + meter.span_us() / 5
+                        }
                         Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
                     };
                 }
                 // Still holding a claim: written again at the span end, to
-                // renew or give it back.
-                st.claim > st.local && !st.has(flag::LISTED) && {
+                // renew or give it back; blocked: carried to the flush after
+                // the block.
+                (st.claim > st.local || now < st.blocked_until) && !st.has(flag::LISTED) && {
                     st.flags |= flag::LISTED;
                     true
                 }

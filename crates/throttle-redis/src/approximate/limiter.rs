@@ -2,7 +2,7 @@
 //! path and the flush schedule.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -14,6 +14,7 @@ use throttle_core::{
     MemoryLimiter, Outcome, Rule, Unavailable,
 };
 
+use super::flush::{BUCKETS, bucket_of};
 use super::meter::{Fleet, SpanMeter, Window};
 use super::shared::Shared;
 use crate::conn::Redis;
@@ -29,17 +30,18 @@ pub(crate) struct ApproxRule {
     pub(super) interval_us: u64,
     pub(super) limit: u64,
     pub(super) cooldown_us: Option<u64>,
-    /// Keys to write at the next flush, sharded to keep the request path
-    /// off one lock; each key is listed once until a flush takes it.
+    /// Keys to write at the next flush, one list per bucket (which also
+    /// keeps the request path off one lock); each key is listed once until
+    /// a flush takes it.
     listed: Box<[Mutex<Vec<Key>>]>,
+    /// The buckets (bit `b`) where a key ran out of claim and asked for an
+    /// early flush.
+    asked: AtomicU64,
     /// Sequence number of the last flush.
     pub(super) seq: AtomicU32,
     /// Wakes the flusher before the span ends.
     wake: Arc<Notify>,
 }
-
-/// Shards of the list of keys to write.
-const LIST_SHARDS: usize = 16;
 
 /// A limiter of the approximate mode.
 #[derive(Clone)]
@@ -119,7 +121,8 @@ impl ApproxLimiter {
             interval_us,
             limit: q.limit(),
             cooldown_us,
-            listed: (0..LIST_SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
+            listed: (0..BUCKETS).map(|_| Mutex::new(Vec::new())).collect(),
+            asked: AtomicU64::new(0),
             seq: AtomicU32::new(0),
             wake: Arc::new(Notify::new()),
         });
@@ -156,7 +159,11 @@ impl ApproxRule {
                     () = wake.notified() => true,
                 };
                 let Some(rule) = weak.upgrade() else { return };
-                rule.flush().await;
+                if woken {
+                    rule.flush_asked().await;
+                } else {
+                    rule.flush().await;
+                }
                 drop(rule);
                 if woken {
                     // At most one early flush per gap: a burst of new keys
@@ -170,16 +177,22 @@ impl ApproxRule {
     /// Adds a key to the list of keys to write (its `LISTED` flag was
     /// just set).
     pub(super) fn list(&self, key: &Key) {
-        let shard = (key.as_bytes().first().copied().unwrap_or(0) as usize ^ key.as_bytes().len())
-            % LIST_SHARDS;
-        self.listed[shard].lock().push(*key);
+        self.listed[bucket_of(key) as usize].lock().push(*key);
     }
 
-    /// Takes the listed keys (keeping the lists' memory for the next span).
-    pub(super) fn take_listed(&self) -> Vec<Key> {
+    /// Takes the set of buckets that asked for an early flush.
+    pub(super) fn take_asked(&self) -> u64 {
+        self.asked.swap(0, Ordering::Relaxed)
+    }
+
+    /// Takes the listed keys of the buckets in `buckets` (bit `b`), keeping
+    /// the lists' memory for the next span.
+    pub(super) fn take_listed(&self, buckets: u64) -> Vec<Key> {
         let mut keys = Vec::new();
-        for shard in self.listed.iter() {
-            keys.extend(shard.lock().drain(..));
+        for (b, list) in self.listed.iter().enumerate() {
+            if buckets & (1 << b) != 0 {
+                keys.extend(list.lock().drain(..));
+            }
         }
         keys
     }
@@ -197,6 +210,7 @@ impl ApproxRule {
             self.list(key);
         }
         if asks.early && redis_ok {
+            self.asked.fetch_or(1 << bucket_of(key), Ordering::Relaxed);
             self.shared
                 .counters
                 .early_flushes_asked

@@ -214,7 +214,9 @@ impl SpanMeter {
         }
         let span = self.span_us();
         // Over a tenth of a span at least: a first request is not a rate.
-        let elapsed = now_us.saturating_sub(st.since).clamp(span / 10, span);
+        // (`since` is the first request after the last write, so idle time
+        // before it does not thin the rate.)
+        let elapsed = now_us.saturating_sub(st.since).max(span / 10);
         sat32(u64::from(st.seen) * span / elapsed)
     }
 
@@ -295,14 +297,17 @@ impl SpanMeter {
     pub(super) fn decide(&self, st: &mut SpanState, now_us: u64, cost: u64) -> (Step, Asks) {
         let now = self.roll(st, now_us);
         let mut asks = Asks::default();
+        if st.seen == 0 {
+            st.since = now;
+        }
         if now < st.blocked_until {
+            // Counted as demand (for the claim asked when the block lifts),
+            // nothing else: the denial path stays this short.
+            st.seen = st.seen.saturating_add(1);
             return (
                 self.deny(st.blocked_until - now, st.blocked_until - now),
                 asks,
             );
-        }
-        if st.seen == 0 {
-            st.since = now;
         }
         st.seen = st.seen.saturating_add(1);
         if !st.has(flag::LISTED) {

@@ -56,6 +56,15 @@ impl Shared {
         }
         ok
     }
+
+    /// Flushes the keys that asked for an early flush, in every rule.
+    pub(crate) async fn flush_asked(&self) -> bool {
+        let mut ok = true;
+        for rule in self.rules.live() {
+            ok &= rule.flush_asked().await;
+        }
+        ok
+    }
 }
 
 /// A random id for this process's field in the shared hashes.

@@ -18,7 +18,8 @@
 //! against the quota, and the reference's next to them), false denials (the
 //! requests the reference admitted and the fleet denied, per request, as a
 //! share of the reference's admissions), Redis commands per check and per
-//! second, and bytes sent to Redis per second.
+//! second, and bytes sent to Redis per second. `FLEET_STATS=1` also prints
+//! each instance's `ApproximateStats` and Redis' command statistics.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -446,6 +447,12 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
         }
         driver.after_request(r.instance, now);
     }
+    if std::env::var("FLEET_STATS").is_ok() {
+        for inst in &driver.fleet {
+            eprintln!("{:?}", inst.backend.approximate_stats().unwrap());
+        }
+        eprintln!("{}", server.info("commandstats"));
+    }
     let end = start + requests.last().map_or(0, |r| r.at_us);
     let seconds = (end - start) as f64 / 1e6;
     let commands = commands(&server);
@@ -523,10 +530,11 @@ impl Driver<'_> {
             if early {
                 inst.early_due = None;
                 inst.last_early = at;
+                inst.backend.flush_asked().await;
             } else {
                 inst.next_flush += self.span_us;
+                inst.backend.flush().await;
             }
-            inst.backend.flush().await;
             // A flush can ask again (a key still short of claim).
             let asked = inst
                 .backend
