@@ -74,9 +74,10 @@ for i = 1, n do
     end
     local now_limit = limit - math.floor(prev * weight / 1000)
     -- Instances the writer knows of that have not written this key yet may
-    -- each spend their credit: keep it for them during the key's first span.
+    -- each spend their credit: keep it for them during the key's first two
+    -- spans.
     local reserve = 0
-    if span <= first then reserve = math.max(0, fleet - 1 - count) * credit end
+    if span <= first + 1 then reserve = math.max(0, fleet - 1 - count) * credit end
     -- `known`: what the writer heard last; more than Redis holds only if
     -- Redis lost data (a restart or failover), when it is the better floor.
     spent = math.max(spent, known)

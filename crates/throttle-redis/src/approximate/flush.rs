@@ -23,7 +23,7 @@
 //! fit in `limit`, and the fleet admits no more than `limit` except for
 //! **credits**: before an instance has an entry for a key in an interval it
 //! may admit `credit = max(1, MAX / (4 x fleet x N))` on its own. During a
-//! key's first span the script reserves a credit for every instance it
+//! key's first two spans the script reserves a credit for every instance it
 //! knows of that has not written the key yet; after that, an instance that
 //! sees the key for the first time spends a credit no claim covered.
 //!

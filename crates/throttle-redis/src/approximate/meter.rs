@@ -89,9 +89,13 @@ impl SpanState {
             credit
         } else if self.claim_valid() {
             self.claim
-        } else {
-            // An expired claim: Redis keeps one credit for it (flush.lua).
+        } else if self.span >= self.grant_span.saturating_add(4) {
+            // An expired claim: Redis keeps one credit for it from the
+            // writer's span `grant + 3` (flush.lua); one span later here, so
+            // that clocks a span apart cannot spend it before it is kept.
             self.flushed.saturating_add(credit)
+        } else {
+            self.flushed
         }
         .max(self.local)
     }
