@@ -1,22 +1,7 @@
-//! Leased mode: token batching (after "Local token batching" in the API
-//! gateway design).
-//!
-//! An instance takes a batch of tokens from the rule's token bucket in Redis
-//! with one atomic script call (the exact mode's GCRA, taking up to `batch`
-//! tokens at once), spends them from local memory, and fetches the next
-//! batch in the background when fewer than the low-water mark remain. A
-//! request waits for Redis only when the local batch is empty (and the rule
-//! waits rather than denies). An exhausted bucket is remembered until its
-//! next token is due, so denied traffic does not reach Redis either. Tokens
-//! left unused by an idle key are returned to the bucket.
-//!
-//! Redis sees about one call per `batch` requests. Worst-case overshoot is
-//! one batch per instance: tokens leased earlier and spent later can add to
-//! what the bucket lets through at that moment.
+//! One rule in the leased mode: spending local tokens, leasing batches.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use redis::ScriptInvocation;
 use throttle_core::algorithm::{Gcra, GcraState, Meter, Step};
@@ -24,300 +9,29 @@ use throttle_core::{
     Acquire, Algorithm, Clock, ConfigError, Key, Limiter, MemoryBackend, MemoryLimiter, Outcome,
     Rule, Unavailable,
 };
-use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
 use crate::conn::{Failure, Redis};
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
-use crate::registry::Registry;
 use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
-/// The most tokens one lease may take.
-pub const MAX_BATCH: u64 = 4_096;
-
-/// What a request does when the local batch cannot pay for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WhenEmpty {
-    /// Wait for Redis (one round trip) and take the tokens it needs plus the
-    /// next batch. The default: the first request of a key waits once.
-    #[default]
-    Wait,
-    /// Deny at once (retry in a millisecond) and fetch in the background.
-    Deny,
-}
-
-/// Settings of the leased mode.
-///
-/// ```
-/// use std::time::Duration;
-/// use throttle_redis::LeaseOptions;
-///
-/// let options = LeaseOptions::default().batch(100).low_water(20).return_after(Duration::from_secs(2));
-/// # let _ = options;
-/// ```
-#[derive(Debug, Clone)]
-pub struct LeaseOptions {
-    pub(crate) batch: u64,
-    pub(crate) low_water: u64,
-    pub(crate) return_after: Duration,
-    pub(crate) when_empty: WhenEmpty,
-    pub(crate) max_keys: usize,
-}
-
-impl Default for LeaseOptions {
-    fn default() -> Self {
-        Self {
-            batch: 50,
-            low_water: 10,
-            return_after: Duration::from_secs(1),
-            when_empty: WhenEmpty::Wait,
-            max_keys: throttle_core::DEFAULT_MAX_KEYS,
-        }
-    }
-}
-
-impl LeaseOptions {
-    /// Tokens taken per lease (default 50). Redis load falls by about this
-    /// factor. A hot key whose requests outrun its batches doubles its batch
-    /// up to 1/64 of the bucket (at most 4,096 tokens), back to this when it
-    /// goes idle: the worst-case overshoot is one batch per instance, the
-    /// larger of this and 1/64 of the bucket.
-    #[must_use]
-    pub fn batch(mut self, batch: u64) -> Self {
-        self.batch = batch;
-        self
-    }
-
-    /// The next batch is fetched in the background once fewer than this
-    /// many tokens are left (default 10).
-    #[must_use]
-    pub fn low_water(mut self, low_water: u64) -> Self {
-        self.low_water = low_water;
-        self
-    }
-
-    /// Tokens a key has not used for this long go back to the bucket
-    /// (default 1 s).
-    #[must_use]
-    pub fn return_after(mut self, idle: Duration) -> Self {
-        self.return_after = idle;
-        self
-    }
-
-    /// What a request does when the local batch is empty (default: wait).
-    #[must_use]
-    pub fn when_empty(mut self, when_empty: WhenEmpty) -> Self {
-        self.when_empty = when_empty;
-        self
-    }
-
-    /// Keys tracked locally per rule (default 1,000,000).
-    #[must_use]
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
-        self
-    }
-
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=MAX_BATCH).contains(&self.batch) {
-            return Err(ConfigError::new(
-                "leased.batch",
-                format!("must be from 1 to {MAX_BATCH} (got {})", self.batch),
-            ));
-        }
-        if self.low_water >= self.batch {
-            return Err(ConfigError::new(
-                "leased.low_water",
-                format!(
-                    "must be below the batch of {} (got {})",
-                    self.batch, self.low_water
-                ),
-            ));
-        }
-        if self.return_after.is_zero() {
-            return Err(ConfigError::new("leased.return_after", "must be positive"));
-        }
-        Ok(())
-    }
-}
-
-/// What the leased mode has done.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseStats {
-    /// Lease calls sent to Redis (background and waited for).
-    pub fetches: u64,
-    /// Tokens Redis granted.
-    pub leased: u64,
-    /// Tokens given back by idle keys.
-    pub returned: u64,
-    /// Requests that waited for a lease.
-    pub waited: u64,
-    /// Requests denied locally (bucket known to be empty).
-    pub local_denials: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    fetches: AtomicU64,
-    leased: AtomicU64,
-    returned: AtomicU64,
-    waited: AtomicU64,
-    local_denials: AtomicU64,
-}
-
-/// State shared by every leased rule of one backend.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    options: LeaseOptions,
-    counters: Counters,
-    in_flight: AtomicUsize,
-    rules: Registry<LeaseRule>,
-}
-
-impl Shared {
-    pub(crate) fn new(options: LeaseOptions) -> Arc<Self> {
-        Arc::new(Self {
-            options,
-            counters: Counters::default(),
-            in_flight: AtomicUsize::new(0),
-            rules: Registry::default(),
-        })
-    }
-
-    pub(crate) fn stats(&self) -> LeaseStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        LeaseStats {
-            fetches: get(&c.fetches),
-            leased: get(&c.leased),
-            returned: get(&c.returned),
-            waited: get(&c.waited),
-            local_denials: get(&c.local_denials),
-        }
-    }
-
-    /// Waits for background leases, then gives back tokens of keys idle
-    /// for `return_after` (all of them when `all`). Returns whether every
-    /// return reached Redis.
-    pub(crate) async fn settle(&self, all: bool) -> bool {
-        while self.in_flight.load(Ordering::Acquire) > 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let mut ok = true;
-        for rule in self.rules.live() {
-            ok &= rule.give_back(all).await;
-        }
-        ok
-    }
-}
-
-/// Per-key state of the leased mode.
-#[derive(Debug, Default)]
-pub(crate) struct LeaseState {
-    /// Tokens held locally.
-    tokens: u64,
-    /// The bucket was empty: deny locally until then.
-    exhausted_until: u64,
-    /// A batch lease is on its way; requests the local tokens cannot pay
-    /// for wait for it here instead of each calling Redis.
-    fetching: Option<Arc<Notify>>,
-    /// Last time a token was spent (or leased).
-    used_at: u64,
-    /// This key's batch, grown while it is hot (0: the configured batch).
-    batch: u64,
-    /// When the bucket is full again, as of the last lease.
-    full_at: u64,
-}
-
-/// The meter of the local table: only `idle_at` matters (a key holding
-/// tokens or waiting for them is never forgotten); decisions are made by
-/// [`LeaseRule`].
-#[derive(Debug)]
-pub(crate) struct LeaseMeter {
-    capacity: u64,
-    return_after_us: u64,
-}
-
-impl Meter for LeaseMeter {
-    type State = LeaseState;
-
-    fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    fn acquire(&self, st: &mut LeaseState, now_us: u64, cost: u64) -> Step {
-        spend(st, now_us, cost)
-    }
-
-    fn release(&self, st: &mut LeaseState, _acquired_at_us: u64, cost: u64) {
-        st.tokens += cost;
-    }
-
-    fn idle_at(&self, st: &LeaseState) -> u64 {
-        if st.tokens > 0 || st.fetching.is_some() {
-            return u64::MAX;
-        }
-        (st.used_at + self.return_after_us).max(st.exhausted_until)
-    }
-}
-
-/// Spends `cost` local tokens if there are enough.
-fn spend(st: &mut LeaseState, now_us: u64, cost: u64) -> Step {
-    let allowed = st.tokens >= cost;
-    if allowed {
-        st.tokens -= cost;
-        st.used_at = now_us;
-    }
-    Step {
-        allowed,
-        remaining: st.tokens,
-        reset_us: st.full_at.saturating_sub(now_us),
-        retry_after_us: u64::from(!allowed),
-        delay_us: 0,
-    }
-}
-
-/// What one lease call got: tokens granted, the bucket after, Redis' now.
-#[derive(Debug, Clone, Copy)]
-struct Lease {
-    granted: u64,
-    bucket: GcraState,
-    now: u64,
-}
-
-/// What the local table said about a request.
-enum Local {
-    /// Decided here; the next batch to fetch in the background, if due.
-    Decided(Step, Option<u64>),
-    /// Lease `want` tokens now (`batch`: this lease brings the next batch).
-    Fetch { want: u64, batch: bool },
-    /// A batch is on its way: wait for it.
-    Wait(OwnedNotified),
-}
-
-/// Marks a batch lease as started; false if one already is.
-fn start_fetch(st: &mut LeaseState) -> bool {
-    if st.fetching.is_some() {
-        return false;
-    }
-    st.fetching = Some(Arc::new(Notify::new()));
-    true
-}
+use super::options::{MAX_BATCH, WhenEmpty};
+use super::shared::Shared;
+use super::state::{Lease, LeaseMeter, Local, spend, start_fetch};
 
 /// One rule in the leased mode.
 pub(crate) struct LeaseRule {
-    rule: Rule,
-    redis: Arc<Redis>,
-    shared: Arc<Shared>,
-    keys: KeyBase,
-    gcra: Gcra,
-    store: Arc<MemoryLimiter<LeaseMeter, Arc<dyn Clock>>>,
-    local: Option<Arc<dyn Limiter>>,
-    batch: u64,
+    pub(super) rule: Rule,
+    pub(super) redis: Arc<Redis>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) keys: KeyBase,
+    pub(super) gcra: Gcra,
+    pub(super) store: Arc<MemoryLimiter<LeaseMeter, Arc<dyn Clock>>>,
+    pub(super) local: Option<Arc<dyn Limiter>>,
+    pub(super) batch: u64,
     /// The most a hot key's batch grows to.
-    max_batch: u64,
+    pub(super) max_batch: u64,
 }
 
 /// A limiter of the leased mode.
@@ -704,7 +418,7 @@ impl LeaseRule {
 
     /// Gives tokens back to the bucket: those of keys idle for
     /// `return_after`, or all of them.
-    async fn give_back(&self, all: bool) -> bool {
+    pub(super) async fn give_back(&self, all: bool) -> bool {
         if self.redis.breaker.is_open() {
             // Kept for when Redis answers again.
             return false;

@@ -1,0 +1,100 @@
+//! The local table of the leased mode: tokens held per key.
+
+use std::sync::Arc;
+
+use throttle_core::algorithm::{GcraState, Meter, Step};
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
+
+/// Per-key state of the leased mode.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseState {
+    /// Tokens held locally.
+    pub(super) tokens: u64,
+    /// The bucket was empty: deny locally until then.
+    pub(super) exhausted_until: u64,
+    /// A batch lease is on its way; requests the local tokens cannot pay
+    /// for wait for it here instead of each calling Redis.
+    pub(super) fetching: Option<Arc<Notify>>,
+    /// Last time a token was spent (or leased).
+    pub(super) used_at: u64,
+    /// This key's batch, grown while it is hot (0: the configured batch).
+    pub(super) batch: u64,
+    /// When the bucket is full again, as of the last lease.
+    pub(super) full_at: u64,
+}
+
+/// The meter of the local table: only `idle_at` matters (a key holding
+/// tokens or waiting for them is never forgotten); decisions are made by
+/// [`LeaseRule`].
+#[derive(Debug)]
+pub(crate) struct LeaseMeter {
+    pub(super) capacity: u64,
+    pub(super) return_after_us: u64,
+}
+
+impl Meter for LeaseMeter {
+    type State = LeaseState;
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn acquire(&self, st: &mut LeaseState, now_us: u64, cost: u64) -> Step {
+        spend(st, now_us, cost)
+    }
+
+    fn release(&self, st: &mut LeaseState, _acquired_at_us: u64, cost: u64) {
+        st.tokens += cost;
+    }
+
+    fn idle_at(&self, st: &LeaseState) -> u64 {
+        if st.tokens > 0 || st.fetching.is_some() {
+            return u64::MAX;
+        }
+        (st.used_at + self.return_after_us).max(st.exhausted_until)
+    }
+}
+
+/// Spends `cost` local tokens if there are enough.
+pub(super) fn spend(st: &mut LeaseState, now_us: u64, cost: u64) -> Step {
+    let allowed = st.tokens >= cost;
+    if allowed {
+        st.tokens -= cost;
+        st.used_at = now_us;
+    }
+    Step {
+        allowed,
+        remaining: st.tokens,
+        reset_us: st.full_at.saturating_sub(now_us),
+        retry_after_us: u64::from(!allowed),
+        delay_us: 0,
+    }
+}
+
+/// What one lease call got: tokens granted, the bucket after, Redis' now.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lease {
+    pub(super) granted: u64,
+    pub(super) bucket: GcraState,
+    pub(super) now: u64,
+}
+
+/// What the local table said about a request.
+pub(super) enum Local {
+    /// Decided here; the next batch to fetch in the background, if due.
+    Decided(Step, Option<u64>),
+    /// Lease `want` tokens now (`batch`: this lease brings the next batch).
+    Fetch { want: u64, batch: bool },
+    /// A batch is on its way: wait for it.
+    Wait(OwnedNotified),
+}
+
+/// Marks a batch lease as started; false if one already is.
+pub(super) fn start_fetch(st: &mut LeaseState) -> bool {
+    if st.fetching.is_some() {
+        return false;
+    }
+    st.fetching = Some(Arc::new(Notify::new()));
+    true
+}
