@@ -2,13 +2,20 @@
 //! Redis.
 //!
 //! Run with `cargo run --example axum_redis` (Redis from `REDIS_URL`,
-//! default `redis://127.0.0.1:6379`; address from `THROTTLE_LISTEN`, default
+//! default `redis://127.0.0.1:6379`, or a Redis Cluster from `REDIS_CLUSTER`,
+//! comma-separated node URLs; address from `THROTTLE_LISTEN`, default
 //! `127.0.0.1:3000`). Start several copies on different ports against the
 //! same Redis and they share one count: 10 requests per 60 seconds per
 //! client IP across all of them. `THROTTLE_MODE` picks the Redis mode
-//! (`exact`, the default). The rule fails open: with Redis stopped, requests
-//! are still served, each waiting at most the 50 ms command timeout until the
-//! circuit breaker opens.
+//! (`exact`, the default, `approximate` or `leased`), `THROTTLE_FAILURE`
+//! what happens while Redis is away (`open`, the default: requests are still
+//! served, each waiting at most the 50 ms command timeout until the circuit
+//! breaker opens; `closed`: refused with 503; `local`: a local limit).
+//!
+//! On SIGINT or SIGTERM it stops accepting, drains the requests in flight,
+//! and calls the backend's shutdown, so what an approximate copy counted
+//! reaches Redis before it exits; anything that could not be written is
+//! logged.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,11 +26,18 @@ use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = std::env::var("THROTTLE_LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let mode = std::env::var("THROTTLE_MODE").unwrap_or_else(|_| "exact".to_owned());
+    let var =
+        |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    let addr = var("THROTTLE_LISTEN", "127.0.0.1:3000");
+    let mode = var("THROTTLE_MODE", "exact");
+    let failure = var("THROTTLE_FAILURE", "open");
 
-    let config = RedisConfig::standalone(url);
+    let config = match std::env::var("REDIS_CLUSTER") {
+        Ok(nodes) => {
+            RedisConfig::cluster(nodes.split(',').map(str::trim).filter(|n| !n.is_empty()))
+        }
+        Err(_) => RedisConfig::standalone(var("REDIS_URL", "redis://127.0.0.1:6379")),
+    };
     let quota = Quota::new(10, Duration::from_secs(60));
     let (backend, rule) = match mode.as_str() {
         "exact" => (
@@ -45,7 +59,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .into());
         }
     };
-    let policy = Policy::new().rule(rule.fail_open(), ClientIp::default());
+    let rule = match failure.as_str() {
+        "open" => rule.fail_open(),
+        "closed" => rule.fail_closed(),
+        "local" => rule.local_fallback(),
+        other => {
+            return Err(format!(
+                "THROTTLE_FAILURE={other:?} is not a failure policy: use open, closed or local"
+            )
+            .into());
+        }
+    };
+    let policy = Policy::new().rule(rule, ClientIp::default());
 
     let app = Router::new()
         .route("/", get(|| async { "Hello, world!\n" }))
@@ -53,16 +78,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!(
-        "listening on http://{} ({mode} mode)",
+        "listening on http://{} ({mode} mode, fail {failure})",
         listener.local_addr()?
     );
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
+    .with_graceful_shutdown(stop_signal())
     .await?;
+    // The router is gone; the backend still holds what it must write.
+    match backend.shutdown().await {
+        Ok(()) => println!("stopped; every count is in Redis"),
+        Err(unflushed) => eprintln!("stopped; {unflushed}"),
+    }
     Ok(())
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM.
+async fn stop_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
 }

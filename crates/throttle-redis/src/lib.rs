@@ -62,6 +62,7 @@ mod keys;
 mod leased;
 mod registry;
 mod scripts;
+mod shutdown;
 
 use std::sync::Arc;
 
@@ -72,6 +73,7 @@ pub use config::{MAX_PREFIX_LEN, RedisConfig};
 pub use conn::RedisStats;
 pub use exact::ExactLimiter;
 pub use leased::{LeaseOptions, LeaseStats, MAX_BATCH, WhenEmpty};
+pub use shutdown::Unflushed;
 
 /// A Redis backend in one of its modes. Cheap to clone; clones share
 /// connections, breaker and counters.
@@ -178,20 +180,49 @@ impl RedisBackend {
     }
 
     /// Graceful shutdown: sends what is pending (and gives back every leased
-    /// token), trying up to three times
-    /// (a connection broken while Redis was away reconnects on the first
-    /// failure). Call it after the server stops accepting requests; returns
-    /// whether everything got to Redis.
-    pub async fn shutdown(&self) -> bool {
+    /// token), trying up to three times (a connection broken while Redis was
+    /// away reconnects on the first failure). Call it after the server stops
+    /// accepting requests; the router may already be gone (an approximate
+    /// rule whose layer was dropped keeps its counts in the backend until
+    /// they are written). Returns what could not be written.
+    ///
+    /// ```no_run
+    /// # async fn demo(backend: throttle_redis::RedisBackend) {
+    /// if let Err(unflushed) = backend.shutdown().await {
+    ///     eprintln!("{unflushed}");
+    /// }
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) -> Result<(), Unflushed> {
+        if let Mode::Approximate(shared) = &self.mode {
+            // Give every unspent claim back to the other instances.
+            shared
+                .closing
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut ok = false;
         for attempt in 0..3 {
             if self.flush_for_shutdown().await {
-                return true;
+                ok = true;
+                break;
             }
             if attempt < 2 {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
-        false
+        let (counts, tokens_kept) = match &self.mode {
+            Mode::Approximate(shared) => (shared.unwritten(), false),
+            Mode::Leased(_) => (0, !ok),
+            Mode::Exact => (0, false),
+        };
+        if counts == 0 && !tokens_kept {
+            Ok(())
+        } else {
+            Err(Unflushed {
+                counts,
+                tokens_kept,
+            })
+        }
     }
 
     /// The leased mode's counters (`None` in other modes).

@@ -293,8 +293,8 @@ async fn a_redis_restart_mid_interval_loses_no_counts_and_shutdown_flushes() {
     server.restart();
     admitted += tick(300);
     // Graceful shutdown sends everything still pending.
-    assert!(a.backend.shutdown().await);
-    assert!(b.backend.shutdown().await);
+    a.backend.shutdown().await.unwrap();
+    b.backend.shutdown().await.unwrap();
     assert_eq!(admitted, 900);
     let (total, instances, hash) = counted(&server, "api", &key, interval_no);
     assert_eq!(instances, 2, "one entry per instance");
@@ -358,7 +358,7 @@ async fn flushes_that_time_out_and_run_late_are_not_counted_twice() {
     admitted.extend(drive(&clock, &refs, &key, interval_us / 2, 5, 1_500, 1).await);
     admitted.extend(drive(&clock, &refs, &key, interval_us, 10, 3_000, 1).await);
     for inst in &fleet {
-        assert!(inst.backend.shutdown().await);
+        inst.backend.shutdown().await.unwrap();
     }
     let failed: u64 = fleet
         .iter()
@@ -408,7 +408,7 @@ async fn commands_for(requests: u64, secs: u64, keys: u64, instances: usize) -> 
         assert!(allowed(inst.limiter.as_ref(), &Key::from(i % keys)));
     }
     for inst in &fleet {
-        assert!(inst.backend.shutdown().await);
+        inst.backend.shutdown().await.unwrap();
     }
     commands(&server)
 }
@@ -432,4 +432,50 @@ async fn redis_commands_follow_time_and_buckets_not_requests() {
         (0.85..=1.15).contains(&ratio),
         "{fast_per_sec} vs {slow_per_sec} commands per second"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_after_the_router_is_dropped_loses_no_counts() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval_us = 60_000_000;
+    let rule = Rule::new("api", Quota::new(1_000, Duration::from_secs(60))).fixed_window();
+    aligned_start(&clock, interval_us);
+    let interval_no = clock.now_us() / interval_us;
+    let key = Key::new("k");
+    let inst = instance(&server, clock.clone(), &rule, 10).await;
+    let mut admitted = 0;
+    // A lone instance's credit (a quarter of a span's share): no flush yet.
+    for _ in 0..25 {
+        clock.set(clock.now_us() + 1_000);
+        admitted += u64::from(allowed(inst.limiter.as_ref(), &key));
+    }
+    assert_eq!(admitted, 25);
+    // What `axum::serve` returning does: the router, and with it the
+    // layer's limiters, are gone before the backend's shutdown is called.
+    let Instance { backend, limiter } = inst;
+    drop(limiter);
+    backend.shutdown().await.unwrap();
+    let (total, _, _) = counted(&server, "api", &key, interval_no);
+    assert_eq!(total, 25, "every admitted request is in Redis");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_says_what_it_could_not_write() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rule = Rule::new("api", Quota::new(1_000, Duration::from_secs(60))).fixed_window();
+    aligned_start(&clock, 60_000_000);
+    let key = Key::new("k");
+    let inst = instance(&server, clock.clone(), &rule, 10).await;
+    for _ in 0..5 {
+        clock.set(clock.now_us() + 1_000);
+        assert!(allowed(inst.limiter.as_ref(), &key));
+    }
+    server.kill();
+    let Instance { backend, limiter } = inst;
+    drop(limiter);
+    let unflushed = backend.shutdown().await.unwrap_err();
+    assert_eq!(unflushed.counts, 5, "{unflushed}");
+    assert!(unflushed.to_string().contains("5 admitted"), "{unflushed}");
 }

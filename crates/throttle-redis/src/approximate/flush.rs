@@ -144,12 +144,16 @@ impl ApproxRule {
             });
         }
         if st.local != st.flushed || st.seen > 0 || (st.claim_valid() && st.claim > st.local) {
-            let demand = meter.demand(st, now);
+            // A rule that is going away (its limiter dropped, or the backend
+            // shutting down) asks for nothing and gives its claim back.
+            let closing =
+                self.retired.load(Ordering::Relaxed) || self.shared.closing.load(Ordering::Relaxed);
+            let demand = if closing { 0 } else { meter.demand(st, now) };
             // While the write is out, this instance spends at most a little
             // more than it has (a flight takes milliseconds): the old claim
             // is not carried into the new one.
             let credit = meter.credit();
-            let margin = credit.max(demand / 8);
+            let margin = if closing { 0 } else { credit.max(demand / 8) };
             let hold = st.ceiling(credit).min(st.local.saturating_add(margin));
             if st.claim_valid() {
                 st.claim = st.claim.min(hold);
@@ -191,6 +195,9 @@ impl ApproxRule {
     }
 
     async fn write(&self, keys: &[Key]) -> bool {
+        // One flush of a rule at a time: a shutdown that finds the list
+        // empty waits for the flush that took it.
+        let _one = self.flushing.lock().await;
         let now = self.redis.local_now();
         let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
         for key in keys {
@@ -241,6 +248,9 @@ impl ApproxRule {
             c.failed_flushes.fetch_add(1, Ordering::Relaxed);
         }
         self.shared.redis_ok.store(ok, Ordering::Relaxed);
+        if ok && self.retired.load(Ordering::Relaxed) && self.unwritten() == 0 {
+            self.shared.forget(self);
+        }
         ok
     }
 

@@ -2,7 +2,7 @@
 //! path and the flush schedule.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -36,16 +36,36 @@ pub(crate) struct ApproxRule {
     listed: Box<[Mutex<Vec<Key>>]>,
     /// The buckets (bit `b`) where a key ran out of claim and asked for an
     /// early flush.
-    asked: AtomicU64,
+    pub(super) asked: AtomicU64,
     /// Sequence number of the last flush.
     pub(super) seq: AtomicU32,
     /// Wakes the flusher before the span ends.
     wake: Arc<Notify>,
+    /// The limiter was dropped with counts still to write.
+    pub(super) retired: AtomicBool,
+    /// Held by the flush in progress.
+    pub(super) flushing: tokio::sync::Mutex<()>,
 }
 
-/// A limiter of the approximate mode.
-#[derive(Clone)]
+/// A limiter of the approximate mode. Dropping it (the router went away)
+/// retires its rule: the backend keeps it and flushes it until what it
+/// counted is in Redis, so a shutdown after the router is gone loses
+/// nothing.
 pub(crate) struct ApproxLimiter(Arc<ApproxRule>);
+
+impl Drop for ApproxLimiter {
+    fn drop(&mut self) {
+        let rule = &self.0;
+        if rule.unwritten() == 0 {
+            return;
+        }
+        rule.retired.store(true, Ordering::Relaxed);
+        rule.shared.retire(rule.clone());
+        // Flush every bucket now rather than at the span end.
+        rule.asked.store(u64::MAX, Ordering::Relaxed);
+        rule.wake.notify_one();
+    }
+}
 
 impl ApproxLimiter {
     pub(crate) fn new(
@@ -125,6 +145,8 @@ impl ApproxLimiter {
             asked: AtomicU64::new(0),
             seq: AtomicU32::new(0),
             wake: Arc::new(Notify::new()),
+            retired: AtomicBool::new(false),
+            flushing: tokio::sync::Mutex::new(()),
         });
         shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
@@ -181,6 +203,15 @@ impl ApproxRule {
     }
 
     /// Takes the set of buckets that asked for an early flush.
+    /// Counts admitted but not yet in Redis.
+    pub(super) fn unwritten(&self) -> u64 {
+        let mut n = 0;
+        self.store.for_each(|_, st| {
+            n += u64::from(st.local.saturating_sub(st.flushed)) + u64::from(st.pending);
+        });
+        n
+    }
+
     pub(super) fn take_asked(&self) -> u64 {
         self.asked.swap(0, Ordering::Relaxed)
     }

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use parking_lot::Mutex;
+
 use super::limiter::ApproxRule;
 use super::options::ApproximateOptions;
 use super::stats::{ApproximateStats, Counters};
@@ -14,8 +16,24 @@ pub(crate) struct Shared {
     pub(crate) options: ApproximateOptions,
     pub(super) instance: String,
     pub(super) redis_ok: AtomicBool,
+    /// The backend is shutting down: flushes give claims back.
+    pub(crate) closing: AtomicBool,
     pub(super) counters: Counters,
     pub(super) rules: Registry<ApproxRule>,
+    /// Rules whose limiter was dropped (the router went away) while they
+    /// still had counts to write: kept, and flushed, until those are in
+    /// Redis.
+    pub(super) retired: Retired,
+}
+
+/// The retired rules (see [`Shared::retire`]).
+#[derive(Default)]
+pub(super) struct Retired(Mutex<Vec<Arc<ApproxRule>>>);
+
+impl std::fmt::Debug for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Retired({} rules)", self.0.lock().len())
+    }
 }
 
 impl Shared {
@@ -24,8 +42,10 @@ impl Shared {
             options,
             instance: instance_id(),
             redis_ok: AtomicBool::new(true),
+            closing: AtomicBool::new(false),
             counters: Counters::default(),
             rules: Registry::default(),
+            retired: Retired::default(),
         })
     }
 
@@ -55,6 +75,25 @@ impl Shared {
             ok &= rule.flush().await;
         }
         ok
+    }
+
+    /// Counts admitted but not yet in Redis, over every rule (retired ones
+    /// included).
+    pub(crate) fn unwritten(&self) -> u64 {
+        self.rules.live().iter().map(|r| r.unwritten()).sum()
+    }
+
+    /// Keeps a rule whose limiter was dropped until its counts are written.
+    pub(super) fn retire(&self, rule: Arc<ApproxRule>) {
+        self.retired.0.lock().push(rule);
+    }
+
+    /// Forgets a retired rule with nothing left to write.
+    pub(super) fn forget(&self, rule: &ApproxRule) {
+        self.retired
+            .0
+            .lock()
+            .retain(|r| !std::ptr::eq(Arc::as_ptr(r), rule));
     }
 
     /// Flushes the keys that asked for an early flush, in every rule.
