@@ -51,6 +51,9 @@ pub struct RedisStats {
     pub breaker_opened: u64,
     /// Checks decided by a failure policy instead of Redis.
     pub degraded: u64,
+    /// Exact mode: checks denied without a Redis call, for a key Redis had
+    /// shown over its limit and whose wait was not over.
+    pub denied_locally: u64,
 }
 
 /// What went wrong with a call.
@@ -80,6 +83,7 @@ pub(crate) struct Redis {
     errors: AtomicU64,
     timeouts: AtomicU64,
     pub(crate) degraded: AtomicU64,
+    pub(crate) denied_locally: AtomicU64,
 }
 
 impl Redis {
@@ -136,6 +140,7 @@ impl Redis {
             errors: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
+            denied_locally: AtomicU64::new(0),
         });
         let patience = redis.config.connect_timeout + redis.config.command_timeout;
         if !redis.ping(patience).await {
@@ -328,6 +333,7 @@ impl Redis {
             breaker_open: self.breaker.is_open(),
             breaker_opened: self.breaker.times_opened(),
             degraded: self.degraded.load(Ordering::Relaxed),
+            denied_locally: self.denied_locally.load(Ordering::Relaxed),
         }
     }
 }

@@ -132,10 +132,12 @@ impl Inner {
         let costs: Vec<u64> = jobs.iter().map(|j| j.cost).collect();
         self.compiled
             .batch_args(&mut inv, self.redis.script_now(), costs.iter().copied());
+        let sent_at = self.deny.now();
         let failure = match self.redis.eval::<Vec<i64>>(&inv).await {
             Ok(reply) => match self.compiled.batch_steps(&reply, &costs) {
                 Some(steps) => {
                     for (job, (step, at_us)) in jobs.into_iter().zip(steps) {
+                        self.deny.remember(&job.key, job.cost, &step, sent_at);
                         let _ = job.reply.send(Some(Outcome::new(step, at_us)));
                     }
                     return;

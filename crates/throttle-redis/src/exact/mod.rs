@@ -10,8 +10,10 @@
 
 mod batch;
 mod compiled;
+mod deny;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use redis::{Script, ScriptInvocation};
 use throttle_core::algorithm::SlidingWindowLog;
@@ -23,6 +25,7 @@ use crate::keys::KeyBase;
 use crate::scripts::SLIDING_LOG_SCRIPT;
 use batch::Batcher;
 use compiled::Compiled;
+use deny::DenyCache;
 
 struct Inner {
     redis: Arc<Redis>,
@@ -32,6 +35,9 @@ struct Inner {
     /// Fail open: counts locally (never denies); local fallback: decides.
     local: Option<Arc<dyn Limiter>>,
     batcher: Batcher,
+    /// Keys Redis showed over their limit, denied here until their wait is
+    /// over.
+    deny: DenyCache,
 }
 
 /// One rule in the exact mode: every check is one `EVALSHA` of the rule's
@@ -53,6 +59,7 @@ impl ExactLimiter {
         let compiled = Compiled::of(rule)?;
         let local = local_limiter(&redis, rule)?;
         let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
+        let deny = DenyCache::new(redis.local_clock()).map_err(|e| e.in_rule(rule.name()))?;
         Ok(Self(Arc::new(Inner {
             redis,
             rule: rule.clone(),
@@ -60,6 +67,7 @@ impl ExactLimiter {
             keys,
             local,
             batcher: Batcher::default(),
+            deny,
         })))
     }
 }
@@ -82,9 +90,13 @@ impl Inner {
     ) -> Result<Outcome, Unavailable> {
         let mut inv = self.invocation(&SLIDING_LOG_SCRIPT, &key);
         Compiled::log_args(&m, &mut inv, self.redis.script_now(), cost);
+        let sent_at = self.deny.now();
         let failure = match self.redis.eval::<Vec<i64>>(&inv).await {
             Ok(reply) => match Compiled::log_step(&m, &reply, cost) {
-                Some((step, at_us)) => return Ok(Outcome::new(step, at_us)),
+                Some((step, at_us)) => {
+                    self.deny.remember(&key, cost, &step, sent_at);
+                    return Ok(Outcome::new(step, at_us));
+                }
                 None => unexpected_reply(),
             },
             Err(failure) => failure,
@@ -108,6 +120,10 @@ fn unexpected_reply() -> Failure {
 
 impl Limiter for ExactLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+        if let Some((step, now)) = self.0.deny.check(key, cost) {
+            self.0.redis.denied_locally.fetch_add(1, Ordering::Relaxed);
+            return Acquire::Ready(Ok(Outcome::new(step, now)));
+        }
         if self.0.redis.breaker.is_open() {
             return Acquire::Ready(self.0.degraded(key, cost));
         }
