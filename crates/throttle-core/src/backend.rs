@@ -38,6 +38,13 @@ pub trait Limiter: Send + Sync + 'static {
     /// because another rule of the same request denied it. Best effort and
     /// never blocking.
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome);
+
+    /// Whether `acquire` may need a round trip (default: no). A
+    /// [`RuleSet`](crate::RuleSet) asks the local rules of a request first,
+    /// so a request one of them denies costs no round trip and no refund.
+    fn is_remote(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed, sendable future of an [`Outcome`], for remote backends.

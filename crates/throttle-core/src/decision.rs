@@ -113,6 +113,8 @@ impl fmt::Debug for Check {
 struct Bound {
     rule: Arc<Rule>,
     limiter: Arc<dyn Limiter>,
+    /// `limiter.is_remote()`, asked once.
+    remote: bool,
 }
 
 /// The ordered rules a request must all pass, each bound to its backend.
@@ -140,6 +142,9 @@ struct Bound {
 #[derive(Clone, Default)]
 pub struct RuleSet {
     rules: Arc<[Bound]>,
+    /// Whether a remote rule comes before a local one: checks then ask the
+    /// local ones first.
+    reorder: bool,
 }
 
 impl fmt::Debug for RuleSet {
@@ -173,12 +178,15 @@ impl RuleSet {
             .map(|b| Bound {
                 rule: b.rule.clone(),
                 limiter: b.limiter.clone(),
+                remote: b.remote,
             })
             .collect();
         rules.push(Bound {
             rule: Arc::new(rule),
+            remote: limiter.is_remote(),
             limiter,
         });
+        self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
         self.rules = rules.into();
         Ok(self.rules.len() - 1)
     }
@@ -199,11 +207,23 @@ impl RuleSet {
     }
 
     /// Checks `demands` (at most one per rule, in rule order) and takes their
-    /// cost if all allow.
+    /// cost if all allow. Rules decided locally are asked first, in order,
+    /// then the remote ones: a request a local rule denies costs no round
+    /// trip (and no refund of a remote charge).
     pub fn check(&self, demands: &[Demand]) -> Check {
         // Allowed so far: (index in `demands`, outcome).
         let mut held: SmallVec<[(usize, Outcome); 8]> = SmallVec::new();
-        for (i, d) in demands.iter().enumerate() {
+        let remote = |d: &Demand| self.rules[d.rule].remote;
+        let order: SmallVec<[usize; 8]> = if self.reorder {
+            (0..demands.len())
+                .filter(|&i| !remote(&demands[i]))
+                .chain((0..demands.len()).filter(|&i| remote(&demands[i])))
+                .collect()
+        } else {
+            (0..demands.len()).collect()
+        };
+        for (at, &i) in order.iter().enumerate() {
+            let d = &demands[i];
             match self.rules[d.rule].limiter.acquire(&d.key, d.cost) {
                 Acquire::Ready(Ok(o)) if o.step.allowed => held.push((i, o)),
                 Acquire::Ready(result) => {
@@ -224,8 +244,9 @@ impl RuleSet {
                     let set = self.clone();
                     let demands = demands.to_vec();
                     let held = held.into_vec();
+                    let rest = order[at + 1..].to_vec();
                     return Check::Pending(Box::pin(async move {
-                        set.finish(demands, held, i, first).await
+                        set.finish(demands, held, i, first, rest).await
                     }));
                 }
             }
@@ -234,21 +255,23 @@ impl RuleSet {
     }
 
     /// The asynchronous rest of a check: `held` allowed, `demands[first_at]`
-    /// pending as `first`, the rest not asked yet. Asks the rest at once so
-    /// their round trips overlap.
+    /// pending as `first`, the demands at `rest` (in asking order) not asked
+    /// yet. Asks those at once so their round trips overlap.
     async fn finish(
         self,
         demands: Vec<Demand>,
         held: Vec<(usize, Outcome)>,
         first_at: usize,
         first: crate::backend::PendingOutcome,
+        rest: Vec<usize>,
     ) -> Decision {
         let mut results: Vec<Option<Result<Outcome, Unavailable>>> = vec![None; demands.len()];
         for (i, o) in &held {
             results[*i] = Some(Ok(*o));
         }
         let mut pending = vec![(first_at, first)];
-        for (j, d) in demands.iter().enumerate().skip(first_at + 1) {
+        for j in rest {
+            let d = &demands[j];
             match self.rules[d.rule].limiter.acquire(&d.key, d.cost) {
                 Acquire::Ready(r) => {
                     let stop = !matches!(r, Ok(o) if o.step.allowed);

@@ -133,6 +133,10 @@ impl Limiter for ExactLimiter {
         }
     }
 
+    fn is_remote(&self) -> bool {
+        true
+    }
+
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
         if outcome.degraded {
             if let Some(local) = &self.0.local {

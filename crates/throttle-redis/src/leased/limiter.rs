@@ -530,6 +530,11 @@ impl Limiter for LeaseLimiter {
         }
     }
 
+    fn is_remote(&self) -> bool {
+        // A request the local batch cannot pay for waits for a lease.
+        true
+    }
+
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
         if outcome.degraded {
             if let Some(local) = &self.0.local {
