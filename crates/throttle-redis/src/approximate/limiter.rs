@@ -174,8 +174,16 @@ impl ApproxRule {
         rt.spawn(async move {
             loop {
                 let now = throttle_core::unix_now_us();
-                // Just after the next span boundary.
-                let next = (now / span_us + 1) * span_us + 200;
+                // Just after the next span boundary; while Redis cannot be
+                // reached, every probe interval, so that a rule that refuses
+                // meanwhile (fail closed) serves again soon after Redis does.
+                let mut next = (now / span_us + 1) * span_us + 200;
+                if let Some(rule) = weak.upgrade()
+                    && !rule.shared.redis_ok.load(Ordering::Relaxed)
+                {
+                    let probe = rule.redis.config.probe_interval.as_micros() as u64;
+                    next = next.min(now + probe);
+                }
                 let woken = tokio::select! {
                     () = tokio::time::sleep(Duration::from_micros(next - now)) => false,
                     () = wake.notified() => true,
