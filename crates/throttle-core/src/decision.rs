@@ -32,6 +32,11 @@ pub struct Allowed {
     /// When that rule's backend decided, in microseconds since the Unix
     /// epoch (`reset` counts from there).
     pub at_us: u64,
+    /// The backend could not be asked and the rule's failure policy let the
+    /// request through (fail open, or the local fallback): `remaining` is
+    /// this instance's own count, not the fleet's, and responders leave it
+    /// out rather than report it as the fleet's.
+    pub degraded: bool,
 }
 
 /// The request is over a limit.
@@ -338,13 +343,24 @@ impl RuleSet {
         let mut delay_us = 0;
         for &(i, o) in held {
             delay_us = delay_us.max(o.step.delay_us);
-            if tightest.is_none_or(|(_, t)| o.step.remaining < t.step.remaining) {
+            // A rule decided by its backend speaks for the fleet: it is
+            // preferred over one decided by a failure policy.
+            let tighter =
+                |t: &Outcome| (o.degraded, o.step.remaining) < (t.degraded, t.step.remaining);
+            if tightest.is_none_or(|(_, t)| tighter(&t)) {
                 tightest = Some((i, o));
             }
         }
         match tightest {
             None => Decision::Unlimited,
-            Some((i, Outcome { step, at_us, .. })) => {
+            Some((
+                i,
+                Outcome {
+                    step,
+                    at_us,
+                    degraded,
+                },
+            )) => {
                 let rule = demands[i].rule;
                 Decision::Allowed(Allowed {
                     limit: self.rules[rule].rule.capacity(),
@@ -353,6 +369,7 @@ impl RuleSet {
                     delay: Duration::from_micros(delay_us),
                     at_us,
                     rule,
+                    degraded,
                 })
             }
         }

@@ -87,7 +87,8 @@ enum SuccessRepr {
     None,
     Standard {
         limit: u64,
-        remaining: u64,
+        /// `None`: not known for the fleet (a degraded decision).
+        remaining: Option<u64>,
         reset_epoch: u64,
     },
     Block(Box<HeaderBlock>),
@@ -104,18 +105,20 @@ impl SuccessHeaders {
     pub fn standard(limit: u64, remaining: u64, reset: Duration) -> Self {
         Self(SuccessRepr::Standard {
             limit,
-            remaining,
+            remaining: Some(remaining),
             reset_epoch: reset_epoch_secs(reset),
         })
     }
 
     /// The `X-RateLimit-*` trio of an allowed decision, its reset counted
-    /// from when the backend decided (no second clock read).
+    /// from when the backend decided (no second clock read). A degraded
+    /// decision (the backend could not be asked) carries no
+    /// `X-RateLimit-Remaining`: the fleet's count is not known.
     pub fn for_allowed(allowed: &Allowed) -> Self {
         let reset_us = u64::try_from(allowed.reset.as_micros()).unwrap_or(u64::MAX);
         Self(SuccessRepr::Standard {
             limit: allowed.limit,
-            remaining: allowed.remaining,
+            remaining: (!allowed.degraded).then_some(allowed.remaining),
             reset_epoch: allowed.at_us.saturating_add(reset_us).div_ceil(1_000_000),
         })
     }
@@ -135,7 +138,9 @@ impl SuccessHeaders {
                 reset_epoch,
             } => {
                 headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
-                headers.insert(X_RATELIMIT_REMAINING.clone(), number(remaining));
+                if let Some(remaining) = remaining {
+                    headers.insert(X_RATELIMIT_REMAINING.clone(), number(remaining));
+                }
                 headers.insert(X_RATELIMIT_RESET.clone(), number(reset_epoch));
             }
             SuccessRepr::Block(block) => block.apply(headers),
@@ -371,7 +376,8 @@ impl Responder for HttpResponder {
     }
 
     fn allowed(&self, _req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
-        if !self.ietf {
+        if !self.ietf || allowed.degraded {
+            // (Degraded: no remaining count to report, in either form.)
             return SuccessHeaders::for_allowed(allowed);
         }
         let mut headers = HeaderBlock::default();
