@@ -77,8 +77,11 @@ pub(crate) struct Redis {
     clock: Arc<dyn Clock>,
     conns: Box<[Conn]>,
     next: AtomicUsize,
-    pub(crate) breaker: Breaker,
-    probing: AtomicBool,
+    /// One breaker for a standalone Redis; for a cluster, one per group of
+    /// [`SLOTS_PER_GROUP`] hash slots, so a hung or dead node opens only the
+    /// groups of the slots it serves.
+    breakers: Box<[Breaker]>,
+    probing: Box<[AtomicBool]>,
     calls: AtomicU64,
     errors: AtomicU64,
     timeouts: AtomicU64,
@@ -129,13 +132,19 @@ impl Redis {
             Some(c) => c.clone(),
             None => Arc::new(throttle_core::WallClock),
         };
+        let groups = match config.target {
+            Target::Standalone(_) => 1,
+            Target::Cluster(_) => SLOTS / SLOTS_PER_GROUP,
+        };
         let redis = Arc::new(Self {
             clock,
-            breaker: Breaker::new(config.breaker_threshold),
+            breakers: (0..groups)
+                .map(|_| Breaker::new(config.breaker_threshold))
+                .collect(),
+            probing: (0..groups).map(|_| AtomicBool::new(false)).collect(),
             config,
             conns: conns.into(),
             next: AtomicUsize::new(0),
-            probing: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
@@ -147,8 +156,10 @@ impl Redis {
             tracing::warn!(
                 "throttle: Redis does not answer at startup; deciding by failure policy until it does"
             );
-            if redis.breaker.trip() {
-                Self::probe(&redis);
+            for group in 0..redis.breakers.len() {
+                if redis.breakers[group].trip() {
+                    Self::probe(&redis, group);
+                }
             }
         }
         Ok(redis)
@@ -194,16 +205,32 @@ impl Redis {
         self.timed(inv, timeout).await
     }
 
+    /// The breaker group of a Redis key (0 for a standalone Redis): its
+    /// hash slot's group in a cluster.
+    pub(crate) fn group_of(&self, redis_key: &str) -> usize {
+        if self.breakers.len() == 1 {
+            return 0;
+        }
+        usize::from(slot_of(redis_key.as_bytes())) / SLOTS_PER_GROUP
+    }
+
+    /// Whether the breaker of `group` is open.
+    #[inline]
+    pub(crate) fn is_open(&self, group: usize) -> bool {
+        self.breakers[group].is_open()
+    }
+
     /// Runs a script on the request path: bounded by the command timeout,
-    /// counted, and reported to the breaker.
+    /// counted, and reported to the breaker of `group` (its keys' slots).
     pub(crate) async fn eval<T: FromRedisValue>(
         self: &Arc<Self>,
         inv: &ScriptInvocation<'_>,
+        group: usize,
     ) -> Result<T, Failure> {
         let result = self.timed(inv, self.config.command_timeout).await;
         match &result {
-            Ok(_) => self.breaker.success(),
-            Err(failure) => self.failed(failure),
+            Ok(_) => self.breakers[group].success(),
+            Err(failure) => self.failed(failure, group),
         }
         result
     }
@@ -231,8 +258,8 @@ impl Redis {
 
     /// Sends a script in the background (refunds): never waited for, never
     /// sent while the breaker is open.
-    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: ScriptInvocation<'static>) {
-        if self.breaker.is_open() {
+    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: ScriptInvocation<'static>, group: usize) {
+        if self.is_open(group) {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -240,14 +267,14 @@ impl Redis {
         };
         let this = self.clone();
         rt.spawn(async move {
-            let _ = this.eval::<redis::Value>(&inv).await;
+            let _ = this.eval::<redis::Value>(&inv, group).await;
         });
     }
 
-    fn failed(self: &Arc<Self>, failure: &Failure) {
-        if self.breaker.failure() {
-            tracing::warn!(%failure, "throttle: circuit breaker opened; Redis gets no request-path traffic until a probe succeeds");
-            Self::probe(self);
+    fn failed(self: &Arc<Self>, failure: &Failure, group: usize) {
+        if self.breakers[group].failure() {
+            tracing::warn!(%failure, group, "throttle: circuit breaker opened; Redis gets no request-path traffic for these keys until a probe succeeds");
+            Self::probe(self, group);
         } else {
             tracing::debug!(%failure, "throttle: Redis call failed");
         }
@@ -293,14 +320,31 @@ impl Redis {
         matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
     }
 
-    /// While the breaker is open, pings Redis every probe interval and
-    /// closes the breaker when it answers.
-    fn probe(this: &Arc<Self>) {
-        if this.probing.swap(true, Ordering::AcqRel) {
+    /// `PING` on the route the scripts of `group` take: the node serving
+    /// the group's first slot in a cluster.
+    async fn ping_group(&self, group: usize, patience: std::time::Duration) -> bool {
+        match self.conn() {
+            Conn::Single(_) => self.ping(patience).await,
+            Conn::Cluster(mut c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let slot = u16::try_from(group * SLOTS_PER_GROUP).unwrap_or(0);
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(slot, SlotAddr::Master),
+                ));
+                let ping = c.route_command(redis::cmd("PING"), route);
+                matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
+            }
+        }
+    }
+
+    /// While the breaker of `group` is open, pings its route every probe
+    /// interval and closes the breaker when it answers.
+    fn probe(this: &Arc<Self>, group: usize) {
+        if this.probing[group].swap(true, Ordering::AcqRel) {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            this.probing.store(false, Ordering::Release);
+            this.probing[group].store(false, Ordering::Release);
             return;
         };
         let weak: Weak<Self> = Arc::downgrade(this);
@@ -313,12 +357,15 @@ impl Redis {
                 tokio::time::sleep(interval).await;
                 let Some(redis) = weak.upgrade() else { return };
                 let patience = redis.config.connect_timeout + redis.config.command_timeout;
-                if redis.ping(patience).await {
+                if redis.ping_group(group, patience).await {
                     // Lower the flag first: a failure that reopens the
                     // breaker after close() must be able to start a probe.
-                    redis.probing.store(false, Ordering::Release);
-                    redis.breaker.close();
-                    tracing::info!("throttle: Redis answers again; circuit breaker closed");
+                    redis.probing[group].store(false, Ordering::Release);
+                    redis.breakers[group].close();
+                    tracing::info!(
+                        group,
+                        "throttle: Redis answers again; circuit breaker closed"
+                    );
                     return;
                 }
             }
@@ -330,12 +377,46 @@ impl Redis {
             calls: self.calls.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
-            breaker_open: self.breaker.is_open(),
-            breaker_opened: self.breaker.times_opened(),
+            breaker_open: self.breakers.iter().any(Breaker::is_open),
+            breaker_opened: self.breakers.iter().map(Breaker::times_opened).sum(),
             degraded: self.degraded.load(Ordering::Relaxed),
             denied_locally: self.denied_locally.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Hash slots of a Redis Cluster.
+const SLOTS: usize = 16_384;
+
+/// Slots per breaker group in a cluster (64 groups): a node serves whole
+/// groups but at the edges of its ranges, so a hung node takes at most one
+/// group's worth of another node's slots along at each edge.
+pub(crate) const SLOTS_PER_GROUP: usize = 256;
+
+/// The cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the
+/// part between the first `{` and the next `}`, if not empty), mod 16384.
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &b in tag {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS as u16
 }
 
 /// `redis_version:x.y.z` in an `INFO` text, as `(x, y)`.
@@ -352,6 +433,23 @@ pub(crate) fn parse_version(info: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::parse_version;
+
+    #[test]
+    fn slots_match_redis() {
+        // `CLUSTER KEYSLOT foo` is 12182 (the Redis Cluster specification's
+        // example); a hash tag hashes alone; an empty one does not count.
+        assert_eq!(super::slot_of(b"foo"), 12182);
+        assert_eq!(super::slot_of(b"{foo}.bar"), 12182);
+        assert_eq!(
+            super::slot_of(b"{user1000}.following"),
+            super::slot_of(b"{user1000}.followers")
+        );
+        assert_eq!(
+            super::slot_of(b"rl:{ip:r0a000001}:fw"),
+            super::slot_of(b"ip:r0a000001")
+        );
+        assert_ne!(super::slot_of(b"foo{}{bar}"), super::slot_of(b"bar"));
+    }
 
     #[test]
     fn versions_are_read_from_info() {

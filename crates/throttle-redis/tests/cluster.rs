@@ -141,3 +141,65 @@ async fn limits_hold_across_slots_and_through_a_failover() {
         5
     );
 }
+
+/// The goal (at least 99% of the checks for keys on healthy primaries
+/// decided by Redis while one primary hangs) is not met yet: the breakers
+/// are per slot group, but the `redis` crate's cluster connection times out
+/// requests to the healthy primaries too while one hangs (measured 11% to
+/// 28%; 0.0006% with the single breaker before). Run with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not met yet: the cluster connection stalls for every node while one hangs"]
+async fn one_hung_primary_leaves_the_keys_of_the_others_to_redis() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 0))
+        .await
+        .unwrap();
+    let config = RedisConfig::cluster(cluster.nodes())
+        .command_timeout(Duration::from_millis(100))
+        .connect_timeout(Duration::from_millis(100))
+        .probe_interval(Duration::from_millis(100));
+    let backend = RedisBackend::exact(config).await.unwrap();
+    let rule = Rule::new("tenant", Quota::per_minute(1_000_000))
+        .fixed_window()
+        .fail_open();
+    let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+    // 300 keys over every primary; which primary serves each.
+    let keys: Vec<Key> = (0..300u64).map(Key::from).collect();
+    let owner: Vec<u16> = keys
+        .iter()
+        .map(|k| cluster.primary_for_key(&redis_key("tenant", k)).port())
+        .collect();
+    for k in &keys {
+        assert!(check(limiter.as_ref(), k).await.1, "asked Redis");
+    }
+    let hung = owner[0];
+    let node = cluster.node_by_port(hung);
+    node.stop();
+    // 3 s of checks over all keys, round after round.
+    let (mut healthy, mut healthy_by_redis, mut on_hung) = (0u64, 0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let round = keys.iter().zip(&owner).map(|(k, &port)| {
+            let limiter = limiter.clone();
+            async move { (port, check(limiter.as_ref(), k).await) }
+        });
+        for (port, (result, _)) in futures_util::future::join_all(round).await {
+            let by_redis = matches!(result, Ok(o) if !o.degraded);
+            if port == hung {
+                on_hung += 1;
+            } else {
+                healthy += 1;
+                healthy_by_redis += u64::from(by_redis);
+            }
+        }
+    }
+    node.resume();
+    let share = healthy_by_redis as f64 / healthy as f64;
+    println!(
+        "one of three primaries hung 3 s: {healthy_by_redis} of {healthy} checks for keys on the \
+         healthy primaries decided by Redis ({:.2}%); {on_hung} checks on the hung one",
+        100.0 * share
+    );
+    println!("{:?}", backend.stats());
+    assert!(share >= 0.99, "{healthy_by_redis} of {healthy}");
+    assert!(backend.stats().breaker_open || backend.stats().breaker_opened > 0);
+}

@@ -120,7 +120,9 @@ impl Inner {
         let Some(script) = self.compiled.batch_script() else {
             return self.answer_locally(jobs);
         };
-        if self.redis.breaker.is_open() {
+        // In a cluster a call carries one key's checks (one slot, one group).
+        let group = self.group(&jobs[0].key);
+        if self.redis.is_open(group) {
             return self.answer_locally(jobs);
         }
         let mut inv = script.prepare_invoke();
@@ -133,7 +135,7 @@ impl Inner {
         self.compiled
             .batch_args(&mut inv, self.redis.script_now(), costs.iter().copied());
         let sent_at = self.deny.now();
-        let failure = match self.redis.eval::<Vec<i64>>(&inv).await {
+        let failure = match self.redis.eval::<Vec<i64>>(&inv, group).await {
             Ok(reply) => match self.compiled.batch_steps(&reply, &costs) {
                 Some(steps) => {
                     for (job, (step, at_us)) in jobs.into_iter().zip(steps) {

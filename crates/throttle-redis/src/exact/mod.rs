@@ -73,6 +73,15 @@ impl ExactLimiter {
 }
 
 impl Inner {
+    /// The breaker group of a key (0 unless a cluster: its slot's group).
+    pub(super) fn group(&self, key: &Key) -> usize {
+        if self.redis.is_cluster() {
+            self.redis.group_of(&self.keys.key(key, ""))
+        } else {
+            0
+        }
+    }
+
     fn invocation(&self, script: &'static Script, key: &Key) -> ScriptInvocation<'static> {
         let mut inv = script.prepare_invoke();
         for suffix in self.compiled.suffixes() {
@@ -91,7 +100,7 @@ impl Inner {
         let mut inv = self.invocation(&SLIDING_LOG_SCRIPT, &key);
         Compiled::log_args(&m, &mut inv, self.redis.script_now(), cost);
         let sent_at = self.deny.now();
-        let failure = match self.redis.eval::<Vec<i64>>(&inv).await {
+        let failure = match self.redis.eval::<Vec<i64>>(&inv, self.group(&key)).await {
             Ok(reply) => match Compiled::log_step(&m, &reply, cost) {
                 Some((step, at_us)) => {
                     self.deny.remember(&key, cost, &step, sent_at);
@@ -124,7 +133,7 @@ impl Limiter for ExactLimiter {
             self.0.redis.denied_locally.fetch_add(1, Ordering::Relaxed);
             return Acquire::Ready(Ok(Outcome::new(step, now)));
         }
-        if self.0.redis.breaker.is_open() {
+        if self.0.redis.is_open(self.0.group(key)) {
             return Acquire::Ready(self.0.degraded(key, cost));
         }
         match self.0.compiled {
@@ -146,6 +155,6 @@ impl Limiter for ExactLimiter {
         }
         let mut inv = self.0.invocation(self.0.compiled.release_script(), key);
         self.0.compiled.release_args(&mut inv, outcome.at_us, cost);
-        self.0.redis.spawn_eval(inv);
+        self.0.redis.spawn_eval(inv, self.0.group(key));
     }
 }

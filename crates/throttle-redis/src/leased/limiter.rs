@@ -112,6 +112,15 @@ impl LeaseRule {
         });
     }
 
+    /// The breaker group of a key's bucket (0 unless a cluster).
+    fn group(&self, key: &Key) -> usize {
+        if self.redis.is_cluster() {
+            self.redis.group_of(&self.keys.key(key, "gcra"))
+        } else {
+            0
+        }
+    }
+
     fn invocation(&self, key: &Key, need: u64, want: u64) -> ScriptInvocation<'static> {
         let mut inv = GCRA_LEASE_SCRIPT.prepare_invoke();
         inv.key(self.keys.key(key, "gcra"));
@@ -132,7 +141,7 @@ impl LeaseRule {
     async fn lease(&self, key: &Key, need: u64, want: u64) -> Result<Lease, Failure> {
         self.shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
         let inv = self.invocation(key, need, want);
-        let reply: Vec<i64> = self.redis.eval(&inv).await?;
+        let reply: Vec<i64> = self.redis.eval(&inv, self.group(key)).await?;
         let n = |i: usize| reply.get(i).and_then(|&v| u64::try_from(v).ok());
         match (n(0), n(1), n(2), n(3)) {
             (Some(k), Some(tat_us), Some(tat_rem), Some(now)) => {
@@ -294,7 +303,7 @@ impl LeaseRule {
             self.end_fetch(&key);
             return;
         };
-        if self.redis.breaker.is_open() {
+        if self.redis.is_open(self.group(&key)) {
             // No background traffic to a Redis known to be away.
             self.end_fetch(&key);
             return;
@@ -393,7 +402,7 @@ impl LeaseRule {
                     return Ok(Outcome::new(step, now));
                 }
                 (Local::Fetch { want, batch }, _) => {
-                    if self.redis.breaker.is_open() {
+                    if self.redis.is_open(self.group(&key)) {
                         if batch {
                             self.end_fetch(&key);
                         }
@@ -410,7 +419,7 @@ impl LeaseRule {
                 (Local::Wait(next), _) => notified = next,
             }
         }
-        if self.redis.breaker.is_open() {
+        if self.redis.is_open(self.group(&key)) {
             return degraded(&self.redis, &self.rule, self.local.as_deref(), &key, cost);
         }
         self.wait(key, cost, cost, false).await
@@ -419,15 +428,17 @@ impl LeaseRule {
     /// Gives tokens back to the bucket: those of keys idle for
     /// `return_after`, or all of them.
     pub(super) async fn give_back(&self, all: bool) -> bool {
-        if self.redis.breaker.is_open() {
-            // Kept for when Redis answers again.
-            return false;
-        }
         let now = self.redis.local_now();
         let idle = self.shared.options.return_after.as_micros() as u64;
         let mut back = Vec::new();
+        let mut kept = false;
         self.store.for_each(|key, st| {
             if st.tokens > 0 && st.fetching.is_none() && (all || st.used_at + idle <= now) {
+                if self.redis.is_open(self.group(key)) {
+                    // Kept for when Redis answers again.
+                    kept = true;
+                    return;
+                }
                 back.push((*key, st.tokens));
                 st.tokens = 0;
                 st.batch = 0;
@@ -440,7 +451,7 @@ impl LeaseRule {
                 .arg(self.gcra.limit())
                 .arg(inc_us)
                 .arg(inc_rem);
-            self.redis.eval::<i64>(&inv).await.is_ok()
+            self.redis.eval::<i64>(&inv, self.group(&key)).await.is_ok()
         });
         let mut ok = true;
         for ((key, tokens), returned) in back
@@ -458,7 +469,7 @@ impl LeaseRule {
                 self.store.update(key, |st| st.tokens += tokens);
             }
         }
-        ok
+        ok && !kept
     }
 }
 
@@ -479,7 +490,7 @@ impl Limiter for LeaseLimiter {
                 Acquire::Ready(Ok(Outcome::new(step, now)))
             }
             (Local::Fetch { want, batch }, now) => {
-                if rule.redis.breaker.is_open() {
+                if rule.redis.is_open(rule.group(key)) {
                     if batch {
                         rule.end_fetch(key);
                     }
