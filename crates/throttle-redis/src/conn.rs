@@ -82,6 +82,9 @@ pub(crate) struct Redis {
     /// groups of the slots it serves.
     breakers: Box<[Breaker]>,
     probing: Box<[AtomicBool]>,
+    /// The slot of each group's last failure: its probe goes there (a group
+    /// at the edge of a node's range has slots on two nodes).
+    failed_slot: Box<[std::sync::atomic::AtomicU16]>,
     calls: AtomicU64,
     errors: AtomicU64,
     timeouts: AtomicU64,
@@ -142,6 +145,9 @@ impl Redis {
                 .map(|_| Breaker::new(config.breaker_threshold))
                 .collect(),
             probing: (0..groups).map(|_| AtomicBool::new(false)).collect(),
+            failed_slot: (0..groups)
+                .map(|g| std::sync::atomic::AtomicU16::new((g * SLOTS_PER_GROUP) as u16))
+                .collect(),
             config,
             conns: conns.into(),
             next: AtomicUsize::new(0),
@@ -205,32 +211,40 @@ impl Redis {
         self.timed(inv, timeout).await
     }
 
-    /// The breaker group of a Redis key (0 for a standalone Redis): its
-    /// hash slot's group in a cluster.
-    pub(crate) fn group_of(&self, redis_key: &str) -> usize {
+    /// The hash slot of a Redis key in a cluster (0 for a standalone
+    /// Redis, which has one breaker).
+    pub(crate) fn slot_of(&self, redis_key: &str) -> u16 {
         if self.breakers.len() == 1 {
             return 0;
         }
-        usize::from(slot_of(redis_key.as_bytes())) / SLOTS_PER_GROUP
+        slot_of(redis_key.as_bytes())
     }
 
-    /// Whether the breaker of `group` is open.
+    fn group(&self, slot: u16) -> usize {
+        if self.breakers.len() == 1 {
+            0
+        } else {
+            usize::from(slot) / SLOTS_PER_GROUP
+        }
+    }
+
+    /// Whether the breaker of `slot`'s group is open.
     #[inline]
-    pub(crate) fn is_open(&self, group: usize) -> bool {
-        self.breakers[group].is_open()
+    pub(crate) fn is_open(&self, slot: u16) -> bool {
+        self.breakers[self.group(slot)].is_open()
     }
 
     /// Runs a script on the request path: bounded by the command timeout,
-    /// counted, and reported to the breaker of `group` (its keys' slots).
+    /// counted, and reported to the breaker of its keys' `slot`.
     pub(crate) async fn eval<T: FromRedisValue>(
         self: &Arc<Self>,
         inv: &ScriptInvocation<'_>,
-        group: usize,
+        slot: u16,
     ) -> Result<T, Failure> {
         let result = self.timed(inv, self.config.command_timeout).await;
         match &result {
-            Ok(_) => self.breakers[group].success(),
-            Err(failure) => self.failed(failure, group),
+            Ok(_) => self.breakers[self.group(slot)].success(),
+            Err(failure) => self.failed(failure, slot),
         }
         result
     }
@@ -258,8 +272,8 @@ impl Redis {
 
     /// Sends a script in the background (refunds): never waited for, never
     /// sent while the breaker is open.
-    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: ScriptInvocation<'static>, group: usize) {
-        if self.is_open(group) {
+    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: ScriptInvocation<'static>, slot: u16) {
+        if self.is_open(slot) {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -267,11 +281,13 @@ impl Redis {
         };
         let this = self.clone();
         rt.spawn(async move {
-            let _ = this.eval::<redis::Value>(&inv, group).await;
+            let _ = this.eval::<redis::Value>(&inv, slot).await;
         });
     }
 
-    fn failed(self: &Arc<Self>, failure: &Failure, group: usize) {
+    fn failed(self: &Arc<Self>, failure: &Failure, slot: u16) {
+        let group = self.group(slot);
+        self.failed_slot[group].store(slot, Ordering::Relaxed);
         if self.breakers[group].failure() {
             tracing::warn!(%failure, group, "throttle: circuit breaker opened; Redis gets no request-path traffic for these keys until a probe succeeds");
             Self::probe(self, group);
@@ -321,13 +337,13 @@ impl Redis {
     }
 
     /// `PING` on the route the scripts of `group` take: the node serving
-    /// the group's first slot in a cluster.
+    /// the slot of the group's last failure, in a cluster.
     async fn ping_group(&self, group: usize, patience: std::time::Duration) -> bool {
         match self.conn() {
             Conn::Single(_) => self.ping(patience).await,
             Conn::Cluster(mut c) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let slot = u16::try_from(group * SLOTS_PER_GROUP).unwrap_or(0);
+                let slot = self.failed_slot[group].load(Ordering::Relaxed);
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::new(slot, SlotAddr::Master),
                 ));

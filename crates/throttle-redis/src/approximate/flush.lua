@@ -57,9 +57,10 @@ for i = 1, n do
             claimed = claimed + math.max(ecum, eclaim)
             wanted = wanted + edemand
           else
-            -- Expired: its owner stopped spending it, but may spend one
+            -- Expired: its owner stopped spending it, but may have spent
+            -- all of it without a write that got here, and may spend one
             -- credit again (meter.rs, `ceiling`).
-            claimed = claimed + ecum + credit
+            claimed = claimed + math.max(math.max(ecum, eclaim), ecum + credit)
           end
         end
       end

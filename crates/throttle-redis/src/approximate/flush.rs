@@ -18,8 +18,9 @@
 //! and stores `claim` with this instance's entry. An instance admits a key
 //! only up to its claim, which holds for the span it was granted in and the
 //! next; other instances' scripts count a claim as taken until its writer's
-//! span is two past it (one span of clock skew tolerated), then only its
-//! count plus one credit. So at every script run the claims of the fleet
+//! span is two past it (one span of clock skew tolerated), then as the
+//! larger of the claim and its count plus one credit (its owner may have
+//! spent the claim without a write that arrived, and may re-credit). So at every script run the claims of the fleet
 //! fit in `limit`, and the fleet admits no more than `limit` except for
 //! **credits**: before an instance has an entry for a key in an interval it
 //! may admit `credit = max(1, MAX / (4 x fleet x N))` on its own. During a
@@ -28,8 +29,10 @@
 //! sees the key for the first time spends a credit no claim covered.
 //!
 //! Worst case per interval (fixed window, clocks within one span of each
-//! other, Redis answering): `MAX + (I - 1) x credit`, where `I` is the
-//! number of instances serving the key. The demand-weighted share moves the
+//! other, Redis keeping its data): `MAX + (I - 1) x max(1, MAX / (4 x N))`,
+//! where `I` is the number of instances serving the key (the credit at its
+//! largest: an instance that has not learnt the fleet's size yet counts a
+//! fleet of one). The demand-weighted share moves the
 //! unspent quota towards where the traffic is at every flush; the cap of
 //! three spans of demand leaves the rest free for instances that start seeing
 //! the key.
@@ -153,6 +156,8 @@ impl ApproxRule {
             // more than it has (a flight takes milliseconds): the old claim
             // is not carried into the new one.
             let credit = meter.credit();
+            // (Nothing seen since the last write: one credit kept, which the
+            // other instances count for it anyway; the rest goes back.)
             let margin = if closing { 0 } else { credit.max(demand / 8) };
             let hold = st.ceiling(credit).min(st.local.saturating_add(margin));
             if st.claim_valid() {
@@ -178,6 +183,10 @@ impl ApproxRule {
     /// reached Redis. Costs one script call per bucket and 1,000 keys, and
     /// work in proportion to the keys written, not to the keys tracked.
     pub(crate) async fn flush(&self) -> bool {
+        // One flush of a rule at a time, and the lists taken under it: a
+        // shutdown that finds them empty waits for the flush that took
+        // them, and a flush dropped while waiting takes nothing.
+        let _one = self.flushing.lock().await;
         let keys = self.take_listed(u64::MAX);
         self.write(&keys).await
     }
@@ -186,6 +195,7 @@ impl ApproxRule {
     /// ran out of claim before its span ended (the calls to those buckets
     /// are made anyway; their other keys ride along and renew their claims).
     pub(crate) async fn flush_asked(&self) -> bool {
+        let _one = self.flushing.lock().await;
         let buckets = self.take_asked();
         if buckets == 0 {
             return true;
@@ -195,9 +205,6 @@ impl ApproxRule {
     }
 
     async fn write(&self, keys: &[Key]) -> bool {
-        // One flush of a rule at a time: a shutdown that finds the list
-        // empty waits for the flush that took it.
-        let _one = self.flushing.lock().await;
         let now = self.redis.local_now();
         let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
         for key in keys {
@@ -211,11 +218,11 @@ impl ApproxRule {
         let c = &self.shared.counters;
         c.pending_keys.store(writes.len() as u64, Ordering::Relaxed);
         if writes.is_empty() {
-            if !self.shared.redis_ok.load(Ordering::Relaxed) {
+            if !self.store.meter().redis_ok.load(Ordering::Relaxed) {
                 // Nothing to write, but a real round trip decides whether
                 // Redis is back (a fail-closed rule writes nothing).
                 let ok = self.redis.ping_once().await;
-                self.shared.redis_ok.store(ok, Ordering::Relaxed);
+                self.store.meter().redis_ok.store(ok, Ordering::Relaxed);
                 return ok;
             }
             return true;
@@ -227,7 +234,7 @@ impl ApproxRule {
                 .or_default()
                 .push(w);
         }
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let started = Instant::now();
         let mut calls = Vec::new();
         for ((bucket, interval), group) in &groups {
@@ -247,7 +254,7 @@ impl ApproxRule {
         } else {
             c.failed_flushes.fetch_add(1, Ordering::Relaxed);
         }
-        self.shared.redis_ok.store(ok, Ordering::Relaxed);
+        self.store.meter().redis_ok.store(ok, Ordering::Relaxed);
         if ok && self.retired.load(Ordering::Relaxed) && self.unwritten() == 0 {
             self.shared.forget(self);
         }
@@ -283,7 +290,7 @@ impl ApproxRule {
         let mut inv = FLUSH_SCRIPT.prepare_invoke();
         inv.key(self.keys.bucket(bucket, interval))
             .key(self.keys.bucket(bucket, interval.saturating_sub(1)))
-            .arg(&self.shared.instance)
+            .arg(&self.instance)
             .arg(ttl_ms)
             .arg(self.limit)
             .arg(weight_milli)
@@ -396,9 +403,10 @@ impl ApproxRule {
                         Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
                     };
                 }
-                // Still holding a claim: written again at the span end, to
-                // renew or give it back; blocked: carried to the flush after
-                // the block.
+                // Holding a claim: written again at the span end, to renew
+                // it or give back all but a credit (which keeps a key seen in
+                // the interval answering at once, and costs bytes in calls
+                // made anyway); blocked: carried to the flush after the block.
                 (st.claim > st.local || now < st.blocked_until) && !st.has(flag::LISTED) && {
                     st.flags |= flag::LISTED;
                     true

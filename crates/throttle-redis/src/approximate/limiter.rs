@@ -43,6 +43,10 @@ pub(crate) struct ApproxRule {
     wake: Arc<Notify>,
     /// The limiter was dropped with counts still to write.
     pub(super) retired: AtomicBool,
+    /// This rule's id in the shared hashes: the backend's instance id and
+    /// the rule's number in it, so that two layers (or a new router next to
+    /// a retired one) never write each other's entries.
+    pub(super) instance: String,
     /// Held by the flush in progress.
     pub(super) flushing: tokio::sync::Mutex<()>,
 }
@@ -100,7 +104,7 @@ impl ApproxLimiter {
             return Err(ConfigError::new(
                 "approximate.spans",
                 format!(
-                    "make spans shorter than 1 ms for a period of {:?}",
+                    "would make spans shorter than 1 ms for a period of {:?}: use fewer spans",
                     q.period()
                 ),
             )
@@ -125,6 +129,7 @@ impl ApproxLimiter {
             spans: u64::from(options.spans),
             strict_when_down: rule.failure_policy() == FailurePolicy::LocalFallback,
             closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
+            redis_ok: AtomicBool::new(true),
             fleet: Fleet::default(),
             shared: shared.clone(),
         };
@@ -146,6 +151,11 @@ impl ApproxLimiter {
             seq: AtomicU32::new(0),
             wake: Arc::new(Notify::new()),
             retired: AtomicBool::new(false),
+            instance: format!(
+                "{}.{}",
+                shared.instance,
+                shared.next_rule.fetch_add(1, Ordering::Relaxed)
+            ),
             flushing: tokio::sync::Mutex::new(()),
         });
         shared.rules.add(&this);
@@ -168,22 +178,31 @@ impl ApproxRule {
             return;
         };
         let weak = Arc::downgrade(this);
-        let span_us = this.interval_us / u64::from(this.shared.options.spans);
         let gap = this.shared.options.early_flush_gap;
         let wake = this.wake.clone();
         rt.spawn(async move {
+            // The next span-end flush: it runs whether or not early flushes
+            // happen meanwhile (a steady stream of asks must not starve it).
+            let mut boundary: Option<u64> = None;
             loop {
-                let now = throttle_core::unix_now_us();
-                // Just after the next span boundary; while Redis cannot be
-                // reached, every probe interval, so that a rule that refuses
-                // meanwhile (fail closed) serves again soon after Redis does.
-                let mut next = (now / span_us + 1) * span_us + 200;
-                if let Some(rule) = weak.upgrade()
-                    && !rule.shared.redis_ok.load(Ordering::Relaxed)
-                {
+                let Some(rule) = weak.upgrade() else { return };
+                let meter = rule.store.meter();
+                let now = rule.redis.local_now();
+                let at = *boundary.get_or_insert_with(|| meter.next_boundary(now));
+                if now >= at {
+                    rule.flush().await;
+                    boundary = Some(meter.next_boundary(rule.redis.local_now().max(at)));
+                    continue;
+                }
+                // While Redis cannot be reached, every probe interval too, so
+                // that a rule that refuses meanwhile (fail closed) serves
+                // again soon after Redis does.
+                let mut next = at;
+                if !meter.redis_ok.load(Ordering::Relaxed) {
                     let probe = rule.redis.config.probe_interval.as_micros() as u64;
                     next = next.min(now + probe);
                 }
+                drop(rule);
                 let woken = tokio::select! {
                     () = tokio::time::sleep(Duration::from_micros(next - now)) => false,
                     () = wake.notified() => true,
@@ -191,14 +210,12 @@ impl ApproxRule {
                 let Some(rule) = weak.upgrade() else { return };
                 if woken {
                     rule.flush_asked().await;
-                } else {
-                    rule.flush().await;
-                }
-                drop(rule);
-                if woken {
+                    drop(rule);
                     // At most one early flush per gap: a burst of new keys
                     // costs Redis a few calls per gap, not one per key.
                     tokio::time::sleep(gap).await;
+                } else if next < at {
+                    rule.flush().await;
                 }
             }
         });
@@ -239,8 +256,8 @@ impl ApproxRule {
     /// The local decision: no await, no allocation for a known key (a key's
     /// first request in a span appends it to a list that keeps its memory).
     pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
-        let redis_ok = self.shared.redis_ok.load(Ordering::Relaxed);
         let meter = self.store.meter();
+        let redis_ok = meter.redis_ok.load(Ordering::Relaxed);
         let (step, now, asks) = self.store.with_state(key, |st, now| {
             let (step, asks) = meter.decide(st, now, cost);
             (step, now, asks)

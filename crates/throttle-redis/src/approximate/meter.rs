@@ -2,7 +2,7 @@
 //! claim the last flush reply granted this instance.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
@@ -177,6 +177,8 @@ pub(crate) struct SpanMeter {
     pub(super) strict_when_down: bool,
     /// Refuse (as unavailable) what no claim covers while Redis is away.
     pub(super) closed_when_down: bool,
+    /// Whether this rule's last flush reached Redis.
+    pub(super) redis_ok: AtomicBool,
     pub(super) fleet: Fleet,
     pub(super) shared: Arc<Shared>,
 }
@@ -196,6 +198,12 @@ impl SpanMeter {
 
     pub(super) fn span_end(&self, interval: u64, span: u64) -> u64 {
         interval * self.interval_us + (span + 1) * self.interval_us / self.spans
+    }
+
+    /// Just after the end of `now`'s span: when the span-end flush runs.
+    pub(super) fn next_boundary(&self, now_us: u64) -> u64 {
+        let w = now_us / self.interval_us;
+        self.span_end(w, self.span_of(w, now_us)) + 200
     }
 
     pub(super) fn span_us(&self) -> u64 {
@@ -220,8 +228,8 @@ impl SpanMeter {
         // Over a tenth of a span at least: a first request is not a rate.
         // (`since` is the first request after the last write, so idle time
         // before it does not thin the rate.)
-        let elapsed = now_us.saturating_sub(st.since).max(span / 10);
-        sat32(u64::from(st.seen) * span / elapsed)
+        let elapsed = now_us.saturating_sub(st.since).max(span / 10).max(1);
+        sat32((u128::from(st.seen) * u128::from(span) / u128::from(elapsed)) as u64)
     }
 
     /// Moves the state to `now`'s interval and span; returns `now` (never
@@ -318,7 +326,7 @@ impl SpanMeter {
             st.flags |= flag::LISTED;
             asks.list = true;
         }
-        let redis_ok = self.shared.redis_ok.load(Ordering::Relaxed);
+        let redis_ok = self.redis_ok.load(Ordering::Relaxed);
         let step = self.window_step(st, now, st.heard(), cost);
         let ceiling = u64::from(st.ceiling(self.credit()));
         let covered = u64::from(st.local) + cost <= ceiling;
@@ -381,7 +389,8 @@ impl SpanMeter {
         }
         let heard_at = st.interval * self.interval_us + u64::from(st.grant_span) * self.span_us();
         let since = now.saturating_sub(heard_at);
-        st.heard() + u64::from(st.behind) + u64::from(st.others_rate) * since / self.span_us()
+        let others = u128::from(st.others_rate) * u128::from(since) / u128::from(self.span_us());
+        st.heard() + u64::from(st.behind) + u64::try_from(others).unwrap_or(u64::MAX / 2)
     }
 }
 

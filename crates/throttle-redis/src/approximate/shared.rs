@@ -15,7 +15,8 @@ use crate::registry::Registry;
 pub(crate) struct Shared {
     pub(crate) options: ApproximateOptions,
     pub(super) instance: String,
-    pub(super) redis_ok: AtomicBool,
+    /// Numbers the rules built on this backend (part of each rule's id).
+    pub(super) next_rule: AtomicU64,
     /// The backend is shutting down: flushes give claims back.
     pub(crate) closing: AtomicBool,
     pub(super) counters: Counters,
@@ -41,8 +42,8 @@ impl Shared {
         Arc::new(Self {
             options,
             instance: instance_id(),
-            redis_ok: AtomicBool::new(true),
             closing: AtomicBool::new(false),
+            next_rule: AtomicU64::new(0),
             counters: Counters::default(),
             rules: Registry::default(),
             retired: Retired::default(),
@@ -63,7 +64,11 @@ impl Shared {
             early_flushes_asked: get(&c.early_flushes_asked),
             max_overshoot: get(&c.max_overshoot),
             dropped: get(&c.dropped),
-            redis_ok: self.redis_ok.load(Ordering::Relaxed),
+            redis_ok: self
+                .rules
+                .live()
+                .iter()
+                .all(|r| r.store.meter().redis_ok.load(Ordering::Relaxed)),
         }
     }
 

@@ -73,10 +73,10 @@ impl ExactLimiter {
 }
 
 impl Inner {
-    /// The breaker group of a key (0 unless a cluster: its slot's group).
-    pub(super) fn group(&self, key: &Key) -> usize {
+    /// The hash slot of a key, for its breaker (0 unless a cluster).
+    pub(super) fn group(&self, key: &Key) -> u16 {
         if self.redis.is_cluster() {
-            self.redis.group_of(&self.keys.key(key, ""))
+            self.redis.slot_of(&self.keys.key(key, ""))
         } else {
             0
         }

@@ -112,10 +112,11 @@ impl LeaseRule {
         });
     }
 
-    /// The breaker group of a key's bucket (0 unless a cluster).
-    fn group(&self, key: &Key) -> usize {
+    /// The hash slot of a key's bucket, for its breaker (0 unless a
+    /// cluster).
+    fn group(&self, key: &Key) -> u16 {
         if self.redis.is_cluster() {
-            self.redis.group_of(&self.keys.key(key, "gcra"))
+            self.redis.slot_of(&self.keys.key(key, "gcra"))
         } else {
             0
         }
