@@ -318,3 +318,49 @@ async fn a_burst_after_a_trickle_overshoots_by_at_most_the_leased_tokens() {
         "{excess}: the burst spent no held tokens?"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_pacing_at_the_rate_after_a_burst_gets_what_the_bucket_gives() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    // The example's rule: 10 per minute, a bucket of 10, batches of 5.
+    let rule = Rule::new("ip", Quota::per_minute(10).with_burst(10)).token_bucket();
+    let options = LeaseOptions::default().batch(5).low_water(1);
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        let backend = leased(&server, &clock, options.clone()).await;
+        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+        fleet.push((backend, limiter));
+    }
+    let ideal = throttle_core::Backend::limiter(
+        &throttle_core::MemoryBackend::with_clock(clock.clone()),
+        &rule,
+    )
+    .unwrap();
+    let key = Key::new("198.51.100.20");
+    let (mut admitted, mut ideal_admitted) = (0u64, 0u64);
+    let mut at = T0;
+    // A burst that drains the bucket, then one request every 6 s (the
+    // refill rate) for 10 minutes, round-robin over the four copies.
+    let times = (0..30u64)
+        .map(|i| T0 + i * 10_000)
+        .chain((1..=100u64).map(|i| T0 + 300_000 + i * 6_000_000));
+    for (i, t) in times.enumerate() {
+        at = at.max(t);
+        clock.set(at);
+        let (backend, limiter) = &fleet[i % 4];
+        admitted += u64::from(check(limiter.as_ref(), &key).await);
+        ideal_admitted += u64::from(check(ideal.as_ref(), &key).await);
+        backend.flush().await;
+    }
+    let ratio = admitted as f64 / ideal_admitted as f64;
+    println!(
+        "leased, 4 copies, 10/min: a burst then a request every 6 s: {admitted} admitted, an ideal \
+         bucket {ideal_admitted} ({ratio:.3})"
+    );
+    assert!(ratio >= 0.95, "{admitted} of {ideal_admitted}");
+    assert!(
+        admitted <= ideal_admitted + 4 * 6,
+        "{admitted} of {ideal_admitted}"
+    );
+}

@@ -223,10 +223,11 @@ impl LeaseRule {
     /// Records a lease's result in the key's state; returns the step for a
     /// request that waited for it (`cost` already counted in `granted`).
     ///
-    /// When the bucket could not fill the batch, the key asks again only
-    /// once a whole batch has refilled: a drained bucket costs one Redis call
-    /// per batch, not one per token, and requests meanwhile are denied here
-    /// with the time that takes.
+    /// When the bucket could not fill the batch, the key asks again once a
+    /// batch has refilled or a second has passed, whichever is sooner, and
+    /// never before its own cost has refilled: a drained bucket under a flood
+    /// costs about one Redis call per batch, not one per token, and requests
+    /// meanwhile are denied here with the time that takes.
     fn record(&self, key: &Key, lease: &Lease, want: u64, cost: u64, batch: bool) -> Step {
         let Lease {
             granted,
@@ -241,13 +242,20 @@ impl LeaseRule {
         let full_at = local_now + full.reset_us;
         let short = granted < want;
         let again_at = if short {
-            let refill = self.batch.max(cost).min(self.gcra.capacity());
-            local_now
-                + self
-                    .gcra
-                    .report(bucket, now, refill, false)
+            // Asked again once a batch has refilled or a second has passed
+            // (whichever is sooner), never before this request's own cost
+            // has refilled: a drained bucket under a flood costs one call
+            // per batch, and a client pacing at the rate behind it gets each
+            // token as it comes.
+            let wait = |n: u64| {
+                let n = n.max(1).min(self.gcra.capacity());
+                self.gcra
+                    .report(bucket, now, n, false)
                     .retry_after_us
                     .max(1)
+            };
+            let own = wait(cost);
+            local_now + own.max(wait(self.batch.max(cost)).min(1_000_000))
         } else {
             0
         };
