@@ -186,7 +186,12 @@ async fn recovery(addr: SocketAddr, client: &HttpClient, fail: Fail) -> Duration
     }
 }
 
+/// One suite at a time: each runs eight clients and a Redis, and a request's
+/// time is asserted, so they do not share two cores with each other.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn suite(mode: Mode) {
+    let _one = SERIAL.lock().await;
     for (n, fail) in [Fail::Open, Fail::Closed, Fail::Local]
         .into_iter()
         .enumerate()
