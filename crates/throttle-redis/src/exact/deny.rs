@@ -7,8 +7,10 @@
 //! Only requests of cost 1 (the common case) are cached: for them nothing
 //! fits until the wait is over, so the answer (remaining 0, the same reset
 //! and retry-after) is the one Redis would give, which the differential
-//! tests check. (A refund made meanwhile by another instance, when another
-//! rule denied its request, is seen once the wait is over.)
+//! tests check. (A refund made meanwhile, when another rule denied the
+//! request, is seen once the wait is over. The wait is kept on the local
+//! clock: a clock stepped back lengthens it, and a cached answer's reset is
+//! counted from the local clock, not Redis's.)
 
 use std::sync::Arc;
 
