@@ -118,28 +118,6 @@ fn counted(server: &RedisServer, rule: &str, key: &Key, interval: u64) -> (u64, 
     panic!("no counts for {key:?} in interval {interval}: {hashes:?}")
 }
 
-/// Redis commands executed since the last `CONFIG RESETSTAT` (including
-/// those run inside scripts), not counting the harness's own.
-fn commands(server: &RedisServer) -> u64 {
-    server
-        .info("commandstats")
-        .lines()
-        .filter(|l| {
-            l.starts_with("cmdstat_")
-                && !l.starts_with("cmdstat_info")
-                && !l.starts_with("cmdstat_config")
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 fn aligned_start(clock: &ManualClock, interval_us: u64) {
     let now = clock.now_us();
     clock.set((now / interval_us + 1) * interval_us);
@@ -410,7 +388,7 @@ async fn commands_for(requests: u64, secs: u64, keys: u64, instances: usize) -> 
     for inst in &fleet {
         inst.backend.shutdown().await.unwrap();
     }
-    commands(&server)
+    server.commands()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

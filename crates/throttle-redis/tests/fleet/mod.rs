@@ -274,29 +274,6 @@ pub fn long() -> bool {
     std::env::var("THROTTLE_FLEET_LONG").is_ok_and(|v| v == "1")
 }
 
-/// Redis commands executed since the last `CONFIG RESETSTAT` (those run
-/// inside scripts included), not counting the harness's own.
-pub fn commands(server: &RedisServer) -> u64 {
-    server
-        .info("commandstats")
-        .lines()
-        .filter(|l| {
-            l.starts_with("cmdstat_")
-                && !l.starts_with("cmdstat_info")
-                && !l.starts_with("cmdstat_config")
-                && !l.starts_with("cmdstat_ping")
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 fn bytes_in(server: &RedisServer) -> u64 {
     server
         .info("stats")
@@ -455,7 +432,7 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
     }
     let end = start + requests.last().map_or(0, |r| r.at_us);
     let seconds = (end - start) as f64 / 1e6;
-    let commands = commands(&server);
+    let commands = server.commands();
     let bytes = bytes_in(&server).saturating_sub(bytes_before);
     if server.is_stopped() {
         server.resume();

@@ -746,6 +746,29 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("{e}\nserver log tail:\n{}", self.log_tail(20)))
     }
 
+    /// Commands executed since the last `CONFIG RESETSTAT`, those run inside
+    /// scripts included, not counting the harness's own (`INFO`, `CONFIG`,
+    /// `PING`).
+    pub fn commands(&self) -> u64 {
+        self.info("commandstats")
+            .lines()
+            .filter(|l| {
+                l.starts_with("cmdstat_")
+                    && !l.starts_with("cmdstat_info")
+                    && !l.starts_with("cmdstat_config")
+                    && !l.starts_with("cmdstat_ping")
+            })
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
     /// How many times `cmd` (case-insensitive, e.g. `"evalsha"`, or
     /// `"client|setname"` for a subcommand) was called, from
     /// `INFO commandstats`; 0 if never. Commands run by scripts count too.
