@@ -211,13 +211,15 @@ impl Redis {
         self.timed(inv, timeout).await
     }
 
-    /// The hash slot of a Redis key in a cluster (0 for a standalone
-    /// Redis, which has one breaker).
-    pub(crate) fn slot_of(&self, redis_key: &str) -> u16 {
+    /// The hash slot of `key`'s Redis keys in a cluster, for its breaker
+    /// (0 for a standalone Redis, which has one); computed without building
+    /// the key.
+    #[inline]
+    pub(crate) fn slot_for(&self, keys: &crate::keys::KeyBase, key: &throttle_core::Key) -> u16 {
         if self.breakers.len() == 1 {
             return 0;
         }
-        slot_of(redis_key.as_bytes())
+        keys.slot(key)
     }
 
     fn group(&self, slot: u16) -> usize {
@@ -411,6 +413,8 @@ pub(crate) const SLOTS_PER_GROUP: usize = 256;
 
 /// The cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the
 /// part between the first `{` and the next `}`, if not empty), mod 16384.
+/// (The backend streams it from a key's parts: `KeyBase::slot`.)
+#[cfg(test)]
 pub(crate) fn slot_of(key: &[u8]) -> u16 {
     let tag = key
         .iter()
@@ -421,8 +425,12 @@ pub(crate) fn slot_of(key: &[u8]) -> u16 {
             (close > 0).then(|| &rest[..close])
         })
         .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &b in tag {
+    crc16(0, tag) % SLOTS as u16
+}
+
+/// CRC16 (XMODEM, as Redis Cluster uses) of `bytes`, continuing from `crc`.
+pub(crate) fn crc16(mut crc: u16, bytes: &[u8]) -> u16 {
+    for &b in bytes {
         crc ^= u16::from(b) << 8;
         for _ in 0..8 {
             crc = if crc & 0x8000 != 0 {
@@ -432,7 +440,7 @@ pub(crate) fn slot_of(key: &[u8]) -> u16 {
             };
         }
     }
-    crc % SLOTS as u16
+    crc
 }
 
 /// `redis_version:x.y.z` in an `INFO` text, as `(x, y)`.

@@ -25,6 +25,20 @@ impl KeyBase {
         format!("{}b{bucket}}}:a:{interval}", self.head)
     }
 
+    /// The cluster hash slot of every key of `key`: the CRC16 of the hash
+    /// tag `<rule>:<key hex>`, streamed without building the string.
+    pub(crate) fn slot(&self, key: &throttle_core::Key) -> u16 {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let head = self.head.as_bytes();
+        let tag_start = head.iter().position(|&b| b == b'{').map_or(0, |i| i + 1);
+        let mut crc = crate::conn::crc16(0, &head[tag_start..]);
+        crc = crate::conn::crc16(crc, if key.is_digest() { b"h" } else { b"r" });
+        for &b in key.as_bytes() {
+            crc = crate::conn::crc16(crc, &[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+        }
+        crc % 16_384
+    }
+
     pub(crate) fn key(&self, key: &throttle_core::Key, suffix: &str) -> String {
         let mut out =
             String::with_capacity(self.head.len() + 2 * key.as_bytes().len() + suffix.len() + 4);
@@ -33,5 +47,31 @@ impl KeyBase {
         out.push_str("}:");
         out.push_str(suffix);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use throttle_core::Key;
+
+    use super::KeyBase;
+    use crate::conn::slot_of;
+
+    #[test]
+    fn slots_are_those_of_the_keys_written() {
+        let base = KeyBase::new("rl", "ip");
+        let long = "x".repeat(300);
+        for key in [
+            Key::new("10.0.0.1"),
+            Key::new(""),
+            Key::from(42u64),
+            Key::new(&long),
+        ] {
+            assert_eq!(
+                base.slot(&key),
+                slot_of(base.key(&key, "fw").as_bytes()),
+                "{key:?}"
+            );
+        }
     }
 }

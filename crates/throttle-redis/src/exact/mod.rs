@@ -75,11 +75,7 @@ impl ExactLimiter {
 impl Inner {
     /// The hash slot of a key, for its breaker (0 unless a cluster).
     pub(super) fn group(&self, key: &Key) -> u16 {
-        if self.redis.is_cluster() {
-            self.redis.slot_of(&self.keys.key(key, ""))
-        } else {
-            0
-        }
+        self.redis.slot_for(&self.keys, key)
     }
 
     fn invocation(&self, script: &'static Script, key: &Key) -> ScriptInvocation<'static> {

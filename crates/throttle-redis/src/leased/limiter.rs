@@ -115,11 +115,7 @@ impl LeaseRule {
     /// The hash slot of a key's bucket, for its breaker (0 unless a
     /// cluster).
     fn group(&self, key: &Key) -> u16 {
-        if self.redis.is_cluster() {
-            self.redis.slot_of(&self.keys.key(key, "gcra"))
-        } else {
-            0
-        }
+        self.redis.slot_for(&self.keys, key)
     }
 
     fn invocation(&self, key: &Key, need: u64, want: u64) -> ScriptInvocation<'static> {
