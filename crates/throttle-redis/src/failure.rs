@@ -10,6 +10,16 @@ use throttle_core::{
 
 use crate::conn::Redis;
 
+/// The refusal of a fail-closed rule while Redis is away: one shared reason,
+/// so a refusal (the hot path of an outage) allocates nothing.
+pub(crate) fn redis_unavailable() -> Unavailable {
+    static REASON: std::sync::LazyLock<Arc<str>> =
+        std::sync::LazyLock::new(|| Arc::from("Redis is unavailable"));
+    Unavailable {
+        reason: REASON.clone(),
+    }
+}
+
 /// The local limiter a rule's failure policy needs while Redis is away.
 pub(crate) fn local_limiter(
     redis: &Redis,
@@ -63,7 +73,7 @@ pub(crate) fn degraded(
         _ => None,
     };
     match (rule.failure_policy(), local_outcome) {
-        (FailurePolicy::FailClosed, _) | (_, None) => Err(Unavailable::new("Redis is unavailable")),
+        (FailurePolicy::FailClosed, _) | (_, None) => Err(redis_unavailable()),
         (FailurePolicy::LocalFallback, Some(mut o)) => {
             o.degraded = true;
             Ok(o)

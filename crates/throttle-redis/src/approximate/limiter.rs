@@ -276,7 +276,7 @@ impl ApproxRule {
         if asks.degraded {
             self.redis.degraded.fetch_add(1, Ordering::Relaxed);
             if meter.closed_when_down {
-                return Err(Unavailable::new("Redis is unavailable"));
+                return Err(crate::failure::redis_unavailable());
             }
         }
         if !step.allowed {
