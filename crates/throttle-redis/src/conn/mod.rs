@@ -13,6 +13,14 @@ use throttle_core::{Clock, ConfigError};
 use crate::breaker::Breaker;
 use crate::config::{RedisConfig, Target};
 
+mod slot;
+mod version;
+
+#[cfg(test)]
+pub(crate) use slot::slot_of;
+pub(crate) use slot::{SLOTS, SLOTS_PER_GROUP, crc16};
+use version::parse_version;
+
 #[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
@@ -400,89 +408,5 @@ impl Redis {
             degraded: self.degraded.load(Ordering::Relaxed),
             denied_locally: self.denied_locally.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// Hash slots of a Redis Cluster.
-const SLOTS: usize = 16_384;
-
-/// Slots per breaker group in a cluster (64 groups): a node serves whole
-/// groups but at the edges of its ranges, so a hung node takes at most one
-/// group's worth of another node's slots along at each edge.
-pub(crate) const SLOTS_PER_GROUP: usize = 256;
-
-/// The cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the
-/// part between the first `{` and the next `}`, if not empty), mod 16384.
-/// (The backend streams it from a key's parts: `KeyBase::slot`.)
-#[cfg(test)]
-pub(crate) fn slot_of(key: &[u8]) -> u16 {
-    let tag = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
-    crc16(0, tag) % SLOTS as u16
-}
-
-/// CRC16 (XMODEM, as Redis Cluster uses) of `bytes`, continuing from `crc`.
-pub(crate) fn crc16(mut crc: u16, bytes: &[u8]) -> u16 {
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// `redis_version:x.y.z` in an `INFO` text, as `(x, y)`.
-pub(crate) fn parse_version(info: &str) -> Option<(u32, u32)> {
-    let line = info
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("redis_version:"))?;
-    let mut parts = line.trim().split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
-    Some((major, minor))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_version;
-
-    #[test]
-    fn slots_match_redis() {
-        // `CLUSTER KEYSLOT foo` is 12182 (the Redis Cluster specification's
-        // example); a hash tag hashes alone; an empty one does not count.
-        assert_eq!(super::slot_of(b"foo"), 12182);
-        assert_eq!(super::slot_of(b"{foo}.bar"), 12182);
-        assert_eq!(
-            super::slot_of(b"{user1000}.following"),
-            super::slot_of(b"{user1000}.followers")
-        );
-        assert_eq!(
-            super::slot_of(b"rl:{ip:r0a000001}:fw"),
-            super::slot_of(b"ip:r0a000001")
-        );
-        assert_ne!(super::slot_of(b"foo{}{bar}"), super::slot_of(b"bar"));
-    }
-
-    #[test]
-    fn versions_are_read_from_info() {
-        assert_eq!(
-            parse_version("# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"),
-            Some((7, 0))
-        );
-        assert_eq!(parse_version("redis_version:6.2.14"), Some((6, 2)));
-        assert_eq!(parse_version("redis_version:garbage"), None);
-        assert_eq!(parse_version("no version here"), None);
     }
 }

@@ -1,0 +1,61 @@
+//! Redis Cluster hash slots: CRC16 of a key's hash tag.
+
+/// Hash slots of a Redis Cluster.
+pub(crate) const SLOTS: usize = 16_384;
+
+/// Slots per breaker group in a cluster (64 groups): a node serves whole
+/// groups but at the edges of its ranges, so a hung node takes at most one
+/// group's worth of another node's slots along at each edge.
+pub(crate) const SLOTS_PER_GROUP: usize = 256;
+
+/// The cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the
+/// part between the first `{` and the next `}`, if not empty), mod 16384.
+/// (The backend streams it from a key's parts: `KeyBase::slot`.)
+#[cfg(test)]
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(0, tag) % SLOTS as u16
+}
+
+/// CRC16 (XMODEM, as Redis Cluster uses) of `bytes`, continuing from `crc`.
+pub(crate) fn crc16(mut crc: u16, bytes: &[u8]) -> u16 {
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_match_redis() {
+        // `CLUSTER KEYSLOT foo` is 12182 (the Redis Cluster specification's
+        // example); a hash tag hashes alone; an empty one does not count.
+        assert_eq!(super::slot_of(b"foo"), 12182);
+        assert_eq!(super::slot_of(b"{foo}.bar"), 12182);
+        assert_eq!(
+            super::slot_of(b"{user1000}.following"),
+            super::slot_of(b"{user1000}.followers")
+        );
+        assert_eq!(
+            super::slot_of(b"rl:{ip:r0a000001}:fw"),
+            super::slot_of(b"ip:r0a000001")
+        );
+        assert_ne!(super::slot_of(b"foo{}{bar}"), super::slot_of(b"bar"));
+    }
+}
