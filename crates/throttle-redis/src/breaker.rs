@@ -1,14 +1,13 @@
 //! A circuit breaker: after K consecutive failures no request waits for
 //! Redis; a background probe closes it again.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 #[derive(Debug, Default)]
 pub(crate) struct Breaker {
     threshold: u32,
     failures: AtomicU32,
     open: AtomicBool,
-    opened: AtomicU64,
 }
 
 impl Breaker {
@@ -34,28 +33,17 @@ impl Breaker {
     /// Records a failure; returns true when this one opened the breaker.
     pub(crate) fn failure(&self) -> bool {
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if n >= self.threshold && !self.open.swap(true, Ordering::AcqRel) {
-            self.opened.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        false
+        n >= self.threshold && !self.open.swap(true, Ordering::AcqRel)
     }
 
-    /// Opens the breaker without counting (no connection at all yet).
+    /// Opens the breaker without counting failures (no connection at all
+    /// yet); returns true when this opened it.
     pub(crate) fn trip(&self) -> bool {
-        if !self.open.swap(true, Ordering::AcqRel) {
-            self.opened.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        false
+        !self.open.swap(true, Ordering::AcqRel)
     }
 
     pub(crate) fn close(&self) {
         self.failures.store(0, Ordering::Relaxed);
         self.open.store(false, Ordering::Release);
-    }
-
-    pub(crate) fn times_opened(&self) -> u64 {
-        self.opened.load(Ordering::Relaxed)
     }
 }

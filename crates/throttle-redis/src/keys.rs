@@ -25,6 +25,11 @@ impl KeyBase {
         format!("{}b{bucket}}}:a:{interval}", self.head)
     }
 
+    /// The cluster hash slot of a bucket's hashes (every interval's).
+    pub(crate) fn bucket_slot(&self, bucket: u64) -> u16 {
+        crate::conn::slot_of(self.bucket(bucket, 0).as_bytes())
+    }
+
     /// The cluster hash slot of every key of `key`: the CRC16 of the hash
     /// tag `<rule>:<key hex>`, streamed without building the string.
     pub(crate) fn slot(&self, key: &throttle_core::Key) -> u16 {

@@ -310,7 +310,11 @@ impl ApproxRule {
         }
         let replies = match self
             .redis
-            .eval_off_path::<Vec<String>>(&inv, self.shared.options.flush_timeout)
+            .eval_off_path::<Vec<String>>(
+                &inv,
+                self.keys.bucket_slot(bucket),
+                self.shared.options.flush_timeout,
+            )
             .await
         {
             Ok(replies) if replies.len() == writes.len() => replies,

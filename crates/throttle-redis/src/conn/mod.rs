@@ -1,47 +1,25 @@
-//! Connections (standalone or cluster), timeouts, the circuit breaker and
+//! Connections (standalone or cluster), timeouts, circuit breakers and
 //! the counters every mode shares.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::{ClusterClientBuilder, ClusterConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
+use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 use throttle_core::{Clock, ConfigError};
 
-use crate::breaker::Breaker;
 use crate::config::{RedisConfig, Target};
 
+mod cluster;
+mod node;
 mod slot;
 mod version;
 
-#[cfg(test)]
-pub(crate) use slot::slot_of;
-pub(crate) use slot::{SLOTS, SLOTS_PER_GROUP, crc16};
+use cluster::{Cluster, Redirect, redirect};
+use node::Node;
+
+pub(crate) use slot::{crc16, slot_of};
 use version::parse_version;
-
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    async fn invoke<T: FromRedisValue>(&mut self, inv: &ScriptInvocation<'_>) -> RedisResult<T> {
-        match self {
-            Self::Single(c) => inv.invoke_async(c).await,
-            Self::Cluster(c) => inv.invoke_async(c).await,
-        }
-    }
-
-    async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
-        match self {
-            Self::Single(c) => cmd.query_async(c).await,
-            Self::Cluster(c) => cmd.query_async(c).await,
-        }
-    }
-}
 
 /// Counters of a Redis backend, for dashboards and for trusting it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +47,8 @@ pub struct RedisStats {
 pub(crate) enum Failure {
     Timeout,
     Error(redis::RedisError),
+    /// A cluster slot no known primary serves (the table is being read).
+    Unrouted,
 }
 
 impl std::fmt::Display for Failure {
@@ -76,116 +56,95 @@ impl std::fmt::Display for Failure {
         match self {
             Self::Timeout => f.write_str("redis command timed out"),
             Self::Error(e) => write!(f, "redis error: {e}"),
+            Self::Unrouted => f.write_str("no known cluster primary serves the slot"),
         }
     }
+}
+
+/// Where commands go: the one node of a standalone Redis, or the primary
+/// of each slot of a cluster.
+enum Route {
+    Single(Arc<Node>),
+    Cluster(Box<Cluster>),
 }
 
 pub(crate) struct Redis {
     pub(crate) config: RedisConfig,
     clock: Arc<dyn Clock>,
-    conns: Box<[Conn]>,
-    next: AtomicUsize,
-    /// One breaker for a standalone Redis; for a cluster, one per group of
-    /// [`SLOTS_PER_GROUP`] hash slots, so a hung or dead node opens only the
-    /// groups of the slots it serves.
-    breakers: Box<[Breaker]>,
-    probing: Box<[AtomicBool]>,
-    /// The slot of each group's last failure: its probe goes there (a group
-    /// at the edge of a node's range has slots on two nodes).
-    failed_slot: Box<[std::sync::atomic::AtomicU16]>,
+    /// One breaker for a standalone Redis; for a cluster, one per primary,
+    /// so a hung or dead node opens only the breaker of the slots it serves.
+    route: Route,
     calls: AtomicU64,
     errors: AtomicU64,
     timeouts: AtomicU64,
+    breaker_opened: AtomicU64,
     pub(crate) degraded: AtomicU64,
     pub(crate) denied_locally: AtomicU64,
 }
 
 impl Redis {
     /// Validates `config` and opens lazy connections; then checks once that
-    /// Redis answers. If it does not, the breaker starts open and a
-    /// background probe waits for Redis: starting never fails because Redis
-    /// is down.
+    /// Redis answers (for a cluster: reads its slot table). If it does not,
+    /// the breaker starts open and a background probe waits for Redis:
+    /// starting never fails because Redis is down.
     pub(crate) async fn connect(config: RedisConfig) -> Result<Arc<Self>, ConfigError> {
         config.validate()?;
-        let mut conns = Vec::with_capacity(config.connections);
-        for _ in 0..config.connections {
-            conns.push(match &config.target {
-                Target::Standalone(url) => {
-                    let client = redis::Client::open(url.as_str())
-                        .map_err(|e| ConfigError::new("redis.url", format!("{:?}", e.kind())))?;
-                    let cfg = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(config.connect_timeout))
-                        .set_response_timeout(Some(config.command_timeout))
-                        .set_number_of_retries(1);
-                    Conn::Single(
-                        ConnectionManager::new_lazy_with_config(client, cfg).map_err(|e| {
-                            ConfigError::new("redis.url", format!("{:?}", e.kind()))
-                        })?,
-                    )
-                }
-                Target::Cluster(nodes) => {
-                    let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
-                        .connection_timeout(config.connect_timeout)
-                        .response_timeout(config.command_timeout)
-                        .retries(2)
-                        .build()
-                        .map_err(|e| {
-                            ConfigError::new("redis.cluster", format!("{:?}", e.kind()))
-                        })?;
-                    let cfg = ClusterConfig::new()
-                        .set_connection_timeout(config.connect_timeout)
-                        .set_response_timeout(config.command_timeout);
-                    Conn::Cluster(client.get_pending_async_connection_with_config(cfg))
-                }
-            });
-        }
+        let route = match &config.target {
+            Target::Standalone(url) => {
+                let bad =
+                    |e: redis::RedisError| ConfigError::new("redis.url", format!("{:?}", e.kind()));
+                let info = url.as_str().into_connection_info().map_err(bad)?;
+                Route::Single(Arc::new(
+                    Node::open(info, String::new(), &config).map_err(bad)?,
+                ))
+            }
+            Target::Cluster(nodes) => Route::Cluster(Box::new(Cluster::new(nodes, &config)?)),
+        };
         let clock: Arc<dyn Clock> = match &config.test_clock {
             Some(c) => c.clone(),
             None => Arc::new(throttle_core::WallClock),
         };
-        let groups = match config.target {
-            Target::Standalone(_) => 1,
-            Target::Cluster(_) => SLOTS / SLOTS_PER_GROUP,
-        };
         let redis = Arc::new(Self {
             clock,
-            breakers: (0..groups)
-                .map(|_| Breaker::new(config.breaker_threshold))
-                .collect(),
-            probing: (0..groups).map(|_| AtomicBool::new(false)).collect(),
-            failed_slot: (0..groups)
-                .map(|g| std::sync::atomic::AtomicU16::new((g * SLOTS_PER_GROUP) as u16))
-                .collect(),
+            route,
             config,
-            conns: conns.into(),
-            next: AtomicUsize::new(0),
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            breaker_opened: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
             denied_locally: AtomicU64::new(0),
         });
-        let patience = redis.config.connect_timeout + redis.config.command_timeout;
-        if !redis.ping(patience).await {
-            tracing::warn!(
-                "throttle: Redis does not answer at startup; deciding by failure policy until it does"
-            );
-            for group in 0..redis.breakers.len() {
-                if redis.breakers[group].trip() {
-                    Self::probe(&redis, group);
+        let patience = redis.patience();
+        match &redis.route {
+            Route::Single(node) => {
+                if !ping(node, patience).await {
+                    tracing::warn!(
+                        "throttle: Redis does not answer at startup; deciding by failure policy until it does"
+                    );
+                    if node.breaker.trip() {
+                        redis.breaker_opened.fetch_add(1, Ordering::Relaxed);
+                        Self::probe(&redis, node.clone());
+                    }
+                }
+            }
+            Route::Cluster(cluster) => {
+                if !cluster.refresh(patience).await {
+                    tracing::warn!(
+                        "throttle: no Redis Cluster node answers at startup; deciding by failure policy until one does"
+                    );
+                }
+                if !cluster.is_complete() {
+                    Self::discover(&redis);
                 }
             }
         }
         Ok(redis)
     }
 
-    fn conn(&self) -> Conn {
-        let i = if self.conns.len() == 1 {
-            0
-        } else {
-            self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len()
-        };
-        self.conns[i].clone()
+    /// How long a probe or a topology read may wait.
+    fn patience(&self) -> Duration {
+        self.config.connect_timeout + self.config.command_timeout
     }
 
     /// "Now" for the scripts: 0 (read Redis `TIME`) unless a test clock is set.
@@ -206,76 +165,107 @@ impl Redis {
 
     /// Whether the target is a Redis Cluster (pipelines must stay in one slot).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.config.target, Target::Cluster(_))
+        matches!(self.route, Route::Cluster(_))
     }
 
-    /// Runs a script off the request path (flushes): bounded by `timeout`,
-    /// counted, but not reported to the breaker.
-    pub(crate) async fn eval_off_path<T: FromRedisValue>(
-        &self,
-        inv: &ScriptInvocation<'_>,
-        timeout: std::time::Duration,
-    ) -> Result<T, Failure> {
-        self.timed(inv, timeout).await
-    }
-
-    /// The hash slot of `key`'s Redis keys in a cluster, for its breaker
-    /// (0 for a standalone Redis, which has one); computed without building
-    /// the key.
+    /// The hash slot of `key`'s Redis keys in a cluster, for its route and
+    /// breaker (0 for a standalone Redis, which has one); computed without
+    /// building the key.
     #[inline]
     pub(crate) fn slot_for(&self, keys: &crate::keys::KeyBase, key: &throttle_core::Key) -> u16 {
-        if self.breakers.len() == 1 {
-            return 0;
-        }
-        keys.slot(key)
-    }
-
-    fn group(&self, slot: u16) -> usize {
-        if self.breakers.len() == 1 {
-            0
-        } else {
-            usize::from(slot) / SLOTS_PER_GROUP
+        match self.route {
+            Route::Single(_) => 0,
+            Route::Cluster(_) => keys.slot(key),
         }
     }
 
-    /// Whether the breaker of `slot`'s group is open.
+    /// Whether the breaker of `slot`'s node is open (or, in a cluster, no
+    /// primary is known for it yet).
     #[inline]
     pub(crate) fn is_open(&self, slot: u16) -> bool {
-        self.breakers[self.group(slot)].is_open()
+        match &self.route {
+            Route::Single(node) => node.breaker.is_open(),
+            Route::Cluster(cluster) => cluster.is_open(slot),
+        }
+    }
+
+    /// Runs a script off the request path (flushes) on the node of `slot`:
+    /// bounded by `timeout`, counted, but not reported to the breaker.
+    pub(crate) async fn eval_off_path<T: FromRedisValue>(
+        self: &Arc<Self>,
+        inv: &ScriptInvocation<'_>,
+        slot: u16,
+        timeout: Duration,
+    ) -> Result<T, Failure> {
+        self.routed(inv, slot, timeout, false).await
     }
 
     /// Runs a script on the request path: bounded by the command timeout,
-    /// counted, and reported to the breaker of its keys' `slot`.
+    /// counted, and reported to the breaker of the node serving `slot`.
     pub(crate) async fn eval<T: FromRedisValue>(
         self: &Arc<Self>,
         inv: &ScriptInvocation<'_>,
         slot: u16,
     ) -> Result<T, Failure> {
-        let result = self.timed(inv, self.config.command_timeout).await;
-        match &result {
-            Ok(_) => self.breakers[self.group(slot)].success(),
-            Err(failure) => self.failed(failure, slot),
-        }
-        result
+        self.routed(inv, slot, self.config.command_timeout, true)
+            .await
     }
 
-    async fn timed<T: FromRedisValue>(
-        &self,
+    async fn routed<T: FromRedisValue>(
+        self: &Arc<Self>,
         inv: &ScriptInvocation<'_>,
-        timeout: std::time::Duration,
+        slot: u16,
+        timeout: Duration,
+        report: bool,
     ) -> Result<T, Failure> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.conn();
-        let result = match tokio::time::timeout(timeout, conn.invoke(inv)).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(Failure::Error(e)),
-            Err(_) => Err(Failure::Timeout),
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (node, result) = match &self.route {
+            Route::Single(node) => (node.clone(), invoke(node, inv, deadline, false).await),
+            Route::Cluster(cluster) => {
+                let Some(node) = cluster.node_for(slot) else {
+                    Self::discover(self);
+                    return Err(Failure::Unrouted);
+                };
+                let first = invoke(&node, inv, deadline, false).await;
+                match first {
+                    Err(Failure::Error(ref e)) => match redirect(e) {
+                        Some(Redirect::Moved(slot, addr)) => {
+                            let moved = cluster.moved(slot, addr);
+                            self.refresh_soon();
+                            match moved {
+                                Some(to) => {
+                                    let r = invoke(&to, inv, deadline, false).await;
+                                    (to, r)
+                                }
+                                None => (node, first),
+                            }
+                        }
+                        Some(Redirect::Ask(addr)) => match cluster.node_at(addr) {
+                            Some(to) => {
+                                let r = invoke(&to, inv, deadline, true).await;
+                                (to, r)
+                            }
+                            None => (node, first),
+                        },
+                        None => (node, first),
+                    },
+                    _ => (node, first),
+                }
+            }
         };
-        if let Err(failure) = &result {
-            match failure {
-                Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
-                Failure::Error(_) => self.errors.fetch_add(1, Ordering::Relaxed),
-            };
+        match &result {
+            Ok(_) if report => node.breaker.success(),
+            Ok(_) => {}
+            Err(failure) => {
+                match failure {
+                    Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
+                    _ => self.errors.fetch_add(1, Ordering::Relaxed),
+                };
+                if report {
+                    self.failed(failure, &node);
+                }
+            }
         }
         result
     }
@@ -295,82 +285,120 @@ impl Redis {
         });
     }
 
-    fn failed(self: &Arc<Self>, failure: &Failure, slot: u16) {
-        let group = self.group(slot);
-        self.failed_slot[group].store(slot, Ordering::Relaxed);
-        if self.breakers[group].failure() {
-            tracing::warn!(%failure, group, "throttle: circuit breaker opened; Redis gets no request-path traffic for these keys until a probe succeeds");
-            Self::probe(self, group);
+    fn failed(self: &Arc<Self>, failure: &Failure, node: &Arc<Node>) {
+        if node.breaker.failure() {
+            self.breaker_opened.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%failure, node = %node.addr, "throttle: circuit breaker opened; Redis gets no request-path traffic for these keys until a probe succeeds");
+            Self::probe(self, node.clone());
         } else {
             tracing::debug!(%failure, "throttle: Redis call failed");
         }
     }
 
-    /// One `PING` within the connect and command timeouts: whether Redis
-    /// answers now (off the request path: the breaker is not told).
-    pub(crate) async fn ping_once(&self) -> bool {
-        self.ping(self.config.connect_timeout + self.config.command_timeout)
-            .await
+    /// Reads the cluster's slot table again in the background (after a
+    /// `MOVED`).
+    fn refresh_soon(self: &Arc<Self>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        rt.spawn(async move {
+            if let Some(redis) = weak.upgrade()
+                && let Route::Cluster(cluster) = &redis.route
+            {
+                cluster.refresh(redis.patience()).await;
+            }
+        });
     }
 
-    /// The server's version (`INFO server`), if it answers; for each node
-    /// of a cluster the one the query reached.
-    pub(crate) async fn server_version(&self) -> Option<(u32, u32)> {
-        let mut conn = self.conn();
-        let cmd = redis::cmd("INFO").arg("server").to_owned();
-        let patience = self.config.connect_timeout + self.config.command_timeout;
-        let info = match tokio::time::timeout(patience, conn.query::<redis::Value>(&cmd)).await {
-            Ok(Ok(v)) => v,
-            _ => return None,
+    /// While the slot table has slots no known primary serves (no node has
+    /// answered yet, or a primary failed with no replica to take over),
+    /// reads it every probe interval until every slot is served.
+    fn discover(this: &Arc<Self>) {
+        let Route::Cluster(cluster) = &this.route else {
+            return;
         };
+        if cluster.discovering.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            cluster.discovering.store(false, Ordering::Release);
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(this);
+        rt.spawn(async move {
+            loop {
+                let Some(redis) = weak.upgrade() else { return };
+                let Route::Cluster(cluster) = &redis.route else {
+                    return;
+                };
+                if cluster.refresh(redis.patience()).await && cluster.is_complete() {
+                    cluster.discovering.store(false, Ordering::Release);
+                    tracing::info!("throttle: Redis Cluster serves every slot");
+                    return;
+                }
+                let interval = redis.config.probe_interval;
+                drop(redis);
+                tokio::time::sleep(interval).await;
+            }
+        });
+    }
+
+    /// Whether Redis answers a `PING` now, within the connect and command
+    /// timeouts (off the request path: no breaker is told). For a cluster:
+    /// the slot table is read and every primary answers.
+    pub(crate) async fn ping_once(&self) -> bool {
+        let patience = self.patience();
+        match &self.route {
+            Route::Single(node) => ping(node, patience).await,
+            Route::Cluster(cluster) => {
+                if !cluster.refresh(patience).await {
+                    return false;
+                }
+                let nodes = cluster.nodes();
+                let pings = nodes.iter().map(|n| ping(n, patience));
+                futures_util::future::join_all(pings)
+                    .await
+                    .into_iter()
+                    .all(|ok| ok)
+            }
+        }
+    }
+
+    /// The server's version (`INFO server`), if it answers; for a cluster,
+    /// that of one primary.
+    pub(crate) async fn server_version(&self) -> Option<(u32, u32)> {
+        let node = match &self.route {
+            Route::Single(node) => node.clone(),
+            Route::Cluster(cluster) => cluster.nodes().into_iter().next()?,
+        };
+        let mut conn = node.conn();
+        let cmd = redis::cmd("INFO").arg("server").to_owned();
+        let info =
+            match tokio::time::timeout(self.patience(), cmd.query_async::<redis::Value>(&mut conn))
+                .await
+            {
+                Ok(Ok(v)) => v,
+                _ => return None,
+            };
         let text = match info {
             redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
             redis::Value::VerbatimString { text, .. } => text,
-            redis::Value::Map(nodes) => nodes
-                .into_iter()
-                .find_map(|(_, v)| match v {
-                    redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-                    redis::Value::VerbatimString { text, .. } => Some(text),
-                    _ => None,
-                })
-                .unwrap_or_default(),
             _ => return None,
         };
         parse_version(&text)
     }
 
-    async fn ping(&self, patience: std::time::Duration) -> bool {
-        let mut conn = self.conn();
-        let cmd = redis::cmd("PING");
-        let ping = conn.query::<String>(&cmd);
-        matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
-    }
-
-    /// `PING` on the route the scripts of `group` take: the node serving
-    /// the slot of the group's last failure, in a cluster.
-    async fn ping_group(&self, group: usize, patience: std::time::Duration) -> bool {
-        match self.conn() {
-            Conn::Single(_) => self.ping(patience).await,
-            Conn::Cluster(mut c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let slot = self.failed_slot[group].load(Ordering::Relaxed);
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(slot, SlotAddr::Master),
-                ));
-                let ping = c.route_command(redis::cmd("PING"), route);
-                matches!(tokio::time::timeout(patience, ping).await, Ok(Ok(_)))
-            }
-        }
-    }
-
-    /// While the breaker of `group` is open, pings its route every probe
-    /// interval and closes the breaker when it answers.
-    fn probe(this: &Arc<Self>, group: usize) {
-        if this.probing[group].swap(true, Ordering::AcqRel) {
+    /// While `node`'s breaker is open, pings it every probe interval and
+    /// closes the breaker when it answers. In a cluster each round reads
+    /// the slot table first: a primary that lost its slots (its replica was
+    /// promoted) is no longer probed, its slots went to a node of their own.
+    fn probe(this: &Arc<Self>, node: Arc<Node>) {
+        if node.probing.swap(true, Ordering::AcqRel) {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            this.probing[group].store(false, Ordering::Release);
+            node.probing.store(false, Ordering::Release);
             return;
         };
         let weak: Weak<Self> = Arc::downgrade(this);
@@ -382,16 +410,23 @@ impl Redis {
                 };
                 tokio::time::sleep(interval).await;
                 let Some(redis) = weak.upgrade() else { return };
-                let patience = redis.config.connect_timeout + redis.config.command_timeout;
-                if redis.ping_group(group, patience).await {
+                let patience = redis.patience();
+                if let Route::Cluster(cluster) = &redis.route {
+                    cluster.refresh(patience).await;
+                    if !cluster.serves(&node) {
+                        node.probing.store(false, Ordering::Release);
+                        node.breaker.close();
+                        Self::discover(&redis);
+                        tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another");
+                        return;
+                    }
+                }
+                if ping(&node, patience).await {
                     // Lower the flag first: a failure that reopens the
                     // breaker after close() must be able to start a probe.
-                    redis.probing[group].store(false, Ordering::Release);
-                    redis.breakers[group].close();
-                    tracing::info!(
-                        group,
-                        "throttle: Redis answers again; circuit breaker closed"
-                    );
+                    node.probing.store(false, Ordering::Release);
+                    node.breaker.close();
+                    tracing::info!(node = %node.addr, "throttle: Redis answers again; circuit breaker closed");
                     return;
                 }
             }
@@ -399,14 +434,63 @@ impl Redis {
     }
 
     pub(crate) fn stats(&self) -> RedisStats {
+        let breaker_open = match &self.route {
+            Route::Single(node) => node.breaker.is_open(),
+            Route::Cluster(cluster) => {
+                cluster.is_unrouted() || cluster.nodes().iter().any(|n| n.breaker.is_open())
+            }
+        };
         RedisStats {
             calls: self.calls.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
-            breaker_open: self.breakers.iter().any(Breaker::is_open),
-            breaker_opened: self.breakers.iter().map(Breaker::times_opened).sum(),
+            breaker_open,
+            breaker_opened: self.breaker_opened.load(Ordering::Relaxed),
             degraded: self.degraded.load(Ordering::Relaxed),
             denied_locally: self.denied_locally.load(Ordering::Relaxed),
         }
     }
+}
+
+/// One script call on `node` until `deadline`; `asking` sends `ASKING`
+/// first (a slot in migration).
+async fn invoke<T: FromRedisValue>(
+    node: &Node,
+    inv: &ScriptInvocation<'_>,
+    deadline: tokio::time::Instant,
+    asking: bool,
+) -> Result<T, Failure> {
+    let mut conn = node.conn();
+    let call = async {
+        if asking {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").ignore().invoke_script(inv);
+            match pipe.query_async::<(T,)>(&mut conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    inv.load_async(&mut conn).await?;
+                    pipe.query_async::<(T,)>(&mut conn).await.map(|(v,)| v)
+                }
+                r => r.map(|(v,)| v),
+            }
+        } else {
+            inv.invoke_async(&mut conn).await
+        }
+    };
+    match tokio::time::timeout_at(deadline, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Failure::Error(e)),
+        Err(_) => Err(Failure::Timeout),
+    }
+}
+
+/// One `PING` to `node` within `patience`.
+async fn ping(node: &Node, patience: Duration) -> bool {
+    let mut conn = node.conn();
+    let cmd = redis::cmd("PING");
+    matches!(
+        tokio::time::timeout(patience, cmd.query_async::<String>(&mut conn)).await,
+        Ok(Ok(_))
+    )
 }

@@ -3,15 +3,10 @@
 /// Hash slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16_384;
 
-/// Slots per breaker group in a cluster (64 groups): a node serves whole
-/// groups but at the edges of its ranges, so a hung node takes at most one
-/// group's worth of another node's slots along at each edge.
-pub(crate) const SLOTS_PER_GROUP: usize = 256;
-
 /// The cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the
 /// part between the first `{` and the next `}`, if not empty), mod 16384.
-/// (The backend streams it from a key's parts: `KeyBase::slot`.)
-#[cfg(test)]
+/// (For a check's keys the backend streams it from the key's parts:
+/// `KeyBase::slot`.)
 pub(crate) fn slot_of(key: &[u8]) -> u16 {
     let tag = key
         .iter()
