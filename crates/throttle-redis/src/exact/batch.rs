@@ -90,13 +90,16 @@ impl Inner {
                 continue;
             }
             if self.redis.is_cluster() {
-                // A script touches one slot: one call per key (concurrently).
+                // A script touches one slot: one call per key, each on its
+                // own, so a key on a hung primary holds up no other key.
                 let mut by_key: HashMap<Key, Vec<Job>> = HashMap::new();
                 for job in jobs {
                     by_key.entry(job.key).or_default().push(job);
                 }
-                futures_util::future::join_all(by_key.into_values().map(|group| self.send(group)))
-                    .await;
+                for group in by_key.into_values() {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.send(group).await });
+                }
             } else {
                 let mut jobs = jobs;
                 while jobs.len() > MAX_BATCH {
