@@ -976,6 +976,18 @@ impl RedisCluster {
         replicas_per_primary: usize,
         node_timeout: Duration,
     ) -> Self {
+        Self::start_with_args(primaries, replicas_per_primary, node_timeout, &[])
+    }
+
+    /// Like [`start_with_node_timeout`](Self::start_with_node_timeout) with
+    /// more `redis-server` arguments for every node (e.g.
+    /// `--cluster-require-full-coverage no`).
+    pub fn start_with_args(
+        primaries: usize,
+        replicas_per_primary: usize,
+        node_timeout: Duration,
+        extra_args: &[&str],
+    ) -> Self {
         assert!(primaries >= 1, "a cluster needs at least one primary");
         let total = primaries * (1 + replicas_per_primary);
         let nodes: Vec<RedisServer> = (0..total)
@@ -996,6 +1008,7 @@ impl RedisCluster {
                         "no",
                     ]
                     .iter()
+                    .chain(extra_args)
                     .map(|s| s.to_string())
                     .collect(),
                 )
