@@ -217,14 +217,8 @@ impl ApproxRule {
         }
         let c = &self.shared.counters;
         c.pending_keys.store(writes.len() as u64, Ordering::Relaxed);
-        if writes.is_empty() {
-            if !self.store.meter().redis_ok.load(Ordering::Relaxed) {
-                // Nothing to write, but a real round trip decides whether
-                // Redis is back (a fail-closed rule writes nothing).
-                let ok = self.redis.ping_once().await;
-                self.store.meter().redis_ok.store(ok, Ordering::Relaxed);
-                return ok;
-            }
+        let down = self.store.meter().redis_down.load(Ordering::Relaxed);
+        if writes.is_empty() && down == 0 {
             return true;
         }
         let mut groups: HashMap<(u64, u64), Vec<Write>> = HashMap::new();
@@ -237,15 +231,55 @@ impl ApproxRule {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let started = Instant::now();
         let mut calls = Vec::new();
+        let mut written = 0u8;
         for ((bucket, interval), group) in &groups {
+            written |= 1 << bucket;
             for chunk in group.chunks(FLUSH_CHUNK) {
-                calls.push(self.flush_bucket(*bucket, *interval, chunk, now, seq));
+                let (bucket, interval) = (*bucket, *interval);
+                calls.push(async move {
+                    let ok = self.flush_bucket(bucket, interval, chunk, now, seq).await;
+                    (bucket, ok)
+                });
             }
         }
-        let ok = futures_util::future::join_all(calls)
-            .await
-            .into_iter()
-            .all(|r| r);
+        // A bucket that is down with nothing to write: a real round trip to
+        // its node decides whether it is back (a fail-closed rule writes
+        // nothing).
+        // (A standalone Redis is one node: one ping answers for all.)
+        let unwritten = down & !written;
+        let cluster = self.redis.is_cluster();
+        let pings = (0..BUCKETS)
+            .filter(|b| unwritten & (1 << b) != 0)
+            .take(if cluster { BUCKETS as usize } else { 1 })
+            .map(|b| async move {
+                let ok = self.redis.ping_slot(self.keys.bucket_slot(b)).await;
+                let buckets = if cluster { 1 << b } else { unwritten };
+                (buckets, ok)
+            });
+        let (flushed, pinged) = futures_util::future::join(
+            futures_util::future::join_all(calls),
+            futures_util::future::join_all(pings),
+        )
+        .await;
+        let mut now_down = 0u8;
+        for (bucket, ok) in flushed {
+            if !ok {
+                now_down |= 1 << bucket;
+            }
+        }
+        for (buckets, ok) in pinged {
+            if !ok {
+                now_down |= buckets;
+            }
+        }
+        self.store
+            .meter()
+            .redis_down
+            .store(now_down, Ordering::Relaxed);
+        let ok = now_down == 0;
+        if groups.is_empty() {
+            return ok;
+        }
         if ok {
             let us = started.elapsed().as_micros() as u64;
             c.flushes.fetch_add(1, Ordering::Relaxed);
@@ -254,7 +288,6 @@ impl ApproxRule {
         } else {
             c.failed_flushes.fetch_add(1, Ordering::Relaxed);
         }
-        self.store.meter().redis_ok.store(ok, Ordering::Relaxed);
         if ok && self.retired.load(Ordering::Relaxed) && self.unwritten() == 0 {
             self.shared.forget(self);
         }

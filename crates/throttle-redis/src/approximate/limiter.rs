@@ -2,7 +2,7 @@
 //! path and the flush schedule.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -129,7 +129,7 @@ impl ApproxLimiter {
             spans: u64::from(options.spans),
             strict_when_down: rule.failure_policy() == FailurePolicy::LocalFallback,
             closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
-            redis_ok: AtomicBool::new(true),
+            redis_down: AtomicU8::new(0),
             fleet: Fleet::default(),
             shared: shared.clone(),
         };
@@ -198,7 +198,7 @@ impl ApproxRule {
                 // that a rule that refuses meanwhile (fail closed) serves
                 // again soon after Redis does.
                 let mut next = at;
-                if !meter.redis_ok.load(Ordering::Relaxed) {
+                if meter.redis_down.load(Ordering::Relaxed) != 0 {
                     let probe = rule.redis.config.probe_interval.as_micros() as u64;
                     next = next.min(now + probe);
                 }
@@ -257,16 +257,17 @@ impl ApproxRule {
     /// first request in a span appends it to a list that keeps its memory).
     pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
         let meter = self.store.meter();
-        let redis_ok = meter.redis_ok.load(Ordering::Relaxed);
+        let bucket = bucket_of(key);
+        let redis_ok = meter.bucket_ok(bucket);
         let (step, now, asks) = self.store.with_state(key, |st, now| {
-            let (step, asks) = meter.decide(st, now, cost);
+            let (step, asks) = meter.decide(st, now, cost, redis_ok);
             (step, now, asks)
         });
         if asks.list {
             self.list(key);
         }
         if asks.early && redis_ok {
-            self.asked.fetch_or(1 << bucket_of(key), Ordering::Relaxed);
+            self.asked.fetch_or(1 << bucket, Ordering::Relaxed);
             self.shared
                 .counters
                 .early_flushes_asked

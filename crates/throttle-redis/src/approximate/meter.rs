@@ -2,7 +2,7 @@
 //! claim the last flush reply granted this instance.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
@@ -177,10 +177,19 @@ pub(crate) struct SpanMeter {
     pub(super) strict_when_down: bool,
     /// Refuse (as unavailable) what no claim covers while Redis is away.
     pub(super) closed_when_down: bool,
-    /// Whether this rule's last flush reached Redis.
-    pub(super) redis_ok: AtomicBool,
+    /// The buckets (bit `b` for bucket `b`) whose last flush did not reach
+    /// Redis: in a cluster a hung primary downs only the buckets it serves.
+    pub(super) redis_down: AtomicU8,
     pub(super) fleet: Fleet,
     pub(super) shared: Arc<Shared>,
+}
+
+impl SpanMeter {
+    /// Whether the last flush of `bucket` reached Redis.
+    #[inline]
+    pub(super) fn bucket_ok(&self, bucket: u64) -> bool {
+        self.redis_down.load(Ordering::Relaxed) & (1 << bucket) == 0
+    }
 }
 
 /// `x` as a u32, saturating.
@@ -306,7 +315,13 @@ impl SpanMeter {
     }
 
     /// Checks and takes `cost` for a key; says what the rule must do next.
-    pub(super) fn decide(&self, st: &mut SpanState, now_us: u64, cost: u64) -> (Step, Asks) {
+    pub(super) fn decide(
+        &self,
+        st: &mut SpanState,
+        now_us: u64,
+        cost: u64,
+        redis_ok: bool,
+    ) -> (Step, Asks) {
         let now = self.roll(st, now_us);
         let mut asks = Asks::default();
         if st.seen == 0 {
@@ -326,7 +341,6 @@ impl SpanMeter {
             st.flags |= flag::LISTED;
             asks.list = true;
         }
-        let redis_ok = self.redis_ok.load(Ordering::Relaxed);
         let step = self.window_step(st, now, st.heard(), cost);
         let ceiling = u64::from(st.ceiling(self.credit()));
         let covered = u64::from(st.local) + cost <= ceiling;
@@ -402,7 +416,8 @@ impl Meter for SpanMeter {
     }
 
     fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
-        self.decide(st, now_us, cost).0
+        let redis_ok = self.redis_down.load(Ordering::Relaxed) == 0;
+        self.decide(st, now_us, cost, redis_ok).0
     }
 
     fn release(&self, st: &mut SpanState, acquired_at_us: u64, cost: u64) {

@@ -68,7 +68,7 @@ impl Shared {
                 .rules
                 .live()
                 .iter()
-                .all(|r| r.store.meter().redis_ok.load(Ordering::Relaxed)),
+                .all(|r| r.store.meter().redis_down.load(Ordering::Relaxed) == 0),
         }
     }
 

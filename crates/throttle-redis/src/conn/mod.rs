@@ -344,24 +344,16 @@ impl Redis {
         });
     }
 
-    /// Whether Redis answers a `PING` now, within the connect and command
-    /// timeouts (off the request path: no breaker is told). For a cluster:
-    /// the slot table is read and every primary answers.
-    pub(crate) async fn ping_once(&self) -> bool {
+    /// Whether the node serving `slot` answers a `PING` now (off the
+    /// request path: no breaker is told).
+    pub(crate) async fn ping_slot(&self, slot: u16) -> bool {
         let patience = self.patience();
         match &self.route {
             Route::Single(node) => ping(node, patience).await,
-            Route::Cluster(cluster) => {
-                if !cluster.refresh(patience).await {
-                    return false;
-                }
-                let nodes = cluster.nodes();
-                let pings = nodes.iter().map(|n| ping(n, patience));
-                futures_util::future::join_all(pings)
-                    .await
-                    .into_iter()
-                    .all(|ok| ok)
-            }
+            Route::Cluster(cluster) => match cluster.node_for(slot) {
+                Some(node) => ping(&node, patience).await,
+                None => cluster.refresh(patience).await && cluster.node_for(slot).is_some(),
+            },
         }
     }
 
