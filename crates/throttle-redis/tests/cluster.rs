@@ -1,6 +1,7 @@
-//! The exact mode on a real Redis Cluster (3 primaries, 3 replicas): checks
-//! spread over the slots, and a primary killed mid-traffic fails open until
-//! its replica is promoted, after which limits hold again.
+//! The backend on a real Redis Cluster: exact-mode checks spread over the
+//! slots, a primary killed mid-traffic fails open until its replica is
+//! promoted, after which limits hold again; a hung primary leaves the keys
+//! of the others to Redis, in the exact and the approximate mode.
 
 mod support;
 
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use support::RedisCluster;
 use throttle_core::{Acquire, Key, Limiter, Outcome, Quota, Rule, Unavailable};
-use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
 async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool) {
     match limiter.acquire(key, 1) {
@@ -229,4 +230,116 @@ async fn one_hung_primary_leaves_the_keys_of_the_others_to_redis() {
         "{healthy_by_redis} of {healthy}: the hung primary took the others' keys along"
     );
     assert!(backend.stats().breaker_open || backend.stats().breaker_opened > 0);
+}
+
+/// The approximate mode's bucket of a key (FNV-1a over the raw/digest
+/// marker and the key's bytes, of 8): each bucket's counts live in one
+/// hash, so on one primary.
+fn bucket_of(key: &Key) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in std::iter::once(u8::from(key.is_digest())).chain(key.as_bytes().iter().copied()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % 8
+}
+
+/// A fail-closed approximate rule while one primary hangs: keys whose
+/// bucket lives on a healthy primary are never refused, the hung primary's
+/// keys are (the policy holds for them), and they are served again within
+/// 2 s of the primary waking up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approximate_one_hung_primary_closes_only_its_buckets() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        RedisCluster::start_with_args(
+            3,
+            0,
+            Duration::from_millis(1_000),
+            &["--cluster-require-full-coverage", "no"],
+        )
+    })
+    .await
+    .unwrap();
+    let config = RedisConfig::cluster(cluster.nodes())
+        .command_timeout(Duration::from_millis(100))
+        .connect_timeout(Duration::from_millis(100))
+        .probe_interval(Duration::from_millis(100));
+    let options = ApproximateOptions::default().flush_timeout(Duration::from_millis(100));
+    let backend = RedisBackend::approximate(config, options).await.unwrap();
+    let rule = Rule::new("tenant", Quota::per_second(1_000_000))
+        .fixed_window()
+        .fail_closed();
+    let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+    let bucket_port: Vec<u16> = (0..8)
+        .map(|b| {
+            cluster
+                .primary_for_key(&format!("rl:{{tenant:b{b}}}:a:0"))
+                .port()
+        })
+        .collect();
+    let hung = bucket_port[0];
+    assert!(
+        bucket_port.iter().any(|&p| p != hung),
+        "every bucket on one primary: {bucket_port:?}"
+    );
+    let keys: Vec<Key> = (0..200u64).map(Key::from).collect();
+    let on_hung: Vec<bool> = keys
+        .iter()
+        .map(|k| bucket_port[bucket_of(k) as usize] == hung)
+        .collect();
+    assert!(on_hung.iter().any(|&h| h) && on_hung.iter().any(|&h| !h));
+
+    // Rounds over every key: (refused on healthy, checks on healthy, refused on hung).
+    let rounds = |secs: u64| {
+        let (limiter, keys, on_hung) = (limiter.clone(), keys.clone(), on_hung.clone());
+        async move {
+            let (mut refused_healthy, mut healthy, mut refused_hung) = (0u64, 0u64, 0u64);
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            while Instant::now() < deadline {
+                for (k, &h) in keys.iter().zip(&on_hung) {
+                    let refused = check(limiter.as_ref(), k).await.0.is_err();
+                    if h {
+                        refused_hung += u64::from(refused);
+                    } else {
+                        healthy += 1;
+                        refused_healthy += u64::from(refused);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (refused_healthy, healthy, refused_hung)
+        }
+    };
+    // Flushes reach every primary first.
+    let (refused, _, refused_hung) = rounds(1).await;
+    assert_eq!((refused, refused_hung), (0, 0), "refused before any fault");
+
+    let node = cluster.node_by_port(hung);
+    node.stop();
+    let (refused_healthy, healthy, refused_hung) = rounds(3).await;
+    node.resume();
+    let woke = Instant::now();
+    println!(
+        "approximate, one of three primaries hung 3 s, fail closed: {refused_healthy} of {healthy} \
+         checks refused for keys on the healthy primaries; {refused_hung} refused on the hung one"
+    );
+    assert_eq!(
+        refused_healthy, 0,
+        "the hung primary closed the keys of the healthy ones"
+    );
+    assert!(
+        refused_hung > 0,
+        "fail closed: the hung primary's keys refused"
+    );
+
+    let hung_key = keys.iter().zip(&on_hung).find(|(_, h)| **h).unwrap().0;
+    while check(limiter.as_ref(), hung_key).await.0.is_err() {
+        assert!(
+            woke.elapsed() < Duration::from_secs(2),
+            "the hung primary's keys still refused 2 s after it woke"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("served again {:?} after the primary woke", woke.elapsed());
+    backend.shutdown().await.unwrap();
 }
