@@ -1,0 +1,189 @@
+//! The fault suites' common parts: an app per mode and failure policy,
+//! bursts of concurrent clients, and the policy's promise checked on what
+//! they saw.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::{Router, routing::get};
+use http::StatusCode;
+use throttle_axum::{ClientIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+
+use crate::support::{HttpClient, serve};
+
+/// The command timeout; the tolerance on a request's time is twice this.
+pub const TIMEOUT: Duration = Duration::from_millis(250);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Exact,
+    Approximate,
+    Leased,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fail {
+    Open,
+    Closed,
+    Local,
+}
+
+/// The patience every suite gives Redis, on `config`.
+pub fn patient(config: RedisConfig) -> RedisConfig {
+    config
+        .command_timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
+        .probe_interval(Duration::from_millis(100))
+}
+
+/// An axum app on a free port limiting per client IP in `mode` with the
+/// `fail` policy.
+pub async fn app(config: RedisConfig, mode: Mode, fail: Fail) -> (SocketAddr, RedisBackend) {
+    let config = patient(config);
+    // Generous: during the phases nobody is over it, so what the answers
+    // show is the failure policy, not the quota.
+    let quota = Quota::per_minute(100_000);
+    let (backend, rule) = match mode {
+        Mode::Exact => (
+            RedisBackend::exact(config).await.unwrap(),
+            Rule::new("ip", quota).fixed_window(),
+        ),
+        Mode::Approximate => (
+            RedisBackend::approximate(config, ApproximateOptions::default().spans(60))
+                .await
+                .unwrap(),
+            Rule::new("ip", quota).fixed_window(),
+        ),
+        // Batches of at most 100 (1/64 of the bucket), so that a client's
+        // leased tokens run out during a phase and the policy shows.
+        Mode::Leased => (
+            RedisBackend::leased(config, LeaseOptions::default().batch(20).low_water(5))
+                .await
+                .unwrap(),
+            Rule::new("ip", Quota::per_minute(6_400)).token_bucket(),
+        ),
+    };
+    let rule = match fail {
+        Fail::Open => rule.fail_open(),
+        Fail::Closed => rule.fail_closed(),
+        Fail::Local => rule.local_fallback(),
+    };
+    let policy = Policy::new().rule(rule, ClientIp::default());
+    let router = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(ThrottleLayer::new(policy, backend.clone()).unwrap());
+    (serve(router, true).await, backend)
+}
+
+/// What a burst of concurrent requests got.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub ok: u64,
+    pub limited: u64,
+    pub unavailable: u64,
+    pub other: u64,
+    /// Allowed answers carrying `X-RateLimit-Remaining` (decided by Redis).
+    pub counted: u64,
+    pub slowest: Duration,
+}
+
+/// 8 clients, each `n` requests in a row, concurrently.
+pub async fn burst(addr: SocketAddr, clients: &[Arc<HttpClient>], n: usize) -> Seen {
+    let tasks = clients.iter().map(|c| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut seen = Seen::default();
+            for _ in 0..n {
+                let t = Instant::now();
+                let reply = c.get(addr, "/", &[]).await;
+                seen.slowest = seen.slowest.max(t.elapsed());
+                match reply.status {
+                    StatusCode::OK => {
+                        seen.ok += 1;
+                        seen.counted += u64::from(reply.header("x-ratelimit-remaining").is_some());
+                    }
+                    StatusCode::TOO_MANY_REQUESTS => seen.limited += 1,
+                    StatusCode::SERVICE_UNAVAILABLE => seen.unavailable += 1,
+                    _ => seen.other += 1,
+                }
+            }
+            seen
+        })
+    });
+    let mut all = Seen::default();
+    for s in futures_util::future::join_all(tasks).await {
+        let s = s.unwrap();
+        all.ok += s.ok;
+        all.limited += s.limited;
+        all.unavailable += s.unavailable;
+        all.other += s.other;
+        all.counted += s.counted;
+        all.slowest = all.slowest.max(s.slowest);
+    }
+    all
+}
+
+/// The requests sent while Redis is away: enough for each mode to need
+/// Redis. The exact mode asks it on every request; a leased client spends
+/// its held tokens first; an approximate one its claim, which holds for two
+/// spans (2 s here) and is then gone.
+pub async fn away(addr: SocketAddr, clients: &[Arc<HttpClient>], mode: Mode) -> Seen {
+    match mode {
+        Mode::Exact => burst(addr, clients, 20).await,
+        Mode::Leased => burst(addr, clients, 150).await,
+        Mode::Approximate => {
+            let mut seen = burst(addr, clients, 20).await;
+            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            let later = burst(addr, clients, 40).await;
+            seen.ok += later.ok;
+            seen.limited += later.limited;
+            seen.unavailable += later.unavailable;
+            seen.other += later.other;
+            seen.slowest = seen.slowest.max(later.slowest);
+            seen
+        }
+    }
+}
+
+/// Checks the policy's promise for what was seen while Redis was away.
+pub fn promise(mode: Mode, fail: Fail, during: &Seen, what: &str) {
+    let label = format!("{mode:?}/{fail:?}, Redis {what}: {during:?}");
+    assert_eq!(during.other, 0, "{label}");
+    assert!(
+        during.slowest <= 2 * TIMEOUT,
+        "{label}: a request took {:?}",
+        during.slowest
+    );
+    match fail {
+        Fail::Open => {
+            assert_eq!(during.limited + during.unavailable, 0, "{label}");
+        }
+        Fail::Closed => {
+            assert_eq!(during.limited, 0, "{label}");
+            assert!(during.unavailable > 0, "{label}: never refused");
+        }
+        Fail::Local => assert_eq!(during.unavailable, 0, "{label}"),
+    }
+}
+
+/// Polls until an answer shows Redis decided again; returns how long it took.
+pub async fn recovery(addr: SocketAddr, client: &HttpClient, fail: Fail) -> Duration {
+    let t = Instant::now();
+    loop {
+        let reply = client.get(addr, "/", &[]).await;
+        let back = match fail {
+            Fail::Closed => reply.status == StatusCode::OK,
+            // An answer decided by Redis carries the fleet's remaining count.
+            _ => reply.header("x-ratelimit-remaining").is_some(),
+        };
+        if back {
+            return t.elapsed();
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "not back after 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
