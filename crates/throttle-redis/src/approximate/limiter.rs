@@ -129,6 +129,7 @@ impl ApproxLimiter {
             spans: u64::from(options.spans),
             strict_when_down: rule.failure_policy() == FailurePolicy::LocalFallback,
             closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
+            configured_fleet: u64::from(redis.config.fleet_size.max(1)),
             redis_down: AtomicU8::new(0),
             fleet: Fleet::default(),
             shared: shared.clone(),

@@ -177,6 +177,9 @@ pub(crate) struct SpanMeter {
     pub(super) strict_when_down: bool,
     /// Refuse (as unavailable) what no claim covers while Redis is away.
     pub(super) closed_when_down: bool,
+    /// The instances configured to share the quota (`RedisConfig::fleet_size`):
+    /// while Redis is away, never fewer are assumed.
+    pub(super) configured_fleet: u64,
     /// The buckets (bit `b` for bucket `b`) whose last flush did not reach
     /// Redis: in a cluster a hung primary downs only the buckets it serves.
     pub(super) redis_down: AtomicU8,
@@ -376,15 +379,21 @@ impl SpanMeter {
     /// (not in proportion to this one), and never below this instance's
     /// count times the instances known.
     fn degraded(&self, st: &SpanState, now: u64, cost: u64) -> Step {
-        let nodes = u64::from(st.instances.max(1)).max(if st.instances == 0 {
-            u64::from(self.fleet.size())
-        } else {
-            1
-        });
+        let nodes = u64::from(st.instances.max(1))
+            .max(if st.instances == 0 {
+                u64::from(self.fleet.size())
+            } else {
+                1
+            })
+            .max(self.configured_fleet);
         if self.strict_when_down {
-            // No key may take more than its share of a span.
-            let share = self.limit.div_ceil(self.spans);
-            if (u64::from(st.span_local) + cost) * nodes > share {
+            // No key may take more than this instance's share of the
+            // interval, nor of a span (at least one request per span, so a
+            // small share is spread over the interval).
+            let span_share = (self.limit.div_ceil(self.spans) / nodes).max(1);
+            if (u64::from(st.local) + cost) * nodes > self.limit
+                || u64::from(st.span_local) + cost > span_share
+            {
                 let span_end = self.span_end(st.interval, u64::from(st.span));
                 let interval_end = (st.interval + 1) * self.interval_us;
                 return self.deny(span_end - now, interval_end - now);
