@@ -5,7 +5,7 @@
 //! for a full refresh.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -52,7 +52,13 @@ pub(crate) struct Cluster {
     refreshing: tokio::sync::Mutex<()>,
     /// Whether the background discovery loop runs (no route known yet).
     pub(crate) discovering: AtomicBool,
+    /// When (µs after `started`) a refresh was last asked for in the
+    /// background, or [`NEVER`].
+    last_asked_us: AtomicU64,
+    started: std::time::Instant,
 }
+
+const NEVER: u64 = u64::MAX;
 
 impl Cluster {
     pub(crate) fn new(urls: &[String], config: &RedisConfig) -> Result<Self, ConfigError> {
@@ -80,6 +86,8 @@ impl Cluster {
             topology: ArcSwap::from_pointee(Topology::empty()),
             refreshing: tokio::sync::Mutex::new(()),
             discovering: AtomicBool::new(false),
+            last_asked_us: AtomicU64::new(NEVER),
+            started: std::time::Instant::now(),
         })
     }
 
@@ -158,6 +166,18 @@ impl Cluster {
             routed,
         }));
         Some(node)
+    }
+
+    /// Whether a background refresh may be asked for now: at most one per
+    /// `every` (of wall time: a test clock may stand still).
+    pub(crate) fn refresh_due(&self, every: Duration) -> bool {
+        let now_us = self.started.elapsed().as_micros() as u64;
+        let last = self.last_asked_us.load(Ordering::Relaxed);
+        (last == NEVER || now_us.saturating_sub(last) >= every.as_micros() as u64)
+            && self
+                .last_asked_us
+                .compare_exchange(last, now_us, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// Reads `CLUSTER SLOTS` from the first node that answers within

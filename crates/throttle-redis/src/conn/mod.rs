@@ -264,6 +264,10 @@ impl Redis {
                 };
                 if report {
                     self.failed(failure, &node);
+                } else {
+                    // Off the path no breaker probes the node: the table is
+                    // read again here, so a failover is followed all the same.
+                    self.refresh_soon();
                 }
             }
         }
@@ -296,8 +300,14 @@ impl Redis {
     }
 
     /// Reads the cluster's slot table again in the background (after a
-    /// `MOVED`).
+    /// `MOVED` or a failed flush), at most once per probe interval.
     fn refresh_soon(self: &Arc<Self>) {
+        let Route::Cluster(cluster) = &self.route else {
+            return;
+        };
+        if !cluster.refresh_due(self.config.probe_interval) {
+            return;
+        }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
