@@ -19,6 +19,10 @@ use redis_support::RedisServer;
 use support::{HttpClient, client_from};
 use throttle_redis::RedisConfig;
 
+/// Approximate mode: a span of 1 s, so a claim holds for 2 s.
+const SPANS: u32 = 60;
+const CLAIM: Duration = Duration::from_millis(2_500);
+
 /// One suite at a time: each runs eight clients and a Redis, and a request's
 /// time is asserted, so they do not share two cores with each other.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -30,7 +34,7 @@ async fn suite(mode: Mode) {
         .enumerate()
     {
         let server = RedisServer::start();
-        let (addr, _backend) = app(RedisConfig::standalone(server.url()), mode, fail).await;
+        let (addr, _backend) = app(RedisConfig::standalone(server.url()), mode, fail, SPANS).await;
         let base = 2 + 10 * n as u8;
         let clients: Vec<Arc<HttpClient>> = (0..8)
             .map(|i| Arc::new(client_from(Ipv4Addr::new(127, 0, 1, base + i))))
@@ -42,10 +46,10 @@ async fn suite(mode: Mode) {
         // (or the failed flush) answers at once.
         server.stop();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let during = away(addr, &clients, mode).await;
+        let during = away(addr, &clients, mode, CLAIM).await;
         promise(mode, fail, &during, "hung");
         server.resume();
-        let back = recovery(addr, &clients[0], fail).await;
+        let back = recovery(addr, &clients[0]).await;
         println!(
             "{mode:?}/{fail:?}: hung {during:?}; decided by Redis again {back:?} after SIGCONT"
         );
@@ -56,10 +60,10 @@ async fn suite(mode: Mode) {
 
         // Killed, then restarted (empty).
         server.kill();
-        let during = away(addr, &clients, mode).await;
+        let during = away(addr, &clients, mode, CLAIM).await;
         promise(mode, fail, &during, "killed");
         server.restart();
-        let back = recovery(addr, &clients[1], fail).await;
+        let back = recovery(addr, &clients[1]).await;
         println!(
             "{mode:?}/{fail:?}: killed {during:?}; decided by Redis again {back:?} after restart"
         );

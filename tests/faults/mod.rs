@@ -49,7 +49,15 @@ pub const LOCAL_SHARE: u64 = 10;
 /// Under local fallback the configured fleet is large enough that each
 /// instance's share of the quota is [`LOCAL_SHARE`] per client and minute,
 /// so that the fallback's limit shows within a phase.
-pub async fn app(config: RedisConfig, mode: Mode, fail: Fail) -> (SocketAddr, RedisBackend) {
+///
+/// The approximate mode flushes `spans` times a minute; a claim holds for
+/// two spans.
+pub async fn app(
+    config: RedisConfig,
+    mode: Mode,
+    fail: Fail,
+    spans: u32,
+) -> (SocketAddr, RedisBackend) {
     let limit = if mode == Mode::Leased { 6_400 } else { 100_000 };
     let mut config = patient(config);
     if fail == Fail::Local {
@@ -64,7 +72,7 @@ pub async fn app(config: RedisConfig, mode: Mode, fail: Fail) -> (SocketAddr, Re
             Rule::new("ip", quota).fixed_window(),
         ),
         Mode::Approximate => (
-            RedisBackend::approximate(config, ApproximateOptions::default().spans(60))
+            RedisBackend::approximate(config, ApproximateOptions::default().spans(spans))
                 .await
                 .unwrap(),
             Rule::new("ip", quota).fixed_window(),
@@ -141,19 +149,25 @@ pub async fn burst(addr: SocketAddr, clients: &[Arc<HttpClient>], n: usize) -> S
 /// The requests sent while Redis is away: enough for each mode to need
 /// Redis. The exact mode asks it on every request; a leased client spends
 /// its held tokens first; an approximate one its claim, which holds for two
-/// spans (2 s here) and is then gone.
-pub async fn away(addr: SocketAddr, clients: &[Arc<HttpClient>], mode: Mode) -> Seen {
+/// spans and is then gone (`claim` is longer than that).
+pub async fn away(
+    addr: SocketAddr,
+    clients: &[Arc<HttpClient>],
+    mode: Mode,
+    claim: Duration,
+) -> Seen {
     match mode {
         Mode::Exact => burst(addr, clients, 20).await,
         Mode::Leased => burst(addr, clients, 150).await,
         Mode::Approximate => {
             let mut seen = burst(addr, clients, 20).await;
-            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            tokio::time::sleep(claim).await;
             let later = burst(addr, clients, 40).await;
             seen.ok += later.ok;
             seen.limited += later.limited;
             seen.unavailable += later.unavailable;
             seen.other += later.other;
+            seen.counted += later.counted;
             seen.slowest = seen.slowest.max(later.slowest);
             seen
         }
@@ -190,16 +204,17 @@ pub fn promise(mode: Mode, fail: Fail, during: &Seen, what: &str) {
     }
 }
 
-/// Polls until an answer shows Redis decided again; returns how long it took.
-pub async fn recovery(addr: SocketAddr, client: &HttpClient, fail: Fail) -> Duration {
+/// Polls until an answer shows Redis decided again; returns how long it
+/// took. Redis allows everything here (the quota is generous), and an
+/// answer it allowed carries the fleet's remaining count: a 200 without it
+/// is fail-open, a 429 is the local fallback's (which counts too), a 503
+/// fail-closed.
+pub async fn recovery(addr: SocketAddr, client: &HttpClient) -> Duration {
     let t = Instant::now();
     loop {
         let reply = client.get(addr, "/", &[]).await;
-        let back = match fail {
-            Fail::Closed => reply.status == StatusCode::OK,
-            // An answer decided by Redis carries the fleet's remaining count.
-            _ => reply.header("x-ratelimit-remaining").is_some(),
-        };
+        let back =
+            reply.status == StatusCode::OK && reply.header("x-ratelimit-remaining").is_some();
         if back {
             return t.elapsed();
         }
