@@ -1,28 +1,8 @@
-//! A small traffic simulator: drives any [`Meter`] with a synthetic timeline
-//! for one key and measures what got through. Used by the property tests and
-//! to produce the figures quoted in the documentation.
-//!
-//! ```
-//! use throttle_core::{Quota, algorithm::FixedWindow, sim};
-//!
-//! // 100 requests in the last 10 ms of a window, 100 in the first 10 ms of the next.
-//! let fw = FixedWindow::new(Quota::per_minute(100)).unwrap();
-//! let timeline = sim::edge_burst(60_000_000, 100, 10_000);
-//! let run = sim::run(&fw, &timeline);
-//! assert_eq!(run.admitted_cost(), 200);
-//! assert_eq!(run.max_in_any_window(60_000_000), 200); // the fixed-window boundary burst
-//! ```
+//! Driving a meter over a timeline and measuring what got through.
 
 use crate::algorithm::{Meter, Step};
 
-/// One request: when (microseconds since the epoch) and its cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Event {
-    /// When the request arrives.
-    pub at_us: u64,
-    /// Its cost.
-    pub cost: u64,
-}
+use super::Event;
 
 /// What a run decided for each event.
 #[derive(Debug, Clone, Default)]
@@ -84,23 +64,4 @@ pub fn run<M: Meter>(meter: &M, events: &[Event]) -> Run {
             .map(|&e| (e, meter.acquire(&mut state, e.at_us, e.cost)))
             .collect(),
     }
-}
-
-/// `count` requests of cost 1, evenly spaced over `duration_us`, from `start_us`.
-pub fn steady(start_us: u64, count: u64, duration_us: u64) -> Vec<Event> {
-    (0..count)
-        .map(|i| Event {
-            at_us: start_us + i * duration_us / count.max(1),
-            cost: 1,
-        })
-        .collect()
-}
-
-/// `per_side` requests spread over the last `spread_us` before the boundary
-/// `boundary_us`, then `per_side` more over the first `spread_us` after it:
-/// the fixed-window boundary attack.
-pub fn edge_burst(boundary_us: u64, per_side: u64, spread_us: u64) -> Vec<Event> {
-    let mut events = steady(boundary_us - spread_us, per_side, spread_us);
-    events.extend(steady(boundary_us, per_side, spread_us));
-    events
 }

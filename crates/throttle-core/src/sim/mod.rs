@@ -1,0 +1,29 @@
+//! A small traffic simulator: drives any [`Meter`](crate::Meter) with a synthetic timeline
+//! for one key and measures what got through. Used by the property tests and
+//! to produce the figures quoted in the documentation.
+//!
+//! ```
+//! use throttle_core::{Quota, algorithm::FixedWindow, sim};
+//!
+//! // 100 requests in the last 10 ms of a window, 100 in the first 10 ms of the next.
+//! let fw = FixedWindow::new(Quota::per_minute(100)).unwrap();
+//! let timeline = sim::edge_burst(60_000_000, 100, 10_000);
+//! let run = sim::run(&fw, &timeline);
+//! assert_eq!(run.admitted_cost(), 200);
+//! assert_eq!(run.max_in_any_window(60_000_000), 200); // the fixed-window boundary burst
+//! ```
+
+mod patterns;
+mod runner;
+
+pub use patterns::{edge_burst, steady};
+pub use runner::{Run, run};
+
+/// One request: when (microseconds since the epoch) and its cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// When the request arrives.
+    pub at_us: u64,
+    /// Its cost.
+    pub cost: u64,
+}
