@@ -16,7 +16,7 @@
 mod patterns;
 mod runner;
 
-pub use patterns::{edge_burst, steady};
+pub use patterns::{Custom, Pattern, edge_burst, steady};
 pub use runner::{Run, run};
 
 /// One request: when (microseconds since the epoch) and its cost.
