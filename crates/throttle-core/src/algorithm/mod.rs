@@ -50,6 +50,15 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// All five, in the order of the table above.
+    pub const ALL: [Self; 5] = [
+        Self::FixedWindow,
+        Self::SlidingWindowLog,
+        Self::SlidingWindowCounter,
+        Self::TokenBucket,
+        Self::LeakyBucket,
+    ];
+
     /// A stable lower-case name (`fixed_window`, `token_bucket`, ...).
     pub const fn name(self) -> &'static str {
         match self {

@@ -1,6 +1,20 @@
-//! A small traffic simulator: drives any [`Meter`](crate::Meter) with a synthetic timeline
-//! for one key and measures what got through. Used by the property tests and
-//! to produce the figures quoted in the documentation.
+//! A small traffic simulator: drives any [`Meter`](crate::Meter) with a
+//! synthetic timeline for one key and measures what got through. Used by
+//! the property tests, to produce the figures quoted in the documentation,
+//! and by the laboratory (`cargo run --example lab`), which draws what
+//! [`simulate`] returns.
+//!
+//! - [`Pattern`]: the laboratory's traffic, sized from a quota: steady
+//!   traffic at the quota's rate, the window-edge burst, a bot swarm, or
+//!   [`Custom`] traffic (rate, duration, burst size, jitter, seed). The same
+//!   seed gives the same timeline.
+//! - [`simulate`]: runs a timeline against one [`Algorithm`](crate::Algorithm)
+//!   through the memory backend on a [`ManualClock`](crate::ManualClock), and
+//!   returns every decision (a [`Run`]) and its [`Summary`]: admitted,
+//!   denied, the worst admitted count in any sliding window of the quota's
+//!   period, the first denial.
+//! - [`run`]: the same for a meter of your own, from a fresh state, without
+//!   a backend.
 //!
 //! ```
 //! use throttle_core::{Quota, algorithm::FixedWindow, sim};
@@ -15,9 +29,11 @@
 
 mod patterns;
 mod runner;
+mod summary;
 
 pub use patterns::{Custom, Pattern, edge_burst, steady};
-pub use runner::{Run, run};
+pub use runner::{Run, Simulation, run, simulate};
+pub use summary::Summary;
 
 /// One request: when (microseconds since the epoch) and its cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
