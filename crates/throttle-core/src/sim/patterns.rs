@@ -129,7 +129,7 @@ pub enum Pattern {
     /// at most one second. The timeline spans two periods.
     EdgeBurst,
     /// A swarm of bots at ten times the quota's rate for two periods, in
-    /// volleys of a fifth of the limit (from 2 to 100 requests at one
+    /// volleys of a fifth of the limit (from 5 to 100 requests at one
     /// instant), each volley jittered by up to half the gap between volleys.
     BotSwarm {
         /// Seeds the jitter.
@@ -207,7 +207,7 @@ impl Pattern {
                     Self::BotSwarm { seed } => seed,
                     _ => 0,
                 };
-                let burst = (limit / 5).clamp(2, 100);
+                let burst = (limit / 5).clamp(5, 100);
                 let count = limit.saturating_mul(20);
                 let volleys = count.div_ceil(burst).max(1);
                 Custom {
