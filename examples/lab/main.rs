@@ -13,9 +13,14 @@
 //! memory backend on a manual clock, not a JavaScript copy. A bad parameter
 //! gets `400` with a message naming it; one simulation sends at most 20,000
 //! requests. The endpoint is itself rate limited per client IP by throttle.
+//!
+//! `cargo run --example lab -- --svg docs/lab-boundary.svg` writes the
+//! boundary attack's timelines as the README's SVG figure instead
+//! (`--query 'pattern=bot_swarm&limit=20'` draws another scenario).
 
 mod params;
 mod simulation;
+mod svg;
 
 use std::net::SocketAddr;
 
@@ -26,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 
-use params::BadParam;
+use params::{BadParam, Scenario};
 use simulation::Lab;
 
 const INDEX: &str = include_str!("page/index.html");
@@ -35,6 +40,34 @@ const STYLE: &str = include_str!("page/lab.css");
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let (mut svg_path, mut query) = (None, String::new());
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--svg" => svg_path = Some(args.next().ok_or("--svg needs a file name")?),
+            "--query" => query = args.next().ok_or("--query needs a query string")?,
+            "-h" | "--help" => {
+                println!(
+                    "usage: lab                       serve the laboratory on THROTTLE_LISTEN (default 127.0.0.1:3000)\n       \
+                     lab --svg FILE [--query Q]  write the timelines of Q (default: the boundary attack) as SVG"
+                );
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}; try --help").into()),
+        }
+    }
+    if let Some(path) = svg_path {
+        let scenario = if query.is_empty() {
+            Scenario::boundary_attack()
+        } else {
+            params::parse(&query).map_err(|e| e.to_string())?
+        };
+        let lab = Lab::run(scenario).map_err(|e| e.to_string())?;
+        std::fs::write(&path, svg::render(&lab))?;
+        println!("wrote {path}");
+        return Ok(());
+    }
+
     let addr = std::env::var("THROTTLE_LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     // Each simulation is real work: 20 per second per client, 40 at once.
     let policy = Policy::new().rule(

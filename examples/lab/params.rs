@@ -26,6 +26,13 @@ pub(crate) struct Scenario {
     pub(crate) quota: Quota,
 }
 
+impl Scenario {
+    /// The page's first view: the boundary attack on 10 per 10 seconds.
+    pub(crate) fn boundary_attack() -> Self {
+        parse("").expect("the defaults are valid")
+    }
+}
+
 /// A parameter that cannot be used, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BadParam {
@@ -215,7 +222,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_boundary_attack() {
-        let s = parse("").unwrap();
+        let s = Scenario::boundary_attack();
         assert_eq!(s.pattern, Pattern::EdgeBurst);
         assert_eq!(s.quota.limit(), 10);
         assert_eq!(s.quota.period(), Duration::from_secs(10));
