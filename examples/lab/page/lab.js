@@ -215,8 +215,16 @@ function draw() {
     drawLane(section.querySelector("canvas"), data, alg, n, span);
     let allowed = 0;
     for (let i = 0; i < n; i++) allowed += alg.allowed[i];
+    let last = "";
+    if (n > 0) {
+      const i = n - 1;
+      last = alg.allowed[i]
+        ? `; last allowed, ${alg.remaining[i]} left` +
+          (alg.delay_us[i] > 0 ? `, waits ${secs(alg.delay_us[i])}` : "")
+        : `; last denied, retry after ${secs(alg.retry_after_us[i])}`;
+    }
     section.querySelector("[data-live]").textContent =
-      `so far: ${allowed} allowed, ${n - allowed} denied`;
+      `so far: ${allowed} allowed, ${n - allowed} denied${last}`;
   });
   drawAxis(document.getElementById("axis"), span);
   clock.textContent = secs(Math.min(state.playhead, data.span_us));
