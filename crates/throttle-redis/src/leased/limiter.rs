@@ -18,7 +18,7 @@ use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 use super::options::{MAX_BATCH, WhenEmpty};
 use super::shared::Shared;
-use super::state::{Lease, LeaseMeter, Local, spend, start_fetch};
+use super::state::{Lease, LeaseMeter, LeaseState, Local, spend, start_fetch};
 
 /// One rule in the leased mode.
 pub(crate) struct LeaseRule {
@@ -30,6 +30,9 @@ pub(crate) struct LeaseRule {
     pub(super) store: Arc<MemoryLimiter<LeaseMeter, Arc<dyn Clock>>>,
     pub(super) local: Option<Arc<dyn Limiter>>,
     pub(super) batch: u64,
+    /// The first batch a key that keeps spending gets after its first
+    /// lease (which takes only the request's cost).
+    pub(super) first_batch: u64,
     /// The most a hot key's batch grows to.
     pub(super) max_batch: u64,
 }
@@ -85,6 +88,7 @@ impl LeaseLimiter {
             store,
             local,
             batch,
+            first_batch: (batch / 8).max(1),
             max_batch: batch.max((gcra.capacity() / 64).min(MAX_BATCH)),
         });
         shared.rules.add(&this);
@@ -156,15 +160,33 @@ impl LeaseRule {
         }
     }
 
+    /// The low-water mark of a key whose next batch is `batch`: the
+    /// configured mark, scaled with the batch (rounded up).
+    fn low_water(&self, batch: u64) -> u64 {
+        (self.shared.options.low_water * batch).div_ceil(self.batch)
+    }
+
+    /// The batch after `batch` for a key that spent its tokens: twice as
+    /// large, from `first_batch` up to the configured batch (a hot key's
+    /// larger batch is kept).
+    fn grow(&self, batch: u64) -> u64 {
+        if batch >= self.batch {
+            return batch;
+        }
+        (batch * 2).clamp(self.first_batch, self.batch)
+    }
+
     /// The local part of a check: spend local tokens, or say what to fetch.
     ///
-    /// A key whose requests outrun its batches (they had to wait for one)
-    /// doubles its batch, up to `max_batch`, so a hot key needs fewer Redis
-    /// calls and waits; the low-water mark grows with it. It falls back to
-    /// the configured batch when the key goes idle.
+    /// `st.batch` is the size of the key's next batch. A key seen for the
+    /// first time leases only its request's cost (a one-off client leaves
+    /// nothing to give back); each batch lease of a key that keeps spending
+    /// doubles the next one, from an eighth of the configured batch up to
+    /// it. A key whose requests outrun its batches (they had to wait for
+    /// one) doubles further, up to `max_batch`; the low-water mark scales
+    /// with the batch. Tokens given back because the key went idle halve it
+    /// (see [`LeaseRule::give_back`]).
     fn local(&self, key: &Key, cost: u64) -> (Local, u64) {
-        let low_water = self.shared.options.low_water;
-        let (configured, max_batch) = (self.batch, self.max_batch);
         let capacity = self.gcra.capacity();
         let period_us = self.gcra.period_us();
         self.store.with_state(key, |st, now| {
@@ -180,13 +202,15 @@ impl LeaseRule {
                 };
                 return (Local::Decided(step, None), now);
             }
-            let batch = st.batch.max(configured);
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
                 let step = spend(st, now, cost);
-                let low = low_water * batch / configured;
-                let prefetch = st.tokens < low && !exhausted && start_fetch(st);
-                return (Local::Decided(step, prefetch.then_some(batch)), now);
+                let next = st.batch;
+                let prefetch = st.tokens < self.low_water(next) && !exhausted && start_fetch(st);
+                if prefetch {
+                    st.batch = self.grow(next);
+                }
+                return (Local::Decided(step, prefetch.then_some(next)), now);
             }
             if exhausted {
                 let step = Step {
@@ -198,17 +222,20 @@ impl LeaseRule {
                 };
                 return (Local::Decided(step, None), now);
             }
-            // Not enough here: wait for the batch on its way, or lease this
-            // request's whole cost (tokens left here may go to concurrent
-            // requests meanwhile) plus the next batch.
-            st.batch = (batch * 2).min(max_batch);
             if let Some(notify) = &st.fetching {
+                // Outran the batch on its way: a hot key.
+                st.batch = (st.batch.max(self.first_batch) * 2).min(self.max_batch);
                 return (Local::Wait(notify.clone().notified_owned()), now);
             }
+            // Not enough here: lease this request's whole cost (tokens left
+            // here may go to concurrent requests meanwhile) plus the next
+            // batch.
             start_fetch(st);
+            let next = st.batch;
+            st.batch = self.grow(next);
             (
                 Local::Fetch {
-                    want: cost + batch,
+                    want: cost + next,
                     batch: true,
                 },
                 now,
@@ -430,15 +457,43 @@ impl LeaseRule {
         self.wait(key, cost, cost, false).await
     }
 
-    /// Gives tokens back to the bucket: those of keys idle for
-    /// `return_after`, or all of them.
+    /// How long a key may sit idle holding `tokens` before they go back
+    /// while the bucket still lacks them: as long as the bucket takes to
+    /// refill that many (`tokens x period / limit`), at least `return_after`.
+    fn keep_us(&self, tokens: u64) -> u64 {
+        let floor = self.shared.options.return_after.as_micros() as u64;
+        floor.max(self.gcra.increment(tokens).0)
+    }
+
+    /// Whether a key's tokens go back to the bucket now (`all`: shutdown).
+    ///
+    /// A key unused for [`LeaseRule::keep_us`] gives its tokens back while
+    /// the bucket, as the key's last lease saw it, is still refilling: other
+    /// instances may be waiting for them. Once that bucket would be full,
+    /// the tokens are surplus: a full bucket has no room for them, so giving
+    /// them back would help no one, and keeping them costs the fleet nothing
+    /// beyond the overshoot bound (they count among the tokens an instance
+    /// holds). They are kept for the key's return, and go back anyway once
+    /// the key has been idle for `keep_surplus_for` (it may have moved to an
+    /// instance that has drained the bucket since).
+    fn due(&self, st: &LeaseState, now: u64, all: bool) -> bool {
+        if st.tokens == 0 || st.fetching.is_some() {
+            return false;
+        }
+        let idle = now.saturating_sub(st.used_at);
+        let keep = self.keep_us(st.tokens);
+        let surplus = self.shared.options.keep_surplus_for.as_micros() as u64;
+        all || idle > keep.max(surplus) || (idle > keep && now < st.full_at)
+    }
+
+    /// Gives tokens back to the bucket: those of idle keys that are due
+    /// (see [`LeaseRule::due`]), or all of them.
     pub(super) async fn give_back(&self, all: bool) -> bool {
         let now = self.redis.local_now();
-        let idle = self.shared.options.return_after.as_micros() as u64;
         let mut back = Vec::new();
         let mut kept = false;
         self.store.for_each(|key, st| {
-            if st.tokens > 0 && st.fetching.is_none() && (all || st.used_at + idle <= now) {
+            if self.due(st, now, all) {
                 if self.redis.is_open(self.group(key)) {
                     // Kept for when Redis answers again.
                     kept = true;
@@ -446,7 +501,8 @@ impl LeaseRule {
                 }
                 back.push((*key, st.tokens));
                 st.tokens = 0;
-                st.batch = 0;
+                // It went idle with tokens left: its batches were too large.
+                st.batch /= 2;
             }
         });
         let returns = back.iter().map(|&(key, tokens)| async move {
@@ -509,7 +565,9 @@ impl Limiter for LeaseLimiter {
                 }
                 if rule.shared.options.when_empty == WhenEmpty::Deny {
                     if batch {
-                        rule.prefetch(*key, want - cost);
+                        // The next batch, or (a new key's) the cost of the
+                        // request's retry.
+                        rule.prefetch(*key, (want - cost).max(cost));
                     }
                     rule.shared
                         .counters

@@ -32,6 +32,7 @@ pub struct LeaseOptions {
     pub(crate) batch: u64,
     pub(crate) low_water: u64,
     pub(crate) return_after: Duration,
+    pub(crate) keep_surplus_for: Duration,
     pub(crate) when_empty: WhenEmpty,
     pub(crate) max_keys: usize,
 }
@@ -42,6 +43,7 @@ impl Default for LeaseOptions {
             batch: 50,
             low_water: 10,
             return_after: Duration::from_secs(1),
+            keep_surplus_for: Duration::from_secs(10),
             when_empty: WhenEmpty::Wait,
             max_keys: throttle_core::DEFAULT_MAX_KEYS,
         }
@@ -68,11 +70,23 @@ impl LeaseOptions {
         self
     }
 
-    /// Tokens a key has not used for this long go back to the bucket
-    /// (default 1 s).
+    /// A key unused for this long (default 1 s), or for as long as the
+    /// bucket takes to refill the tokens it holds if that is longer, gives
+    /// them back while the bucket, as its last lease saw it, still lacks
+    /// them.
     #[must_use]
     pub fn return_after(mut self, idle: Duration) -> Self {
         self.return_after = idle;
+        self
+    }
+
+    /// Tokens the bucket would already have refilled (it was full, as the
+    /// key's last lease saw it) are surplus: giving them back helps no one,
+    /// so an idle key keeps them for this long (default 10 s) before they
+    /// go back.
+    #[must_use]
+    pub fn keep_surplus_for(mut self, idle: Duration) -> Self {
+        self.keep_surplus_for = idle;
         self
     }
 

@@ -18,7 +18,8 @@ pub(crate) struct LeaseState {
     pub(super) fetching: Option<Arc<Notify>>,
     /// Last time a token was spent (or leased).
     pub(super) used_at: u64,
-    /// This key's batch, grown while it is hot (0: the configured batch).
+    /// The size of this key's next batch: 0 for a new key (its first lease
+    /// takes only the request's cost), grown while it keeps spending.
     pub(super) batch: u64,
     /// When the bucket is full again, as of the last lease.
     pub(super) full_at: u64,
