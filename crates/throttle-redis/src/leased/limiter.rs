@@ -18,7 +18,7 @@ use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 use super::options::{MAX_BATCH, WhenEmpty};
 use super::shared::Shared;
-use super::state::{Lease, LeaseMeter, LeaseState, Local, spend, start_fetch};
+use super::state::{Lease, LeaseMeter, LeaseState, Local, MAX_BACKOFF, spend, start_fetch};
 
 /// One rule in the leased mode.
 pub(crate) struct LeaseRule {
@@ -213,6 +213,7 @@ impl LeaseRule {
                 return (Local::Decided(step, prefetch.then_some(next)), now);
             }
             if exhausted {
+                st.denied = st.denied.saturating_add(1);
                 let step = Step {
                     allowed: false,
                     remaining: st.tokens,
@@ -246,11 +247,12 @@ impl LeaseRule {
     /// Records a lease's result in the key's state; returns the step for a
     /// request that waited for it (`cost` already counted in `granted`).
     ///
-    /// When the bucket could not fill the batch, the key asks again once a
-    /// batch has refilled or a second has passed, whichever is sooner, and
-    /// never before its own cost has refilled: a drained bucket under a flood
-    /// costs about one Redis call per batch, not one per token, and requests
-    /// meanwhile are denied here with the time that takes.
+    /// When the bucket could not fill the batch, the key asks again once its
+    /// backoff (a second, doubling while the key is over its limit) or a
+    /// batch refill has passed, whichever is sooner, and never before its own
+    /// cost has refilled: a drained bucket under a flood costs about one
+    /// Redis call per batch refill per instance, not one per token, and
+    /// requests meanwhile are denied here with the time that takes.
     fn record(&self, key: &Key, lease: &Lease, want: u64, cost: u64, batch: bool) -> Step {
         let Lease {
             granted,
@@ -264,12 +266,9 @@ impl LeaseRule {
         let full = self.gcra.report(bucket, now, 1, true);
         let full_at = local_now + full.reset_us;
         let short = granted < want;
-        let again_at = if short {
-            // Asked again once a batch has refilled or a second has passed
-            // (whichever is sooner), never before this request's own cost
-            // has refilled: a drained bucket under a flood costs one call
-            // per batch, and a client pacing at the rate behind it gets each
-            // token as it comes.
+        // When short: the waits for this request's own cost and for a batch
+        // to refill (the most a key waits before asking again).
+        let (own, refill) = if short {
             let wait = |n: u64| {
                 let n = n.max(1).min(self.gcra.capacity());
                 self.gcra
@@ -277,12 +276,12 @@ impl LeaseRule {
                     .retry_after_us
                     .max(1)
             };
-            let own = wait(cost);
-            local_now + own.max(wait(self.batch.max(cost)).min(1_000_000))
+            (wait(cost), wait(self.batch.max(cost)))
         } else {
-            0
+            (0, 0)
         };
         let mut waiters = None;
+        let mut again_at = 0;
         let step = self
             .store
             .update(key, |st| {
@@ -291,8 +290,28 @@ impl LeaseRule {
                 }
                 st.full_at = full_at;
                 if short {
+                    // Asked again once its backoff has passed (or a batch
+                    // has refilled, if sooner), never before this request's
+                    // own cost has refilled. The backoff starts at a second
+                    // and doubles while the key's asks bring back less than
+                    // it had to deny meanwhile, or a background lease finds
+                    // the bucket drained (it is over its limit: a flood then
+                    // costs about one call per batch refill per instance); a
+                    // request's ask that brings more halves it, so a client
+                    // pacing at the rate gets each token as it comes.
+                    let granted_enough = cost > 0 && granted >= cost && granted > st.denied;
+                    st.backoff = if granted_enough {
+                        st.backoff.saturating_sub(1)
+                    } else {
+                        (st.backoff + 1).min(MAX_BACKOFF)
+                    };
+                    let backoff = 1_000_000u64 << st.backoff;
+                    again_at = local_now + own.max(refill.min(backoff));
                     st.exhausted_until = again_at;
+                } else {
+                    st.backoff = 0;
                 }
+                st.denied = 0;
                 st.tokens += granted;
                 if cost == 0 {
                     return Step::default();

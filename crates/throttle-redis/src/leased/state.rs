@@ -23,7 +23,15 @@ pub(crate) struct LeaseState {
     pub(super) batch: u64,
     /// When the bucket is full again, as of the last lease.
     pub(super) full_at: u64,
+    /// Requests denied here (bucket known to be empty) since the last lease.
+    pub(super) denied: u64,
+    /// A drained key asks again after `2^backoff` seconds at most.
+    pub(super) backoff: u8,
 }
+
+/// The largest backoff exponent (the wait is also capped by a batch's
+/// refill time).
+pub(super) const MAX_BACKOFF: u8 = 12;
 
 /// The meter of the local table: only `idle_at` matters (a key holding
 /// tokens or waiting for them is never forgotten); decisions are made by
