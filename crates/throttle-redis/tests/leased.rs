@@ -586,6 +586,71 @@ async fn a_key_over_its_quota_at_one_request_per_second_per_instance_costs_littl
     }
 }
 
+async fn outcome(limiter: &dyn Limiter, key: &Key) -> throttle_core::Outcome {
+    match limiter.acquire(key, 1) {
+        Acquire::Ready(r) => r.unwrap(),
+        Acquire::Pending(f) => f.await.unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remaining_says_what_the_fleet_has_left() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rule = Rule::new("api", Quota::per_minute(100)).token_bucket();
+    let options = LeaseOptions::default().batch(10).low_water(2);
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        let backend = leased(&server, &clock, options.clone()).await;
+        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+        fleet.push((backend, limiter));
+    }
+    let ideal = throttle_core::Backend::limiter(
+        &throttle_core::MemoryBackend::with_clock(clock.clone()),
+        &rule,
+    )
+    .unwrap();
+    let key = Key::new("tenant-7");
+    let mut at = T0;
+    // One instance alone: it knows the whole fleet, so it reports what a
+    // perfect bucket would (the local batch alone is at most 12).
+    for i in 0..40 {
+        at += 100_000;
+        clock.set(at);
+        let (backend, limiter) = &fleet[0];
+        let got = outcome(limiter.as_ref(), &key).await.step;
+        let want = outcome(ideal.as_ref(), &key).await.step;
+        backend.flush().await;
+        assert!(got.allowed && want.allowed);
+        assert!(
+            got.remaining.abs_diff(want.remaining) <= 1,
+            "request {i}: remaining {} here, {} in a perfect bucket",
+            got.remaining,
+            want.remaining
+        );
+    }
+    // All four, round-robin at 4 per second (the bucket refills 1.67):
+    // each misses what the others hold and what they took since its last
+    // lease.
+    let mut worst = 0u64;
+    for i in 0..200 {
+        at += 250_000;
+        clock.set(at);
+        let (backend, limiter) = &fleet[i % 4];
+        let got = outcome(limiter.as_ref(), &key).await.step;
+        let want = outcome(ideal.as_ref(), &key).await.step;
+        backend.flush().await;
+        if got.allowed && want.allowed {
+            worst = worst.max(got.remaining.abs_diff(want.remaining));
+        }
+    }
+    println!(
+        "leased, 4 instances, batch 10, low water 2: remaining off by at most {worst} from a \
+         perfect bucket's (bound: what the other three can hold, 36)"
+    );
+    assert!(worst <= 3 * 12, "remaining off by {worst}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
     let server = RedisServer::start();

@@ -176,6 +176,21 @@ impl LeaseRule {
         (batch * 2).clamp(self.first_batch, self.batch)
     }
 
+    /// What the fleet has left for a key, as far as this instance knows: what
+    /// the bucket had left at the key's last lease, plus what it has refilled
+    /// since (as if no other instance had taken any), plus the tokens held
+    /// here (spends since are already taken from them), at most the bucket's
+    /// capacity. Tokens other instances hold are not counted, and what they
+    /// took since the last lease is not seen.
+    fn fleet_remaining(&self, st: &LeaseState, now: u64) -> u64 {
+        let bucket = GcraState {
+            tat_us: st.full_at,
+            tat_rem: 0,
+        };
+        let left = self.gcra.report(&bucket, now, 1, true).remaining;
+        (left + st.tokens).min(self.gcra.capacity())
+    }
+
     /// The local part of a check: spend local tokens, or say what to fetch.
     ///
     /// `st.batch` is the size of the key's next batch. A key seen for the
@@ -195,7 +210,7 @@ impl LeaseRule {
                 // without asking Redis or touching the key.
                 let step = Step {
                     allowed: false,
-                    remaining: st.tokens,
+                    remaining: self.fleet_remaining(st, now),
                     reset_us: st.full_at.saturating_sub(now),
                     retry_after_us: period_us,
                     delay_us: 0,
@@ -204,7 +219,8 @@ impl LeaseRule {
             }
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
-                let step = spend(st, now, cost);
+                let mut step = spend(st, now, cost);
+                step.remaining = self.fleet_remaining(st, now);
                 let next = st.batch;
                 let prefetch = st.tokens < self.low_water(next) && !exhausted && start_fetch(st);
                 if prefetch {
@@ -216,7 +232,7 @@ impl LeaseRule {
                 st.denied = st.denied.saturating_add(1);
                 let step = Step {
                     allowed: false,
-                    remaining: st.tokens,
+                    remaining: self.fleet_remaining(st, now),
                     reset_us: st.full_at.saturating_sub(now),
                     retry_after_us: st.exhausted_until - now,
                     delay_us: 0,
@@ -319,18 +335,21 @@ impl LeaseRule {
                 if granted == 0 {
                     return Step {
                         allowed: false,
-                        remaining: st.tokens,
+                        remaining: self.fleet_remaining(st, local_now),
                         reset_us: full.reset_us,
                         retry_after_us: again_at.saturating_sub(local_now).max(1),
                         delay_us: 0,
                     };
                 }
-                spend(st, local_now, cost)
+                let mut step = spend(st, local_now, cost);
+                step.remaining = self.fleet_remaining(st, local_now);
+                step
             })
             .unwrap_or(Step {
                 // The key was evicted meanwhile: the request still gets its tokens.
                 allowed: granted >= cost && granted > 0,
-                remaining: granted.saturating_sub(cost),
+                remaining: (full.remaining + granted.saturating_sub(cost))
+                    .min(self.gcra.capacity()),
                 reset_us: full.reset_us,
                 retry_after_us: u64::from(granted < cost),
                 delay_us: 0,
