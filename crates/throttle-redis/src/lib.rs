@@ -12,8 +12,10 @@
 //!   1.05x under uniform, skewed, sticky-and-moving, bursty and churning
 //!   traffic (the fleet scenario suite).
 //! - **Leased** ([`RedisBackend::leased`]): tokens taken from a Redis token
-//!   bucket in batches and spent locally; about one Redis call per batch,
-//!   at most one batch per instance of overshoot.
+//!   bucket in batches sized to each key and spent locally; about one Redis
+//!   call per batch (under 0.1 per request for a key at 1 request per
+//!   second per instance), at most one batch plus the low-water mark per
+//!   instance of overshoot.
 //!
 //! Standalone Redis and Redis Cluster are both supported: every key of a
 //! check shares one hash tag (`<prefix>:{<rule>:<key>}:<suffix>`), and client

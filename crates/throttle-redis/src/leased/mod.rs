@@ -6,13 +6,21 @@
 //! tokens at once), spends them from local memory, and fetches the next
 //! batch in the background when fewer than the low-water mark remain. A
 //! request waits for Redis only when the local batch is empty (and the rule
-//! waits rather than denies). An exhausted bucket is remembered until its
-//! next token is due, so denied traffic does not reach Redis either. Tokens
-//! left unused by an idle key are returned to the bucket.
+//! waits rather than denies). An exhausted bucket is remembered until the
+//! key's backoff has passed, so denied traffic does not reach Redis either.
 //!
-//! Redis sees about one call per `batch` requests. Worst-case overshoot is
-//! one batch per instance: tokens leased earlier and spent later can add to
-//! what the bucket lets through at that moment.
+//! Batches fit the key: a new key leases only its request's cost, a key
+//! that keeps spending doubles its batch up to `batch`, a key that goes
+//! idle with tokens left halves it. Idle tokens go back while the bucket
+//! still lacks them; tokens the bucket has already refilled are kept a
+//! while for the key's return. `remaining` is the fleet's estimate (the
+//! bucket at the last lease, refilled since, plus what is held here).
+//!
+//! Redis sees about one call per batch (a key at 1 request per second on
+//! each of 4 instances: under 0.1 per request). Worst-case overshoot in any
+//! window is one batch plus the low-water mark per instance: tokens leased
+//! earlier and spent later can add to what the bucket lets through at that
+//! moment. [`LeaseOptions`] states the bounds and what was measured.
 
 mod limiter;
 mod options;
