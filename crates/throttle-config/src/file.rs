@@ -1,0 +1,78 @@
+//! The file as written: what serde reads, with the span of every value so
+//! that errors can point at it. Nothing here is validated yet.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct File {
+    pub(crate) listen: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) trusted_proxies: Vec<Spanned<String>>,
+    pub(crate) proxy_hops: Option<Spanned<i64>>,
+    pub(crate) headers: Option<Spanned<String>>,
+    pub(crate) metrics: Option<Metrics>,
+    pub(crate) backend: Option<Spanned<Backend>>,
+    pub(crate) jwt: Option<Spanned<Jwt>>,
+    #[serde(default)]
+    pub(crate) rules: Vec<Spanned<Rule>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Metrics {
+    pub(crate) listen: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Backend {
+    pub(crate) kind: Spanned<String>,
+    pub(crate) url: Option<Spanned<String>>,
+    pub(crate) cluster: Option<Spanned<Vec<String>>>,
+    pub(crate) key_prefix: Option<Spanned<String>>,
+    pub(crate) command_timeout_ms: Option<Spanned<i64>>,
+    pub(crate) fleet_size: Option<Spanned<i64>>,
+    /// Approximate mode: spans per interval.
+    pub(crate) spans: Option<Spanned<i64>>,
+    /// Leased mode: tokens per lease.
+    pub(crate) batch: Option<Spanned<i64>>,
+    /// Memory: keys tracked per rule.
+    pub(crate) max_keys: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Jwt {
+    pub(crate) algorithm: Spanned<String>,
+    /// Name of the environment variable holding the HMAC secret (HS256).
+    pub(crate) secret_env: Option<Spanned<String>>,
+    /// A PEM public key file (RS256, ES256), relative to the config file.
+    pub(crate) public_key_file: Option<Spanned<String>>,
+    pub(crate) audience: Option<Spanned<String>>,
+    pub(crate) issuer: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Rule {
+    pub(crate) name: Spanned<String>,
+    pub(crate) key: Spanned<String>,
+    /// Parts of a `composite` key.
+    pub(crate) parts: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) ipv4_prefix: Option<Spanned<i64>>,
+    pub(crate) ipv6_prefix: Option<Spanned<i64>>,
+    pub(crate) algorithm: Option<Spanned<String>>,
+    pub(crate) limit: Spanned<i64>,
+    pub(crate) period_secs: Spanned<i64>,
+    pub(crate) burst: Option<Spanned<i64>>,
+    pub(crate) cost: Option<Spanned<i64>>,
+    pub(crate) failure: Option<Spanned<String>>,
+    pub(crate) routes: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) tiers: Option<Spanned<BTreeMap<String, Spanned<i64>>>>,
+    #[serde(default)]
+    pub(crate) shadow: bool,
+}

@@ -1,0 +1,49 @@
+//! A throttle gateway's configuration file (TOML): where it listens, which
+//! proxies it trusts, the backend, and the rules with their keys, quotas,
+//! tiers, routes, failure policies and shadow flags.
+//!
+//! [`GatewayConfig::load`] reads and validates a file; every error names
+//! the file, the rule and the field, with the line and column of the value
+//! (`gateway.toml:14:9: rule "ip", field "limit": must be at least 1 (got
+//! 0)`). Nothing is half-applied: a file either validates whole or not at
+//! all, so a reload can keep the old rules running on an error.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! trusted_proxies = ["10.0.0.0/8"]
+//!
+//! [backend]
+//! kind = "redis-exact"        # memory | redis-exact | redis-approximate | redis-leased
+//! url = "redis://127.0.0.1:6379"
+//!
+//! [[rules]]
+//! name = "ip"
+//! key = "ip"                  # ip | header:<name> | route | jwt:<claim> | user-agent | global | composite
+//! algorithm = "sliding_window_counter"
+//! limit = 100
+//! period_secs = 60
+//! failure = "open"            # open | closed | local
+//!
+//! [[rules]]
+//! name = "tenant"
+//! key = "header:x-api-key"
+//! limit = 1000
+//! period_secs = 60
+//! tiers = { "premium-key" = 5000 }
+//! ```
+//!
+//! The integration crates turn a [`GatewayConfig`] into a layer; this
+//! crate knows nothing of HTTP.
+
+mod backend;
+mod error;
+mod file;
+mod load;
+mod model;
+
+pub use backend::BuiltBackend;
+pub use error::ConfigFileError;
+pub use load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIERS};
+pub use model::{
+    BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, JwtConfig, KeySpec, RuleConfig,
+};
