@@ -33,6 +33,8 @@
 //! [axum]: https://docs.rs/axum
 
 mod extract;
+#[cfg(feature = "config")]
+pub mod from_config;
 
 pub use extract::{ClientIp, Route};
 pub use throttle_core::{

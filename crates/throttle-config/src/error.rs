@@ -41,6 +41,22 @@ impl ConfigFileError {
         self
     }
 
+    /// An error about `file` found after it was read (by a backend or an
+    /// integration binding its rules), with no position in it.
+    pub fn in_file(
+        file: &str,
+        rule: Option<&str>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::new(file, field, message).in_rule(rule)
+    }
+
+    /// A rule that a backend or an extractor refused when it was bound.
+    pub fn from_rule_error(file: &str, error: &throttle_core::ConfigError) -> Self {
+        Self::in_file(file, error.rule(), error.field(), error.reason())
+    }
+
     /// The file, as it was named when loading.
     pub fn file(&self) -> &str {
         &self.file

@@ -1,0 +1,174 @@
+//! A [`GatewayConfig`] as an axum layer: each rule's key source becomes an
+//! extractor, its routes a gate, the header style a responder.
+
+use http::request::Parts;
+use throttle_config::{ConfigFileError, GatewayConfig, HeaderStyle, KeySpec, RuleConfig};
+use throttle_core::{Backend, Key};
+use throttle_tower::{Extracted, Global, Header, HttpResponder, KeyExtractor, MissingKey, Policy};
+
+use crate::{ClientIp, Route, ThrottleLayer};
+
+/// Builds the layer a configuration describes, on `backend`; `file` names
+/// the configuration in errors.
+///
+/// ```
+/// use throttle_axum::{MemoryBackend, from_config};
+/// use throttle_config::GatewayConfig;
+///
+/// let config = GatewayConfig::parse("gateway.toml", r#"
+///     [[rules]]
+///     name = "ip"
+///     key = "ip"
+///     limit = 100
+///     period_secs = 60
+/// "#, None)?;
+/// let layer = from_config::layer(&config, "gateway.toml", MemoryBackend::default())?;
+/// assert_eq!(layer.rules().len(), 1);
+/// # Ok::<(), throttle_config::ConfigFileError>(())
+/// ```
+pub fn layer(
+    config: &GatewayConfig,
+    file: &str,
+    backend: impl Backend,
+) -> Result<ThrottleLayer, ConfigFileError> {
+    let responder = HttpResponder::new().ietf_headers(config.headers == HeaderStyle::Ietf);
+    ThrottleLayer::with_responder(policy(config, file)?, backend, responder)
+        .map_err(|e| ConfigFileError::from_rule_error(file, &e))
+}
+
+/// The policy a configuration describes (its rules, in file order).
+pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileError> {
+    let mut policy = Policy::new();
+    for rule in &config.rules {
+        policy = policy.rule(rule.rule.clone(), Dyn(extractor(rule, file)?));
+    }
+    Ok(policy)
+}
+
+fn extractor(rule: &RuleConfig, file: &str) -> Result<Box<dyn KeyExtractor>, ConfigFileError> {
+    let key = match (&rule.key, &rule.routes) {
+        // Keyed by route and limited to some: the route extractor does both.
+        (KeySpec::Route, Some(routes)) => return Ok(Box::new(Route::only(routes.clone()))),
+        (spec, _) => part(spec, rule, file)?,
+    };
+    Ok(match &rule.routes {
+        Some(routes) => Box::new(OnlyRoutes {
+            routes: Route::only(routes.clone()),
+            key,
+        }),
+        None => key,
+    })
+}
+
+fn part(
+    spec: &KeySpec,
+    rule: &RuleConfig,
+    file: &str,
+) -> Result<Box<dyn KeyExtractor>, ConfigFileError> {
+    Ok(match spec {
+        KeySpec::Ip {
+            ipv4_prefix,
+            ipv6_prefix,
+        } => Box::new(
+            ClientIp::default()
+                .ipv4_prefix(*ipv4_prefix)
+                .ipv6_prefix(*ipv6_prefix),
+        ),
+        KeySpec::Header(name) => Box::new(Header::new(name)),
+        KeySpec::Route => Box::new(Route::template()),
+        KeySpec::Global => Box::new(Global),
+        KeySpec::Composite(parts) => Box::new(AllOf(
+            parts
+                .iter()
+                .map(|p| part(p, rule, file))
+                .collect::<Result<_, _>>()?,
+        )),
+        KeySpec::UserAgent | KeySpec::Jwt(_) => {
+            return Err(ConfigFileError::in_file(
+                file,
+                Some(rule.rule.name()),
+                "key",
+                "this key source is not available in this build",
+            ));
+        }
+    })
+}
+
+/// Applies `key` only on some routes; other requests skip the rule.
+struct OnlyRoutes {
+    routes: Route,
+    key: Box<dyn KeyExtractor>,
+}
+
+impl KeyExtractor for OnlyRoutes {
+    fn extract(&self, req: &Parts) -> Extracted {
+        match self.routes.extract(req) {
+            Extracted::Key(_) => self.key.extract(req),
+            other => other,
+        }
+    }
+
+    fn validate(&self) -> Result<(), throttle_core::ConfigError> {
+        self.routes.validate()?;
+        self.key.validate()
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        self.key.on_missing()
+    }
+}
+
+/// A composite key of any number of parts (every part must be found), as
+/// the tuples build it.
+struct AllOf(Vec<Box<dyn KeyExtractor>>);
+
+impl KeyExtractor for AllOf {
+    fn extract(&self, req: &Parts) -> Extracted {
+        let mut keys = Vec::with_capacity(self.0.len());
+        for part in &self.0 {
+            match part.extract(req) {
+                Extracted::Key(k) => keys.push(k),
+                other => return other,
+            }
+        }
+        // Digest parts are marked so a raw part can't imitate one.
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * keys.len());
+        for key in &keys {
+            parts.push(if key.is_digest() { b"h" } else { b"r" });
+            parts.push(key.as_bytes());
+        }
+        Extracted::Key(Key::from_parts(&parts))
+    }
+
+    fn validate(&self) -> Result<(), throttle_core::ConfigError> {
+        self.0.iter().try_for_each(|p| p.validate())
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        // A part whose key can only be missing through a server
+        // misconfiguration (answered 5xx) speaks for the whole.
+        let all: Vec<MissingKey> = self.0.iter().map(|p| p.on_missing()).collect();
+        all.iter()
+            .copied()
+            .find(|m| matches!(m, MissingKey::Reject(s) if s.is_server_error()))
+            .or_else(|| all.first().copied())
+            .unwrap_or_default()
+    }
+}
+
+/// A boxed extractor, as a policy takes one.
+struct Dyn(Box<dyn KeyExtractor>);
+
+impl KeyExtractor for Dyn {
+    fn extract(&self, req: &Parts) -> Extracted {
+        self.0.extract(req)
+    }
+
+    fn validate(&self) -> Result<(), throttle_core::ConfigError> {
+        self.0.validate()
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        self.0.on_missing()
+    }
+}
