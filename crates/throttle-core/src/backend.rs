@@ -39,6 +39,16 @@ pub trait Limiter: Send + Sync + 'static {
     /// never blocking.
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome);
 
+    /// A limiter for `rule` (this one's rule reloaded with another quota,
+    /// cost or failure policy, same name and algorithm) that keeps this
+    /// one's counts, if the backend can; `None` otherwise (a reload then
+    /// binds the rule afresh). The memory backend shares its table; the
+    /// Redis modes keep their counts in Redis under the rule's name anyway.
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        let _ = rule;
+        None
+    }
+
     /// Whether `acquire` may need a round trip (default: no). A
     /// [`RuleSet`](crate::RuleSet) asks the local rules of a request first,
     /// so a request one of them denies costs no round trip and no refund.

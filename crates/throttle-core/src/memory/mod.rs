@@ -169,7 +169,7 @@ impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
     }
 }
 
-impl<M: Meter, C: Clock> Limiter for MemoryLimiter<M, C> {
+impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
     #[inline]
     fn acquire(&self, key: &Key, cost: u64) -> Acquire {
         Acquire::Ready(Ok(self.check(key, cost)))
@@ -177,5 +177,23 @@ impl<M: Meter, C: Clock> Limiter for MemoryLimiter<M, C> {
 
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
         self.store.release(key, outcome.at_us, cost);
+    }
+
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        struct Same<'a, M: Meter, C>(&'a MemoryLimiter<M, C>);
+        impl<M: Meter, C: Clock + Clone> MeterVisitor for Same<'_, M, C> {
+            type Output = Option<Arc<dyn Limiter>>;
+            fn visit<N: Meter>(self, meter: N) -> Self::Output {
+                // The same algorithm builds the same meter type: the table
+                // carries over; another algorithm cannot read its states.
+                let meter: Box<dyn std::any::Any> = Box::new(meter);
+                let meter = *meter.downcast::<M>().ok()?;
+                Some(Arc::new(MemoryLimiter {
+                    store: self.0.store.with_meter(meter),
+                    clock: self.0.clock.clone(),
+                }))
+            }
+        }
+        rule.with_meter(Same(self)).ok().flatten()
     }
 }

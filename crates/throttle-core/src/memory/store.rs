@@ -5,6 +5,7 @@
 //! random occupied buckets, so any slot can be chosen in O(1).
 
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
@@ -42,11 +43,12 @@ struct Padded<T>(T);
 #[derive(Debug)]
 pub(crate) struct Store<M: Meter> {
     meter: M,
-    shards: Box<[Padded<ShardLock<M::State>>]>,
+    /// Shared with the stores of the same rule at another quota (a reload).
+    shards: Arc<[Padded<ShardLock<M::State>>]>,
     hasher: foldhash::fast::RandomState,
     shard_mask: usize,
     max_keys: usize,
-    evictions: AtomicU64,
+    evictions: Arc<AtomicU64>,
 }
 
 #[derive(Debug)]
@@ -95,7 +97,20 @@ impl<M: Meter> Store<M> {
             hasher: foldhash::fast::RandomState::default(),
             shard_mask: shards - 1,
             max_keys: cap * shards,
-            evictions: AtomicU64::new(0),
+            evictions: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A store over the same table (the same keys and states) deciding
+    /// with `meter`: a rule reloaded with another quota keeps its counts.
+    pub(crate) fn with_meter(&self, meter: M) -> Self {
+        Self {
+            meter,
+            shards: self.shards.clone(),
+            hasher: self.hasher.clone(),
+            shard_mask: self.shard_mask,
+            max_keys: self.max_keys,
+            evictions: self.evictions.clone(),
         }
     }
 
