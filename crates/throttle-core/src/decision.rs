@@ -152,6 +152,21 @@ pub struct RuleSet {
     reorder: bool,
 }
 
+/// What a reload did with one rule's counts ([`RuleSet::bind_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carried {
+    /// The rule is unchanged: same limiter, same counts.
+    Same,
+    /// Same name and algorithm, another quota (or cost, or failure
+    /// policy): the counts carried over; the new quota applies from the
+    /// next request.
+    Requoted,
+    /// New, or its algorithm changed: it starts from nothing (a Redis
+    /// mode's counts live in Redis under the rule's name, and are read
+    /// again).
+    Fresh,
+}
+
 impl fmt::Debug for RuleSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
@@ -170,13 +185,23 @@ impl RuleSet {
     /// index. Rule names must be unique within a set.
     pub fn bind(&mut self, rule: Rule, backend: &dyn Backend) -> Result<usize, ConfigError> {
         rule.validate()?;
+        self.check_unique(&rule)?;
+        let limiter = backend.limiter(&rule)?;
+        self.push(rule, limiter)
+    }
+
+    fn check_unique(&self, rule: &Rule) -> Result<(), ConfigError> {
         if self.rules.iter().any(|b| b.rule.name() == rule.name()) {
             return Err(
                 ConfigError::new("name", "is used by another rule of the policy")
                     .in_rule(rule.name()),
             );
         }
-        let limiter = backend.limiter(&rule)?;
+        Ok(())
+    }
+
+    fn push(&mut self, rule: Rule, limiter: Arc<dyn Limiter>) -> Result<usize, ConfigError> {
+        self.check_unique(&rule)?;
         let mut rules: Vec<Bound> = self
             .rules
             .iter()
@@ -194,6 +219,35 @@ impl RuleSet {
         self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
         self.rules = rules.into();
         Ok(self.rules.len() - 1)
+    }
+
+    /// Like [`bind`](Self::bind) for a rule set replacing `previous` (a
+    /// reload): a rule `previous` holds unchanged keeps its limiter, so its
+    /// counts carry on; one with the same name and algorithm but another
+    /// quota, cost or failure policy asks the old limiter for one that
+    /// keeps its counts ([`Limiter::requota`]); anything else is bound
+    /// afresh. A kept rule keeps its previous backend: pass the same one.
+    pub fn bind_after(
+        &mut self,
+        rule: Rule,
+        backend: &dyn Backend,
+        previous: &RuleSet,
+    ) -> Result<(usize, Carried), ConfigError> {
+        rule.validate()?;
+        let old = previous
+            .rules
+            .iter()
+            .find(|b| b.rule.name() == rule.name() && b.rule.algorithm() == rule.algorithm());
+        let (limiter, carried) = match old {
+            Some(b) if *b.rule == rule => (b.limiter.clone(), Carried::Same),
+            Some(b) => match b.limiter.requota(&rule) {
+                Some(limiter) => (limiter, Carried::Requoted),
+                None => (backend.limiter(&rule)?, Carried::Fresh),
+            },
+            None => (backend.limiter(&rule)?, Carried::Fresh),
+        };
+        let index = self.push(rule, limiter)?;
+        Ok((index, carried))
     }
 
     /// The rule at `index`.

@@ -34,7 +34,7 @@ pub mod sim;
 pub use algorithm::{Algorithm, Meter, Step};
 pub use backend::{Acquire, Backend, Limiter, Outcome, PendingOutcome, Unavailable};
 pub use clock::{Clock, ManualClock, SystemClock, WallClock, unix_now_us};
-pub use decision::{Allowed, Check, Decision, Demand, Denied, Refused, RuleSet};
+pub use decision::{Allowed, Carried, Check, Decision, Demand, Denied, Refused, RuleSet};
 pub use error::ConfigError;
 pub use key::{Key, MAX_KEY_LEN};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryLimiter, MemoryStats};
