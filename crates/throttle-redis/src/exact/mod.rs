@@ -142,6 +142,15 @@ impl Limiter for ExactLimiter {
         true
     }
 
+    /// The counts are Redis's, under the rule's name: a limiter for the new
+    /// quota reads them as they are (with a deny cache of its own: denials
+    /// remembered under the old quota may not hold under the new one).
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        Some(Arc::new(
+            ExactLimiter::new(self.0.redis.clone(), rule).ok()?,
+        ))
+    }
+
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
         if outcome.degraded {
             if let Some(local) = &self.0.local {
