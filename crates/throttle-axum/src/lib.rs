@@ -38,13 +38,13 @@ pub mod from_config;
 
 pub use extract::{ClientIp, Route};
 pub use throttle_core::{
-    Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
+    Algorithm, Allowed, Backend, Carried, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, KeyExtractor,
-    KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, SuccessHeaders, Throttle,
-    ThrottleBody,
+    KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Reloaded, Responder, SuccessHeaders,
+    Throttle, ThrottleBody,
 };
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON

@@ -1,9 +1,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use http::request::Parts;
 use smallvec::SmallVec;
-use throttle_core::{Backend, Check, ConfigError, Demand, RuleSet};
+use throttle_core::{Backend, Carried, Check, ConfigError, Demand, RuleSet};
 use tower_layer::Layer;
 
 use crate::KeyExtractor;
@@ -30,7 +31,8 @@ use crate::service::Throttle;
 /// # Ok::<(), throttle_tower::ConfigError>(())
 /// ```
 pub struct ThrottleLayer<R = HttpResponder> {
-    pub(crate) shared: Arc<Shared<R>>,
+    /// The current rules; [`reload`](Self::reload) replaces them whole.
+    pub(crate) shared: Arc<ArcSwap<Shared<R>>>,
 }
 
 impl<R> Clone for ThrottleLayer<R> {
@@ -44,7 +46,7 @@ impl<R> Clone for ThrottleLayer<R> {
 impl<R> fmt::Debug for ThrottleLayer<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleLayer")
-            .field("rules", &self.shared.rules)
+            .field("rules", &self.shared.load().rules)
             .finish_non_exhaustive()
     }
 }
@@ -81,44 +83,64 @@ impl<R: Responder> ThrottleLayer<R> {
         backend: impl Backend,
         responder: R,
     ) -> Result<Self, ConfigError> {
-        if policy.limits.is_empty() {
-            return Err(ConfigError::new(
-                "policy",
-                "has no rules: add at least one with Policy::rule",
-            ));
-        }
-        let mut rules = RuleSet::new();
-        let mut limits = Vec::with_capacity(policy.limits.len());
-        for limit in policy.limits {
-            limit
-                .extractor
-                .validate()
-                .map_err(|e| e.in_rule(limit.rule.name()))?;
-            let static_cost = u64::from(limit.rule.static_cost());
-            let index = match &limit.backend {
-                Some(own) => rules.bind(limit.rule, own.as_ref())?,
-                None => rules.bind(limit.rule, &backend)?,
-            };
-            limits.push(Bound {
-                index,
-                extractor: limit.extractor,
-                on_missing: limit.on_missing,
-                cost: limit.cost,
-                static_cost,
-            });
-        }
+        let (shared, _) = Shared::build(policy, &backend, responder, None)?;
         Ok(Self {
-            shared: Arc::new(Shared {
-                rules,
-                limits: limits.into(),
-                responder,
-            }),
+            shared: Arc::new(ArcSwap::from_pointee(shared)),
         })
     }
 
-    /// The rules, bound to their backends, in policy order.
-    pub fn rules(&self) -> &RuleSet {
-        &self.shared.rules
+    /// Replaces the policy of this layer and of every service it wraps,
+    /// from the next request on, binding new rules to `backend` (pass the
+    /// backend the layer was built with). Counts carry over: a rule whose
+    /// name and algorithm are unchanged keeps its counts, and a changed
+    /// quota applies from the next request (see [`Carried`]). A policy that
+    /// does not validate is refused whole, with the error, and the running
+    /// rules stay.
+    ///
+    /// ```
+    /// use throttle_tower::{Global, HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+    /// use throttle_tower::Carried;
+    ///
+    /// let backend = MemoryBackend::default();
+    /// let policy = |n| Policy::new().rule(Rule::new("global", Quota::per_second(n)), Global);
+    /// let layer = ThrottleLayer::<HttpResponder>::new(policy(100), backend.clone())?;
+    /// let reloaded = layer.reload(policy(200), backend.clone())?;
+    /// assert_eq!(reloaded.rules, [("global".to_owned(), Carried::Requoted)]);
+    /// assert!(layer.reload(policy(0), backend).is_err()); // the old rules stay
+    /// assert_eq!(layer.rules().rule(0).quota().limit(), 200);
+    /// # Ok::<(), throttle_tower::ConfigError>(())
+    /// ```
+    pub fn reload(&self, policy: Policy, backend: impl Backend) -> Result<Reloaded, ConfigError>
+    where
+        R: Clone,
+    {
+        let current = self.shared.load();
+        let responder = current.responder.clone();
+        self.reload_with_responder(policy, backend, responder)
+    }
+
+    /// Like [`reload`](Self::reload), answering with `responder` from now
+    /// on.
+    pub fn reload_with_responder(
+        &self,
+        policy: Policy,
+        backend: impl Backend,
+        responder: R,
+    ) -> Result<Reloaded, ConfigError> {
+        let current = self.shared.load_full();
+        let (shared, rules) = Shared::build(policy, &backend, responder, Some(&current.rules))?;
+        let removed = (0..current.rules.len())
+            .map(|i| current.rules.rule(i).name().to_owned())
+            .filter(|name| !rules.iter().any(|(n, _)| n == name))
+            .collect();
+        self.shared.store(Arc::new(shared));
+        Ok(Reloaded { rules, removed })
+    }
+
+    /// The rules, bound to their backends, in policy order (as they are
+    /// now: a reload replaces them).
+    pub fn rules(&self) -> RuleSet {
+        self.shared.load().rules.clone()
     }
 }
 
@@ -127,6 +149,68 @@ impl<S, R> Layer<S> for ThrottleLayer<R> {
 
     fn layer(&self, inner: S) -> Self::Service {
         Throttle::new(inner, self.shared.clone())
+    }
+}
+
+/// What a [`reload`](ThrottleLayer::reload) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reloaded {
+    /// Every rule of the new policy, in order, and what became of its counts.
+    pub rules: Vec<(String, Carried)>,
+    /// Rules of the old policy that the new one no longer has.
+    pub removed: Vec<String>,
+}
+
+impl<R> Shared<R> {
+    /// Binds every rule of `policy` (after `previous`, on a reload).
+    fn build(
+        policy: Policy,
+        backend: &dyn Backend,
+        responder: R,
+        previous: Option<&RuleSet>,
+    ) -> Result<(Self, Vec<(String, Carried)>), ConfigError> {
+        if policy.limits.is_empty() {
+            return Err(ConfigError::new(
+                "policy",
+                "has no rules: add at least one with Policy::rule",
+            ));
+        }
+        let mut rules = RuleSet::new();
+        let mut limits = Vec::with_capacity(policy.limits.len());
+        let mut carried = Vec::with_capacity(policy.limits.len());
+        for limit in policy.limits {
+            limit
+                .extractor
+                .validate()
+                .map_err(|e| e.in_rule(limit.rule.name()))?;
+            let static_cost = u64::from(limit.rule.static_cost());
+            let name = limit.rule.name().to_owned();
+            let own: &dyn Backend = match &limit.backend {
+                Some(own) => own.as_ref(),
+                None => backend,
+            };
+            let (index, how) = match previous {
+                Some(previous) => rules.bind_after(limit.rule, own, previous)?,
+                None => (rules.bind(limit.rule, own)?, Carried::Fresh),
+            };
+            carried.push((name, how));
+            limits.push(Bound {
+                index,
+                extractor: limit.extractor,
+                on_missing: limit.on_missing,
+                cost: limit.cost,
+                static_cost,
+            });
+        }
+        Ok((
+            Self {
+                rules,
+                limits: limits.into(),
+                responder,
+            },
+            carried,
+        ))
     }
 }
 

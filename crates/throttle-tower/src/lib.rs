@@ -43,7 +43,7 @@ pub use body::ThrottleBody;
 pub use extract::{Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or};
 pub use future::ResponseFuture;
 pub use ip::IpPrefix;
-pub use layer::ThrottleLayer;
+pub use layer::{Reloaded, ThrottleLayer};
 pub use policy::{CostFn, Limit, MissingKey, Policy};
 pub use responder::{
     HeaderBlock, HttpResponder, RATELIMIT, RATELIMIT_POLICY, Rejection, Responder, SuccessHeaders,
@@ -52,6 +52,6 @@ pub use responder::{
 };
 pub use service::Throttle;
 pub use throttle_core::{
-    Algorithm, Allowed, Backend, ConfigError, Decision, Denied, FailurePolicy, Key, MemoryBackend,
-    Quota, Refused, Rule,
+    Algorithm, Allowed, Backend, Carried, ConfigError, Decision, Denied, FailurePolicy, Key,
+    MemoryBackend, Quota, Refused, Rule,
 };

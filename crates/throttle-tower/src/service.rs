@@ -3,6 +3,7 @@ use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use arc_swap::{ArcSwap, Guard};
 use http::{Request, Response};
 use throttle_core::Check;
 use tower_service::Service;
@@ -20,11 +21,12 @@ use crate::responder::Responder;
 /// and the error type stays the inner service's.
 pub struct Throttle<S, R> {
     inner: S,
-    shared: Arc<Shared<R>>,
+    /// The layer's current rules (replaced whole by a reload).
+    shared: Arc<ArcSwap<Shared<R>>>,
 }
 
 impl<S, R> Throttle<S, R> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<R>>) -> Self {
+    pub(crate) fn new(inner: S, shared: Arc<ArcSwap<Shared<R>>>) -> Self {
         Self { inner, shared }
     }
 
@@ -47,7 +49,7 @@ impl<S: fmt::Debug, R> fmt::Debug for Throttle<S, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Throttle")
             .field("inner", &self.inner)
-            .field("rules", &self.shared.rules)
+            .field("rules", &self.shared.load().rules)
             .finish()
     }
 }
@@ -67,12 +69,15 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (parts, body) = req.into_parts();
-        match self.shared.prepare(&parts) {
+        // The rules as they are now; a reload during this request's check
+        // does not change which rules it was checked and charged against.
+        let shared = self.shared.load();
+        match shared.prepare(&parts) {
             Prepared::Rejected(rejection) => {
-                ResponseFuture::rejected(self.shared.responder.reject(&parts, rejection))
+                ResponseFuture::rejected(shared.responder.reject(&parts, rejection))
             }
             Prepared::Check(Check::Ready(decision)) => {
-                ResponseFuture::decided(&self.shared, &mut self.inner, parts, body, decision)
+                ResponseFuture::decided(&shared, &mut self.inner, parts, body, decision)
             }
             Prepared::Check(Check::Pending(check)) => {
                 // The inner call happens after an await: take the service
@@ -83,7 +88,7 @@ where
                     check,
                     ready,
                     Request::from_parts(parts, body),
-                    self.shared.clone(),
+                    Guard::into_inner(shared),
                 )
             }
         }
