@@ -15,6 +15,7 @@ pub(crate) struct File {
     pub(crate) proxy_hops: Option<Spanned<i64>>,
     pub(crate) headers: Option<Spanned<String>>,
     pub(crate) metrics: Option<Metrics>,
+    pub(crate) server: Option<Server>,
     pub(crate) backend: Option<Spanned<Backend>>,
     pub(crate) jwt: Option<Spanned<Jwt>>,
     #[serde(default)]
@@ -25,6 +26,13 @@ pub(crate) struct File {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Metrics {
     pub(crate) listen: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Server {
+    pub(crate) max_connections: Option<Spanned<i64>>,
+    pub(crate) header_timeout_secs: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

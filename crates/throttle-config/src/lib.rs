@@ -46,4 +46,5 @@ pub use error::ConfigFileError;
 pub use load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIERS};
 pub use model::{
     BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, JwtConfig, KeySpec, RuleConfig,
+    ServerConfig,
 };

@@ -14,6 +14,7 @@ use crate::error::ConfigFileError;
 use crate::file;
 use crate::model::{
     BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, JwtConfig, KeySpec, RuleConfig,
+    ServerConfig,
 };
 
 /// The most rules one file may hold.
@@ -140,6 +141,21 @@ impl Loader<'_> {
             .as_ref()
             .map(|m| self.socket_addr("metrics.listen", &m.listen))
             .transpose()?;
+        let mut server = ServerConfig::default();
+        if let Some(table) = &raw.server {
+            if let Some(v) = &table.max_connections {
+                server.max_connections =
+                    self.int("server.max_connections", v, 1, 1_000_000)? as usize;
+            }
+            if let Some(v) = &table.header_timeout_secs {
+                server.header_timeout = Duration::from_secs(self.int(
+                    "server.header_timeout_secs",
+                    v,
+                    1,
+                    3_600,
+                )? as u64);
+            }
+        }
         let backend = match &raw.backend {
             Some(b) => self.backend(b.get_ref())?,
             None => BackendConfig::default(),
@@ -184,6 +200,7 @@ impl Loader<'_> {
             proxy_hops,
             headers,
             metrics_listen,
+            server,
             backend,
             jwt,
             rules,

@@ -19,12 +19,35 @@ pub struct GatewayConfig {
     pub headers: HeaderStyle,
     /// Where Prometheus text is served (`[metrics] listen`), if set.
     pub metrics_listen: Option<SocketAddr>,
+    /// How the gateway treats connections (`[server]`).
+    pub server: ServerConfig,
     /// The backend every rule uses (`[backend]`; memory when absent).
     pub backend: BackendConfig,
     /// How bearer tokens are verified (`[jwt]`), for `jwt:<claim>` keys.
     pub jwt: Option<JwtConfig>,
     /// The rules, in file order.
     pub rules: Vec<RuleConfig>,
+}
+
+/// The `[server]` table: what a slow or idle client may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Connections open at once (`max_connections`, default 10,000); past
+    /// it, new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive, and how long an
+    /// idle keep-alive connection stays open (`header_timeout_secs`,
+    /// default 10).
+    pub header_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// An address block, `a.b.c.d/n` or `x::/n`.
@@ -68,7 +91,7 @@ pub enum BackendKind {
 }
 
 /// The `[backend]` table.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendConfig {
     /// Which backend.
     pub kind: BackendKind,

@@ -30,6 +30,10 @@ headers = "ietf"
 [metrics]
 listen = "127.0.0.1:9090"
 
+[server]
+max_connections = 500
+header_timeout_secs = 3
+
 [backend]
 kind = "redis-leased"
 url = "redis://127.0.0.1:6379"
@@ -79,6 +83,8 @@ failure = "closed"
     assert_eq!(c.proxy_hops, Some(2));
     assert_eq!(c.headers, HeaderStyle::Ietf);
     assert_eq!(c.metrics_listen.unwrap().port(), 9090);
+    assert_eq!(c.server.max_connections, 500);
+    assert_eq!(c.server.header_timeout, Duration::from_secs(3));
     assert_eq!(c.backend.kind, BackendKind::RedisLeased);
     assert_eq!(c.backend.command_timeout, Some(Duration::from_millis(20)));
     assert_eq!(
