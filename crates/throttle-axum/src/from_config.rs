@@ -39,7 +39,16 @@ pub fn layer(
 /// The policy a configuration describes (its rules, in file order).
 pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileError> {
     let mut policy = Policy::new();
+    if !config.trusted_proxies.is_empty() || config.proxy_hops.is_some() {
+        return Err(unavailable(file, None, "trusted_proxies"));
+    }
     for rule in &config.rules {
+        if rule.shadow {
+            return Err(unavailable(file, Some(rule.rule.name()), "shadow"));
+        }
+        if !rule.tiers.is_empty() {
+            return Err(unavailable(file, Some(rule.rule.name()), "tiers"));
+        }
         policy = policy.rule(rule.rule.clone(), Dyn(extractor(rule, file)?));
     }
     Ok(policy)
@@ -84,14 +93,14 @@ fn part(
                 .collect::<Result<_, _>>()?,
         )),
         KeySpec::UserAgent | KeySpec::Jwt(_) => {
-            return Err(ConfigFileError::in_file(
-                file,
-                Some(rule.rule.name()),
-                "key",
-                "this key source is not available in this build",
-            ));
+            return Err(unavailable(file, Some(rule.rule.name()), "key"));
         }
     })
+}
+
+/// A setting this build cannot honour: refused, never ignored.
+fn unavailable(file: &str, rule: Option<&str>, field: &str) -> ConfigFileError {
+    ConfigFileError::in_file(file, rule, field, "is not available in this build")
 }
 
 /// Applies `key` only on some routes; other requests skip the rule.
