@@ -37,7 +37,8 @@ const state = {
 window.lab = state; // for the browser test and the curious
 
 function secs(us) {
-  const s = (us / 1e6).toFixed(6).replace(/\.?0+$/, "");
+  // Millisecond precision: a microsecond of rounding is not news.
+  const s = (us / 1e6).toFixed(3).replace(/\.?0+$/, "");
   return s + " s";
 }
 
