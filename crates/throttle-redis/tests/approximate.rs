@@ -457,3 +457,61 @@ async fn shutdown_says_what_it_could_not_write() {
     assert_eq!(unflushed.counts, 5, "{unflushed}");
     assert!(unflushed.to_string().contains("5 admitted"), "{unflushed}");
 }
+
+/// A fail-open rule whose claim runs out while its flush to a hung Redis
+/// is out: for one command timeout it denies as it would waiting for any
+/// claim, then the failure policy decides (allowed, degraded), without
+/// waiting for the whole flush timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock.clone())
+        .command_timeout(Duration::from_millis(50));
+    let options = ApproximateOptions::default()
+        .spans(10)
+        .flush_timeout(Duration::from_secs(2));
+    let backend = RedisBackend::approximate(config, options).await.unwrap();
+    let rule = Rule::new("r", Quota::per_minute(600))
+        .fixed_window()
+        .fail_open();
+    let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+    let key = Key::new("k");
+    // A claim for a few requests, then spend it all.
+    assert!(allowed(limiter.as_ref(), &key));
+    assert!(backend.flush().await);
+    let mut spent = 0;
+    while allowed(limiter.as_ref(), &key) {
+        spent += 1;
+        assert!(spent < 600, "the claim never ran out");
+    }
+    // Redis hangs; the next flush goes out and waits.
+    server.stop();
+    let flusher = {
+        let backend = backend.clone();
+        tokio::spawn(async move { backend.flush().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let degraded = |limiter: &dyn Limiter| match limiter.acquire(&key, 1) {
+        Acquire::Ready(Ok(o)) => (o.step.allowed, o.degraded),
+        other => panic!("{other:?}"),
+    };
+    clock.advance(Duration::from_millis(10));
+    assert_eq!(
+        degraded(limiter.as_ref()),
+        (false, false),
+        "within a command timeout: waits for a claim"
+    );
+    clock.advance(Duration::from_millis(60));
+    assert_eq!(
+        degraded(limiter.as_ref()),
+        (true, true),
+        "past it: fail open decides"
+    );
+    server.resume();
+    assert!(
+        flusher.await.unwrap(),
+        "the flush got through once Redis woke"
+    );
+}

@@ -50,7 +50,27 @@ use redis::Script;
 use throttle_core::Key;
 
 use super::limiter::ApproxRule;
-use super::meter::{SpanState, Window, flag, sat32};
+use super::meter::{SpanMeter, SpanState, Window, flag, sat32};
+
+/// The buckets a flush call is out to, marked for as long as it is (a
+/// dropped call unmarks them too).
+struct Flights<'a> {
+    meter: &'a SpanMeter,
+    buckets: u8,
+}
+
+impl<'a> Flights<'a> {
+    fn start(meter: &'a SpanMeter, buckets: u8, now_us: u64) -> Self {
+        meter.flights_started(buckets, now_us);
+        Self { meter, buckets }
+    }
+}
+
+impl Drop for Flights<'_> {
+    fn drop(&mut self) {
+        self.meter.flights_ended(self.buckets);
+    }
+}
 
 /// The flush script (see `flush.lua`).
 static FLUSH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("flush.lua")));
@@ -237,6 +257,10 @@ impl ApproxRule {
             for chunk in group.chunks(FLUSH_CHUNK) {
                 let (bucket, interval) = (*bucket, *interval);
                 calls.push(async move {
+                    // Marked out for as long as this call is (not the
+                    // whole flush: a hung primary's call must not make the
+                    // others' buckets look overdue).
+                    let _out = Flights::start(self.store.meter(), 1 << bucket, now);
                     let ok = self.flush_bucket(bucket, interval, chunk, now, seq).await;
                     (bucket, ok)
                 });

@@ -131,6 +131,8 @@ impl ApproxLimiter {
             closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
             configured_fleet: u64::from(redis.config.fleet_size.max(1)),
             redis_down: AtomicU8::new(0),
+            flight_since: Default::default(),
+            overdue_after_us: redis.config.command_timeout.as_micros() as u64,
             fleet: Fleet::default(),
             shared: shared.clone(),
         };
@@ -259,10 +261,10 @@ impl ApproxRule {
     pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
         let meter = self.store.meter();
         let bucket = bucket_of(key);
-        let redis_ok = meter.bucket_ok(bucket);
-        let (step, now, asks) = self.store.with_state(key, |st, now| {
+        let (step, now, asks, redis_ok) = self.store.with_state(key, |st, now| {
+            let redis_ok = meter.bucket_ok(bucket, now);
             let (step, asks) = meter.decide(st, now, cost, redis_ok);
-            (step, now, asks)
+            (step, now, asks, redis_ok)
         });
         if asks.list {
             self.list(key);

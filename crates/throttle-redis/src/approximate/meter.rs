@@ -183,15 +183,45 @@ pub(crate) struct SpanMeter {
     /// The buckets (bit `b` for bucket `b`) whose last flush did not reach
     /// Redis: in a cluster a hung primary downs only the buckets it serves.
     pub(super) redis_down: AtomicU8,
+    /// When (µs, the rule's clock) the flush out to each bucket began, or
+    /// 0: a flush out longer than the command timeout counts as down, so
+    /// a hung Redis hands keys whose claim ran out to the failure policy
+    /// after one command timeout, not after the whole flush timeout.
+    pub(super) flight_since: [AtomicU64; 8],
+    /// The command timeout, in µs.
+    pub(super) overdue_after_us: u64,
     pub(super) fleet: Fleet,
     pub(super) shared: Arc<Shared>,
 }
 
 impl SpanMeter {
-    /// Whether the last flush of `bucket` reached Redis.
+    /// Whether the last flush of `bucket` reached Redis, and the one out
+    /// now (if any) has not been waiting longer than the command timeout.
     #[inline]
-    pub(super) fn bucket_ok(&self, bucket: u64) -> bool {
-        self.redis_down.load(Ordering::Relaxed) & (1 << bucket) == 0
+    pub(super) fn bucket_ok(&self, bucket: u64, now_us: u64) -> bool {
+        if self.redis_down.load(Ordering::Relaxed) & (1 << bucket) != 0 {
+            return false;
+        }
+        let since = self.flight_since[bucket as usize % 8].load(Ordering::Relaxed);
+        since == 0 || now_us.saturating_sub(since) <= self.overdue_after_us
+    }
+
+    /// A flush to the buckets in `buckets` (bit `b`) leaves at `now_us`.
+    pub(super) fn flights_started(&self, buckets: u8, now_us: u64) {
+        for b in 0..8 {
+            if buckets & (1 << b) != 0 {
+                self.flight_since[b].store(now_us.max(1), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The flush to the buckets in `buckets` is back (or gave up).
+    pub(super) fn flights_ended(&self, buckets: u8) {
+        for b in 0..8 {
+            if buckets & (1 << b) != 0 {
+                self.flight_since[b].store(0, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -425,7 +455,7 @@ impl Meter for SpanMeter {
     }
 
     fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
-        let redis_ok = self.redis_down.load(Ordering::Relaxed) == 0;
+        let redis_ok = (0..8).all(|b| self.bucket_ok(b, now_us));
         self.decide(st, now_us, cost, redis_ok).0
     }
 

@@ -221,13 +221,16 @@ impl Redis {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let deadline = tokio::time::Instant::now() + timeout;
         let (node, result) = match &self.route {
-            Route::Single(node) => (node.clone(), invoke(node, inv, deadline, false).await),
+            Route::Single(node) => (
+                node.clone(),
+                invoke(node, inv, deadline, false, !report).await,
+            ),
             Route::Cluster(cluster) => {
                 let Some(node) = cluster.node_for(slot) else {
                     Self::discover(self);
                     return Err(Failure::Unrouted);
                 };
-                let first = invoke(&node, inv, deadline, false).await;
+                let first = invoke(&node, inv, deadline, false, !report).await;
                 match first {
                     Err(Failure::Error(ref e)) => match redirect(e) {
                         Some(Redirect::Moved(slot, addr)) => {
@@ -235,7 +238,7 @@ impl Redis {
                             self.refresh_soon();
                             match moved {
                                 Some(to) => {
-                                    let r = invoke(&to, inv, deadline, false).await;
+                                    let r = invoke(&to, inv, deadline, false, !report).await;
                                     (to, r)
                                 }
                                 None => (node, first),
@@ -243,7 +246,7 @@ impl Redis {
                         }
                         Some(Redirect::Ask(addr)) => match cluster.node_at(addr) {
                             Some(to) => {
-                                let r = invoke(&to, inv, deadline, true).await;
+                                let r = invoke(&to, inv, deadline, true, !report).await;
                                 (to, r)
                             }
                             None => (node, first),
@@ -454,15 +457,20 @@ impl Redis {
     }
 }
 
-/// One script call on `node` until `deadline`; `asking` sends `ASKING`
-/// first (a slot in migration).
+/// One script call on `node` until `deadline`, on its off-path connection
+/// if `off_path`; `asking` sends `ASKING` first (a slot in migration).
 async fn invoke<T: FromRedisValue>(
     node: &Node,
     inv: &ScriptInvocation<'_>,
     deadline: tokio::time::Instant,
     asking: bool,
+    off_path: bool,
 ) -> Result<T, Failure> {
-    let mut conn = node.conn();
+    let mut conn = if off_path {
+        node.off_path()
+    } else {
+        node.conn()
+    };
     let call = async {
         if asking {
             let mut pipe = redis::pipe();

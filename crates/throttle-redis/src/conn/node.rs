@@ -8,6 +8,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionInfo, RedisResult};
 
 use crate::breaker::Breaker;
+
+/// The longest an off-path call waits for a reply on its connection (its
+/// caller's own bound is usually shorter).
+const OFF_PATH_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 use crate::config::RedisConfig;
 
 pub(crate) struct Node {
@@ -15,6 +19,8 @@ pub(crate) struct Node {
     pub(crate) addr: String,
     conns: Box<[ConnectionManager]>,
     next: AtomicUsize,
+    /// The connection of flushes and their probes.
+    off_path: ConnectionManager,
     pub(crate) breaker: Breaker,
     /// Whether a probe is running for this node's open breaker.
     pub(crate) probing: AtomicBool,
@@ -36,8 +42,16 @@ impl Node {
         let conns = (0..config.connections.max(1))
             .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), cfg.clone()))
             .collect::<RedisResult<Vec<_>>>()?;
+        // Flushes get a connection of their own: they neither queue with
+        // the request path's calls nor are cut short at the command timeout
+        // (their callers bound them by the flush timeout).
+        let off_path = ConnectionManager::new_lazy_with_config(
+            client,
+            cfg.set_response_timeout(Some(OFF_PATH_RESPONSE_TIMEOUT)),
+        )?;
         Ok(Self {
             addr,
+            off_path,
             conns: conns.into(),
             next: AtomicUsize::new(0),
             breaker: Breaker::new(config.breaker_threshold),
@@ -45,7 +59,12 @@ impl Node {
         })
     }
 
-    /// One of the node's connections, round robin.
+    /// The connection for calls off the request path.
+    pub(crate) fn off_path(&self) -> ConnectionManager {
+        self.off_path.clone()
+    }
+
+    /// One of the node's request-path connections, round robin.
     pub(crate) fn conn(&self) -> ConnectionManager {
         let i = if self.conns.len() == 1 {
             0
