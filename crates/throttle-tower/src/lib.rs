@@ -42,7 +42,7 @@ mod service;
 pub use body::ThrottleBody;
 pub use extract::{Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or};
 pub use future::ResponseFuture;
-pub use ip::IpPrefix;
+pub use ip::{ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource};
 pub use layer::ThrottleLayer;
 pub use policy::{CostFn, Limit, MissingKey, Policy};
 pub use responder::{

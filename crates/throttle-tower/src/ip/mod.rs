@@ -1,6 +1,12 @@
-//! Client addresses -> keys, grouped by prefix; shared by the extractors that
-//! read a peer address (`throttle_axum::ClientIp`, `throttle_tonic::PeerIp`).
+//! Client addresses -> keys: the peer-address extractor behind
+//! `throttle_axum::ClientIp` and `throttle_tonic::PeerIp`, the walk through
+//! forwarding headers when the peer is a trusted proxy, and the grouping of
+//! addresses by prefix.
 
+mod client;
+mod forwarded;
 mod prefix;
 
+pub use client::{ClientAddr, PeerSource};
+pub use forwarded::{ForwardedHeader, MAX_FORWARDED_ENTRIES};
 pub use prefix::IpPrefix;
