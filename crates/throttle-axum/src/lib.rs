@@ -34,10 +34,13 @@
 
 mod extract;
 
-pub use extract::{ClientIp, Route};
+pub use extract::{ClientIp, ConnectInfoPeer, Route};
 pub use throttle_core::{
     Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
+};
+pub use throttle_tower::{
+    ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource,
 };
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, KeyExtractor,

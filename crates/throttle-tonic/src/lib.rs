@@ -82,7 +82,7 @@
 mod extract;
 mod responder;
 
-pub use extract::{GrpcMethod, GrpcService, Metadata, PeerIp};
+pub use extract::{GrpcMethod, GrpcService, Metadata, PeerIp, TonicPeer};
 pub use responder::{
     ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS, GrpcProtocol, GrpcResponder, code_for_http_status,
     is_grpc,
@@ -91,6 +91,7 @@ pub use throttle_core::{
     Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
+pub use throttle_tower::{ClientAddr, ForwardedHeader, MAX_FORWARDED_ENTRIES, PeerSource};
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, IpPrefix, KeyExtractor,
     KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, Throttle, ThrottleBody,
