@@ -11,7 +11,9 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use support::{HttpClient, client_from, serve};
-use throttle_axum::{ClientIp, ForwardedHeader, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::{
+    ClientIp, ForwardedHeader, MemoryBackend, Policy, Quota, Rule, ThrottleLayer, UserAgentHash,
+};
 
 const PROXY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const INNER_PROXY: &str = "127.0.0.3";
@@ -134,4 +136,41 @@ async fn rfc_7239_forwarded_when_chosen_and_then_only_it() {
         xff(&proxy, addr, "203.0.113.52").await,
         StatusCode::TOO_MANY_REQUESTS
     );
+}
+
+#[tokio::test]
+async fn a_subnet_and_user_agent_composite_keeps_nat_neighbours_apart() {
+    let policy = Policy::new().rule(
+        Rule::new("anon", Quota::new(2, Duration::from_secs(600))).fixed_window(),
+        (
+            ClientIp::v4_prefix(24).trusted_proxies(["127.0.0.2"]),
+            UserAgentHash,
+        ),
+    );
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(ThrottleLayer::new(policy, MemoryBackend::default()).unwrap());
+    let addr = serve(app, true).await;
+    let proxy = client_from(PROXY);
+    let get = |ip: &'static str, ua: &'static str| {
+        let proxy = &proxy;
+        async move {
+            let headers = [("x-forwarded-for", ip), ("user-agent", ua)];
+            proxy.get(addr, "/", &headers).await.status
+        }
+    };
+    // Two addresses of one /24 with one browser: one key.
+    assert_eq!(get("100.64.0.1", "Firefox/140").await, StatusCode::OK);
+    assert_eq!(get("100.64.0.2", "Firefox/140").await, StatusCode::OK);
+    assert_eq!(
+        get("100.64.0.3", "Firefox/140").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another browser behind the same NAT pool has its own quota.
+    assert_eq!(get("100.64.0.1", "Chrome/141").await, StatusCode::OK);
+    // No User-Agent: the key is missing, rejected with 400 by default.
+    let r = proxy
+        .get(addr, "/", &[("x-forwarded-for", "100.64.0.1")])
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
 }

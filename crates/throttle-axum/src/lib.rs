@@ -40,7 +40,7 @@ pub use throttle_core::{
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
 pub use throttle_tower::{
-    ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource,
+    ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource, UserAgentHash,
 };
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, KeyExtractor,

@@ -40,7 +40,9 @@ mod responder;
 mod service;
 
 pub use body::ThrottleBody;
-pub use extract::{Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or};
+pub use extract::{
+    Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or, UserAgentHash,
+};
 pub use future::ResponseFuture;
 pub use ip::{ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource};
 pub use layer::ThrottleLayer;
