@@ -47,6 +47,8 @@ pub use throttle_tower::{
     KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, SuccessHeaders, Throttle,
     ThrottleBody,
 };
+#[cfg(feature = "jwt")]
+pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON
 /// ([`HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom

@@ -98,6 +98,8 @@ pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, IpPrefix, KeyExtractor,
     KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, Throttle, ThrottleBody,
 };
+#[cfg(feature = "jwt")]
+pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
 
 /// The throttle layer for tonic, answering gRPC calls with gRPC statuses and
 /// plain HTTP requests with HTTP 429 ([`GrpcResponder`]). Use

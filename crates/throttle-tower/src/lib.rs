@@ -34,6 +34,8 @@ mod body;
 mod extract;
 mod future;
 mod ip;
+#[cfg(feature = "jwt")]
+mod jwt;
 mod layer;
 mod policy;
 mod responder;
@@ -45,6 +47,8 @@ pub use extract::{
 };
 pub use future::ResponseFuture;
 pub use ip::{ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource};
+#[cfg(feature = "jwt")]
+pub use jwt::{Jwt, MAX_TOKEN_LEN};
 pub use layer::ThrottleLayer;
 pub use policy::{CostFn, Limit, MissingKey, Policy};
 pub use responder::{
