@@ -394,4 +394,17 @@ mod tests {
             Extracted::Key(IpPrefix::new().key_of(v4))
         );
     }
+
+    #[test]
+    fn peer_ip_reads_metadata_only_from_a_trusted_proxy() {
+        let mut req = grpc("/a.B/C");
+        req.headers
+            .insert("x-forwarded-for", "6.6.6.6, 203.0.113.7".parse().unwrap());
+        let proxy: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        req.extensions.insert(ConnectInfo(proxy));
+        let key = |ip: &str| Extracted::Key(IpPrefix::new().key_of(ip.parse().unwrap()));
+        assert_eq!(PeerIp::default().extract(&req), key("10.0.0.1"));
+        let trusting = PeerIp::default().trusted_proxies(["10.0.0.0/8"]);
+        assert_eq!(trusting.extract(&req), key("203.0.113.7"));
+    }
 }
