@@ -1,24 +1,53 @@
 //! Extractors that need axum: the peer address and the matched route.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::{ConnectInfo, MatchedPath};
 use http::StatusCode;
 use http::request::Parts;
 use throttle_core::{ConfigError, Key};
-use throttle_tower::{Extracted, IpPrefix, KeyExtractor, MissingKey};
+use throttle_tower::{ClientAddr, Extracted, KeyExtractor, MissingKey, PeerSource};
 
 static WARNED_NO_CONNECT_INFO: AtomicBool = AtomicBool::new(false);
 static WARNED_NO_MATCHED_PATH: AtomicBool = AtomicBool::new(false);
 
-/// The client's IP address, from the connection (`ConnectInfo<SocketAddr>`),
+/// Where axum puts the peer address: `ConnectInfo<SocketAddr>`, present
+/// when the server is started with
+/// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`.
+/// Without it there is no peer address; the first such request logs an
+/// error explaining the fix.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConnectInfoPeer;
+
+impl PeerSource for ConnectInfoPeer {
+    #[inline]
+    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr> {
+        req.extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| *addr)
+    }
+
+    fn no_peer(&self) {
+        if !WARNED_NO_CONNECT_INFO.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "throttle: ClientIp found no peer address in the request. Serve the app with \
+                 `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`; \
+                 until then requests limited by client IP are answered 500"
+            );
+        }
+    }
+}
+
+/// The client's IP address: the connection's peer (`ConnectInfo<SocketAddr>`)
+/// or, when that peer is a trusted proxy, the address it forwarded for;
 /// grouped by prefix: IPv4 by `/32` (each address) and IPv6 by `/64` (one
 /// subscriber's network) unless told otherwise. An IPv4-mapped IPv6 address
 /// (`::ffff:a.b.c.d`) counts as the IPv4 address.
 ///
-/// Headers such as `X-Forwarded-For` are never read: any client can write
-/// them.
+/// This is [`ClientAddr`] reading axum's connect info: see it for the
+/// trusted-proxy rules. With no proxy trusted (the default) headers such as
+/// `X-Forwarded-For` are never read: any client can write them.
 ///
 /// The server must be started with connect info:
 /// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`.
@@ -27,68 +56,16 @@ static WARNED_NO_MATCHED_PATH: AtomicBool = AtomicBool::new(false);
 /// naming the rule (`RATE_LIMIT_KEY_MISSING`), never passed unlimited.
 ///
 /// ```
-/// use throttle_axum::ClientIp;
+/// use throttle_axum::{ClientIp, ForwardedHeader};
 /// let per_address = ClientIp::default();
 /// let per_subnet = ClientIp::default().ipv4_prefix(24).ipv6_prefix(56);
-/// # let _ = (per_address, per_subnet);
+/// let behind_our_balancers = ClientIp::default().trusted_proxies(["10.0.0.0/8"]);
+/// let behind_rfc7239_proxies = ClientIp::default()
+///     .trusted_proxies(["10.0.0.0/8", "fd00::/8"])
+///     .forwarded_header(ForwardedHeader::Forwarded);
+/// # let _ = (per_address, per_subnet, behind_our_balancers, behind_rfc7239_proxies);
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ClientIp {
-    prefix: IpPrefix,
-}
-
-impl ClientIp {
-    /// Groups IPv4 addresses by this prefix length (1 to 32; default 32).
-    /// A `/24` groups a whole carrier-grade NAT pool: combine it with other
-    /// signals rather than using it alone.
-    #[must_use]
-    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
-        self.prefix = self.prefix.ipv4(bits);
-        self
-    }
-
-    /// Groups IPv6 addresses by this prefix length (1 to 128; default 64,
-    /// as one subscriber usually holds a whole /64; 56 and 48 are common
-    /// allocations too).
-    #[must_use]
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.prefix = self.prefix.ipv6(bits);
-        self
-    }
-
-    /// The key of an address under this grouping (see [`IpPrefix`]).
-    pub fn key_of(&self, ip: IpAddr) -> Key {
-        self.prefix.key_of(ip)
-    }
-}
-
-impl KeyExtractor for ClientIp {
-    #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
-        match req.extensions.get::<ConnectInfo<SocketAddr>>() {
-            Some(ConnectInfo(addr)) => Extracted::Key(self.key_of(addr.ip())),
-            None => {
-                if !WARNED_NO_CONNECT_INFO.swap(true, Ordering::Relaxed) {
-                    tracing::error!(
-                        "throttle: ClientIp found no peer address in the request. Serve the app with \
-                         `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`; \
-                         until then requests limited by client IP are answered 500"
-                    );
-                }
-                Extracted::Missing
-            }
-        }
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        self.prefix.validate()
-    }
-
-    fn on_missing(&self) -> MissingKey {
-        // Only a server started without connect info lacks a peer address.
-        MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
-    }
-}
+pub type ClientIp = ClientAddr<ConnectInfoPeer>;
 
 /// The route template the request matched (`/users/{id}`, not
 /// `/users/42`), from axum's `MatchedPath`: one key per endpoint.
@@ -188,7 +165,7 @@ impl KeyExtractor for Route {
 
 #[cfg(test)]
 mod tests {
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     use super::*;
 

@@ -36,16 +36,21 @@ mod extract;
 #[cfg(feature = "config")]
 pub mod from_config;
 
-pub use extract::{ClientIp, Route};
+pub use extract::{ClientIp, ConnectInfoPeer, Route};
 pub use throttle_core::{
     Algorithm, Allowed, Backend, Carried, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
+};
+pub use throttle_tower::{
+    ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource, UserAgentHash,
 };
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, KeyExtractor,
     KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Reloaded, Responder, SuccessHeaders,
     Throttle, ThrottleBody,
 };
+#[cfg(feature = "jwt")]
+pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON
 /// ([`HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom

@@ -1,14 +1,13 @@
 //! Key extractors for gRPC calls: the method, the service, a metadata value
 //! and the peer address.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::ConnectInfo;
-use http::StatusCode;
 use http::request::Parts;
 use throttle_core::{ConfigError, Key};
-use throttle_tower::{Extracted, Header, IpPrefix, KeyExtractor, MissingKey};
+use throttle_tower::{ClientAddr, Extracted, Header, KeyExtractor, PeerSource};
 use tonic::transport::server::TcpConnectInfo;
 
 use crate::responder::is_grpc;
@@ -242,12 +241,8 @@ impl KeyExtractor for Metadata {
     }
 }
 
-/// The peer's IP address, from the connection, grouped by prefix like
-/// `throttle_axum::ClientIp` (IPv4 `/32` and IPv6 `/64` unless told
-/// otherwise, IPv4-mapped IPv6 counted as IPv4; see [`IpPrefix`]). Both
-/// extractors give an address the same key.
-///
-/// The address comes from what the server put into the request:
+/// Where tonic (or an axum router hosting tonic services) puts the peer
+/// address:
 ///
 /// - `tonic::transport::Server` inserts `TcpConnectInfo` for TCP
 ///   connections before any layer runs, also when it terminates TLS itself
@@ -257,49 +252,15 @@ impl KeyExtractor for Metadata {
 ///   `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`
 ///   inserts `ConnectInfo<SocketAddr>`.
 ///
-/// Metadata such as `x-forwarded-for` is never read: any client can write
-/// it.
-///
-/// A call without a peer address (a Unix socket, a custom transport, an
-/// axum router served without connect info) has no key: the first one logs
-/// an error, and calls are answered `INTERNAL` naming the rule, never
-/// passed unlimited. Give such servers another key
-/// (`PeerIp::default().or(Global)`, or
-/// `Limit::on_missing_key(MissingKey::Skip)`) if that is intended.
-///
-/// ```
-/// use throttle_tonic::PeerIp;
-/// let per_address = PeerIp::default();
-/// let per_subnet = PeerIp::default().ipv4_prefix(24).ipv6_prefix(56);
-/// # let _ = (per_address, per_subnet);
-/// ```
+/// A call without either (a Unix socket, a custom transport, an axum router
+/// served without connect info) has no peer address; the first one logs an
+/// error explaining the fix.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PeerIp {
-    prefix: IpPrefix,
-}
+pub struct TonicPeer;
 
-impl PeerIp {
-    /// Groups IPv4 addresses by this prefix length (1 to 32; default 32).
-    #[must_use]
-    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
-        self.prefix = self.prefix.ipv4(bits);
-        self
-    }
-
-    /// Groups IPv6 addresses by this prefix length (1 to 128; default 64).
-    #[must_use]
-    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
-        self.prefix = self.prefix.ipv6(bits);
-        self
-    }
-
-    /// The key of an address under this grouping.
-    pub fn key_of(&self, ip: IpAddr) -> Key {
-        self.prefix.key_of(ip)
-    }
-
-    /// The peer address the server recorded for this request, if any.
-    pub fn peer_addr(req: &Parts) -> Option<SocketAddr> {
+impl PeerSource for TonicPeer {
+    #[inline]
+    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr> {
         if let Some(info) = req.extensions.get::<TcpConnectInfo>() {
             return info.remote_addr();
         }
@@ -307,39 +268,49 @@ impl PeerIp {
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(addr)| *addr)
     }
-}
 
-impl KeyExtractor for PeerIp {
-    #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
-        match Self::peer_addr(req) {
-            Some(addr) => Extracted::Key(self.key_of(addr.ip())),
-            None => {
-                if !WARNED_NO_PEER.swap(true, Ordering::Relaxed) {
-                    tracing::error!(
-                        "throttle: PeerIp found no peer address in the request. Serve tonic over TCP \
-                         (tonic::transport::Server inserts TcpConnectInfo), or an axum router with \
-                         `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`; \
-                         until then calls limited by peer IP are answered INTERNAL (HTTP 500)"
-                    );
-                }
-                Extracted::Missing
-            }
+    fn no_peer(&self) {
+        if !WARNED_NO_PEER.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "throttle: PeerIp found no peer address in the request. Serve tonic over TCP \
+                 (tonic::transport::Server inserts TcpConnectInfo), or an axum router with \
+                 `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`; \
+                 until then calls limited by peer IP are answered INTERNAL (HTTP 500)"
+            );
         }
     }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        self.prefix.validate()
-    }
-
-    fn on_missing(&self) -> MissingKey {
-        // Only a server that records no peer address lacks one.
-        MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
-    }
 }
+
+/// The peer's IP address, from the connection ([`TonicPeer`]), or, when the
+/// peer is a trusted proxy, the address it forwarded for; grouped by prefix
+/// like `throttle_axum::ClientIp` (IPv4 `/32` and IPv6 `/64` unless told
+/// otherwise, IPv4-mapped IPv6 counted as IPv4; see [`IpPrefix`](crate::IpPrefix)). Both
+/// are [`ClientAddr`] and give an address the same key.
+///
+/// With no proxy trusted (the default) metadata such as `x-forwarded-for`
+/// is never read: any client can write it. See [`ClientAddr`] for the
+/// trusted-proxy rules.
+///
+/// A call without a peer address has no key: it is answered `INTERNAL`
+/// naming the rule, never passed unlimited. Give such servers another key
+/// (`PeerIp::default().or(Global)`, or
+/// `Limit::on_missing_key(MissingKey::Skip)`) if that is intended.
+///
+/// ```
+/// use throttle_tonic::PeerIp;
+/// let per_address = PeerIp::default();
+/// let per_subnet = PeerIp::default().ipv4_prefix(24).ipv6_prefix(56);
+/// let behind_envoy = PeerIp::default().trusted_proxies(["10.0.0.0/8"]);
+/// # let _ = (per_address, per_subnet, behind_envoy);
+/// ```
+pub type PeerIp = ClientAddr<TonicPeer>;
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
+    use throttle_tower::IpPrefix;
+
     use super::*;
 
     fn grpc(path: &str) -> Parts {
@@ -422,5 +393,18 @@ mod tests {
             PeerIp::default().extract(&req),
             Extracted::Key(IpPrefix::new().key_of(v4))
         );
+    }
+
+    #[test]
+    fn peer_ip_reads_metadata_only_from_a_trusted_proxy() {
+        let mut req = grpc("/a.B/C");
+        req.headers
+            .insert("x-forwarded-for", "6.6.6.6, 203.0.113.7".parse().unwrap());
+        let proxy: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        req.extensions.insert(ConnectInfo(proxy));
+        let key = |ip: &str| Extracted::Key(IpPrefix::new().key_of(ip.parse().unwrap()));
+        assert_eq!(PeerIp::default().extract(&req), key("10.0.0.1"));
+        let trusting = PeerIp::default().trusted_proxies(["10.0.0.0/8"]);
+        assert_eq!(trusting.extract(&req), key("203.0.113.7"));
     }
 }

@@ -82,7 +82,7 @@
 mod extract;
 mod responder;
 
-pub use extract::{GrpcMethod, GrpcService, Metadata, PeerIp};
+pub use extract::{GrpcMethod, GrpcService, Metadata, PeerIp, TonicPeer};
 pub use responder::{
     ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS, GrpcProtocol, GrpcResponder, code_for_http_status,
     is_grpc,
@@ -92,9 +92,14 @@ pub use throttle_core::{
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
 pub use throttle_tower::{
+    ClientAddr, ForwardedHeader, MAX_FORWARDED_ENTRIES, PeerSource, UserAgentHash,
+};
+pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, IpPrefix, KeyExtractor,
     KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, Throttle, ThrottleBody,
 };
+#[cfg(feature = "jwt")]
+pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
 
 /// The throttle layer for tonic, answering gRPC calls with gRPC statuses and
 /// plain HTTP requests with HTTP 429 ([`GrpcResponder`]). Use

@@ -201,6 +201,57 @@ impl KeyExtractor for Header {
     }
 }
 
+/// A stable hash of the `User-Agent` header: one part of an
+/// unauthenticated composite key, as in `(ClientIp::v4_prefix(24),
+/// UserAgentHash)`, which keeps the clients of one carrier-grade NAT pool
+/// apart by what they run without limiting each address alone.
+///
+/// The key is the first 16 bytes of a BLAKE3 digest (keyed by a context
+/// string of this extractor) of the header's raw bytes: the same value
+/// gives the same key in every process and every release, the key has a
+/// fixed length whatever the client sent, and the raw header is never
+/// stored. As with [`Header`], a missing or empty header (or the first of
+/// several, when it is empty) is [`Extracted::Missing`], and the rule's
+/// [`MissingKey`] decides (default: reject with 400). To give clients that
+/// send none a shared bucket instead, fall back to [`Global`]:
+/// `UserAgentHash.or(Global)`.
+///
+/// ```
+/// use throttle_tower::{Extracted, KeyExtractor, UserAgentHash};
+///
+/// let req = |ua: &str| http::Request::get("/").header("user-agent", ua).body(()).unwrap().into_parts().0;
+/// let a = UserAgentHash.extract(&req("curl/8.5.0"));
+/// assert_eq!(a, UserAgentHash.extract(&req("curl/8.5.0")));
+/// assert_ne!(a, UserAgentHash.extract(&req("curl/8.6.0")));
+/// let Extracted::Key(key) = a else { unreachable!() };
+/// assert_eq!(key.as_bytes().len(), 16);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UserAgentHash;
+
+impl UserAgentHash {
+    /// The length of the key, in bytes.
+    pub const KEY_LEN: usize = 16;
+
+    /// The key of a `User-Agent` value.
+    pub fn key_of(user_agent: &[u8]) -> Key {
+        let mut hasher = blake3::Hasher::new_derive_key("throttle UserAgentHash v1");
+        hasher.update(user_agent);
+        let digest = hasher.finalize();
+        Key::new(&digest.as_bytes()[..Self::KEY_LEN])
+    }
+}
+
+impl KeyExtractor for UserAgentHash {
+    #[inline]
+    fn extract(&self, req: &Parts) -> Extracted {
+        match req.headers.get(http::header::USER_AGENT) {
+            Some(v) if !v.is_empty() => Extracted::Key(Self::key_of(v.as_bytes())),
+            _ => Extracted::Missing,
+        }
+    }
+}
+
 /// A key from a typed request extension, such as a verified identity that
 /// an authentication layer inserted. A request without the extension is
 /// [`Extracted::Missing`], never a key derived from unverified input.
@@ -317,5 +368,70 @@ mod tests {
         assert_eq!(ex.extract(&req), Extracted::Missing);
         req.extensions.insert(User("alice"));
         assert_eq!(ex.extract(&req), Extracted::Key(Key::new("alice")));
+    }
+
+    const PINNED_MOZILLA: &str = "rc3defd1610faba825d9bf8046d9bfb9e";
+
+    #[test]
+    fn user_agent_hashes_are_stable_fixed_length_and_missing_like_headers() {
+        let ua = |v: &[u8]| {
+            parts(
+                http::Request::get("/")
+                    .header("user-agent", http::HeaderValue::from_bytes(v).unwrap()),
+            )
+        };
+        // Pinned: the key of a value must not change between releases, or
+        // every client's count would restart (and Redis keys would move).
+        let Extracted::Key(k) = UserAgentHash.extract(&ua(b"Mozilla/5.0")) else {
+            panic!()
+        };
+        let mut hex = String::new();
+        k.write_hex(&mut hex);
+        assert_eq!(hex, PINNED_MOZILLA);
+        assert_eq!(k.as_bytes().len(), UserAgentHash::KEY_LEN);
+        let long = ua(&[b'x'; 4000]);
+        let Extracted::Key(k) = UserAgentHash.extract(&long) else {
+            panic!()
+        };
+        assert_eq!(k.as_bytes().len(), UserAgentHash::KEY_LEN);
+        assert!(!k.is_digest(), "short enough to stay raw in a composite");
+        assert_ne!(
+            UserAgentHash.extract(&ua(b"a")),
+            UserAgentHash.extract(&ua(b"b"))
+        );
+        // Not UTF-8: hashed all the same.
+        assert!(matches!(
+            UserAgentHash.extract(&ua(b"\xff\xfe")),
+            Extracted::Key(_)
+        ));
+        assert_eq!(
+            UserAgentHash.extract(&parts(http::Request::get("/"))),
+            Extracted::Missing
+        );
+        assert_eq!(UserAgentHash.extract(&ua(b"")), Extracted::Missing);
+        assert_eq!(
+            UserAgentHash
+                .or(Global)
+                .extract(&parts(http::Request::get("/"))),
+            Extracted::Key(Key::global())
+        );
+    }
+
+    #[test]
+    fn user_agent_composes_with_other_parts() {
+        let pair = (Header::new("x-net"), UserAgentHash);
+        let req = |net: &str, ua: &str| {
+            parts(
+                http::Request::get("/")
+                    .header("x-net", net)
+                    .header("user-agent", ua),
+            )
+        };
+        let a = pair.extract(&req("203.0.113.0", "curl/8"));
+        assert_eq!(a, pair.extract(&req("203.0.113.0", "curl/8")));
+        assert_ne!(a, pair.extract(&req("203.0.113.0", "wget/1")));
+        assert_ne!(a, pair.extract(&req("198.51.100.0", "curl/8")));
+        let no_ua = parts(http::Request::get("/").header("x-net", "203.0.113.0"));
+        assert_eq!(pair.extract(&no_ua), Extracted::Missing);
     }
 }

@@ -34,15 +34,21 @@ mod body;
 mod extract;
 mod future;
 mod ip;
+#[cfg(feature = "jwt")]
+mod jwt;
 mod layer;
 mod policy;
 mod responder;
 mod service;
 
 pub use body::ThrottleBody;
-pub use extract::{Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or};
+pub use extract::{
+    Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or, UserAgentHash,
+};
 pub use future::ResponseFuture;
-pub use ip::IpPrefix;
+pub use ip::{ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource};
+#[cfg(feature = "jwt")]
+pub use jwt::{Jwt, MAX_TOKEN_LEN};
 pub use layer::{Reloaded, ThrottleLayer};
 pub use policy::{CostFn, Limit, MissingKey, Policy};
 pub use responder::{

@@ -1,6 +1,3 @@
-//! Client addresses -> keys, grouped by prefix; shared by the extractors that
-//! read a peer address (`throttle_axum::ClientIp`, `throttle_tonic::PeerIp`).
-
 use std::net::IpAddr;
 
 use throttle_core::{ConfigError, Key};
