@@ -4,7 +4,9 @@
 use http::request::Parts;
 use throttle_config::{ConfigFileError, GatewayConfig, HeaderStyle, KeySpec, RuleConfig};
 use throttle_core::{Backend, Key};
-use throttle_tower::{Extracted, Global, Header, HttpResponder, KeyExtractor, MissingKey, Policy};
+use throttle_tower::{
+    Extracted, Global, Header, HttpResponder, Jwt, KeyExtractor, MissingKey, Policy, UserAgentHash,
+};
 
 use crate::{ClientIp, Route, ThrottleLayer};
 
@@ -39,9 +41,6 @@ pub fn layer(
 /// The policy a configuration describes (its rules, in file order).
 pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileError> {
     let mut policy = Policy::new();
-    if !config.trusted_proxies.is_empty() || config.proxy_hops.is_some() {
-        return Err(unavailable(file, None, "trusted_proxies"));
-    }
     for rule in &config.rules {
         if rule.shadow {
             return Err(unavailable(file, Some(rule.rule.name()), "shadow"));
@@ -49,16 +48,20 @@ pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileEr
         if !rule.tiers.is_empty() {
             return Err(unavailable(file, Some(rule.rule.name()), "tiers"));
         }
-        policy = policy.rule(rule.rule.clone(), Dyn(extractor(rule, file)?));
+        policy = policy.rule(rule.rule.clone(), Dyn(extractor(config, rule, file)?));
     }
     Ok(policy)
 }
 
-fn extractor(rule: &RuleConfig, file: &str) -> Result<Box<dyn KeyExtractor>, ConfigFileError> {
+fn extractor(
+    config: &GatewayConfig,
+    rule: &RuleConfig,
+    file: &str,
+) -> Result<Box<dyn KeyExtractor>, ConfigFileError> {
     let key = match (&rule.key, &rule.routes) {
         // Keyed by route and limited to some: the route extractor does both.
         (KeySpec::Route, Some(routes)) => return Ok(Box::new(Route::only(routes.clone()))),
-        (spec, _) => part(spec, rule, file)?,
+        (spec, _) => part(config, spec, rule, file)?,
     };
     Ok(match &rule.routes {
         Some(routes) => Box::new(OnlyRoutes {
@@ -70,6 +73,7 @@ fn extractor(rule: &RuleConfig, file: &str) -> Result<Box<dyn KeyExtractor>, Con
 }
 
 fn part(
+    config: &GatewayConfig,
     spec: &KeySpec,
     rule: &RuleConfig,
     file: &str,
@@ -78,24 +82,72 @@ fn part(
         KeySpec::Ip {
             ipv4_prefix,
             ipv6_prefix,
-        } => Box::new(
-            ClientIp::default()
+        } => {
+            let mut ip = ClientIp::default()
                 .ipv4_prefix(*ipv4_prefix)
-                .ipv6_prefix(*ipv6_prefix),
-        ),
+                .ipv6_prefix(*ipv6_prefix)
+                .trusted_proxies(config.trusted_proxies.iter().map(ToString::to_string));
+            if let Some(hops) = config.proxy_hops {
+                ip = ip.trusted_hops(usize::from(hops));
+            }
+            Box::new(ip)
+        }
         KeySpec::Header(name) => Box::new(Header::new(name)),
         KeySpec::Route => Box::new(Route::template()),
         KeySpec::Global => Box::new(Global),
+        KeySpec::UserAgent => Box::new(UserAgentHash),
+        KeySpec::Jwt(claim) => Box::new(jwt(config, claim, rule, file)?),
         KeySpec::Composite(parts) => Box::new(AllOf(
             parts
                 .iter()
-                .map(|p| part(p, rule, file))
+                .map(|p| part(config, p, rule, file))
                 .collect::<Result<_, _>>()?,
         )),
-        KeySpec::UserAgent | KeySpec::Jwt(_) => {
-            return Err(unavailable(file, Some(rule.rule.name()), "key"));
-        }
     })
+}
+
+/// The `[jwt]` verifier, keyed by `claim`.
+fn jwt(
+    config: &GatewayConfig,
+    claim: &str,
+    rule: &RuleConfig,
+    file: &str,
+) -> Result<Jwt, ConfigFileError> {
+    let name = Some(rule.rule.name());
+    let Some(j) = &config.jwt else {
+        return Err(ConfigFileError::in_file(
+            file,
+            name,
+            "key",
+            "a jwt key needs a [jwt] table",
+        ));
+    };
+    let pem = || {
+        let path = j.public_key_file.as_ref().ok_or_else(|| {
+            ConfigFileError::in_file(file, None, "jwt.public_key_file", "is missing")
+        })?;
+        std::fs::read(path).map_err(|e| {
+            ConfigFileError::in_file(
+                file,
+                None,
+                "jwt.public_key_file",
+                format!("cannot be read: {e}"),
+            )
+        })
+    };
+    let verifier = match j.algorithm.as_str() {
+        "HS256" => Jwt::hs256(j.secret.clone().unwrap_or_default()),
+        "RS256" => Jwt::rs256_pem(pem()?),
+        _ => Jwt::es256_pem(pem()?),
+    };
+    let mut verifier = verifier.claim(claim);
+    if let Some(aud) = &j.audience {
+        verifier = verifier.audience([aud.as_str()]);
+    }
+    if let Some(iss) = &j.issuer {
+        verifier = verifier.issuer([iss.as_str()]);
+    }
+    Ok(verifier)
 }
 
 /// A setting this build cannot honour: refused, never ignored.
