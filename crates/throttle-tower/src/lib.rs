@@ -44,14 +44,14 @@ pub use extract::{Extension, Extracted, Global, Header, KeyExtractor, KeyExtract
 pub use future::ResponseFuture;
 pub use ip::IpPrefix;
 pub use layer::ThrottleLayer;
-pub use policy::{CostFn, Limit, MissingKey, Policy};
+pub use policy::{CostFn, Limit, MissingKey, Policy, RefundFn};
 pub use responder::{
     HeaderBlock, HttpResponder, RATELIMIT, RATELIMIT_POLICY, Rejection, Responder, SuccessHeaders,
-    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number, rate_limit_headers,
-    reset_epoch_secs, retry_after_secs,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, X_RATELIMIT_SHADOW, number,
+    rate_limit_headers, reset_epoch_secs, retry_after_secs,
 };
 pub use service::Throttle;
 pub use throttle_core::{
     Algorithm, Allowed, Backend, ConfigError, Decision, Denied, FailurePolicy, Key, MemoryBackend,
-    Quota, Refused, Rule,
+    Quota, Refused, Rule, ShadowDenials, Tiers,
 };

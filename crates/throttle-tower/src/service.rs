@@ -8,8 +8,8 @@ use throttle_core::Check;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::future::ResponseFuture;
-use crate::layer::{Prepared, Shared};
+use crate::future::{PendingCheck, ResponseFuture};
+use crate::layer::{Prepared, Settle, Shared};
 use crate::responder::Responder;
 
 /// The service [`ThrottleLayer`](crate::ThrottleLayer) wraps around another:
@@ -52,6 +52,27 @@ impl<S: fmt::Debug, R> fmt::Debug for Throttle<S, R> {
     }
 }
 
+impl<S: Clone, R> Throttle<S, R> {
+    /// The future of a check that needs a round trip.
+    fn checking<F, ReqBody>(
+        &mut self,
+        check: PendingCheck,
+        parts: http::request::Parts,
+        body: ReqBody,
+    ) -> ResponseFuture<F, S, ReqBody, R> {
+        // The inner call happens after an await: take the service that was
+        // polled ready and leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let ready = mem::replace(&mut self.inner, clone);
+        ResponseFuture::checking(
+            check,
+            ready,
+            Request::from_parts(parts, body),
+            self.shared.clone(),
+        )
+    }
+}
+
 impl<S, R, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
@@ -75,16 +96,21 @@ where
                 ResponseFuture::decided(&self.shared, &mut self.inner, parts, body, decision)
             }
             Prepared::Check(Check::Pending(check)) => {
-                // The inner call happens after an await: take the service
-                // that was polled ready and leave a fresh clone in its place.
-                let clone = self.inner.clone();
-                let ready = mem::replace(&mut self.inner, clone);
-                ResponseFuture::checking(
-                    check,
-                    ready,
-                    Request::from_parts(parts, body),
-                    self.shared.clone(),
+                self.checking(PendingCheck::Plain(check), parts, body)
+            }
+            Prepared::Settle(Check::Ready(charged), demands) => {
+                let settle = Settle::of(&self.shared, &demands, &charged);
+                ResponseFuture::decided(
+                    &self.shared,
+                    &mut self.inner,
+                    parts,
+                    body,
+                    charged.decision,
                 )
+                .settling(settle)
+            }
+            Prepared::Settle(Check::Pending(check), demands) => {
+                self.checking(PendingCheck::Charged(check, demands), parts, body)
             }
         }
     }
