@@ -99,7 +99,7 @@ impl Tiers {
     }
 
     /// How many keys the map lists (`None` for a function).
-    pub fn len(&self) -> Option<usize> {
+    pub fn listed_keys(&self) -> Option<usize> {
         match &self.select {
             Select::Map(m) => Some(m.len()),
             Select::Fn(_) => None,

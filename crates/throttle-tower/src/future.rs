@@ -8,7 +8,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use smallvec::SmallVec;
 use throttle_core::{Charged, Decision, Demand};
 use tokio::time::Sleep;
 use tower_service::Service;
@@ -23,7 +22,7 @@ type PendingCharged = Pin<Box<dyn Future<Output = Charged> + Send>>;
 /// A remote check: plain, or with charges a response-aware limit settles.
 pub(crate) enum PendingCheck {
     Plain(Pending),
-    Charged(PendingCharged, SmallVec<[Demand; 4]>),
+    Charged(PendingCharged, Vec<Demand>),
 }
 
 pin_project! {

@@ -186,8 +186,9 @@ impl<S, R> Layer<S> for ThrottleLayer<R> {
 /// What the policy made of a request before the backends are asked.
 pub(crate) enum Prepared<'a> {
     Check(Check),
-    /// A check whose charges a response-aware limit settles later.
-    Settle(Check<Charged>, SmallVec<[Demand; 4]>),
+    /// A check whose charges a response-aware limit settles later (boxed:
+    /// only policies with such a limit pay for its size).
+    Settle(Box<(Check<Charged>, SmallVec<[Demand; 4]>)>),
     Rejected(Rejection<'a>),
 }
 
@@ -222,7 +223,7 @@ impl<R: Responder> Shared<R> {
         }
         if self.settles {
             let check = self.rules.check_charged(&demands);
-            return Prepared::Settle(check, demands);
+            return Prepared::Settle(Box::new((check, demands)));
         }
         Prepared::Check(self.rules.check(&demands))
     }

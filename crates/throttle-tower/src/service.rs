@@ -98,20 +98,24 @@ where
             Prepared::Check(Check::Pending(check)) => {
                 self.checking(PendingCheck::Plain(check), parts, body)
             }
-            Prepared::Settle(Check::Ready(charged), demands) => {
-                let settle = Settle::of(&self.shared, &demands, &charged);
-                ResponseFuture::decided(
-                    &self.shared,
-                    &mut self.inner,
+            Prepared::Settle(settle) => match *settle {
+                (Check::Ready(charged), demands) => {
+                    let settle = Settle::of(&self.shared, &demands, &charged);
+                    ResponseFuture::decided(
+                        &self.shared,
+                        &mut self.inner,
+                        parts,
+                        body,
+                        charged.decision,
+                    )
+                    .settling(settle)
+                }
+                (Check::Pending(check), demands) => self.checking(
+                    PendingCheck::Charged(check, demands.into_vec()),
                     parts,
                     body,
-                    charged.decision,
-                )
-                .settling(settle)
-            }
-            Prepared::Settle(Check::Pending(check), demands) => {
-                self.checking(PendingCheck::Charged(check, demands), parts, body)
-            }
+                ),
+            },
         }
     }
 }
