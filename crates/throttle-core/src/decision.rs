@@ -343,11 +343,25 @@ impl RuleSet {
             None => None,
             Some(tiers) => {
                 let mut bound = Vec::with_capacity(tiers.quotas().len());
-                for q in tiers.quotas() {
+                let n = tiers.quotas().len();
+                for (i, q) in tiers.quotas().iter().enumerate() {
                     bound.push(if *q == rule.quota() {
                         limiter.clone()
                     } else {
-                        backend.limiter(&rule.for_tier(*q))?
+                        backend.limiter(&rule.for_tier(*q)).map_err(|e| {
+                            ConfigError::new(
+                                "tiers",
+                                format!(
+                                    "quota {} of {n} ({} per {:?}): {} {}",
+                                    i + 1,
+                                    q.limit(),
+                                    q.period(),
+                                    e.field(),
+                                    e.reason()
+                                ),
+                            )
+                            .in_rule(rule.name())
+                        })?
                     });
                 }
                 Some(Arc::from(bound))

@@ -27,7 +27,7 @@ type SelectFn = dyn Fn(&Key) -> Quota + Send + Sync;
 /// nothing.
 #[derive(Clone)]
 pub struct Tiers {
-    /// The distinct quotas, in the order first given.
+    /// The distinct quotas, ordered by period, limit and burst.
     quotas: Arc<[Quota]>,
     select: Select,
 }
@@ -42,17 +42,15 @@ enum Select {
 
 impl Tiers {
     pub(crate) fn from_map<K: Into<Key>>(entries: impl IntoIterator<Item = (K, Quota)>) -> Self {
-        let mut quotas: Vec<Quota> = Vec::new();
-        let mut map = HashMap::with_hasher(foldhash::fast::RandomState::default());
+        let entries: Vec<(Key, Quota)> = entries.into_iter().map(|(k, q)| (k.into(), q)).collect();
+        let quotas = distinct(entries.iter().map(|(_, q)| *q));
+        let mut map = HashMap::with_capacity_and_hasher(
+            entries.len(),
+            foldhash::fast::RandomState::default(),
+        );
         for (key, quota) in entries {
-            let at = match quotas.iter().position(|q| *q == quota) {
-                Some(at) => at,
-                None => {
-                    quotas.push(quota);
-                    quotas.len() - 1
-                }
-            };
-            map.insert(key.into(), at as u32);
+            let at = quotas.iter().position(|q| *q == quota).unwrap_or(0);
+            map.insert(key, at as u32);
         }
         Self {
             quotas: quotas.into(),
@@ -64,14 +62,8 @@ impl Tiers {
         quotas: impl IntoIterator<Item = Quota>,
         select: impl Fn(&Key) -> Quota + Send + Sync + 'static,
     ) -> Self {
-        let mut distinct: Vec<Quota> = Vec::new();
-        for q in quotas {
-            if !distinct.contains(&q) {
-                distinct.push(q);
-            }
-        }
         Self {
-            quotas: distinct.into(),
+            quotas: distinct(quotas).into(),
             select: Select::Fn(Arc::new(select)),
         }
     }
@@ -91,9 +83,9 @@ impl Tiers {
         Ok(())
     }
 
-    /// The distinct tier quotas, in the order first given (the rule's own
-    /// quota may be among them; keys of that tier share the default's
-    /// counters).
+    /// The distinct tier quotas, ordered by period, limit and burst (the
+    /// rule's own quota may be among them; keys of that tier share the
+    /// default's counters).
     pub fn quotas(&self) -> &[Quota] {
         &self.quotas
     }
@@ -119,6 +111,20 @@ impl Tiers {
             }
         }
     }
+}
+
+/// The distinct quotas in a fixed order (by period, limit, burst), so that
+/// the same tiers compare equal however they were listed (a map from a
+/// configuration file iterates in any order).
+fn distinct(quotas: impl IntoIterator<Item = Quota>) -> Vec<Quota> {
+    let mut out: Vec<Quota> = Vec::new();
+    for q in quotas {
+        if !out.contains(&q) {
+            out.push(q);
+        }
+    }
+    out.sort_by_key(|q| (q.period(), q.limit(), q.explicit_burst()));
+    out
 }
 
 impl PartialEq for Tiers {

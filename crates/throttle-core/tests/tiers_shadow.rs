@@ -230,3 +230,16 @@ fn charges_come_back_through_release_in_their_tier() {
     };
     assert!(!charged.decision.is_allowed() && charged.taken.is_empty());
 }
+
+#[test]
+fn the_same_tiers_listed_in_another_order_are_the_same_rule() {
+    // A configuration file's map iterates in any order; a reload compares
+    // rules, so the order must not matter.
+    let (a, b) = (Quota::per_minute(5), Quota::per_hour(7).with_burst(2));
+    let q = Quota::per_minute(1);
+    let one = Rule::new("t", q).tiers([("x", a), ("y", b)]);
+    let other = Rule::new("t", q).tiers([("y", b), ("x", a)]);
+    assert_eq!(one, other);
+    assert_eq!(one.tier_set().unwrap().quotas(), &[a, b]);
+    assert_ne!(one, Rule::new("t", q).tiers([("x", b), ("y", a)]));
+}
