@@ -2,10 +2,13 @@
 //! extractor, its routes a gate, the header style a responder.
 
 use http::request::Parts;
+use std::net::IpAddr;
 use throttle_config::{ConfigFileError, GatewayConfig, HeaderStyle, KeySpec, RuleConfig};
-use throttle_core::{Backend, Key};
+
+use throttle_core::{Backend, Key, Quota};
 use throttle_tower::{
-    Extracted, Global, Header, HttpResponder, Jwt, KeyExtractor, MissingKey, Policy, UserAgentHash,
+    Extracted, Global, Header, HttpResponder, IpPrefix, Jwt, KeyExtractor, MissingKey, Policy,
+    UserAgentHash,
 };
 
 use crate::{ClientIp, Route, ThrottleLayer};
@@ -42,13 +45,14 @@ pub fn layer(
 pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileError> {
     let mut policy = Policy::new();
     for rule in &config.rules {
-        if rule.shadow {
-            return Err(unavailable(file, Some(rule.rule.name()), "shadow"));
-        }
+        let mut bound = rule.rule.clone();
         if !rule.tiers.is_empty() {
-            return Err(unavailable(file, Some(rule.rule.name()), "tiers"));
+            bound = bound.tiers(tier_keys(rule, file)?);
         }
-        policy = policy.rule(rule.rule.clone(), Dyn(extractor(config, rule, file)?));
+        if rule.shadow {
+            bound = bound.shadow();
+        }
+        policy = policy.rule(bound, Dyn(extractor(config, rule, file)?));
     }
     Ok(policy)
 }
@@ -150,9 +154,45 @@ fn jwt(
     Ok(verifier)
 }
 
-/// A setting this build cannot honour: refused, never ignored.
-fn unavailable(file: &str, rule: Option<&str>, field: &str) -> ConfigFileError {
-    ConfigFileError::in_file(file, rule, field, "is not available in this build")
+/// The keys of a rule's tiers as its extractor makes them: an address
+/// under the rule's prefix, a header's value, a route template or a claim
+/// as written.
+fn tier_keys(rule: &RuleConfig, file: &str) -> Result<Vec<(Key, Quota)>, ConfigFileError> {
+    let name = Some(rule.rule.name());
+    rule.tiers
+        .iter()
+        .map(|(written, quota)| {
+            let key = match &rule.key {
+                KeySpec::Ip {
+                    ipv4_prefix,
+                    ipv6_prefix,
+                } => {
+                    let ip: IpAddr = written.parse().map_err(|_| {
+                        ConfigFileError::in_file(
+                            file,
+                            name,
+                            "tiers",
+                            format!("{written:?} is not an IP address (the rule is keyed by ip)"),
+                        )
+                    })?;
+                    IpPrefix::new()
+                        .ipv4(*ipv4_prefix)
+                        .ipv6(*ipv6_prefix)
+                        .key_of(ip)
+                }
+                KeySpec::Header(_) | KeySpec::Route | KeySpec::Jwt(_) => Key::new(written),
+                KeySpec::UserAgent | KeySpec::Global | KeySpec::Composite(_) => {
+                    return Err(ConfigFileError::in_file(
+                        file,
+                        name,
+                        "tiers",
+                        "apply only to keys by ip, header, route or jwt",
+                    ));
+                }
+            };
+            Ok((key, *quota))
+        })
+        .collect()
 }
 
 /// Applies `key` only on some routes; other requests skip the rule.

@@ -9,10 +9,61 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::backend::{Acquire, Limiter, Outcome, Unavailable};
-use crate::{Backend, ConfigError, Key, Rule};
+use crate::{Backend, ConfigError, Key, Quota, Rule};
+
+/// The shadow rules that would have denied a request (see
+/// [`Rule::shadow`]): a small set of rule indices, plain data.
+///
+/// Only the first 64 rules of a rule set may be shadow rules
+/// ([`RuleSet::bind`] refuses others), so the set is one `u64`.
+///
+/// ```
+/// use throttle_core::ShadowDenials;
+///
+/// let none = ShadowDenials::default();
+/// assert!(none.is_empty());
+/// assert_eq!(none.iter().count(), 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ShadowDenials(u64);
+
+impl ShadowDenials {
+    /// The largest rule index a shadow rule may have, plus one.
+    pub const MAX_RULES: usize = 64;
+
+    /// Whether no shadow rule would have denied.
+    pub const fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+
+    /// How many shadow rules would have denied.
+    pub const fn len(&self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// Whether the rule at `index` would have denied.
+    pub const fn contains(&self, index: usize) -> bool {
+        index < Self::MAX_RULES && self.0 & (1 << index) != 0
+    }
+
+    /// The indices of the shadow rules that would have denied, in rule
+    /// order ([`RuleSet::rule`] names them).
+    pub fn iter(&self) -> impl Iterator<Item = usize> + use<> {
+        let bits = self.0;
+        (0..Self::MAX_RULES).filter(move |i| bits & (1 << i) != 0)
+    }
+
+    fn insert(&mut self, index: usize) {
+        debug_assert!(index < Self::MAX_RULES);
+        self.0 |= 1 << index;
+    }
+}
 
 /// The request may go on. Figures are those of the most restrictive rule
 /// (the fewest units remaining), which is what success headers report.
+/// Shadow rules ([`Rule::shadow`]) never supply the figures while an
+/// enforced rule applied; [`shadow_denied`](Self::shadow_denied) lists
+/// those that would have denied.
 ///
 /// Rules are named by their index in the [`RuleSet`] ([`RuleSet::rule`]):
 /// a decision is plain data, cheap to make on every request.
@@ -20,8 +71,11 @@ use crate::{Backend, ConfigError, Key, Rule};
 pub struct Allowed {
     /// The most restrictive rule that applied (its index in the rule set).
     pub rule: usize,
-    /// That rule's capacity (`X-RateLimit-Limit`).
+    /// That rule's capacity for this key (`X-RateLimit-Limit`): its tier's,
+    /// when the rule has tiers.
     pub limit: u64,
+    /// The quota that rule applied to this key: its tier's, or the rule's.
+    pub quota: Quota,
     /// Units left for this key under that rule (`X-RateLimit-Remaining`).
     pub remaining: u64,
     /// Time until that rule is back to its full allowance (`X-RateLimit-Reset`).
@@ -37,6 +91,14 @@ pub struct Allowed {
     /// this instance's own count, not the fleet's, and responders leave it
     /// out rather than report it as the fleet's.
     pub degraded: bool,
+    /// Only shadow rules applied: the figures are a shadow rule's, which
+    /// clients must not be told about; the layer sends no `X-RateLimit-*`
+    /// headers for such a decision.
+    pub shadow: bool,
+    /// The shadow rules that would have denied this request (empty almost
+    /// always). For logs and metrics (`outcome = shadow_denied`); the
+    /// request goes on regardless, and the other rules keep their cost.
+    pub shadow_denied: ShadowDenials,
 }
 
 /// The request is over a limit.
@@ -45,8 +107,10 @@ pub struct Denied {
     /// The rule (dimension) that denied it, the first in policy order (its
     /// index in the rule set).
     pub rule: usize,
-    /// That rule's capacity.
+    /// That rule's capacity for this key (its tier's, when it has tiers).
     pub limit: u64,
+    /// The quota that rule applied to this key: its tier's, or the rule's.
+    pub quota: Quota,
     /// Units still left under that rule (less than the request's cost).
     pub remaining: u64,
     /// The shortest wait after which the same request fits.
@@ -72,7 +136,8 @@ pub struct Refused {
 pub enum Decision {
     /// No rule applied to the request (every rule was skipped).
     Unlimited,
-    /// Every rule that applied allowed the request.
+    /// Every enforced rule that applied allowed the request (shadow rules
+    /// may have said otherwise: [`Allowed::shadow_denied`]).
     Allowed(Allowed),
     /// A rule denied the request; no other rule keeps its cost.
     Denied(Denied),
@@ -98,15 +163,16 @@ pub struct Demand {
     pub cost: u64,
 }
 
-/// A decision now, or one that needs a round trip.
-pub enum Check {
+/// A decision now, or one that needs a round trip. `T` is a [`Decision`]
+/// ([`RuleSet::check`]) or a [`Charged`] ([`RuleSet::check_charged`]).
+pub enum Check<T = Decision> {
     /// Decided without waiting.
-    Ready(Decision),
+    Ready(T),
     /// Decided by a remote backend.
-    Pending(Pin<Box<dyn Future<Output = Decision> + Send>>),
+    Pending(Pin<Box<dyn Future<Output = T> + Send>>),
 }
 
-impl fmt::Debug for Check {
+impl<T: fmt::Debug> fmt::Debug for Check<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Ready(d) => f.debug_tuple("Ready").field(d).finish(),
@@ -115,11 +181,89 @@ impl fmt::Debug for Check {
     }
 }
 
+/// A decision with what each allowed demand took, so that a cost can be
+/// given back later ([`RuleSet::release`]): what a layer needs to settle a
+/// cost once the response is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charged {
+    /// The decision, as [`RuleSet::check`] makes it.
+    pub decision: Decision,
+    /// `(index in the demands, outcome)` of every demand whose cost was
+    /// taken; empty unless the request was allowed.
+    pub taken: SmallVec<[(usize, Outcome); 4]>,
+}
+
+/// What a check hands back: a decision, or a decision and its charges.
+trait Keep: Send + 'static {
+    fn keep(decision: Decision, held: &[(usize, Outcome)]) -> Self;
+}
+
+impl Keep for Decision {
+    #[inline]
+    fn keep(decision: Decision, _: &[(usize, Outcome)]) -> Self {
+        decision
+    }
+}
+
+impl Keep for Charged {
+    fn keep(decision: Decision, held: &[(usize, Outcome)]) -> Self {
+        let taken = if decision.is_allowed() {
+            held.iter()
+                .filter(|(_, o)| o.step.allowed)
+                .copied()
+                .collect()
+        } else {
+            SmallVec::new()
+        };
+        Self { decision, taken }
+    }
+}
+
 struct Bound {
     rule: Arc<Rule>,
     limiter: Arc<dyn Limiter>,
     /// `limiter.is_remote()`, asked once.
     remote: bool,
+    /// `rule.is_shadow()`.
+    shadow: bool,
+    /// One limiter per distinct tier quota, in `rule.tier_set()` order
+    /// (the default limiter again where a tier's quota is the rule's).
+    tiers: Option<Arc<[Arc<dyn Limiter>]>>,
+}
+
+impl Clone for Bound {
+    fn clone(&self) -> Self {
+        Self {
+            rule: self.rule.clone(),
+            limiter: self.limiter.clone(),
+            remote: self.remote,
+            shadow: self.shadow,
+            tiers: self.tiers.clone(),
+        }
+    }
+}
+
+impl Bound {
+    /// The limiter of `key`'s tier: one branch for a rule without tiers.
+    #[inline]
+    fn limiter(&self, key: &Key) -> &dyn Limiter {
+        if let Some(tiers) = &self.tiers
+            && let Some(i) = self.rule.tier_set().and_then(|t| t.tier_of(key))
+        {
+            return &*tiers[i];
+        }
+        &*self.limiter
+    }
+
+    /// `key`'s quota and capacity under this rule.
+    fn quota(&self, key: &Key) -> (Quota, u64) {
+        let q = if self.tiers.is_some() {
+            self.rule.quota_for(key)
+        } else {
+            self.rule.quota()
+        };
+        (q, self.rule.capacity_of(q))
+    }
 }
 
 /// The ordered rules a request must all pass, each bound to its backend.
@@ -130,6 +274,14 @@ struct Bound {
 /// taken by the others is given back, so a denied request does not use up the
 /// other dimensions' quota. With local backends the whole check completes
 /// without awaiting or allocating.
+///
+/// A rule with tiers ([`Rule::tiers`]) checks each key against its tier's
+/// counters; a shadow rule ([`Rule::shadow`]) is checked and counted like
+/// the others but its denial only goes into
+/// [`Allowed::shadow_denied`]: the request goes on and no other rule gives
+/// its cost back. (A shadow rule's own cost is given back when an
+/// enforced rule denies, as any rule's is: it counts what it would count
+/// if it were enforced.)
 ///
 /// ```
 /// use throttle_core::{Check, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
@@ -187,7 +339,8 @@ impl RuleSet {
         rule.validate()?;
         self.check_unique(&rule)?;
         let limiter = backend.limiter(&rule)?;
-        self.push(rule, limiter)
+        let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
+        self.push(rule, limiter, tiers)
     }
 
     fn check_unique(&self, rule: &Rule) -> Result<(), ConfigError> {
@@ -200,21 +353,67 @@ impl RuleSet {
         Ok(())
     }
 
-    fn push(&mut self, rule: Rule, limiter: Arc<dyn Limiter>) -> Result<usize, ConfigError> {
+    /// One limiter per distinct tier quota of `rule` (the rule's own
+    /// `limiter` where a tier's quota is the rule's), or `None`.
+    fn tier_limiters(
+        rule: &Rule,
+        limiter: &Arc<dyn Limiter>,
+        backend: &dyn Backend,
+    ) -> Result<Option<Arc<[Arc<dyn Limiter>]>>, ConfigError> {
+        Ok(match rule.tier_set() {
+            None => None,
+            Some(tiers) => {
+                let mut bound = Vec::with_capacity(tiers.quotas().len());
+                let n = tiers.quotas().len();
+                for (i, q) in tiers.quotas().iter().enumerate() {
+                    bound.push(if *q == rule.quota() {
+                        limiter.clone()
+                    } else {
+                        backend.limiter(&rule.for_tier(*q)).map_err(|e| {
+                            ConfigError::new(
+                                "tiers",
+                                format!(
+                                    "quota {} of {n} ({} per {:?}): {} {}",
+                                    i + 1,
+                                    q.limit(),
+                                    q.period(),
+                                    e.field(),
+                                    e.reason()
+                                ),
+                            )
+                            .in_rule(rule.name())
+                        })?
+                    });
+                }
+                Some(Arc::from(bound))
+            }
+        })
+    }
+
+    fn push(
+        &mut self,
+        rule: Rule,
+        limiter: Arc<dyn Limiter>,
+        tiers: Option<Arc<[Arc<dyn Limiter>]>>,
+    ) -> Result<usize, ConfigError> {
         self.check_unique(&rule)?;
-        let mut rules: Vec<Bound> = self
-            .rules
-            .iter()
-            .map(|b| Bound {
-                rule: b.rule.clone(),
-                limiter: b.limiter.clone(),
-                remote: b.remote,
-            })
-            .collect();
+        if rule.is_shadow() && self.rules.len() >= ShadowDenials::MAX_RULES {
+            return Err(ConfigError::new(
+                "shadow",
+                format!(
+                    "only the first {} rules of a policy may be shadow rules",
+                    ShadowDenials::MAX_RULES
+                ),
+            )
+            .in_rule(rule.name()));
+        }
+        let mut rules: Vec<Bound> = self.rules.to_vec();
         rules.push(Bound {
-            rule: Arc::new(rule),
             remote: limiter.is_remote(),
+            shadow: rule.is_shadow(),
+            rule: Arc::new(rule),
             limiter,
+            tiers,
         });
         self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
         self.rules = rules.into();
@@ -238,15 +437,20 @@ impl RuleSet {
             .rules
             .iter()
             .find(|b| b.rule.name() == rule.name() && b.rule.algorithm() == rule.algorithm());
-        let (limiter, carried) = match old {
-            Some(b) if *b.rule == rule => (b.limiter.clone(), Carried::Same),
-            Some(b) => match b.limiter.requota(&rule) {
-                Some(limiter) => (limiter, Carried::Requoted),
-                None => (backend.limiter(&rule)?, Carried::Fresh),
-            },
+        if let Some(b) = old
+            && *b.rule == rule
+        {
+            let (limiter, tiers) = (b.limiter.clone(), b.tiers.clone());
+            return Ok((self.push(rule, limiter, tiers)?, Carried::Same));
+        }
+        // (Tier limiters are bound afresh: a tier's counts carry over only
+        // while the rule stays the same.)
+        let (limiter, carried) = match old.and_then(|b| b.limiter.requota(&rule)) {
+            Some(limiter) => (limiter, Carried::Requoted),
             None => (backend.limiter(&rule)?, Carried::Fresh),
         };
-        let index = self.push(rule, limiter)?;
+        let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
+        let index = self.push(rule, limiter, tiers)?;
         Ok((index, carried))
     }
 
@@ -270,8 +474,21 @@ impl RuleSet {
     /// then the remote ones: a request a local rule denies costs no round
     /// trip (and no refund of a remote charge).
     pub fn check(&self, demands: &[Demand]) -> Check {
-        // Allowed so far: (index in `demands`, outcome).
+        self.run(demands)
+    }
+
+    /// Like [`check`](Self::check), and also hands back what each allowed
+    /// demand took ([`Charged::taken`]), for a cost to be given back once
+    /// the request's outcome is known ([`release`](Self::release)).
+    pub fn check_charged(&self, demands: &[Demand]) -> Check<Charged> {
+        self.run(demands)
+    }
+
+    fn run<K: Keep>(&self, demands: &[Demand]) -> Check<K> {
+        // Asked so far: (index in `demands`, outcome). Allowed outcomes
+        // took their cost; a shadow rule's denial is kept too (not taken).
         let mut held: SmallVec<[(usize, Outcome); 8]> = SmallVec::new();
+        let mut shadow = ShadowDenials::default();
         let remote = |d: &Demand| self.rules[d.rule].remote;
         let order: SmallVec<[usize; 8]> = if self.reorder {
             (0..demands.len())
@@ -283,19 +500,33 @@ impl RuleSet {
         };
         for (at, &i) in order.iter().enumerate() {
             let d = &demands[i];
-            match self.rules[d.rule].limiter.acquire(&d.key, d.cost) {
+            let bound = &self.rules[d.rule];
+            match bound.limiter(&d.key).acquire(&d.key, d.cost) {
                 Acquire::Ready(Ok(o)) if o.step.allowed => held.push((i, o)),
+                Acquire::Ready(result) if bound.shadow => {
+                    held.push((i, shadow_outcome(result)));
+                    shadow.insert(d.rule);
+                }
                 Acquire::Ready(result) => {
                     self.give_back(demands, &held);
-                    return Check::Ready(self.refusal(d, result));
+                    return Check::Ready(K::keep(self.refusal(d, result), &[]));
                 }
                 Acquire::Pending(first) if demands.len() == 1 => {
                     // The common remote case, one rule: no combination to do.
                     let (set, d) = (self.clone(), *d);
                     return Check::Pending(Box::pin(async move {
                         match first.await {
-                            Ok(o) if o.step.allowed => set.allowed(&[d], &[(0, o)]),
-                            result => set.refusal(&d, result),
+                            Ok(o) if o.step.allowed => {
+                                let held = [(0, o)];
+                                K::keep(set.allowed(&[d], &held, ShadowDenials::default()), &held)
+                            }
+                            result if set.rules[d.rule].shadow => {
+                                let mut shadow = ShadowDenials::default();
+                                shadow.insert(d.rule);
+                                let held = [(0, shadow_outcome(result))];
+                                K::keep(set.allowed(&[d], &held, shadow), &held)
+                            }
+                            result => K::keep(set.refusal(&d, result), &[]),
                         }
                     }));
                 }
@@ -310,20 +541,20 @@ impl RuleSet {
                 }
             }
         }
-        Check::Ready(self.allowed(demands, &held))
+        Check::Ready(K::keep(self.allowed(demands, &held, shadow), &held))
     }
 
-    /// The asynchronous rest of a check: `held` allowed, `demands[first_at]`
+    /// The asynchronous rest of a check: `held` asked, `demands[first_at]`
     /// pending as `first`, the demands at `rest` (in asking order) not asked
     /// yet. Asks those at once so their round trips overlap.
-    async fn finish(
+    async fn finish<K: Keep>(
         self,
         demands: Vec<Demand>,
         held: Vec<(usize, Outcome)>,
         first_at: usize,
         first: crate::backend::PendingOutcome,
         rest: Vec<usize>,
-    ) -> Decision {
+    ) -> K {
         let mut results: Vec<Option<Result<Outcome, Unavailable>>> = vec![None; demands.len()];
         for (i, o) in &held {
             results[*i] = Some(Ok(*o));
@@ -331,9 +562,10 @@ impl RuleSet {
         let mut pending = vec![(first_at, first)];
         for j in rest {
             let d = &demands[j];
-            match self.rules[d.rule].limiter.acquire(&d.key, d.cost) {
+            let bound = &self.rules[d.rule];
+            match bound.limiter(&d.key).acquire(&d.key, d.cost) {
                 Acquire::Ready(r) => {
-                    let stop = !matches!(r, Ok(o) if o.step.allowed);
+                    let stop = !bound.shadow && !matches!(r, Ok(o) if o.step.allowed);
                     results[j] = Some(r);
                     if stop {
                         break;
@@ -349,60 +581,93 @@ impl RuleSet {
         {
             results[j] = Some(r);
         }
-        let allowed: Vec<(usize, Outcome)> = results
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match r {
-                Some(Ok(o)) if o.step.allowed => Some((i, *o)),
-                _ => None,
-            })
-            .collect();
-        let first_refusal = results
-            .iter()
-            .enumerate()
-            .find(|(_, r)| matches!(r, Some(r) if !matches!(r, Ok(o) if o.step.allowed)));
-        match first_refusal {
-            Some((i, Some(r))) => {
-                self.give_back(&demands, &allowed);
-                self.refusal(&demands[i], r.clone())
+        let mut shadow = ShadowDenials::default();
+        let mut asked: Vec<(usize, Outcome)> = Vec::with_capacity(results.len());
+        let mut first_refusal = None;
+        for (i, r) in results.iter().enumerate() {
+            let Some(r) = r else { continue };
+            let rule = demands[i].rule;
+            match r {
+                Ok(o) if o.step.allowed => asked.push((i, *o)),
+                r if self.rules[rule].shadow => {
+                    shadow.insert(rule);
+                    asked.push((i, shadow_outcome(r.clone())));
+                }
+                r => {
+                    if first_refusal.is_none() {
+                        first_refusal = Some((i, r.clone()));
+                    }
+                }
             }
-            _ => self.allowed(&demands, &allowed),
+        }
+        match first_refusal {
+            Some((i, r)) => {
+                self.give_back(&demands, &asked);
+                K::keep(self.refusal(&demands[i], r), &[])
+            }
+            None => K::keep(self.allowed(&demands, &asked, shadow), &asked),
         }
     }
 
     fn give_back(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
         for (i, o) in held {
-            let d = &demands[*i];
-            self.rules[d.rule].limiter.release(&d.key, d.cost, o);
+            if o.step.allowed {
+                self.release(&demands[*i], o);
+            }
         }
+    }
+
+    /// Gives back the cost that `demand` took in a check that allowed it
+    /// (`outcome` is what its rule decided then). For costs that depend on
+    /// how the request went: the layer's response-aware limits use it once
+    /// the inner service has answered. Best effort and never blocking, like
+    /// [`Limiter::release`].
+    pub fn release(&self, demand: &Demand, outcome: &Outcome) {
+        self.rules[demand.rule]
+            .limiter(&demand.key)
+            .release(&demand.key, demand.cost, outcome);
     }
 
     fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
         let rule = d.rule;
         match result {
-            Ok(Outcome { step, at_us, .. }) => Decision::Denied(Denied {
-                at_us,
-                limit: self.rules[rule].rule.capacity(),
-                remaining: step.remaining,
-                retry_after: Duration::from_micros(step.retry_after_us.max(1)),
-                reset: Duration::from_micros(step.reset_us),
-                rule,
-            }),
+            Ok(Outcome { step, at_us, .. }) => {
+                let (quota, limit) = self.rules[rule].quota(&d.key);
+                Decision::Denied(Denied {
+                    at_us,
+                    limit,
+                    quota,
+                    remaining: step.remaining,
+                    retry_after: Duration::from_micros(step.retry_after_us.max(1)),
+                    reset: Duration::from_micros(step.reset_us),
+                    rule,
+                })
+            }
             Err(error) => Decision::Unavailable(Refused { rule, error }),
         }
     }
 
-    fn allowed(&self, demands: &[Demand], held: &[(usize, Outcome)]) -> Decision {
-        let mut tightest: Option<(usize, Outcome)> = None;
+    fn allowed(
+        &self,
+        demands: &[Demand],
+        held: &[(usize, Outcome)],
+        shadow_denied: ShadowDenials,
+    ) -> Decision {
+        // (index in `demands`, outcome, from a shadow rule)
+        let mut tightest: Option<(usize, Outcome, bool)> = None;
         let mut delay_us = 0;
         for &(i, o) in held {
-            delay_us = delay_us.max(o.step.delay_us);
-            // A rule decided by its backend speaks for the fleet: it is
-            // preferred over one decided by a failure policy.
-            let tighter =
-                |t: &Outcome| (o.degraded, o.step.remaining) < (t.degraded, t.step.remaining);
-            if tightest.is_none_or(|(_, t)| tighter(&t)) {
-                tightest = Some((i, o));
+            let shadow = self.rules[demands[i].rule].shadow;
+            if !shadow {
+                // A shadow rule never shapes traffic either.
+                delay_us = delay_us.max(o.step.delay_us);
+            }
+            // An enforced rule speaks before a shadow one, and a rule
+            // decided by its backend speaks for the fleet: it is preferred
+            // over one decided by a failure policy.
+            let rank = |o: &Outcome, shadow: bool| (shadow, o.degraded, o.step.remaining);
+            if tightest.is_none_or(|(_, t, ts)| rank(&o, shadow) < rank(&t, ts)) {
+                tightest = Some((i, o, shadow));
             }
         }
         match tightest {
@@ -414,18 +679,36 @@ impl RuleSet {
                     at_us,
                     degraded,
                 },
+                shadow,
             )) => {
-                let rule = demands[i].rule;
+                let d = &demands[i];
+                let (quota, limit) = self.rules[d.rule].quota(&d.key);
                 Decision::Allowed(Allowed {
-                    limit: self.rules[rule].rule.capacity(),
+                    limit,
+                    quota,
                     remaining: step.remaining,
                     reset: Duration::from_micros(step.reset_us),
                     delay: Duration::from_micros(delay_us),
                     at_us,
-                    rule,
+                    rule: d.rule,
                     degraded,
+                    shadow,
+                    shadow_denied,
                 })
             }
         }
+    }
+}
+
+/// What a shadow rule's denial (or failure) leaves for the report: an
+/// outcome that took nothing.
+fn shadow_outcome(result: Result<Outcome, Unavailable>) -> Outcome {
+    match result {
+        Ok(o) => o,
+        Err(_) => Outcome {
+            step: crate::Step::default(),
+            at_us: crate::unix_now_us(),
+            degraded: true,
+        },
     }
 }

@@ -175,6 +175,24 @@ impl From<&[u8]> for Key {
     }
 }
 
+impl From<String> for Key {
+    fn from(s: String) -> Self {
+        Self::new(s)
+    }
+}
+
+impl From<&String> for Key {
+    fn from(s: &String) -> Self {
+        Self::new(s)
+    }
+}
+
+impl From<Vec<u8>> for Key {
+    fn from(b: Vec<u8>) -> Self {
+        Self::new(b)
+    }
+}
+
 impl From<u64> for Key {
     fn from(n: u64) -> Self {
         Self::new(n.to_be_bytes())

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::algorithm::{
     Algorithm, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
 };
-use crate::{ConfigError, Quota};
+use crate::tier::Tiers;
+use crate::{ConfigError, Key, Quota};
 
 /// The longest rule name accepted.
 pub const MAX_RULE_NAME_LEN: usize = 64;
@@ -57,6 +58,8 @@ pub struct Rule {
     algorithm: Algorithm,
     cost: u32,
     failure: FailurePolicy,
+    tiers: Option<Tiers>,
+    shadow: bool,
 }
 
 impl Rule {
@@ -69,6 +72,8 @@ impl Rule {
             algorithm: Algorithm::default(),
             cost: 1,
             failure: FailurePolicy::default(),
+            tiers: None,
+            shadow: false,
         }
     }
 
@@ -143,6 +148,102 @@ impl Rule {
         self.on_failure(FailurePolicy::LocalFallback)
     }
 
+    /// Gives the keys of `tiers` their own quota; every other key keeps the
+    /// rule's quota (the default). Replaces earlier tiers.
+    ///
+    /// A key is compared with what the rule's extractor produces (a
+    /// header's value as is, an IP address masked to its prefix), byte for
+    /// byte. Each distinct quota (at most [`MAX_TIERS`](crate::MAX_TIERS))
+    /// is validated like the rule's own, with errors naming the rule and
+    /// `tiers`, and compiled into counters of its own when the rule is
+    /// bound; the headers and denials of a key report its tier's quota.
+    ///
+    /// ```
+    /// use throttle_core::{Key, Quota, Rule};
+    ///
+    /// let rule = Rule::new("tenant", Quota::per_minute(1_000))
+    ///     .tiers([("premium-key", Quota::per_minute(5_000))]);
+    /// assert_eq!(rule.quota_for(&Key::new("premium-key")), Quota::per_minute(5_000));
+    /// assert_eq!(rule.quota_for(&Key::new("other")), Quota::per_minute(1_000));
+    /// assert!(rule.validate().is_ok());
+    ///
+    /// let bad = Rule::new("tenant", Quota::per_minute(10)).tiers([("k", Quota::per_minute(0))]);
+    /// let err = bad.validate().unwrap_err();
+    /// assert_eq!((err.rule(), err.field()), (Some("tenant"), "tiers"));
+    /// ```
+    #[must_use]
+    pub fn tiers<K: Into<Key>>(mut self, tiers: impl IntoIterator<Item = (K, Quota)>) -> Self {
+        self.tiers = Some(Tiers::from_map(tiers));
+        self
+    }
+
+    /// Picks each key's quota with `select`, which may return only the
+    /// rule's own quota (the default) or one of `quotas` (declared up front
+    /// so that each is validated and compiled when the rule is bound). A
+    /// quota not declared counts as the default. `select` runs once per
+    /// request (and once more when a cost is given back) and must be a pure
+    /// function of the key.
+    ///
+    /// ```
+    /// use throttle_core::{Key, Quota, Rule};
+    ///
+    /// let (free, paid) = (Quota::per_minute(60), Quota::per_minute(600));
+    /// let rule = Rule::new("user", free)
+    ///     .tier_fn([paid], move |key: &Key| if key.as_bytes().starts_with(b"paid:") { paid } else { free });
+    /// assert_eq!(rule.quota_for(&Key::new("paid:42")), paid);
+    /// assert_eq!(rule.quota_for(&Key::new("u:42")), free);
+    /// ```
+    #[must_use]
+    pub fn tier_fn(
+        mut self,
+        quotas: impl IntoIterator<Item = Quota>,
+        select: impl Fn(&Key) -> Quota + Send + Sync + 'static,
+    ) -> Self {
+        self.tiers = Some(Tiers::from_fn(quotas, select));
+        self
+    }
+
+    /// The rule's tiers, if it has any.
+    pub fn tier_set(&self) -> Option<&Tiers> {
+        self.tiers.as_ref()
+    }
+
+    /// The quota of `key`: its tier's, or the rule's own.
+    pub fn quota_for(&self, key: &Key) -> Quota {
+        match &self.tiers {
+            Some(t) => t.tier_of(key).map_or(self.quota, |i| t.quotas()[i]),
+            None => self.quota,
+        }
+    }
+
+    /// The same rule with `quota` and no tiers: how one tier is bound to a
+    /// backend. Backends that cannot honour tiers look at
+    /// [`tier_set`](Self::tier_set) of the rule they are given first.
+    #[must_use]
+    pub fn for_tier(&self, quota: Quota) -> Self {
+        Self {
+            quota,
+            tiers: None,
+            ..self.clone()
+        }
+    }
+
+    /// Makes the rule a *shadow* rule: it is checked and counts like any
+    /// other, but never denies. A request it would have denied goes on, and
+    /// the decision says so ([`Allowed::shadow_denied`](crate::Allowed::shadow_denied)),
+    /// for logs and metrics. Its figures never reach the response headers.
+    /// The way to roll a new limit out: watch what it would do first.
+    #[must_use]
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Whether the rule is a shadow rule (see [`shadow`](Self::shadow)).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
     /// The rule's name: the dimension reported to clients.
     pub fn name(&self) -> &str {
         &self.name
@@ -176,10 +277,15 @@ impl Rule {
     /// The most cost a key can spend at once: the window's limit, or the
     /// bucket's capacity (burst).
     pub fn capacity(&self) -> u64 {
+        self.capacity_of(self.quota)
+    }
+
+    /// The capacity of `quota` under this rule's algorithm (a tier's).
+    pub fn capacity_of(&self, quota: Quota) -> u64 {
         if self.algorithm.uses_burst() {
-            self.quota.burst()
+            quota.burst()
         } else {
-            self.quota.limit()
+            quota.limit()
         }
     }
 
@@ -215,6 +321,26 @@ impl Rule {
             return Err(ConfigError::new("cost", "must be at least 1 (got 0)"));
         }
         self.quota.validate(self.algorithm.uses_burst())?;
+        if let Some(tiers) = &self.tiers {
+            tiers.validate()?;
+            for (i, q) in tiers.quotas().iter().enumerate() {
+                let tier = self.for_tier(*q);
+                if let Err(e) = tier.check() {
+                    return Err(ConfigError::new(
+                        "tiers",
+                        format!(
+                            "quota {} of {} ({} per {:?}): {} {}",
+                            i + 1,
+                            tiers.quotas().len(),
+                            q.limit(),
+                            q.period(),
+                            e.field(),
+                            e.reason()
+                        ),
+                    ));
+                }
+            }
+        }
         if u64::from(self.cost) > self.capacity() {
             return Err(ConfigError::new(
                 "cost",

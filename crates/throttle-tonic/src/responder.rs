@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use throttle_core::{Allowed, Rule};
+use throttle_core::{Allowed, Quota, Rule};
 use throttle_tower::{
     HeaderBlock, HttpResponder, Rejection, Responder, SuccessHeaders, rate_limit_headers,
     retry_after_secs,
@@ -242,9 +242,9 @@ pub fn code_for_http_status(status: StatusCode) -> Code {
     }
 }
 
-/// `ip: 5 per 60s`, `m: 3 per 1500ms`, `ip: 10 per 1s (burst 50)`.
-fn describe_quota(rule: &Rule) -> String {
-    let quota = rule.quota();
+/// `ip: 5 per 60s`, `m: 3 per 1500ms`, `ip: 10 per 1s (burst 50)`: the
+/// key's own `quota` (its tier's, when the rule has tiers).
+fn describe_quota(rule: &Rule, quota: Quota) -> String {
     let period = quota.period();
     let period = if period.subsec_nanos() == 0 {
         format!("{}s", period.as_secs())
@@ -318,7 +318,7 @@ impl Responder for GrpcResponder {
                     rule.name()
                 );
                 let details = ErrorDetails::with_retry_info(Some(d.retry_after))
-                    .add_quota_failure_violation(self.subject(rule), describe_quota(rule))
+                    .add_quota_failure_violation(self.subject(rule), describe_quota(rule, d.quota))
                     .set_error_info("RATE_LIMIT_EXCEEDED", ERROR_DOMAIN, dimension(rule))
                     .to_owned();
                 Status::with_error_details(Code::ResourceExhausted, message, details)
@@ -431,16 +431,19 @@ mod tests {
     fn quotas_are_described_with_their_unit() {
         let q = throttle_core::Quota::new(5, Duration::from_secs(60));
         assert_eq!(
-            describe_quota(&Rule::new("ip", q).fixed_window()),
+            describe_quota(&Rule::new("ip", q).fixed_window(), q),
             "ip: 5 per 60s"
         );
         assert_eq!(
-            describe_quota(&Rule::new("ip", q.with_burst(9)).token_bucket()),
+            describe_quota(
+                &Rule::new("ip", q.with_burst(9)).token_bucket(),
+                q.with_burst(9)
+            ),
             "ip: 5 per 60s (burst 9)"
         );
         let q = throttle_core::Quota::new(3, Duration::from_millis(1500));
         assert_eq!(
-            describe_quota(&Rule::new("m", q).fixed_window()),
+            describe_quota(&Rule::new("m", q).fixed_window(), q),
             "m: 3 per 1500ms"
         );
     }

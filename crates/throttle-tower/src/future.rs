@@ -8,15 +8,22 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use throttle_core::Decision;
+use throttle_core::{Charged, Decision, Demand};
 use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::layer::Shared;
+use crate::layer::{Settle, Shared};
 use crate::responder::{Rejection, Responder, SuccessHeaders};
 
 type Pending = Pin<Box<dyn Future<Output = Decision> + Send>>;
+type PendingCharged = Pin<Box<dyn Future<Output = Charged> + Send>>;
+
+/// A remote check: plain, or with charges a response-aware limit settles.
+pub(crate) enum PendingCheck {
+    Plain(Pending),
+    Charged(PendingCharged, Vec<Demand>),
+}
 
 pin_project! {
     /// The response future of [`Throttle`](crate::Throttle): the inner
@@ -30,12 +37,14 @@ pin_project! {
         #[pin]
         state: State<F, S, ReqBody, R>,
         headers: SuccessHeaders,
+        // Response-aware charges to settle when the inner service answers.
+        settle: Option<Box<Settle<R>>>,
     }
 }
 
 /// Waiting for a remote backend, with what the inner call needs.
 struct Checking<S, ReqBody, R> {
-    check: Pending,
+    check: PendingCheck,
     service: S,
     request: Request<ReqBody>,
     shared: Arc<Shared<R>>,
@@ -80,8 +89,16 @@ fn next<R: Responder>(shared: &Shared<R>, parts: &Parts, decision: Decision) -> 
     match decision {
         Decision::Unlimited => Next::Call(SuccessHeaders::none()),
         Decision::Allowed(allowed) => {
-            let rule = shared.rules.rule(allowed.rule);
-            let headers = shared.responder.allowed(parts, &allowed, rule);
+            let mut headers = if allowed.shadow {
+                // Only shadow rules applied: clients are not told of them.
+                SuccessHeaders::none()
+            } else {
+                let rule = shared.rules.rule(allowed.rule);
+                shared.responder.allowed(parts, &allowed, rule)
+            };
+            if !allowed.shadow_denied.is_empty() {
+                headers = shadow_report(shared, &allowed, headers);
+            }
             if allowed.delay.is_zero() {
                 Next::Call(headers)
             } else {
@@ -112,6 +129,32 @@ fn next<R: Responder>(shared: &Shared<R>, parts: &Parts, decision: Decision) -> 
     }
 }
 
+/// Reports shadow denials: a tracing event (rule names, never the key) and,
+/// when the policy asks for it, the `X-RateLimit-Shadow` header.
+#[cold]
+fn shadow_report<R>(
+    shared: &Shared<R>,
+    allowed: &throttle_core::Allowed,
+    headers: SuccessHeaders,
+) -> SuccessHeaders {
+    let names = || {
+        allowed
+            .shadow_denied
+            .iter()
+            .map(|i| shared.rules.rule(i).name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    tracing::debug!(target: "throttle::shadow", rules = %names(), "shadow rule would have denied the request");
+    if !shared.shadow_header {
+        return headers;
+    }
+    match http::HeaderValue::try_from(names()) {
+        Ok(value) => headers.with(crate::responder::X_RATELIMIT_SHADOW.clone(), value),
+        Err(_) => headers,
+    }
+}
+
 impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
     pub(crate) fn rejected(response: Response<Bytes>) -> Self {
         Self {
@@ -119,11 +162,20 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
                 response: Some(response),
             },
             headers: SuccessHeaders::none(),
+            settle: None,
         }
     }
 
+    /// Settles `settle` when the inner service answers (if it is called).
+    pub(crate) fn settling(mut self, settle: Option<Box<Settle<R>>>) -> Self {
+        if matches!(self.state, State::Call { .. } | State::Delay { .. }) {
+            self.settle = settle;
+        }
+        self
+    }
+
     pub(crate) fn checking(
-        check: Pending,
+        check: PendingCheck,
         service: S,
         request: Request<ReqBody>,
         shared: Arc<Shared<R>>,
@@ -138,6 +190,7 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
                 }),
             },
             headers: SuccessHeaders::none(),
+            settle: None,
         }
     }
 }
@@ -176,6 +229,7 @@ where
                     future: service.call(Request::from_parts(parts, body)),
                 },
                 headers,
+                settle: None,
             },
             Next::Delay(headers, delay) => {
                 let clone = service.clone();
@@ -183,6 +237,7 @@ where
                 Self {
                     state: delaying(delay, ready, Request::from_parts(parts, body)),
                     headers,
+                    settle: None,
                 }
             }
             Next::Reject(response) => Self::rejected(response),
@@ -203,13 +258,25 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Call { future } => {
-                    let mut response = ready!(future.poll(cx))?.map(ThrottleBody::inner);
+                    let result = ready!(future.poll(cx));
+                    let settle = this.settle.take();
+                    let mut response = result?.map(ThrottleBody::inner);
+                    if let Some(settle) = settle {
+                        settle.settle(response.status());
+                    }
                     std::mem::take(this.headers).apply(response.headers_mut());
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Check { pending } => {
-                    let decision = ready!(pending.check.as_mut().poll(cx));
+                    let (decision, settle) = match &mut pending.check {
+                        PendingCheck::Plain(check) => (ready!(check.as_mut().poll(cx)), None),
+                        PendingCheck::Charged(check, demands) => {
+                            let charged = ready!(check.as_mut().poll(cx));
+                            let settle = Settle::of(&pending.shared, demands, &charged);
+                            (charged.decision, settle)
+                        }
+                    };
                     let StateOwned::Check { pending } =
                         this.state.as_mut().project_replace(State::Done)
                     else {
@@ -225,11 +292,13 @@ where
                     match next(&shared, &parts, decision) {
                         Next::Call(headers) => {
                             *this.headers = headers;
+                            *this.settle = settle;
                             let future = service.call(Request::from_parts(parts, body));
                             this.state.set(State::Call { future });
                         }
                         Next::Delay(headers, delay) => {
                             *this.headers = headers;
+                            *this.settle = settle;
                             this.state.set(delaying(
                                 delay,
                                 service,

@@ -4,12 +4,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::request::Parts;
 use smallvec::SmallVec;
-use throttle_core::{Backend, Carried, Check, ConfigError, Demand, RuleSet};
+use throttle_core::{Backend, Carried, Charged, Check, ConfigError, Demand, Outcome, RuleSet};
 use tower_layer::Layer;
 
 use crate::KeyExtractor;
 use crate::extract::Extracted;
-use crate::policy::{CostFn, MissingKey, Policy};
+use crate::policy::{CostFn, MissingKey, Policy, RefundFn};
 use crate::responder::{HttpResponder, Rejection, Responder};
 use crate::service::Throttle;
 
@@ -55,6 +55,10 @@ pub(crate) struct Shared<R> {
     pub(crate) rules: RuleSet,
     limits: Box<[Bound]>,
     pub(crate) responder: R,
+    /// `Policy::shadow_header`.
+    pub(crate) shadow_header: bool,
+    /// Whether any limit settles its cost from the response.
+    settles: bool,
 }
 
 struct Bound {
@@ -63,6 +67,47 @@ struct Bound {
     on_missing: MissingKey,
     cost: Option<CostFn>,
     static_cost: u64,
+    refund: Option<RefundFn>,
+}
+
+/// The charges of response-aware limits, settled when the inner service
+/// answers (boxed in the response future only when there are some).
+pub(crate) struct Settle<R> {
+    shared: Arc<Shared<R>>,
+    charges: SmallVec<[(Demand, Outcome); 2]>,
+}
+
+impl<R> Settle<R> {
+    /// Keeps the charges of `taken` whose limit refunds by response.
+    pub(crate) fn of(
+        shared: &Arc<Shared<R>>,
+        demands: &[Demand],
+        charged: &Charged,
+    ) -> Option<Box<Self>> {
+        let charges: SmallVec<[(Demand, Outcome); 2]> = charged
+            .taken
+            .iter()
+            .map(|&(i, o)| (demands[i], o))
+            .filter(|(d, _)| shared.limits[d.rule].refund.is_some())
+            .collect();
+        (!charges.is_empty()).then(|| {
+            Box::new(Self {
+                shared: shared.clone(),
+                charges,
+            })
+        })
+    }
+
+    /// Gives back the costs whose limit says so for `status`.
+    pub(crate) fn settle(self, status: http::StatusCode) {
+        for (demand, outcome) in &self.charges {
+            if let Some(refund) = &self.shared.limits[demand.rule].refund
+                && refund(status)
+            {
+                self.shared.rules.release(demand, outcome);
+            }
+        }
+    }
 }
 
 impl<R: Responder + Default> ThrottleLayer<R> {
@@ -179,6 +224,8 @@ impl<R> Shared<R> {
         let mut rules = RuleSet::new();
         let mut limits = Vec::with_capacity(policy.limits.len());
         let mut carried = Vec::with_capacity(policy.limits.len());
+        let shadow_header = policy.shadow_header;
+        let settles = policy.limits.iter().any(|l| l.refund.is_some());
         for limit in policy.limits {
             limit
                 .extractor
@@ -201,13 +248,19 @@ impl<R> Shared<R> {
                 on_missing: limit.on_missing,
                 cost: limit.cost,
                 static_cost,
+                refund: limit.refund,
             });
+            // Demands name their rule by index; the limits are kept at the
+            // same index so that a settlement finds its limit.
+            debug_assert_eq!(index, limits.len() - 1);
         }
         Ok((
             Self {
                 rules,
                 limits: limits.into(),
                 responder,
+                shadow_header,
+                settles,
             },
             carried,
         ))
@@ -217,6 +270,9 @@ impl<R> Shared<R> {
 /// What the policy made of a request before the backends are asked.
 pub(crate) enum Prepared<'a> {
     Check(Check),
+    /// A check whose charges a response-aware limit settles later (boxed:
+    /// only policies with such a limit pay for its size).
+    Settle(Box<(Check<Charged>, SmallVec<[Demand; 4]>)>),
     Rejected(Rejection<'a>),
 }
 
@@ -248,6 +304,10 @@ impl<R: Responder> Shared<R> {
                     cost,
                 });
             }
+        }
+        if self.settles {
+            let check = self.rules.check_charged(&demands);
+            return Prepared::Settle(Box::new((check, demands)));
         }
         Prepared::Check(self.rules.check(&demands))
     }

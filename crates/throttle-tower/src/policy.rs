@@ -31,6 +31,10 @@ impl Default for MissingKey {
 /// request from the rule.
 pub type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
 
+/// Whether to give a request's cost back, from its response's status (see
+/// [`Limit::refund_when`]).
+pub type RefundFn = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+
 /// One rule of a [`Policy`] with everything the layer needs to apply it: the
 /// key extractor, what to do when the key is missing, an optional
 /// per-request cost and an optional backend of its own.
@@ -55,6 +59,7 @@ pub struct Limit {
     pub(crate) on_missing: MissingKey,
     pub(crate) cost: Option<CostFn>,
     pub(crate) backend: Option<Arc<dyn Backend>>,
+    pub(crate) refund: Option<RefundFn>,
 }
 
 impl Limit {
@@ -66,6 +71,7 @@ impl Limit {
             extractor: Box::new(extractor),
             cost: None,
             backend: None,
+            refund: None,
         }
     }
 
@@ -86,6 +92,65 @@ impl Limit {
         self
     }
 
+    /// Makes the cost depend on the response: the cost is taken when the
+    /// request is checked, as always, and given back once the inner
+    /// service has answered with a status for which `refund(status)` is
+    /// true. For example, a rule that should not charge for the service's
+    /// own failures: `refund_when(|s| s.is_server_error())`.
+    ///
+    /// The refund goes through the same path as the refund of a request
+    /// another rule denied ([`RuleSet::release`](throttle_core::RuleSet::release)),
+    /// so its precision is the backend's: exact in memory and in the exact
+    /// mode, best effort where a window has moved on since the check (a
+    /// window algorithm's refund of a request checked in the previous window
+    /// is dropped). The cost is kept when the inner service fails
+    /// (`Err`), when the response future is dropped before it answers (a
+    /// client that went away), and when the request was rejected.
+    ///
+    /// Because the charge comes first, concurrent requests see each other's
+    /// cost until their responses arrive: a burst can be denied by cost that
+    /// is refunded a moment later. The count is never lower than what the
+    /// rule is meant to count.
+    ///
+    /// ```
+    /// use throttle_tower::{Header, Limit, Quota, Rule};
+    ///
+    /// let api = Limit::new(Rule::new("tenant", Quota::per_minute(1_000)), Header::new("x-api-key"))
+    ///     .refund_when(|status| status.is_server_error());
+    /// # let _ = api;
+    /// ```
+    #[must_use]
+    pub fn refund_when(
+        mut self,
+        refund: impl Fn(StatusCode) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.refund = Some(Arc::new(refund));
+        self
+    }
+
+    /// Counts only the requests whose response status satisfies `counted`:
+    /// the cost is taken up front and given back for any other status
+    /// (`refund_when(|s| !counted(s))`, with everything said there). The
+    /// classic use is a brute-force guard that counts only failed logins:
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use throttle_tower::{Header, Limit, Quota, Rule};
+    ///
+    /// let logins = Limit::new(Rule::new("failed-logins", Quota::per_hour(10)), Header::new("x-user"))
+    ///     .charge_when(|s| s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN);
+    /// # let _ = logins;
+    /// ```
+    ///
+    /// With 10 failures left, 10 concurrent logins are all charged while
+    /// they run, so an eleventh concurrent one is denied even if the ten
+    /// all succeed and are refunded: the limit may bind early under a
+    /// burst, never late.
+    #[must_use]
+    pub fn charge_when(self, counted: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
+        self.refund_when(move |s| !counted(s))
+    }
+
     /// Counts this rule in `backend` instead of the layer's backend.
     #[must_use]
     pub fn backend(mut self, backend: impl Backend) -> Self {
@@ -101,6 +166,7 @@ impl fmt::Debug for Limit {
             .field("on_missing", &self.on_missing)
             .field("cost_fn", &self.cost.is_some())
             .field("own_backend", &self.backend.is_some())
+            .field("refund_when", &self.refund.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -119,6 +185,7 @@ impl fmt::Debug for Limit {
 #[derive(Debug, Default)]
 pub struct Policy {
     pub(crate) limits: Vec<Limit>,
+    pub(crate) shadow_header: bool,
 }
 
 impl Policy {
@@ -137,6 +204,20 @@ impl Policy {
     #[must_use]
     pub fn limit(mut self, limit: Limit) -> Self {
         self.limits.push(limit);
+        self
+    }
+
+    /// Adds `X-RateLimit-Shadow: <rule>[, <rule>...]` to a response when
+    /// shadow rules ([`Rule::shadow`]) would have denied its request (off
+    /// by default: it tells clients about limits that are not enforced yet;
+    /// useful in staging and to test a rollout from outside).
+    ///
+    /// Whatever this says, every shadow denial is reported as a `tracing`
+    /// event (target `throttle::shadow`, level debug, naming the rules and
+    /// never the key) and in [`Allowed::shadow_denied`](throttle_core::Allowed::shadow_denied).
+    #[must_use]
+    pub fn shadow_header(mut self, on: bool) -> Self {
+        self.shadow_header = on;
         self
     }
 

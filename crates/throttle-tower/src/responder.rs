@@ -17,6 +17,9 @@ pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-rateli
 pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// `RateLimit-Policy` (IETF draft).
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `X-RateLimit-Shadow`: the shadow rules that would have denied the
+/// request, when [`Policy::shadow_header`](crate::Policy::shadow_header) is on.
+pub static X_RATELIMIT_SHADOW: HeaderName = HeaderName::from_static("x-ratelimit-shadow");
 /// `RateLimit` (IETF draft).
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
@@ -126,6 +129,30 @@ impl SuccessHeaders {
     /// Any headers.
     pub fn block(block: HeaderBlock) -> Self {
         Self(SuccessRepr::Block(Box::new(block)))
+    }
+
+    /// The same headers and one more.
+    #[must_use]
+    pub fn with(self, name: HeaderName, value: HeaderValue) -> Self {
+        let mut block = match self.0 {
+            SuccessRepr::Block(block) => *block,
+            other => {
+                let mut map = HeaderMap::new();
+                Self(other).apply(&mut map);
+                let mut block = HeaderBlock::default();
+                let mut last = None;
+                for (name, value) in map {
+                    let name = name.or_else(|| last.clone());
+                    if let Some(name) = name {
+                        last = Some(name.clone());
+                        block.push(name, value);
+                    }
+                }
+                block
+            }
+        };
+        block.push(name, value);
+        Self::block(block)
     }
 
     /// Writes the headers into `headers`, replacing same-named ones.
@@ -282,9 +309,16 @@ impl HttpResponder {
         self
     }
 
-    fn ietf_fields(out: &mut HeaderBlock, rule: &Rule, limit: u64, remaining: u64, t: u64) {
+    /// `window` is the key's own quota period (its tier's, if any).
+    fn ietf_fields(
+        out: &mut HeaderBlock,
+        rule: &Rule,
+        (limit, window): (u64, Duration),
+        remaining: u64,
+        t: u64,
+    ) {
         let name = rule.name();
-        let w = retry_after_secs(rule.window());
+        let w = retry_after_secs(window);
         let mut policy = String::with_capacity(name.len() + 32);
         let mut buf = itoa::Buffer::new();
         policy.push('"');
@@ -346,7 +380,13 @@ impl Responder for HttpResponder {
                 headers.push(RETRY_AFTER, number(secs));
                 rate_limit_headers(&mut headers, d.limit, d.remaining, d.reset);
                 if self.ietf {
-                    Self::ietf_fields(&mut headers, rule, d.limit, d.remaining, secs);
+                    Self::ietf_fields(
+                        &mut headers,
+                        rule,
+                        (d.limit, d.quota.period()),
+                        d.remaining,
+                        secs,
+                    );
                 }
                 let mut buf = itoa::Buffer::new();
                 let message = [
@@ -388,7 +428,13 @@ impl Responder for HttpResponder {
             allowed.reset,
         );
         let t = retry_after_secs(allowed.reset);
-        Self::ietf_fields(&mut headers, rule, allowed.limit, allowed.remaining, t);
+        Self::ietf_fields(
+            &mut headers,
+            rule,
+            (allowed.limit, allowed.quota.period()),
+            allowed.remaining,
+            t,
+        );
         SuccessHeaders::block(headers)
     }
 }

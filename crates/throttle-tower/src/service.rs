@@ -9,8 +9,8 @@ use throttle_core::Check;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::future::ResponseFuture;
-use crate::layer::{Prepared, Shared};
+use crate::future::{PendingCheck, ResponseFuture};
+use crate::layer::{Prepared, Settle, Shared};
 use crate::responder::Responder;
 
 /// The service [`ThrottleLayer`](crate::ThrottleLayer) wraps around another:
@@ -54,6 +54,23 @@ impl<S: fmt::Debug, R> fmt::Debug for Throttle<S, R> {
     }
 }
 
+impl<S: Clone, R> Throttle<S, R> {
+    /// The future of a check that needs a round trip.
+    fn checking<F, ReqBody>(
+        &mut self,
+        check: PendingCheck,
+        parts: http::request::Parts,
+        body: ReqBody,
+        shared: Arc<Shared<R>>,
+    ) -> ResponseFuture<F, S, ReqBody, R> {
+        // The inner call happens after an await: take the service that was
+        // polled ready and leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let ready = mem::replace(&mut self.inner, clone);
+        ResponseFuture::checking(check, ready, Request::from_parts(parts, body), shared)
+    }
+}
+
 impl<S, R, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S, R>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
@@ -79,18 +96,25 @@ where
             Prepared::Check(Check::Ready(decision)) => {
                 ResponseFuture::decided(&shared, &mut self.inner, parts, body, decision)
             }
-            Prepared::Check(Check::Pending(check)) => {
-                // The inner call happens after an await: take the service
-                // that was polled ready and leave a fresh clone in its place.
-                let clone = self.inner.clone();
-                let ready = mem::replace(&mut self.inner, clone);
-                ResponseFuture::checking(
-                    check,
-                    ready,
-                    Request::from_parts(parts, body),
+            Prepared::Check(Check::Pending(check)) => self.checking(
+                PendingCheck::Plain(check),
+                parts,
+                body,
+                Guard::into_inner(shared),
+            ),
+            Prepared::Settle(settle) => match *settle {
+                (Check::Ready(charged), demands) => {
+                    let settle = Settle::of(&shared, &demands, &charged);
+                    ResponseFuture::decided(&shared, &mut self.inner, parts, body, charged.decision)
+                        .settling(settle)
+                }
+                (Check::Pending(check), demands) => self.checking(
+                    PendingCheck::Charged(check, demands.into_vec()),
+                    parts,
+                    body,
                     Guard::into_inner(shared),
-                )
-            }
+                ),
+            },
         }
     }
 }

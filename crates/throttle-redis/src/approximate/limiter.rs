@@ -78,6 +78,17 @@ impl ApproxLimiter {
         rule: &Rule,
     ) -> Result<Self, ConfigError> {
         rule.validate()?;
+        if rule.tier_set().is_some() {
+            // The meter, the fleet estimate and the spending cap are the
+            // rule's, learnt per rule from its flushes: one rule counted
+            // under several limits would share none of them correctly.
+            return Err(ConfigError::new(
+                "tiers",
+                "are not supported by the approximate mode (its fleet estimate and spending cap are per \
+                 rule): use the exact or leased mode for a rule with tiers, or one rule per tier",
+            )
+            .in_rule(rule.name()));
+        }
         let q = rule.quota();
         let named = |e: ConfigError| e.in_rule(rule.name());
         let window = match rule.algorithm() {
