@@ -8,6 +8,7 @@ use tower_layer::Layer;
 
 use crate::KeyExtractor;
 use crate::extract::Extracted;
+use crate::metrics::{Enforcement, Metered};
 use crate::policy::{CostFn, MissingKey, Policy};
 use crate::responder::{HttpResponder, Rejection, Responder};
 use crate::service::Throttle;
@@ -87,6 +88,7 @@ impl<R: Responder> ThrottleLayer<R> {
                 "has no rules: add at least one with Policy::rule",
             ));
         }
+        let backend: Arc<dyn Backend> = Arc::new(backend);
         let mut rules = RuleSet::new();
         let mut limits = Vec::with_capacity(policy.limits.len());
         for limit in policy.limits {
@@ -95,10 +97,8 @@ impl<R: Responder> ThrottleLayer<R> {
                 .validate()
                 .map_err(|e| e.in_rule(limit.rule.name()))?;
             let static_cost = u64::from(limit.rule.static_cost());
-            let index = match &limit.backend {
-                Some(own) => rules.bind(limit.rule, own.as_ref())?,
-                None => rules.bind(limit.rule, &backend)?,
-            };
+            let backend = limit.backend.as_ref().unwrap_or(&backend).clone();
+            let index = rules.bind(limit.rule, &Metered::new(backend, Enforcement::Enforced))?;
             limits.push(Bound {
                 index,
                 extractor: limit.extractor,

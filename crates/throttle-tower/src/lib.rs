@@ -35,6 +35,7 @@ mod extract;
 mod future;
 mod ip;
 mod layer;
+pub mod metrics;
 mod policy;
 mod responder;
 mod service;
