@@ -39,6 +39,7 @@ pub use throttle_core::{
     Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
+pub use throttle_tower::metrics;
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, KeyExtractor,
     KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, SuccessHeaders, Throttle,

@@ -91,6 +91,7 @@ pub use throttle_core::{
     Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
+pub use throttle_tower::metrics;
 pub use throttle_tower::{
     Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, IpPrefix, KeyExtractor,
     KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, Throttle, ThrottleBody,
