@@ -28,6 +28,12 @@ impl Node {
         addr: String,
         config: &RedisConfig,
     ) -> RedisResult<Self> {
+        // A standalone node has no cluster name: its metrics name it by
+        // its URL's address.
+        let node = match addr.is_empty() {
+            true => info.addr().to_string(),
+            false => addr.clone(),
+        };
         let client = redis::Client::open(info)?;
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
@@ -37,10 +43,10 @@ impl Node {
             .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), cfg.clone()))
             .collect::<RedisResult<Vec<_>>>()?;
         Ok(Self {
+            breaker: Breaker::new(config.breaker_threshold, &node),
             addr,
             conns: conns.into(),
             next: AtomicUsize::new(0),
-            breaker: Breaker::new(config.breaker_threshold),
             probing: AtomicBool::new(false),
         })
     }
