@@ -41,6 +41,7 @@ pub use throttle_core::{
     Algorithm, Allowed, Backend, Carried, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
+pub use throttle_tower::metrics;
 pub use throttle_tower::{
     ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource, UserAgentHash,
 };

@@ -228,8 +228,11 @@ struct Bound {
     shadow: bool,
     /// One limiter per distinct tier quota, in `rule.tier_set()` order
     /// (the default limiter again where a tier's quota is the rule's).
-    tiers: Option<Arc<[Arc<dyn Limiter>]>>,
+    tiers: Option<TierLimiters>,
 }
+
+/// One limiter per distinct tier quota of a rule.
+type TierLimiters = Arc<[Arc<dyn Limiter>]>;
 
 impl Clone for Bound {
     fn clone(&self) -> Self {
@@ -359,7 +362,7 @@ impl RuleSet {
         rule: &Rule,
         limiter: &Arc<dyn Limiter>,
         backend: &dyn Backend,
-    ) -> Result<Option<Arc<[Arc<dyn Limiter>]>>, ConfigError> {
+    ) -> Result<Option<TierLimiters>, ConfigError> {
         Ok(match rule.tier_set() {
             None => None,
             Some(tiers) => {
@@ -394,7 +397,7 @@ impl RuleSet {
         &mut self,
         rule: Rule,
         limiter: Arc<dyn Limiter>,
-        tiers: Option<Arc<[Arc<dyn Limiter>]>>,
+        tiers: Option<TierLimiters>,
     ) -> Result<usize, ConfigError> {
         self.check_unique(&rule)?;
         if rule.is_shadow() && self.rules.len() >= ShadowDenials::MAX_RULES {

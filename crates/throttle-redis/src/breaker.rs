@@ -3,18 +3,25 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-#[derive(Debug, Default)]
+use crate::metrics::BreakerMeter;
+
+#[derive(Debug)]
 pub(crate) struct Breaker {
     threshold: u32,
     failures: AtomicU32,
     open: AtomicBool,
+    meter: BreakerMeter,
 }
 
 impl Breaker {
-    pub(crate) fn new(threshold: u32) -> Self {
+    /// A closed breaker of the node at `node` (`host:port`, for metrics),
+    /// which opens after `threshold` consecutive failures.
+    pub(crate) fn new(threshold: u32, node: &str) -> Self {
         Self {
             threshold,
-            ..Self::default()
+            failures: AtomicU32::new(0),
+            open: AtomicBool::new(false),
+            meter: BreakerMeter::new(node),
         }
     }
 
@@ -33,17 +40,27 @@ impl Breaker {
     /// Records a failure; returns true when this one opened the breaker.
     pub(crate) fn failure(&self) -> bool {
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        n >= self.threshold && !self.open.swap(true, Ordering::AcqRel)
+        let opened = n >= self.threshold && !self.open.swap(true, Ordering::AcqRel);
+        if opened {
+            self.meter.opened();
+        }
+        opened
     }
 
     /// Opens the breaker without counting failures (no connection at all
     /// yet); returns true when this opened it.
     pub(crate) fn trip(&self) -> bool {
-        !self.open.swap(true, Ordering::AcqRel)
+        let opened = !self.open.swap(true, Ordering::AcqRel);
+        if opened {
+            self.meter.opened();
+        }
+        opened
     }
 
     pub(crate) fn close(&self) {
         self.failures.store(0, Ordering::Relaxed);
-        self.open.store(false, Ordering::Release);
+        if self.open.swap(false, Ordering::AcqRel) {
+            self.meter.closed();
+        }
     }
 }

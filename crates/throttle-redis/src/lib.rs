@@ -62,6 +62,7 @@ mod exact;
 mod failure;
 mod keys;
 mod leased;
+pub mod metrics;
 mod registry;
 mod scripts;
 mod shutdown;

@@ -91,6 +91,7 @@ pub use throttle_core::{
     Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
     ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
 };
+pub use throttle_tower::metrics;
 pub use throttle_tower::{
     ClientAddr, ForwardedHeader, MAX_FORWARDED_ENTRIES, PeerSource, UserAgentHash,
 };

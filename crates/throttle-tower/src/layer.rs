@@ -9,6 +9,7 @@ use tower_layer::Layer;
 
 use crate::KeyExtractor;
 use crate::extract::Extracted;
+use crate::metrics::{Enforcement, Metered};
 use crate::policy::{CostFn, MissingKey, Policy, RefundFn};
 use crate::responder::{HttpResponder, Rejection, Responder};
 use crate::service::Throttle;
@@ -128,7 +129,7 @@ impl<R: Responder> ThrottleLayer<R> {
         backend: impl Backend,
         responder: R,
     ) -> Result<Self, ConfigError> {
-        let (shared, _) = Shared::build(policy, &backend, responder, None)?;
+        let (shared, _) = Shared::build(policy, Arc::new(backend), responder, None)?;
         Ok(Self {
             shared: Arc::new(ArcSwap::from_pointee(shared)),
         })
@@ -173,7 +174,8 @@ impl<R: Responder> ThrottleLayer<R> {
         responder: R,
     ) -> Result<Reloaded, ConfigError> {
         let current = self.shared.load_full();
-        let (shared, rules) = Shared::build(policy, &backend, responder, Some(&current.rules))?;
+        let (shared, rules) =
+            Shared::build(policy, Arc::new(backend), responder, Some(&current.rules))?;
         let removed = (0..current.rules.len())
             .map(|i| current.rules.rule(i).name().to_owned())
             .filter(|name| !rules.iter().any(|(n, _)| n == name))
@@ -211,7 +213,7 @@ impl<R> Shared<R> {
     /// Binds every rule of `policy` (after `previous`, on a reload).
     fn build(
         policy: Policy,
-        backend: &dyn Backend,
+        backend: Arc<dyn Backend>,
         responder: R,
         previous: Option<&RuleSet>,
     ) -> Result<(Self, Vec<(String, Carried)>), ConfigError> {
@@ -233,13 +235,17 @@ impl<R> Shared<R> {
                 .map_err(|e| e.in_rule(limit.rule.name()))?;
             let static_cost = u64::from(limit.rule.static_cost());
             let name = limit.rule.name().to_owned();
-            let own: &dyn Backend = match &limit.backend {
-                Some(own) => own.as_ref(),
-                None => backend,
+            // Each rule is bound through a meter of its decisions.
+            let own = limit.backend.as_ref().unwrap_or(&backend).clone();
+            let enforcement = if limit.rule.is_shadow() {
+                Enforcement::Shadow
+            } else {
+                Enforcement::Enforced
             };
+            let own = Metered::new(own, enforcement);
             let (index, how) = match previous {
-                Some(previous) => rules.bind_after(limit.rule, own, previous)?,
-                None => (rules.bind(limit.rule, own)?, Carried::Fresh),
+                Some(previous) => rules.bind_after(limit.rule, &own, previous)?,
+                None => (rules.bind(limit.rule, &own)?, Carried::Fresh),
             };
             carried.push((name, how));
             limits.push(Bound {

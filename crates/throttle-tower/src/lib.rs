@@ -37,6 +37,7 @@ mod ip;
 #[cfg(feature = "jwt")]
 mod jwt;
 mod layer;
+pub mod metrics;
 mod policy;
 mod responder;
 mod service;

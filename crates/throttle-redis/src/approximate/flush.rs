@@ -309,8 +309,10 @@ impl ApproxRule {
             c.flushes.fetch_add(1, Ordering::Relaxed);
             c.last_flush_us.store(us, Ordering::Relaxed);
             c.max_flush_us.fetch_max(us, Ordering::Relaxed);
+            self.metrics.flushed(started.elapsed());
         } else {
             c.failed_flushes.fetch_add(1, Ordering::Relaxed);
+            self.metrics.failed();
         }
         if ok && self.retired.load(Ordering::Relaxed) && self.unwritten() == 0 {
             self.shared.forget(self);
@@ -422,6 +424,7 @@ impl ApproxRule {
             u64::from(r.instances) * 1_000
         };
         c.nodes_estimate_milli.store(nodes_milli, Ordering::Relaxed);
+        self.metrics.nodes_milli(nodes_milli);
         let instances = u8::try_from(r.instances).unwrap_or(u8::MAX);
         let now = self.redis.local_now();
         let relist = self.store.update(&w.key, |st| {

@@ -19,6 +19,7 @@ use super::meter::{Fleet, SpanMeter, Window};
 use super::shared::Shared;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
+use crate::metrics::FlushMeter;
 
 /// One rule in the approximate mode.
 pub(crate) struct ApproxRule {
@@ -49,6 +50,8 @@ pub(crate) struct ApproxRule {
     pub(super) instance: String,
     /// Held by the flush in progress.
     pub(super) flushing: tokio::sync::Mutex<()>,
+    /// Flushes and node estimate, as metrics.
+    pub(super) metrics: FlushMeter,
 }
 
 /// A limiter of the approximate mode. Dropping it (the router went away)
@@ -152,6 +155,7 @@ impl ApproxLimiter {
             .limiter_for(meter)
             .map_err(|e| e.in_rule(rule.name()))?;
         let this = Arc::new(ApproxRule {
+            metrics: FlushMeter::new(rule.name()),
             rule: rule.clone(),
             keys: KeyBase::new(&redis.config.key_prefix, rule.name()),
             redis,

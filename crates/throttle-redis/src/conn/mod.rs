@@ -9,6 +9,7 @@ use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 use throttle_core::{Clock, ConfigError};
 
 use crate::config::{RedisConfig, Target};
+use crate::metrics::CallMeter;
 
 mod cluster;
 mod node;
@@ -80,6 +81,7 @@ pub(crate) struct Redis {
     breaker_opened: AtomicU64,
     pub(crate) degraded: AtomicU64,
     pub(crate) denied_locally: AtomicU64,
+    meter: CallMeter,
 }
 
 impl Redis {
@@ -114,6 +116,7 @@ impl Redis {
             breaker_opened: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
             denied_locally: AtomicU64::new(0),
+            meter: CallMeter::new(),
         });
         let patience = redis.patience();
         match &redis.route {
@@ -219,6 +222,7 @@ impl Redis {
         report: bool,
     ) -> Result<T, Failure> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        self.meter.call();
         let deadline = tokio::time::Instant::now() + timeout;
         let (node, result) = match &self.route {
             Route::Single(node) => (
@@ -228,6 +232,7 @@ impl Redis {
             Route::Cluster(cluster) => {
                 let Some(node) = cluster.node_for(slot) else {
                     Self::discover(self);
+                    self.meter.failed(&Failure::Unrouted);
                     return Err(Failure::Unrouted);
                 };
                 let first = invoke(&node, inv, deadline, false, !report).await;
@@ -261,6 +266,7 @@ impl Redis {
             Ok(_) if report => node.breaker.success(),
             Ok(_) => {}
             Err(failure) => {
+                self.meter.failed(failure);
                 match failure {
                     Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
                     _ => self.errors.fetch_add(1, Ordering::Relaxed),
@@ -490,6 +496,9 @@ async fn invoke<T: FromRedisValue>(
     };
     match tokio::time::timeout_at(deadline, call).await {
         Ok(Ok(v)) => Ok(v),
+        // The connection's own response timeout (the command timeout too)
+        // often fires first: a timeout all the same, not an error.
+        Ok(Err(e)) if e.is_timeout() => Err(Failure::Timeout),
         Ok(Err(e)) => Err(Failure::Error(e)),
         Err(_) => Err(Failure::Timeout),
     }

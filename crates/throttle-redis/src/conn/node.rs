@@ -34,6 +34,12 @@ impl Node {
         addr: String,
         config: &RedisConfig,
     ) -> RedisResult<Self> {
+        // A standalone node has no cluster name: its metrics name it by
+        // its URL's address.
+        let node = match addr.is_empty() {
+            true => info.addr().to_string(),
+            false => addr.clone(),
+        };
         let client = redis::Client::open(info)?;
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
@@ -50,11 +56,11 @@ impl Node {
             cfg.set_response_timeout(Some(OFF_PATH_RESPONSE_TIMEOUT)),
         )?;
         Ok(Self {
+            breaker: Breaker::new(config.breaker_threshold, &node),
             addr,
             off_path,
             conns: conns.into(),
             next: AtomicUsize::new(0),
-            breaker: Breaker::new(config.breaker_threshold),
             probing: AtomicBool::new(false),
         })
     }

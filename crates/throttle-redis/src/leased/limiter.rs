@@ -14,6 +14,7 @@ use tokio::sync::futures::OwnedNotified;
 use crate::conn::{Failure, Redis};
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
+use crate::metrics::LeaseMetrics;
 use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 use super::options::{MAX_BATCH, WhenEmpty};
@@ -35,6 +36,8 @@ pub(crate) struct LeaseRule {
     pub(super) first_batch: u64,
     /// The most a hot key's batch grows to.
     pub(super) max_batch: u64,
+    /// Lease calls and tokens, as metrics.
+    pub(super) metrics: LeaseMetrics,
 }
 
 /// A limiter of the leased mode.
@@ -80,6 +83,7 @@ impl LeaseLimiter {
             .map_err(|e| e.in_rule(rule.name()))?;
         let local = local_limiter(&redis, rule)?;
         let this = Arc::new(LeaseRule {
+            metrics: LeaseMetrics::new(rule.name()),
             rule: rule.clone(),
             keys: KeyBase::new(&redis.config.key_prefix, rule.name()),
             redis,
@@ -141,12 +145,14 @@ impl LeaseRule {
     /// One lease call: `(granted, state after, Redis now)`.
     async fn lease(&self, key: &Key, need: u64, want: u64) -> Result<Lease, Failure> {
         self.shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
+        self.metrics.call();
         let inv = self.invocation(key, need, want);
         let reply: Vec<i64> = self.redis.eval(&inv, self.group(key)).await?;
         let n = |i: usize| reply.get(i).and_then(|&v| u64::try_from(v).ok());
         match (n(0), n(1), n(2), n(3)) {
             (Some(k), Some(tat_us), Some(tat_rem), Some(now)) => {
                 self.shared.counters.leased.fetch_add(k, Ordering::Relaxed);
+                self.metrics.granted(k);
                 Ok(Lease {
                     granted: k,
                     bucket: GcraState { tat_us, tat_rem },
