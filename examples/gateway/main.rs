@@ -10,9 +10,13 @@
 //! and stops cleanly on SIGINT or SIGTERM. An invalid file makes it exit
 //! with status 2 and the error (file, line, column, rule, field).
 //!
+//! With `[metrics] listen` set, Prometheus text is served at `/metrics`
+//! there.
+//!
 //! Options: `--config FILE` (default `examples/gateway.toml`), `--listen
-//! ADDR` (overrides the file's `listen`).
+//! ADDR` and `--metrics-listen ADDR` (override the file's).
 
+mod metrics;
 mod reload;
 mod server;
 
@@ -31,12 +35,14 @@ use tokio::sync::watch;
 struct Args {
     config: PathBuf,
     listen: Option<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn args() -> Result<Args, String> {
     let mut args = Args {
         config: PathBuf::from("examples/gateway.toml"),
         listen: None,
+        metrics_listen: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -90,6 +96,15 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The recorder first: the layer and the backend register with it.
+    let metrics_listen = args.metrics_listen.or(config.metrics_listen);
+    let prometheus = match metrics_listen.map(|_| metrics::install()).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let backend: BuiltBackend = match config.backend.build(&file).await {
         Ok(b) => b,
         Err(e) => {
@@ -120,6 +135,15 @@ async fn main() -> ExitCode {
         config.rules.len(),
         server::bound(&listener)
     );
+    if let (Some(listen), Some(handle)) = (metrics_listen, prometheus) {
+        match metrics::serve(listen, handle).await {
+            Ok(bound) => eprintln!("gateway: metrics at http://{bound}/metrics"),
+            Err(e) => {
+                eprintln!("gateway: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
 
     let (stop_tx, stop) = watch::channel(false);
     let watcher = tokio::spawn(reload::watch(

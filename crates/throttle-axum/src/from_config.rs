@@ -246,14 +246,17 @@ impl KeyExtractor for AllOf {
     }
 
     fn on_missing(&self) -> MissingKey {
-        // A part whose key can only be missing through a server
-        // misconfiguration (answered 5xx) speaks for the whole.
+        // As the tuples: a missing part is the client's (400), unless every
+        // part can only be missing through a server misconfiguration.
         let all: Vec<MissingKey> = self.0.iter().map(|p| p.on_missing()).collect();
-        all.iter()
-            .copied()
-            .find(|m| matches!(m, MissingKey::Reject(s) if s.is_server_error()))
-            .or_else(|| all.first().copied())
-            .unwrap_or_default()
+        match all.first() {
+            Some(first @ MissingKey::Reject(s))
+                if s.is_server_error() && all.iter().all(|m| m == first) =>
+            {
+                *first
+            }
+            _ => MissingKey::default(),
+        }
     }
 }
 
