@@ -45,9 +45,10 @@ use axum::{Router, routing::get};
 use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
+use throttle_axum::headers::SuccessHeaders;
 use throttle_axum::{
     Allowed, ClientIp, HttpResponder, MemoryBackend, Policy, Quota, Rejection, Responder, Rule,
-    SuccessHeaders, ThrottleLayer,
+    ThrottleLayer,
 };
 use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 use tower_governor::GovernorLayer;

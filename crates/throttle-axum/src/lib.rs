@@ -37,21 +37,22 @@ mod extract;
 pub mod from_config;
 
 pub use extract::{ClientIp, ConnectInfoPeer, Route};
+// The same list in throttle-axum and throttle-tonic: one crate per
+// integration is all a user needs (plus `redis` for the Redis backends).
 pub use throttle_core::{
     Algorithm, Allowed, Backend, Carried, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
-    ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
+    ManualClock, MemoryBackend, Quota, Refused, Rule, ShadowDenials, SystemClock, Tiers,
 };
-pub use throttle_tower::metrics;
+#[cfg(feature = "redis")]
+pub use throttle_redis as redis;
 pub use throttle_tower::{
-    ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource, UserAgentHash,
-};
-pub use throttle_tower::{
-    Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, KeyExtractor,
-    KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Reloaded, Responder, SuccessHeaders,
-    Throttle, ThrottleBody,
+    ClientAddr, Extension, Extracted, ForwardedHeader, Global, Header, HttpResponder, IpPrefix,
+    KeyExtractor, KeyExtractorExt, Limit, MAX_FORWARDED_ENTRIES, MissingKey, PeerSource, Policy,
+    Rejection, Reloaded, Responder, Throttle, ThrottleBody, UserAgentHash,
 };
 #[cfg(feature = "jwt")]
 pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
+pub use throttle_tower::{headers, metrics};
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON
 /// ([`HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom

@@ -87,20 +87,22 @@ pub use responder::{
     ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS, GrpcProtocol, GrpcResponder, code_for_http_status,
     is_grpc,
 };
+// The same list in throttle-axum and throttle-tonic: one crate per
+// integration is all a user needs (plus `redis` for the Redis backends).
 pub use throttle_core::{
-    Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
-    ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock,
+    Algorithm, Allowed, Backend, Carried, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
+    ManualClock, MemoryBackend, Quota, Refused, Rule, ShadowDenials, SystemClock, Tiers,
 };
-pub use throttle_tower::metrics;
+#[cfg(feature = "redis")]
+pub use throttle_redis as redis;
 pub use throttle_tower::{
-    ClientAddr, ForwardedHeader, MAX_FORWARDED_ENTRIES, PeerSource, UserAgentHash,
-};
-pub use throttle_tower::{
-    Extension, Extracted, Global, Header, HeaderBlock, HttpResponder, IpPrefix, KeyExtractor,
-    KeyExtractorExt, Limit, MissingKey, Policy, Rejection, Responder, Throttle, ThrottleBody,
+    ClientAddr, Extension, Extracted, ForwardedHeader, Global, Header, HttpResponder, IpPrefix,
+    KeyExtractor, KeyExtractorExt, Limit, MAX_FORWARDED_ENTRIES, MissingKey, PeerSource, Policy,
+    Rejection, Reloaded, Responder, Throttle, ThrottleBody, UserAgentHash,
 };
 #[cfg(feature = "jwt")]
 pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
+pub use throttle_tower::{headers, metrics};
 
 /// The throttle layer for tonic, answering gRPC calls with gRPC statuses and
 /// plain HTTP requests with HTTP 429 ([`GrpcResponder`]). Use

@@ -10,10 +10,8 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use throttle_core::{Allowed, Quota, Rule};
-use throttle_tower::{
-    HeaderBlock, HttpResponder, Rejection, Responder, SuccessHeaders, rate_limit_headers,
-    retry_after_secs,
-};
+use throttle_tower::headers::{HeaderBlock, SuccessHeaders, rate_limit_headers, retry_after_secs};
+use throttle_tower::{HttpResponder, Rejection, Responder};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 

@@ -13,8 +13,9 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
+use crate::headers::SuccessHeaders;
 use crate::layer::{Settle, Shared};
-use crate::responder::{Rejection, Responder, SuccessHeaders};
+use crate::responder::{Rejection, Responder};
 
 type Pending = Pin<Box<dyn Future<Output = Decision> + Send>>;
 type PendingCharged = Pin<Box<dyn Future<Output = Charged> + Send>>;
@@ -150,7 +151,7 @@ fn shadow_report<R>(
         return headers;
     }
     match http::HeaderValue::try_from(names()) {
-        Ok(value) => headers.with(crate::responder::X_RATELIMIT_SHADOW.clone(), value),
+        Ok(value) => headers.with(crate::headers::X_RATELIMIT_SHADOW.clone(), value),
         Err(_) => headers,
     }
 }

@@ -33,6 +33,7 @@
 mod body;
 mod extract;
 mod future;
+pub mod headers;
 mod ip;
 #[cfg(feature = "jwt")]
 mod jwt;
@@ -52,11 +53,7 @@ pub use ip::{ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerS
 pub use jwt::{Jwt, MAX_TOKEN_LEN};
 pub use layer::{Reloaded, ThrottleLayer};
 pub use policy::{CostFn, Limit, MissingKey, Policy, RefundFn};
-pub use responder::{
-    HeaderBlock, HttpResponder, RATELIMIT, RATELIMIT_POLICY, Rejection, Responder, SuccessHeaders,
-    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, X_RATELIMIT_SHADOW, number,
-    rate_limit_headers, reset_epoch_secs, retry_after_secs,
-};
+pub use responder::{HttpResponder, Rejection, Responder};
 pub use service::Throttle;
 pub use throttle_core::{
     Algorithm, Allowed, Backend, Carried, ConfigError, Decision, Denied, FailurePolicy, Key,
