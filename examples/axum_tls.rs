@@ -33,10 +33,10 @@ use throttle_tls::{Fingerprint, FingerprintAcceptor, TlsFingerprint};
 
 async fn hello(fingerprint: Option<Extension<Fingerprint>>) -> (HeaderMap, &'static str) {
     let mut headers = HeaderMap::new();
-    if let Some(Extension(f)) = fingerprint {
-        if let Ok(value) = f.ja4().as_str().parse() {
-            headers.insert("x-tls-fingerprint", value);
-        }
+    if let Some(Extension(f)) = fingerprint
+        && let Ok(value) = f.ja4().as_str().parse()
+    {
+        headers.insert("x-tls-fingerprint", value);
     }
     (headers, "Hello over TLS!\n")
 }
