@@ -277,3 +277,18 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Trickle<S> {
         std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
+
+/// Writes a rustls client's ClientHello to `$CAPTURE_RUSTLS_HELLO`; run
+/// once to make `vectors/rustls.bin` (see `vectors/README.md`).
+#[tokio::test]
+#[ignore = "makes a test vector"]
+async fn capture_a_rustls_hello() {
+    let path = std::env::var("CAPTURE_RUSTLS_HELLO").expect("CAPTURE_RUSTLS_HELLO=path");
+    let certs = certs();
+    let client = client_config(&certs, &[b"h2", b"http/1.1"], false);
+    let (c, mut s) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(throttle_tls::tokio_rustls::TlsConnector::from(client).connect(name(), c));
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    std::fs::write(path, &buf[..n]).unwrap();
+}
