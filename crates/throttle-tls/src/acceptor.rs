@@ -128,6 +128,7 @@ impl FingerprintAcceptor {
     }
 
     /// Reads the ClientHello, fingerprints it and completes the handshake.
+    /// The deadline needs a Tokio runtime with time enabled.
     pub async fn accept<IO>(
         &self,
         io: IO,
