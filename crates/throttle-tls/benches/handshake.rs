@@ -39,6 +39,7 @@ fn configs() -> (Arc<ServerConfig>, Arc<ClientConfig>) {
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .unwrap();
     let (server, client) = configs();
