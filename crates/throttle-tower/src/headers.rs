@@ -40,6 +40,11 @@ impl HeaderBlock {
         self.entries.is_empty()
     }
 
+    /// The values, in the order they were pushed.
+    pub fn into_values(self) -> impl Iterator<Item = HeaderValue> {
+        self.entries.into_iter().map(|(_, value)| value)
+    }
+
     /// Moves the headers into `headers`, replacing same-named ones.
     pub fn apply(self, headers: &mut HeaderMap) {
         for (name, value) in self.entries {
@@ -91,11 +96,10 @@ impl SuccessHeaders {
     /// decision (the backend could not be asked) carries no
     /// `X-RateLimit-Remaining`: the fleet's count is not known.
     pub fn for_allowed(allowed: &Allowed) -> Self {
-        let reset_us = u64::try_from(allowed.reset.as_micros()).unwrap_or(u64::MAX);
         Self(SuccessRepr::Standard {
             limit: allowed.limit,
             remaining: (!allowed.degraded).then_some(allowed.remaining),
-            reset_epoch: allowed.at_us.saturating_add(reset_us).div_ceil(1_000_000),
+            reset_epoch: epoch_secs_after(allowed.at_us, allowed.reset),
         })
     }
 
@@ -201,6 +205,13 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
 pub fn reset_epoch_secs(reset: Duration) -> u64 {
     let at_us = unix_now_us() + reset.as_micros() as u64;
     at_us.div_ceil(1_000_000)
+}
+
+/// Unix epoch seconds (rounded up) at which `after` from `at_us` (a
+/// decision's time, microseconds since the epoch) has passed: no clock read.
+pub fn epoch_secs_after(at_us: u64, after: Duration) -> u64 {
+    let after_us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+    at_us.saturating_add(after_us).div_ceil(1_000_000)
 }
 
 /// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`.

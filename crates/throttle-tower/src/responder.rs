@@ -1,15 +1,18 @@
 //! Responders: a decision -> the protocol's answer.
 
+use std::cell::RefCell;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::request::Parts;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use throttle_core::{Allowed, Denied, Refused, Rule};
 
 use crate::headers::{
-    HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, number, rate_limit_headers,
+    HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, number, rate_limit_headers,
     retry_after_secs,
 };
 
@@ -145,25 +148,90 @@ impl HttpResponder {
     }
 }
 
-/// `{"error":..,"message":..,"dimension":..}` plus an optional retry field.
-/// Every string written is either fixed or a validated rule name, so no
-/// escaping is needed.
-fn json_body(error: &str, message: &str, retry_after: Option<u64>, dimension: &str) -> Bytes {
-    let mut body = String::with_capacity(128 + message.len());
-    body.push_str("{\"error\":\"");
-    body.push_str(error);
-    body.push_str("\",\"message\":\"");
-    body.push_str(message);
-    body.push('"');
-    if let Some(secs) = retry_after {
-        body.push_str(",\"retry_after_seconds\":");
-        body.push_str(itoa::Buffer::new().format(secs));
+/// `{"error":..,"message":..,"dimension":..}` plus an optional retry field,
+/// the message given in pieces. Every string written is either fixed or a
+/// validated rule name, so no escaping is needed. One allocation of exactly
+/// the body's size (a `Vec` whose length is its capacity becomes `Bytes`
+/// without a second one).
+fn json_body(error: &str, message: &[&str], retry_after: Option<u64>, dimension: &str) -> Bytes {
+    let mut buf = itoa::Buffer::new();
+    let retry = retry_after.map(|secs| buf.format(secs));
+    let len = JSON_PARTS_LEN
+        + error.len()
+        + message.iter().map(|p| p.len()).sum::<usize>()
+        + retry.map_or(0, |r| RETRY_FIELD.len() + r.len())
+        + dimension.len();
+    let mut body = Vec::with_capacity(len);
+    body.extend_from_slice(b"{\"error\":\"");
+    body.extend_from_slice(error.as_bytes());
+    body.extend_from_slice(b"\",\"message\":\"");
+    for part in message {
+        body.extend_from_slice(part.as_bytes());
     }
-    body.push_str(",\"dimension\":\"");
-    body.push_str(dimension);
-    body.push_str("\"}");
+    body.push(b'"');
+    if let Some(retry) = retry {
+        body.extend_from_slice(RETRY_FIELD.as_bytes());
+        body.extend_from_slice(retry.as_bytes());
+    }
+    body.extend_from_slice(b",\"dimension\":\"");
+    body.extend_from_slice(dimension.as_bytes());
+    body.extend_from_slice(b"\"}");
+    debug_assert_eq!(body.len(), len);
     Bytes::from(body)
 }
+
+/// The body of a `429`: the same for every denial with the same wait under
+/// the same rule, so the last few are kept per thread and shared (a denial
+/// flood then allocates no body).
+fn limited_body(secs: u64, rule: &str) -> Bytes {
+    LIMITED_BODIES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let slot = &mut cache[(secs % LIMITED_BODIES_KEPT as u64) as usize];
+        if let Some((s, body)) = slot
+            && *s == secs
+            && names_rule(body, rule)
+        {
+            return body.clone();
+        }
+        let mut buf = itoa::Buffer::new();
+        let body = json_body(
+            "RATE_LIMIT_EXCEEDED",
+            &[
+                "Quota exceeded. Please retry after ",
+                buf.format(secs),
+                " seconds.",
+            ],
+            Some(secs),
+            rule,
+        );
+        *slot = Some((secs, body.clone()));
+        body
+    })
+}
+
+/// Whether a `429` body (a function of the wait and the rule's name only)
+/// ends with `rule` as its dimension.
+fn names_rule(body: &[u8], rule: &str) -> bool {
+    body.len() > rule.len() + 2
+        && body[body.len() - 2 - rule.len()..body.len() - 2] == *rule.as_bytes()
+        && body[body.len() - 3 - rule.len()] == b'"'
+}
+
+const LIMITED_BODIES_KEPT: usize = 8;
+
+thread_local! {
+    /// Recent `429` bodies by wait (seconds) modulo their number.
+    static LIMITED_BODIES: RefCell<[Option<(u64, Bytes)>; LIMITED_BODIES_KEPT]> =
+        const { RefCell::new([const { None }; LIMITED_BODIES_KEPT]) };
+}
+
+/// The fixed text of [`json_body`] besides the retry field.
+const JSON_PARTS_LEN: usize = "{\"error\":\"".len()
+    + "\",\"message\":\"".len()
+    + "\"".len()
+    + ",\"dimension\":\"".len()
+    + "\"}".len();
+const RETRY_FIELD: &str = ",\"retry_after_seconds\":";
 
 fn json_response(status: StatusCode, body: Bytes, headers: HeaderBlock) -> Response<Bytes> {
     let mut res = Response::new(body);
@@ -174,45 +242,88 @@ fn json_response(status: StatusCode, body: Bytes, headers: HeaderBlock) -> Respo
     res
 }
 
+/// The headers of a `429`, in the order they are sent, with placeholder
+/// values: a denial clones the map and overwrites the values by position,
+/// which hashes no header name and allocates the map once (see
+/// [`limited_headers`]).
+fn limited_template(ietf: bool) -> HeaderMap {
+    let zero = || HeaderValue::from_static("0");
+    let mut map = HeaderMap::with_capacity(if ietf { 7 } else { 5 });
+    map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    map.insert(RETRY_AFTER, zero());
+    map.insert(X_RATELIMIT_LIMIT.clone(), zero());
+    map.insert(X_RATELIMIT_REMAINING.clone(), zero());
+    map.insert(X_RATELIMIT_RESET.clone(), zero());
+    if ietf {
+        map.insert(RATELIMIT_POLICY.clone(), zero());
+        map.insert(RATELIMIT.clone(), zero());
+    }
+    map
+}
+
+static LIMITED: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(false));
+static LIMITED_IETF: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(true));
+
+/// A `429`'s headers: the template's names, `values` after the content
+/// type, in the template's order.
+fn limited_headers(
+    template: &HeaderMap,
+    values: impl IntoIterator<Item = HeaderValue>,
+) -> HeaderMap {
+    let mut map = template.clone();
+    // The template holds one value per name, so its values come in the
+    // order they were inserted.
+    for (slot, value) in map.values_mut().skip(1).zip(values) {
+        *slot = value;
+    }
+    map
+}
+
 impl Responder for HttpResponder {
     fn reject(&self, _req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
-        let mut headers = HeaderBlock::default();
         match rejection {
             Rejection::Limited { denied: d, rule } => {
                 let secs = retry_after_secs(d.retry_after);
-                headers.push(RETRY_AFTER, number(secs));
-                rate_limit_headers(&mut headers, d.limit, d.remaining, d.reset);
-                if self.ietf {
+                let body = limited_body(secs, rule.name());
+                let standard = [
+                    number(secs),
+                    number(d.limit),
+                    number(d.remaining),
+                    number(epoch_secs_after(d.at_us, d.reset)),
+                ];
+                let headers = if self.ietf {
+                    let mut ietf = HeaderBlock::default();
                     Self::ietf_fields(
-                        &mut headers,
+                        &mut ietf,
                         rule,
                         (d.limit, d.quota.period()),
                         d.remaining,
                         secs,
                     );
-                }
-                let mut buf = itoa::Buffer::new();
-                let message = [
-                    "Quota exceeded. Please retry after ",
-                    buf.format(secs),
-                    " seconds.",
-                ]
-                .concat();
-                let body = json_body("RATE_LIMIT_EXCEEDED", &message, Some(secs), rule.name());
-                json_response(StatusCode::TOO_MANY_REQUESTS, body, headers)
+                    let ietf = ietf.into_values();
+                    limited_headers(&LIMITED_IETF, standard.into_iter().chain(ietf))
+                } else {
+                    limited_headers(&LIMITED, standard)
+                };
+                let mut res = Response::new(body);
+                *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                *res.headers_mut() = headers;
+                res
             }
             Rejection::MissingKey { rule, status } => {
+                let headers = HeaderBlock::default();
                 let message = "The request does not carry the key this rate limit is applied by.";
                 json_response(
                     status,
-                    json_body("RATE_LIMIT_KEY_MISSING", message, None, rule.name()),
+                    json_body("RATE_LIMIT_KEY_MISSING", &[message], None, rule.name()),
                     headers,
                 )
             }
             Rejection::Unavailable { rule, .. } => {
+                let mut headers = HeaderBlock::default();
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
                 let message = "The rate limiter is unavailable. Please retry later.";
-                let body = json_body("RATE_LIMITER_UNAVAILABLE", message, Some(1), rule.name());
+                let body = json_body("RATE_LIMITER_UNAVAILABLE", &[message], Some(1), rule.name());
                 json_response(StatusCode::SERVICE_UNAVAILABLE, body, headers)
             }
         }
@@ -245,6 +356,88 @@ impl Responder for HttpResponder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use throttle_core::Quota;
+
+    fn denied(retry_after_ms: u64) -> Denied {
+        Denied {
+            rule: 0,
+            limit: 100,
+            quota: Quota::per_minute(100),
+            remaining: 0,
+            retry_after: Duration::from_millis(retry_after_ms),
+            reset: Duration::from_secs(60),
+            at_us: 1_700_000_000_000_000,
+        }
+    }
+
+    fn answer(responder: HttpResponder, rule: &str, retry_after_ms: u64) -> Response<Bytes> {
+        let (parts, ()) = http::Request::new(()).into_parts();
+        let rule = Rule::new(rule, Quota::per_minute(100));
+        let d = denied(retry_after_ms);
+        responder.reject(
+            &parts,
+            Rejection::Limited {
+                denied: &d,
+                rule: &rule,
+            },
+        )
+    }
+
+    fn headers(res: &Response<Bytes>) -> Vec<(String, String)> {
+        res.headers()
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_denial_sends_its_headers_in_order_with_their_values() {
+        let res = answer(HttpResponder::new(), "ip", 13_200);
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let want = [
+            ("content-type", "application/json"),
+            ("retry-after", "14"),
+            ("x-ratelimit-limit", "100"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1700000060"),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(headers(&res), want);
+
+        let res = answer(HttpResponder::new().ietf_headers(true), "ip", 13_200);
+        let mut ietf = want.clone();
+        ietf.push(("ratelimit-policy".into(), "\"ip\";q=100;w=60".into()));
+        ietf.push(("ratelimit".into(), "\"ip\";r=0;t=14".into()));
+        assert_eq!(headers(&res), ietf);
+    }
+
+    #[test]
+    fn denial_bodies_name_their_own_rule_and_wait_whatever_was_sent_before() {
+        let body = |rule: &str, secs: u64| {
+            format!(
+                "{{\"error\":\"RATE_LIMIT_EXCEEDED\",\"message\":\"Quota exceeded. Please retry \
+                 after {secs} seconds.\",\"retry_after_seconds\":{secs},\"dimension\":\"{rule}\"}}"
+            )
+        };
+        // Same wait, rules whose names end alike, a wait sharing a slot
+        // (8 apart), and the first again: each answer is its own.
+        for (rule, ms) in [
+            ("ip", 14_000),
+            ("tip", 14_000),
+            ("p", 14_000),
+            ("ip", 22_000),
+            ("ip", 14_000),
+            ("a-rule-name-longer-than-the-rest", 14_000),
+            ("ip", 14_000),
+        ] {
+            let res = answer(HttpResponder::new(), rule, ms);
+            let secs = ms / 1000;
+            assert_eq!(res.body(), body(rule, secs).as_bytes(), "{rule} {secs}");
+        }
+    }
 
     #[test]
     fn numbers_render_the_same_from_the_tables_and_from_scratch() {
