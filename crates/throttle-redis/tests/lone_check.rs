@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::future::{Future, poll_fn};
+use std::future::poll_fn;
 use std::task::Poll;
 use std::time::Duration;
 
