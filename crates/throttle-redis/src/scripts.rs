@@ -13,6 +13,9 @@
 //!   or parsing), read with one `GET` and written with one `SET .. PX`.
 //! - Every key expires a second past the time its state becomes equivalent
 //!   to a fresh one, so nothing lives forever.
+//! - The batch scripts reply with one string of decimal integers separated
+//!   by spaces (`%d` of the doubles, exact below 2^53): the client reads
+//!   one bulk string instead of an array value per integer.
 //! - The code is written inline, without helper functions: a function
 //!   defined in a script is a new closure on every call, and the scripts run
 //!   on every request.
@@ -122,7 +125,7 @@ return {k, nt, nr, now}
 
 /// Fixed window, many checks in one call (any keys; a key repeated is read
 /// once and written once). KEYS: one per check. ARGV: now, limit, period,
-/// then each check's cost. Returns, per check, {allowed, window, count, now};
+/// then each check's cost. Returns, per check, "allowed window count now";
 /// the checks run in order, exactly as one call each would.
 const FIXED_WINDOW_BATCH: &str = r#"
 local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -143,18 +146,18 @@ for i = 1, #KEYS do
   if cw ~= st[1] then st[1] = cw; st[2] = 0 end
   local ok = 0
   if st[2] + cost <= limit then st[2] = st[2] + cost; ok = 1; dirty[k] = t end
-  out[#out + 1] = ok; out[#out + 1] = st[1]; out[#out + 1] = st[2]; out[#out + 1] = t
+  out[i] = string.format('%d %d %d %d', ok, st[1], st[2], t)
 end
 for k, t in pairs(dirty) do
   local st = cache[k]
   redis.call('SET', k, struct.pack('dd', st[1], st[2]), 'PX', math.floor(((st[1] + 1) * period - t) / 1000) + 1000)
 end
-return out
+return table.concat(out, ' ')
 "#;
 
 /// Sliding window counter, many checks in one call (as
 /// [`FIXED_WINDOW_BATCH`]). ARGV: now, limit, period, then each check's
-/// cost. Returns, per check, {allowed, window, cur, prev, now}.
+/// cost. Returns, per check, "allowed window cur prev now".
 const SLIDING_COUNTER_BATCH: &str = r#"
 local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
 local cache, dirty, out = {}, {}, {}
@@ -178,18 +181,18 @@ for i = 1, #KEYS do
   if st[3] > 0 then weighted = math.floor(st[3] * (period - elapsed) / period) end
   local ok = 0
   if weighted + st[2] + cost <= limit then st[2] = st[2] + cost; ok = 1; dirty[k] = t end
-  out[#out + 1] = ok; out[#out + 1] = st[1]; out[#out + 1] = st[2]; out[#out + 1] = st[3]; out[#out + 1] = t
+  out[i] = string.format('%d %d %d %d %d', ok, st[1], st[2], st[3], t)
 end
 for k, t in pairs(dirty) do
   local st = cache[k]
   redis.call('SET', k, struct.pack('ddd', st[1], st[2], st[3]), 'PX', math.floor(((st[1] + 2) * period - t) / 1000) + 1000)
 end
-return out
+return table.concat(out, ' ')
 "#;
 
 /// GCRA, many checks in one call (as [`FIXED_WINDOW_BATCH`]). ARGV: now,
 /// limit, tau (us, rem), then each check's increment (us, rem). Returns, per
-/// check, {allowed, tat_us, tat_rem}, then now.
+/// check, "allowed tat_us tat_rem", then now.
 const GCRA_BATCH: &str = r#"
 local l = tonumber(ARGV[2])
 local tau_us, tau_rem = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -212,14 +215,14 @@ for i = 1, #KEYS do
   if lead < tau_us or (lead == tau_us and nr <= tau_rem) then
     st[1] = nt; st[2] = nr; ok = 1; dirty[k] = true
   end
-  out[#out + 1] = ok; out[#out + 1] = st[1]; out[#out + 1] = st[2]
+  out[i] = string.format('%d %d %d', ok, st[1], st[2])
 end
 for k, _ in pairs(dirty) do
   local st = cache[k]
   redis.call('SET', k, struct.pack('dd', st[1], st[2]), 'PX', math.floor((st[1] - now + 1) / 1000) + 1000)
 end
-out[#out + 1] = now
-return out
+out[#out + 1] = string.format('%d', now)
+return table.concat(out, ' ')
 "#;
 
 /// Sliding window log. KEYS: the log (sorted set of "seq:cost" scored by

@@ -5,17 +5,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
+use redis::{FromRedisValue, IntoConnectionInfo};
 use throttle_core::{Clock, ConfigError};
 
 use crate::config::{RedisConfig, Target};
 use crate::metrics::CallMeter;
 
+mod call;
 mod cluster;
 mod node;
 mod slot;
 mod version;
 
+pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};
 use node::Node;
 
@@ -196,7 +198,7 @@ impl Redis {
     /// bounded by `timeout`, counted, but not reported to the breaker.
     pub(crate) async fn eval_off_path<T: FromRedisValue>(
         self: &Arc<Self>,
-        inv: &ScriptInvocation<'_>,
+        inv: &impl Call,
         slot: u16,
         timeout: Duration,
     ) -> Result<T, Failure> {
@@ -207,7 +209,7 @@ impl Redis {
     /// counted, and reported to the breaker of the node serving `slot`.
     pub(crate) async fn eval<T: FromRedisValue>(
         self: &Arc<Self>,
-        inv: &ScriptInvocation<'_>,
+        inv: &impl Call,
         slot: u16,
     ) -> Result<T, Failure> {
         self.routed(inv, slot, self.config.command_timeout, true)
@@ -216,7 +218,7 @@ impl Redis {
 
     async fn routed<T: FromRedisValue>(
         self: &Arc<Self>,
-        inv: &ScriptInvocation<'_>,
+        inv: &impl Call,
         slot: u16,
         timeout: Duration,
         report: bool,
@@ -285,7 +287,7 @@ impl Redis {
 
     /// Sends a script in the background (refunds): never waited for, never
     /// sent while the breaker is open.
-    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: ScriptInvocation<'static>, slot: u16) {
+    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: impl Call + Send + 'static, slot: u16) {
         if self.is_open(slot) {
             return;
         }
@@ -467,7 +469,7 @@ impl Redis {
 /// if `off_path`; `asking` sends `ASKING` first (a slot in migration).
 async fn invoke<T: FromRedisValue>(
     node: &Node,
-    inv: &ScriptInvocation<'_>,
+    inv: &impl Call,
     deadline: tokio::time::Instant,
     asking: bool,
     off_path: bool,
@@ -478,26 +480,13 @@ async fn invoke<T: FromRedisValue>(
         node.conn()
     };
     let call = async {
-        if asking {
-            let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").ignore().invoke_script(inv);
-            match pipe.query_async::<(T,)>(&mut conn).await {
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
-                    inv.load_async(&mut conn).await?;
-                    pipe.query_async::<(T,)>(&mut conn).await.map(|(v,)| v)
-                }
-                r => r.map(|(v,)| v),
-            }
-        } else {
-            inv.invoke_async(&mut conn).await
-        }
+        let reply = inv.send(&mut conn, asking).await?;
+        Ok::<T, redis::RedisError>(T::from_redis_value(reply)?)
     };
     match tokio::time::timeout_at(deadline, call).await {
         Ok(Ok(v)) => Ok(v),
-        // The connection's own response timeout (the command timeout too)
-        // often fires first: a timeout all the same, not an error.
+        // The off-path connection's own response timeout may fire first: a
+        // timeout all the same, not an error.
         Ok(Err(e)) if e.is_timeout() => Err(Failure::Timeout),
         Ok(Err(e)) => Err(Failure::Error(e)),
         Err(_) => Err(Failure::Timeout),

@@ -41,9 +41,14 @@ impl Node {
             false => addr.clone(),
         };
         let client = redis::Client::open(info)?;
+        // No response timeout on the request path's connections: every call
+        // on them is bounded by its caller's deadline (the command timeout),
+        // which drops the call as the connection's own timer would (a
+        // timed-out call never makes the connection reconnect either way),
+        // and a second timer per call costs as much as the rest of the hop.
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.command_timeout))
+            .set_response_timeout(None)
             .set_number_of_retries(1);
         let conns = (0..config.connections.max(1))
             .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), cfg.clone()))

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
-use throttle_core::{Acquire, Key, Outcome};
+use throttle_core::{Acquire, Key, Outcome, Unavailable};
 use tokio::sync::oneshot;
 
-use super::{Inner, unexpected_reply};
+use super::{Inner, Reply, unexpected_reply};
+use crate::conn::{Eval, Failure};
 
 /// The most checks one batch call carries.
 const MAX_BATCH: usize = 256;
@@ -36,8 +37,15 @@ pub(super) struct Batcher {
 }
 
 impl Inner {
-    /// Queues a check for the next batch call, starting one if none is out.
+    /// Decides a check by a batch call: a lone check (no call out) makes
+    /// its call itself; otherwise it is queued for the next call, started
+    /// if none is out.
     pub(super) fn enqueue(self: &Arc<Self>, key: Key, cost: u64) -> Acquire {
+        // In a cluster the sender only hands calls out (one per key, each
+        // on its own), so it never holds the role through a call.
+        if !self.redis.is_cluster() && !self.batcher.sending.swap(true, Ordering::AcqRel) {
+            return Acquire::Pending(Box::pin(self.clone().send_alone(key, cost)));
+        }
         let (reply, answer) = oneshot::channel();
         {
             let mut queue = self.batcher.queue.lock();
@@ -48,17 +56,7 @@ impl Inner {
             queue.push(Job { key, cost, reply });
         }
         if !self.batcher.sending.swap(true, Ordering::AcqRel) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => {
-                    rt.spawn(self.clone().send_batches());
-                }
-                Err(_) => {
-                    // No runtime to send from: decide by failure policy.
-                    self.batcher.sending.store(false, Ordering::Release);
-                    let jobs = std::mem::take(&mut *self.batcher.queue.lock());
-                    self.answer_locally(jobs);
-                }
-            }
+            self.start_sender();
         }
         // A check may wait for the call before its own: its wait is bounded
         // from now, so a hung Redis still costs it one command timeout at
@@ -74,20 +72,65 @@ impl Inner {
         }))
     }
 
+    /// A check sent alone by its own future, which holds the sending role
+    /// meanwhile: no task, no channel and no timer besides the call's own
+    /// (its deadline bounds the wait). Checks that arrive meanwhile queue
+    /// and go together in the next call, once this one is back (or
+    /// dropped).
+    async fn send_alone(self: Arc<Self>, key: Key, cost: u64) -> Result<Outcome, Unavailable> {
+        let _role = Role(&self);
+        let check = [(key, cost)];
+        let group = self.group(&key);
+        let sent_at = self.deny.now();
+        match self.call(&check, group).await {
+            Ok(reply) => {
+                if let Some((step, at_us)) = self.compiled.batch_step(&reply, 0, 1, cost) {
+                    self.deny.remember(&key, cost, &step, sent_at);
+                    return Ok(Outcome::new(step, at_us));
+                }
+                tracing::debug!(rule = self.rule.name(), failure = %unexpected_reply(), "deciding by failure policy");
+            }
+            Err(failure) => {
+                tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
+            }
+        }
+        self.degraded(&key, cost)
+    }
+
+    /// Starts a task sending what is queued; the caller holds the sending
+    /// role, which the task takes over.
+    fn start_sender(self: &Arc<Self>) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(self.clone().send_batches());
+            }
+            Err(_) => {
+                // No runtime to send from: decide by failure policy.
+                self.batcher.sending.store(false, Ordering::Release);
+                let jobs = std::mem::take(&mut *self.batcher.queue.lock());
+                self.answer_locally(jobs);
+            }
+        }
+    }
+
+    /// Gives the sending role up; true if checks were queued meanwhile and
+    /// the caller has taken the role back to send them.
+    fn release_role(&self) -> bool {
+        self.batcher.sending.store(false, Ordering::Release);
+        // A check queued between the caller's last look at the queue and
+        // the store above would wait for nobody: take the role back if so.
+        !self.batcher.queue.lock().is_empty() && !self.batcher.sending.swap(true, Ordering::AcqRel)
+    }
+
     /// Sends what is queued, one call at a time, until the queue is empty.
     async fn send_batches(self: Arc<Self>) {
         loop {
             let jobs = std::mem::take(&mut *self.batcher.queue.lock());
             if jobs.is_empty() {
-                self.batcher.sending.store(false, Ordering::Release);
-                // A check queued between the take and the store above would
-                // wait for nobody: take the sending role back if so.
-                if self.batcher.queue.lock().is_empty()
-                    || self.batcher.sending.swap(true, Ordering::AcqRel)
-                {
-                    return;
+                if self.release_role() {
+                    continue;
                 }
-                continue;
+                return;
             }
             if self.redis.is_cluster() {
                 // A script touches one slot: one call per key, each on its
@@ -112,6 +155,27 @@ impl Inner {
         }
     }
 
+    /// One batch call for `checks` (keys and costs), all in `group`.
+    async fn call(&self, checks: &[(Key, u64)], group: u16) -> Result<Reply, Failure> {
+        let Some(script) = self.compiled.batch_script() else {
+            return Err(unexpected_reply());
+        };
+        let keys = self.compiled.suffixes().len() * checks.len();
+        let args = 4 + 2 * checks.len();
+        let mut inv = Eval::new(script, keys, keys + args, 64 * keys + 20 * args);
+        for (key, _) in checks {
+            for suffix in self.compiled.suffixes() {
+                inv.arg(self.keys.key(key, suffix));
+            }
+        }
+        self.compiled.batch_args(
+            &mut inv,
+            self.redis.script_now(),
+            checks.iter().map(|&(_, cost)| cost),
+        );
+        self.redis.eval::<Reply>(&inv, group).await
+    }
+
     /// One batch call; answers every check in it. Checks that stopped
     /// waiting (they were answered by the failure policy) are not sent: a
     /// request told "unavailable" is not charged.
@@ -120,35 +184,35 @@ impl Inner {
         if jobs.is_empty() {
             return;
         }
-        let Some(script) = self.compiled.batch_script() else {
+        if self.compiled.batch_script().is_none() {
             return self.answer_locally(jobs);
-        };
+        }
         // In a cluster a call carries one key's checks (one slot, one group).
         let group = self.group(&jobs[0].key);
         if self.redis.is_open(group) {
             return self.answer_locally(jobs);
         }
-        let mut inv = script.prepare_invoke();
-        for job in &jobs {
-            for suffix in self.compiled.suffixes() {
-                inv.key(self.keys.key(&job.key, suffix));
-            }
-        }
-        let costs: Vec<u64> = jobs.iter().map(|j| j.cost).collect();
-        self.compiled
-            .batch_args(&mut inv, self.redis.script_now(), costs.iter().copied());
+        let checks: Vec<(Key, u64)> = jobs.iter().map(|j| (j.key, j.cost)).collect();
         let sent_at = self.deny.now();
-        let failure = match self.redis.eval::<Vec<i64>>(&inv, group).await {
-            Ok(reply) => match self.compiled.batch_steps(&reply, &costs) {
-                Some(steps) => {
-                    for (job, (step, at_us)) in jobs.into_iter().zip(steps) {
-                        self.deny.remember(&job.key, job.cost, &step, sent_at);
-                        let _ = job.reply.send(Some(Outcome::new(step, at_us)));
+        let failure = match self.call(&checks, group).await {
+            Ok(reply) => {
+                let n = jobs.len();
+                let steps: Option<Vec<_>> = jobs
+                    .iter()
+                    .enumerate()
+                    .map(|(j, job)| self.compiled.batch_step(&reply, j, n, job.cost))
+                    .collect();
+                match steps {
+                    Some(steps) => {
+                        for (job, (step, at_us)) in jobs.into_iter().zip(steps) {
+                            self.deny.remember(&job.key, job.cost, &step, sent_at);
+                            let _ = job.reply.send(Some(Outcome::new(step, at_us)));
+                        }
+                        return;
                     }
-                    return;
+                    None => unexpected_reply(),
                 }
-                None => unexpected_reply(),
-            },
+            }
             Err(failure) => failure,
         };
         tracing::debug!(rule = self.rule.name(), %failure, checks = jobs.len(), "deciding by failure policy");
@@ -158,6 +222,19 @@ impl Inner {
     fn answer_locally(&self, jobs: Vec<Job>) {
         for job in jobs {
             let _ = job.reply.send(None);
+        }
+    }
+}
+
+/// The sending role, held by a check sent alone: given up when its call is
+/// back or its future dropped, and handed to a sender task if checks were
+/// queued meanwhile.
+struct Role<'a>(&'a Arc<Inner>);
+
+impl Drop for Role<'_> {
+    fn drop(&mut self) {
+        if self.0.release_role() {
+            self.0.start_sender();
         }
     }
 }

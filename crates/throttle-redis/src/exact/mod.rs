@@ -15,16 +15,16 @@ mod deny;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use redis::{Script, ScriptInvocation};
+use redis::Script;
 use throttle_core::algorithm::SlidingWindowLog;
 use throttle_core::{Acquire, ConfigError, Key, Limiter, Outcome, Rule, Unavailable};
 
-use crate::conn::{Failure, Redis};
+use crate::conn::{Eval, Failure, Redis};
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::scripts::SLIDING_LOG_SCRIPT;
 use batch::Batcher;
-use compiled::Compiled;
+use compiled::{Compiled, Reply};
 use deny::DenyCache;
 
 struct Inner {
@@ -78,10 +78,13 @@ impl Inner {
         self.redis.slot_for(&self.keys, key)
     }
 
-    fn invocation(&self, script: &'static Script, key: &Key) -> ScriptInvocation<'static> {
-        let mut inv = script.prepare_invoke();
-        for suffix in self.compiled.suffixes() {
-            inv.key(self.keys.key(key, suffix));
+    /// A call of `script` for `key`'s checks: its keys written, room for
+    /// `args` arguments.
+    fn invocation(&self, script: &'static Script, key: &Key, args: usize) -> Eval {
+        let suffixes = self.compiled.suffixes();
+        let mut inv = Eval::new(script, suffixes.len(), args, 20 * args);
+        for suffix in suffixes {
+            inv.arg(self.keys.key(key, suffix));
         }
         inv
     }
@@ -93,10 +96,10 @@ impl Inner {
         key: Key,
         cost: u64,
     ) -> Result<Outcome, Unavailable> {
-        let mut inv = self.invocation(&SLIDING_LOG_SCRIPT, &key);
+        let mut inv = self.invocation(&SLIDING_LOG_SCRIPT, &key, 4);
         Compiled::log_args(&m, &mut inv, self.redis.script_now(), cost);
         let sent_at = self.deny.now();
-        let failure = match self.redis.eval::<Vec<i64>>(&inv, self.group(&key)).await {
+        let failure = match self.redis.eval::<Reply>(&inv, self.group(&key)).await {
             Ok(reply) => match Compiled::log_step(&m, &reply, cost) {
                 Some((step, at_us)) => {
                     self.deny.remember(&key, cost, &step, sent_at);
@@ -158,7 +161,7 @@ impl Limiter for ExactLimiter {
             }
             return;
         }
-        let mut inv = self.0.invocation(self.0.compiled.release_script(), key);
+        let mut inv = self.0.invocation(self.0.compiled.release_script(), key, 3);
         self.0.compiled.release_args(&mut inv, outcome.at_us, cost);
         self.0.redis.spawn_eval(inv, self.0.group(key));
     }
