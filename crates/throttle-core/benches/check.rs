@@ -83,7 +83,7 @@ fn two_threads(group: &mut BenchmarkGroup<'_, WallTime>, subjects: &Subjects, or
 
 fn allowed(c: &mut Criterion) {
     for (label, keys) in [("1", 1u64), ("10k", 10_000), ("1M", 1_000_000)] {
-        let (subjects, order) = common::scenario(keys, false);
+        let (subjects, order) = common::scenario(keys, false, None);
         let mut group = c.benchmark_group(format!("allowed/1t/{label}"));
         one_thread(&mut group, &subjects, &order);
         group.finish();
@@ -98,7 +98,7 @@ fn allowed(c: &mut Criterion) {
 }
 
 fn denied(c: &mut Criterion) {
-    let (subjects, order) = common::scenario(1, true);
+    let (subjects, order) = common::scenario(1, true, None);
     let mut group = c.benchmark_group("denied/1t/1");
     one_thread(&mut group, &subjects, &order);
     group.finish();

@@ -11,19 +11,19 @@ use throttle_core::{
 };
 
 /// Length of the shared visiting order (a power of two, 1,048,576 entries).
-pub const ORDER_LEN: usize = 1 << 20;
-pub const ORDER_MASK: usize = ORDER_LEN - 1;
+pub(crate) const ORDER_LEN: usize = 1 << 20;
+pub(crate) const ORDER_MASK: usize = ORDER_LEN - 1;
 
 /// Room in the memory backend: above the largest key count measured.
 const MAX_KEYS: usize = 2_000_000;
 
 /// A rate limiter as the benchmark drives it: one check of one unit for the
 /// key numbered `key`, answering whether it was allowed.
-pub trait Subject: Sync {
+pub(crate) trait Subject: Sync {
     fn check(&self, key: u64) -> bool;
 }
 
-pub struct Ours(pub Arc<MemoryLimiter<Gcra, SystemClock>>);
+pub(crate) struct Ours(pub(crate) Arc<MemoryLimiter<Gcra, SystemClock>>);
 
 impl Subject for Ours {
     #[inline]
@@ -32,7 +32,7 @@ impl Subject for Ours {
     }
 }
 
-pub struct OursRuleSet {
+pub(crate) struct OursRuleSet {
     rules: RuleSet,
     rule: usize,
 }
@@ -52,7 +52,7 @@ impl Subject for OursRuleSet {
     }
 }
 
-pub struct Governor(DefaultKeyedRateLimiter<u64>);
+pub(crate) struct Governor(DefaultKeyedRateLimiter<u64>);
 
 impl Subject for Governor {
     #[inline]
@@ -62,14 +62,14 @@ impl Subject for Governor {
 }
 
 /// The three subjects, all with the same quota.
-pub struct Subjects {
-    pub ours: Ours,
-    pub ruleset: OursRuleSet,
-    pub governor: Governor,
+pub(crate) struct Subjects {
+    pub(crate) ours: Ours,
+    pub(crate) ruleset: OursRuleSet,
+    pub(crate) governor: Governor,
 }
 
 impl Subjects {
-    pub fn new(quota: Quota, governor_quota: governor::Quota) -> Self {
+    pub(crate) fn new(quota: Quota, governor_quota: governor::Quota) -> Self {
         let backend = MemoryBackend::default().max_keys(MAX_KEYS);
         let ours = Ours(
             backend
@@ -87,7 +87,7 @@ impl Subjects {
         }
     }
 
-    pub fn each(&self) -> [(&'static str, &dyn Subject); 3] {
+    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 3] {
         [
             ("throttle", &self.ours),
             ("throttle_ruleset", &self.ruleset),
@@ -107,7 +107,7 @@ fn splitmix(state: &mut u64) -> u64 {
 
 /// `ORDER_LEN` key numbers below `keys`: shuffled rounds of every key, so
 /// every key is visited and the order defeats the prefetcher.
-pub fn visiting_order(keys: u64) -> Vec<u64> {
+pub(crate) fn visiting_order(keys: u64) -> Vec<u64> {
     let mut rng = 0x5EED_u64 ^ keys;
     let mut order = Vec::with_capacity(ORDER_LEN);
     let mut round: Vec<u64> = (0..keys).collect();
@@ -123,13 +123,14 @@ pub fn visiting_order(keys: u64) -> Vec<u64> {
 }
 
 /// `n` as a governor quota figure.
-pub fn nonzero(n: u32) -> NonZeroU32 {
+pub(crate) fn nonzero(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).expect("non-zero")
 }
 
-/// The subjects set up for `scenario` (`allowed/<keys>` or `denied`), every
-/// key already tracked, and the order to visit them in.
-pub fn scenario(keys: u64, denied: bool) -> (Subjects, Vec<u64>) {
+/// The subjects for a scenario of `keys` keys, allowed or `denied`, with
+/// every key already tracked (by the subject named `only`, or by all), and
+/// the order to visit them in.
+pub(crate) fn scenario(keys: u64, denied: bool, only: Option<&str>) -> (Subjects, Vec<u64>) {
     let subjects = if denied {
         Subjects::new(Quota::per_hour(1), governor::Quota::per_hour(nonzero(1)))
     } else {
@@ -139,15 +140,20 @@ pub fn scenario(keys: u64, denied: bool) -> (Subjects, Vec<u64>) {
         )
     };
     for (name, subject) in subjects.each() {
+        if only.is_some_and(|only| only != name) {
+            continue;
+        }
         for key in 0..keys {
             assert!(subject.check(key), "{name}: setup check was denied");
         }
         if denied {
             assert!(!subject.check(0), "{name}: the second check must be denied");
         }
+        if name == "throttle" {
+            let stats = subjects.ours.0.stats();
+            assert_eq!(stats.tracked_keys as u64, keys, "{stats:?}");
+            assert_eq!(stats.evictions, 0, "{stats:?}");
+        }
     }
-    let stats = subjects.ours.0.stats();
-    assert_eq!(stats.tracked_keys as u64, keys, "{stats:?}");
-    assert_eq!(stats.evictions, 0, "{stats:?}");
     (subjects, visiting_order(keys))
 }
