@@ -249,4 +249,11 @@ impl Meter for Gcra {
     fn idle_at(&self, st: &GcraState) -> u64 {
         st.tat_us + u64::from(st.tat_rem > 0)
     }
+
+    const DENIES_READ_ONLY: bool = true;
+
+    #[inline]
+    fn deny_read_only(&self, st: &GcraState, now_us: u64, cost: u64) -> Option<Step> {
+        super::deny_on_copy(self, st, now_us, cost)
+    }
 }
