@@ -1,14 +1,16 @@
 //! The rule set that combines rules into one decision.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter};
 use crate::backend::{Acquire, Limiter, Outcome, Unavailable};
 use crate::decision::{Allowed, Charged, Check, Decision, Demand, Denied, Refused, ShadowDenials};
-use crate::{Backend, ConfigError, Key, Quota, Rule};
+use crate::{Backend, ConfigError, Key, MemoryLimiter, Quota, Rule, SystemClock};
 
 /// What a check hands back: a decision, or a decision and its charges.
 trait Keep: Send + 'static {
@@ -36,9 +38,44 @@ impl Keep for Charged {
     }
 }
 
+/// How a rule's limiter is asked: the memory backend's own limiters (on the
+/// system clock, for the algorithms whose state is plain data) are called
+/// directly, their check inlined into the rule set's; any other limiter
+/// goes through the [`Limiter`] trait.
+#[derive(Clone)]
+enum Engine {
+    Bucket(Arc<MemoryLimiter<Gcra, SystemClock>>),
+    Window(Arc<MemoryLimiter<FixedWindow, SystemClock>>),
+    Counter(Arc<MemoryLimiter<SlidingWindowCounter, SystemClock>>),
+    Other(Arc<dyn Limiter>),
+}
+
+impl Engine {
+    fn new(limiter: &Arc<dyn Limiter>) -> Self {
+        let any: Arc<dyn Any + Send + Sync> = limiter.clone();
+        any.downcast()
+            .map(Self::Bucket)
+            .or_else(|any| any.downcast().map(Self::Window))
+            .or_else(|any| any.downcast().map(Self::Counter))
+            .unwrap_or_else(|_| Self::Other(limiter.clone()))
+    }
+
+    #[inline]
+    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+        match self {
+            Self::Bucket(l) => Acquire::Ready(Ok(l.check(key, cost))),
+            Self::Window(l) => Acquire::Ready(Ok(l.check(key, cost))),
+            Self::Counter(l) => Acquire::Ready(Ok(l.check(key, cost))),
+            Self::Other(l) => l.acquire(key, cost),
+        }
+    }
+}
+
 struct Bound {
     rule: Arc<Rule>,
     limiter: Arc<dyn Limiter>,
+    /// How `limiter` is asked.
+    engine: Engine,
     /// `limiter.is_remote()`, asked once.
     remote: bool,
     /// `rule.is_shadow()`.
@@ -56,6 +93,7 @@ impl Clone for Bound {
         Self {
             rule: self.rule.clone(),
             limiter: self.limiter.clone(),
+            engine: self.engine.clone(),
             remote: self.remote,
             shadow: self.shadow,
             tiers: self.tiers.clone(),
@@ -73,6 +111,15 @@ impl Bound {
             return &*tiers[i];
         }
         &*self.limiter
+    }
+
+    /// Asks `key`'s limiter for `cost`.
+    #[inline]
+    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+        if self.tiers.is_some() {
+            return self.limiter(key).acquire(key, cost);
+        }
+        self.engine.acquire(key, cost)
     }
 
     /// `key`'s quota and capacity under this rule.
@@ -232,6 +279,7 @@ impl RuleSet {
             remote: limiter.is_remote(),
             shadow: rule.is_shadow(),
             rule: Arc::new(rule),
+            engine: Engine::new(&limiter),
             limiter,
             tiers,
         });
@@ -294,14 +342,54 @@ impl RuleSet {
     /// then the remote ones: a request a local rule denies costs no round
     /// trip (and no refund of a remote charge).
     pub fn check(&self, demands: &[Demand]) -> Check {
-        self.run(demands)
+        match demands {
+            [d] => self.one(d),
+            _ => self.run(demands),
+        }
     }
 
     /// Like [`check`](Self::check), and also hands back what each allowed
     /// demand took ([`Charged::taken`]), for a cost to be given back once
     /// the request's outcome is known ([`release`](Self::release)).
     pub fn check_charged(&self, demands: &[Demand]) -> Check<Charged> {
-        self.run(demands)
+        match demands {
+            [d] => self.one(d),
+            _ => self.run(demands),
+        }
+    }
+
+    /// A check of one demand, the common case: no order to work out,
+    /// nothing to give back, nothing to combine.
+    #[inline]
+    fn one<K: Keep>(&self, d: &Demand) -> Check<K> {
+        match self.rules[d.rule].acquire(&d.key, d.cost) {
+            Acquire::Ready(result) => Check::Ready(self.settle_one(d, result)),
+            Acquire::Pending(first) => {
+                let (set, d) = (self.clone(), *d);
+                Check::Pending(Box::pin(async move { set.settle_one(&d, first.await) }))
+            }
+        }
+    }
+
+    /// The decision on the single demand `d`, whose rule answered `result`.
+    #[inline]
+    fn settle_one<K: Keep>(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> K {
+        let shadow = self.rules[d.rule].shadow;
+        match result {
+            Ok(o) if o.step.allowed => {
+                // A shadow rule never shapes traffic.
+                let delay_us = if shadow { 0 } else { o.step.delay_us };
+                let decision = self.allowed_by(d, o, shadow, delay_us, ShadowDenials::default());
+                K::keep(decision, &[(0, o)])
+            }
+            result if shadow => {
+                let mut denied = ShadowDenials::default();
+                denied.insert(d.rule);
+                let o = shadow_outcome(result);
+                K::keep(self.allowed_by(d, o, true, 0, denied), &[(0, o)])
+            }
+            result => K::keep(self.refusal(d, result), &[]),
+        }
     }
 
     fn run<K: Keep>(&self, demands: &[Demand]) -> Check<K> {
@@ -321,7 +409,7 @@ impl RuleSet {
         for (at, &i) in order.iter().enumerate() {
             let d = &demands[i];
             let bound = &self.rules[d.rule];
-            match bound.limiter(&d.key).acquire(&d.key, d.cost) {
+            match bound.acquire(&d.key, d.cost) {
                 Acquire::Ready(Ok(o)) if o.step.allowed => held.push((i, o)),
                 Acquire::Ready(result) if bound.shadow => {
                     held.push((i, shadow_outcome(result)));
@@ -330,25 +418,6 @@ impl RuleSet {
                 Acquire::Ready(result) => {
                     self.give_back(demands, &held);
                     return Check::Ready(K::keep(self.refusal(d, result), &[]));
-                }
-                Acquire::Pending(first) if demands.len() == 1 => {
-                    // The common remote case, one rule: no combination to do.
-                    let (set, d) = (self.clone(), *d);
-                    return Check::Pending(Box::pin(async move {
-                        match first.await {
-                            Ok(o) if o.step.allowed => {
-                                let held = [(0, o)];
-                                K::keep(set.allowed(&[d], &held, ShadowDenials::default()), &held)
-                            }
-                            result if set.rules[d.rule].shadow => {
-                                let mut shadow = ShadowDenials::default();
-                                shadow.insert(d.rule);
-                                let held = [(0, shadow_outcome(result))];
-                                K::keep(set.allowed(&[d], &held, shadow), &held)
-                            }
-                            result => K::keep(set.refusal(&d, result), &[]),
-                        }
-                    }));
                 }
                 Acquire::Pending(first) => {
                     let set = self.clone();
@@ -383,7 +452,7 @@ impl RuleSet {
         for j in rest {
             let d = &demands[j];
             let bound = &self.rules[d.rule];
-            match bound.limiter(&d.key).acquire(&d.key, d.cost) {
+            match bound.acquire(&d.key, d.cost) {
                 Acquire::Ready(r) => {
                     let stop = !bound.shadow && !matches!(r, Ok(o) if o.step.allowed);
                     results[j] = Some(r);
@@ -492,31 +561,35 @@ impl RuleSet {
         }
         match tightest {
             None => Decision::Unlimited,
-            Some((
-                i,
-                Outcome {
-                    step,
-                    at_us,
-                    degraded,
-                },
-                shadow,
-            )) => {
-                let d = &demands[i];
-                let (quota, limit) = self.rules[d.rule].quota(&d.key);
-                Decision::Allowed(Allowed {
-                    limit,
-                    quota,
-                    remaining: step.remaining,
-                    reset: Duration::from_micros(step.reset_us),
-                    delay: Duration::from_micros(delay_us),
-                    at_us,
-                    rule: d.rule,
-                    degraded,
-                    shadow,
-                    shadow_denied,
-                })
+            Some((i, o, shadow)) => {
+                self.allowed_by(&demands[i], o, shadow, delay_us, shadow_denied)
             }
         }
+    }
+
+    /// An allowed decision reporting `d`'s rule, which answered `o`.
+    #[inline]
+    fn allowed_by(
+        &self,
+        d: &Demand,
+        o: Outcome,
+        shadow: bool,
+        delay_us: u64,
+        shadow_denied: ShadowDenials,
+    ) -> Decision {
+        let (quota, limit) = self.rules[d.rule].quota(&d.key);
+        Decision::Allowed(Allowed {
+            limit,
+            quota,
+            remaining: o.step.remaining,
+            reset: Duration::from_micros(o.step.reset_us),
+            delay: Duration::from_micros(delay_us),
+            at_us: o.at_us,
+            rule: d.rule,
+            degraded: o.degraded,
+            shadow,
+            shadow_denied,
+        })
     }
 }
 
@@ -530,5 +603,81 @@ fn shadow_outcome(result: Result<Outcome, Unavailable>) -> Outcome {
             at_us: crate::unix_now_us(),
             degraded: true,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, ManualClock, MemoryBackend};
+
+    /// What a decision says, without the instants (which the system clock
+    /// moves between two rule sets).
+    fn figures(check: Check) -> (bool, usize, u64, u64) {
+        let Check::Ready(decision) = check else {
+            panic!("the memory backend decides at once")
+        };
+        match decision {
+            Decision::Allowed(a) => (true, a.rule, a.limit, a.remaining),
+            Decision::Denied(d) => (false, d.rule, d.limit, d.remaining),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
+        for algorithm in Algorithm::ALL {
+            let rule = Rule::new("r", Quota::per_hour(3)).algorithm_is(algorithm);
+            let mut direct = RuleSet::new();
+            direct
+                .bind(rule.clone(), &MemoryBackend::default())
+                .unwrap();
+            let engine = &direct.rules[0].engine;
+            let expected = match algorithm {
+                Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+                    matches!(engine, Engine::Bucket(_))
+                }
+                Algorithm::FixedWindow => matches!(engine, Engine::Window(_)),
+                Algorithm::SlidingWindowCounter => matches!(engine, Engine::Counter(_)),
+                _ => matches!(engine, Engine::Other(_)),
+            };
+            assert!(expected, "{algorithm:?}");
+
+            let mut by_trait = RuleSet::new();
+            by_trait.bind(rule, &MemoryBackend::default()).unwrap();
+            by_trait.rules = by_trait
+                .rules
+                .iter()
+                .map(|b| Bound {
+                    engine: Engine::Other(b.limiter.clone()),
+                    ..b.clone()
+                })
+                .collect();
+            let demand = [Demand {
+                rule: 0,
+                key: Key::new("k"),
+                cost: 1,
+            }];
+            let seen: Vec<_> = (0..5).map(|_| figures(direct.check(&demand))).collect();
+            for (i, s) in seen.iter().enumerate() {
+                assert_eq!(
+                    figures(by_trait.check(&demand)),
+                    *s,
+                    "{algorithm:?} check {i}"
+                );
+            }
+            assert_eq!(
+                seen.iter().filter(|s| s.0).count(),
+                3,
+                "{algorithm:?}: {seen:?}"
+            );
+        }
+        // Another clock goes through the trait.
+        let mut manual = RuleSet::new();
+        let backend = MemoryBackend::with_clock(ManualClock::new(0));
+        manual
+            .bind(Rule::new("r", Quota::per_hour(3)), &backend)
+            .unwrap();
+        assert!(matches!(manual.rules[0].engine, Engine::Other(_)));
     }
 }
