@@ -47,7 +47,8 @@ enum Engine {
     Bucket(Arc<MemoryLimiter<Gcra, SystemClock>>),
     Window(Arc<MemoryLimiter<FixedWindow, SystemClock>>),
     Counter(Arc<MemoryLimiter<SlidingWindowCounter, SystemClock>>),
-    Other(Arc<dyn Limiter>),
+    /// Not one of those: ask through the trait.
+    Other,
 }
 
 impl Engine {
@@ -57,16 +58,17 @@ impl Engine {
             .map(Self::Bucket)
             .or_else(|any| any.downcast().map(Self::Window))
             .or_else(|any| any.downcast().map(Self::Counter))
-            .unwrap_or_else(|_| Self::Other(limiter.clone()))
+            .unwrap_or(Self::Other)
     }
 
-    #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    /// The memory backend's answer, made here; `None` for another limiter.
+    #[inline(always)]
+    fn local(&self, key: &Key, cost: u64) -> Option<Outcome> {
         match self {
-            Self::Bucket(l) => Acquire::Ready(Ok(l.check(key, cost))),
-            Self::Window(l) => Acquire::Ready(Ok(l.check(key, cost))),
-            Self::Counter(l) => Acquire::Ready(Ok(l.check(key, cost))),
-            Self::Other(l) => l.acquire(key, cost),
+            Self::Bucket(l) => Some(l.check(key, cost)),
+            Self::Window(l) => Some(l.check(key, cost)),
+            Self::Counter(l) => Some(l.check(key, cost)),
+            Self::Other => None,
         }
     }
 }
@@ -76,6 +78,9 @@ struct Bound {
     limiter: Arc<dyn Limiter>,
     /// How `limiter` is asked.
     engine: Engine,
+    /// `rule.quota()` and its capacity, for a rule without tiers.
+    quota: Quota,
+    limit: u64,
     /// `limiter.is_remote()`, asked once.
     remote: bool,
     /// `rule.is_shadow()`.
@@ -94,6 +99,8 @@ impl Clone for Bound {
             rule: self.rule.clone(),
             limiter: self.limiter.clone(),
             engine: self.engine.clone(),
+            quota: self.quota,
+            limit: self.limit,
             remote: self.remote,
             shadow: self.shadow,
             tiers: self.tiers.clone(),
@@ -113,22 +120,32 @@ impl Bound {
         &*self.limiter
     }
 
+    /// The answer for `cost` of a memory limiter called directly (see
+    /// [`Engine`]), or `None`: ask [`limiter`](Self::limiter).
+    #[inline(always)]
+    fn local(&self, key: &Key, cost: u64) -> Option<Outcome> {
+        if self.tiers.is_some() {
+            return None;
+        }
+        self.engine.local(key, cost)
+    }
+
     /// Asks `key`'s limiter for `cost`.
     #[inline]
     fn acquire(&self, key: &Key, cost: u64) -> Acquire {
-        if self.tiers.is_some() {
-            return self.limiter(key).acquire(key, cost);
+        match self.local(key, cost) {
+            Some(o) => Acquire::Ready(Ok(o)),
+            None => self.limiter(key).acquire(key, cost),
         }
-        self.engine.acquire(key, cost)
     }
 
     /// `key`'s quota and capacity under this rule.
+    #[inline]
     fn quota(&self, key: &Key) -> (Quota, u64) {
-        let q = if self.tiers.is_some() {
-            self.rule.quota_for(key)
-        } else {
-            self.rule.quota()
-        };
+        if self.tiers.is_none() {
+            return (self.quota, self.limit);
+        }
+        let q = self.rule.quota_for(key);
         (q, self.rule.capacity_of(q))
     }
 }
@@ -278,6 +295,8 @@ impl RuleSet {
         rules.push(Bound {
             remote: limiter.is_remote(),
             shadow: rule.is_shadow(),
+            quota: rule.quota(),
+            limit: rule.capacity(),
             rule: Arc::new(rule),
             engine: Engine::new(&limiter),
             limiter,
@@ -362,7 +381,11 @@ impl RuleSet {
     /// nothing to give back, nothing to combine.
     #[inline]
     fn one<K: Keep>(&self, d: &Demand) -> Check<K> {
-        match self.rules[d.rule].acquire(&d.key, d.cost) {
+        let bound = &self.rules[d.rule];
+        if let Some(o) = bound.local(&d.key, d.cost) {
+            return Check::Ready(self.settle_one(d, Ok(o)));
+        }
+        match bound.limiter(&d.key).acquire(&d.key, d.cost) {
             Acquire::Ready(result) => Check::Ready(self.settle_one(d, result)),
             Acquire::Pending(first) => {
                 let (set, d) = (self.clone(), *d);
@@ -372,7 +395,7 @@ impl RuleSet {
     }
 
     /// The decision on the single demand `d`, whose rule answered `result`.
-    #[inline]
+    #[inline(always)]
     fn settle_one<K: Keep>(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> K {
         let shadow = self.rules[d.rule].shadow;
         match result {
@@ -392,6 +415,8 @@ impl RuleSet {
         }
     }
 
+    // Kept out of `check`, so the one-demand path stays small.
+    #[inline(never)]
     fn run<K: Keep>(&self, demands: &[Demand]) -> Check<K> {
         // Asked so far: (index in `demands`, outcome). Allowed outcomes
         // took their cost; a shadow rule's denial is kept too (not taken).
@@ -639,7 +664,7 @@ mod tests {
                 }
                 Algorithm::FixedWindow => matches!(engine, Engine::Window(_)),
                 Algorithm::SlidingWindowCounter => matches!(engine, Engine::Counter(_)),
-                _ => matches!(engine, Engine::Other(_)),
+                _ => matches!(engine, Engine::Other),
             };
             assert!(expected, "{algorithm:?}");
 
@@ -649,7 +674,7 @@ mod tests {
                 .rules
                 .iter()
                 .map(|b| Bound {
-                    engine: Engine::Other(b.limiter.clone()),
+                    engine: Engine::Other,
                     ..b.clone()
                 })
                 .collect();
@@ -678,6 +703,6 @@ mod tests {
         manual
             .bind(Rule::new("r", Quota::per_hour(3)), &backend)
             .unwrap();
-        assert!(matches!(manual.rules[0].engine, Engine::Other(_)));
+        assert!(matches!(manual.rules[0].engine, Engine::Other));
     }
 }

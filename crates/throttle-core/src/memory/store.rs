@@ -82,7 +82,23 @@ fn matches(stored: &StoredKey, key: &Key) -> bool {
     let bytes = key.as_bytes();
     stored.len() == bytes.len() + 1
         && stored[0] == u8::from(key.is_digest())
-        && &stored[1..] == bytes
+        && same_bytes(&stored[1..], bytes)
+}
+
+/// `a == b` for slices of the same length, eight bytes at a time: keys are
+/// short, and this stays inline where `==` calls `memcmp`.
+#[inline]
+fn same_bytes(mut a: &[u8], mut b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    while let (Some((wa, ra)), Some((wb, rb))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        if wa != wb {
+            return false;
+        }
+        (a, b) = (ra, rb);
+    }
+    a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 fn stored_key(stored: &StoredKey) -> Key {
