@@ -649,6 +649,30 @@ mod tests {
         }
     }
 
+    /// The delay of the second of two requests at once to a leaky bucket.
+    fn second_delay(rule: Rule) -> Duration {
+        let mut set = RuleSet::new();
+        set.bind(rule, &MemoryBackend::with_clock(ManualClock::new(0)))
+            .unwrap();
+        let demand = [Demand {
+            rule: 0,
+            key: Key::new("k"),
+            cost: 1,
+        }];
+        let _ = set.check(&demand);
+        match set.check(&demand) {
+            Check::Ready(Decision::Allowed(a)) => a.delay,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lone_shadow_rule_never_delays() {
+        let rule = Rule::new("lb", Quota::per_second(1).with_burst(3)).leaky_bucket();
+        assert_eq!(second_delay(rule.clone()), Duration::from_secs(1));
+        assert_eq!(second_delay(rule.shadow()), Duration::ZERO);
+    }
+
     #[test]
     fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
         for algorithm in Algorithm::ALL {
