@@ -9,8 +9,8 @@
 //! - `throttle`: `MemoryLimiter::check` (token bucket) on the memory backend,
 //!   with the key built from a `u64` in the loop as an extractor would.
 //! - `throttle_ruleset`: the same limiter behind `RuleSet::check`, the call
-//!   the Tower layer makes (dynamic dispatch, the `Decision` with its
-//!   `Arc<Rule>`).
+//!   the Tower layer makes (one demand, and the `Decision` with the figures
+//!   the headers need).
 //! - `governor`: `governor::DefaultKeyedRateLimiter<u64>::check_key` (a
 //!   `DashMap` with std's hasher, as `tower_governor` uses it).
 //!
