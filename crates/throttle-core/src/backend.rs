@@ -1,6 +1,7 @@
 //! Where counts live: the backend trait, satisfied synchronously by local
 //! backends and asynchronously by remote ones.
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +28,10 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 }
 
 /// One rule bound to a backend: checks and takes cost for a key.
-pub trait Limiter: Send + Sync + 'static {
+///
+/// (`Any`, which every `'static` type is, lets a [`RuleSet`](crate::RuleSet)
+/// recognise the memory backend's own limiters and call them directly.)
+pub trait Limiter: Any + Send + Sync + 'static {
     /// Checks `cost` for `key` and takes it when it fits.
     ///
     /// A local backend answers [`Acquire::Ready`] without awaiting or

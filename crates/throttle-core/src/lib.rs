@@ -29,18 +29,18 @@ mod key;
 mod memory;
 mod quota;
 mod rule;
+mod rule_set;
 pub mod sim;
 mod tier;
 
 pub use algorithm::{Algorithm, Meter, Step};
 pub use backend::{Acquire, Backend, Limiter, Outcome, PendingOutcome, Unavailable};
 pub use clock::{Clock, ManualClock, SystemClock, WallClock, unix_now_us};
-pub use decision::{
-    Allowed, Carried, Charged, Check, Decision, Demand, Denied, Refused, RuleSet, ShadowDenials,
-};
+pub use decision::{Allowed, Charged, Check, Decision, Demand, Denied, Refused, ShadowDenials};
 pub use error::ConfigError;
 pub use key::{Key, MAX_KEY_LEN};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryLimiter, MemoryStats};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MIN_PERIOD, Quota};
 pub use rule::{FailurePolicy, MAX_RULE_NAME_LEN, MeterVisitor, Rule};
+pub use rule_set::{Carried, RuleSet};
 pub use tier::{MAX_TIERS, Tiers};

@@ -160,22 +160,10 @@ impl Gcra {
                 delay_us: 0,
             };
         }
-        // Everything below in units of 1/limit us: u64 where it fits (the
-        // common case), u128 otherwise.
-        let l = u128::from(self.limit);
-        let ahead_s = u128::from(ahead_us) * l + u128::from(ahead_rem);
-        let tau_s = u128::from(self.burst) * u128::from(self.period_us);
-        let cost_s = u128::from(cost) * u128::from(self.period_us);
-        let (retry_after_us, delay_us) = if !allowed {
-            (
-                (ahead_s + cost_s).saturating_sub(tau_s).div_ceil(l) as u64,
-                0,
-            )
-        } else if self.shaping {
-            // The request's turn began where the previous TAT stood.
-            (0, ahead_s.saturating_sub(cost_s).div_ceil(l) as u64)
-        } else {
+        let (retry_after_us, delay_us) = if allowed && !self.shaping {
             (0, 0)
+        } else {
+            self.wait(ahead_us, ahead_rem, cost, allowed)
         };
         Step {
             allowed,
@@ -183,6 +171,40 @@ impl Gcra {
             reset_us,
             retry_after_us,
             delay_us,
+        }
+    }
+
+    /// `(retry_after_us, delay_us)` of a denial, or of an admission by a
+    /// leaky bucket, with the TAT `ahead` of now.
+    #[inline]
+    fn wait(&self, ahead_us: u64, ahead_rem: u64, cost: u64, allowed: bool) -> (u64, u64) {
+        // Everything below in units of 1/limit us: u64 where it fits (the
+        // common case), u128 otherwise.
+        if let Some(tau_s) = self.tau_s
+            && let Some(ahead_s) = ahead_us
+                .checked_mul(self.limit)
+                .and_then(|a| a.checked_add(ahead_rem))
+            && let Some(cost_s) = cost.checked_mul(self.period_us)
+            && let Some(after_s) = ahead_s.checked_add(cost_s)
+        {
+            return if allowed {
+                // The request's turn began where the previous TAT stood.
+                (0, ahead_s.saturating_sub(cost_s).div_ceil(self.limit))
+            } else {
+                (after_s.saturating_sub(tau_s).div_ceil(self.limit), 0)
+            };
+        }
+        let l = u128::from(self.limit);
+        let ahead_s = u128::from(ahead_us) * l + u128::from(ahead_rem);
+        let tau_s = u128::from(self.burst) * u128::from(self.period_us);
+        let cost_s = u128::from(cost) * u128::from(self.period_us);
+        if allowed {
+            (0, ahead_s.saturating_sub(cost_s).div_ceil(l) as u64)
+        } else {
+            (
+                (ahead_s + cost_s).saturating_sub(tau_s).div_ceil(l) as u64,
+                0,
+            )
         }
     }
 
@@ -248,5 +270,12 @@ impl Meter for Gcra {
 
     fn idle_at(&self, st: &GcraState) -> u64 {
         st.tat_us + u64::from(st.tat_rem > 0)
+    }
+
+    const DENIES_READ_ONLY: bool = true;
+
+    #[inline]
+    fn deny_read_only(&self, st: &GcraState, now_us: u64, cost: u64) -> Option<Step> {
+        super::deny_on_copy(self, st, now_us, cost)
     }
 }

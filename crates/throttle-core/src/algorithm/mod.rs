@@ -100,8 +100,9 @@ pub struct Step {
 /// denied with `retry_after_us` equal to the quota's period, so clients are
 /// told to back off rather than to retry at once.
 pub trait Meter: Send + Sync + 'static {
-    /// Per-key state. `Default` is the state of a key never seen.
-    type State: Default + Send + std::fmt::Debug + 'static;
+    /// Per-key state. `Default` is the state of a key never seen. `Sync`
+    /// because the memory backend reads states under a shared lock.
+    type State: Default + Send + Sync + std::fmt::Debug + 'static;
 
     /// The most cost the key can spend at once (the window's limit or the
     /// bucket's capacity): what `X-RateLimit-Limit` reports.
@@ -118,4 +119,32 @@ pub trait Meter: Send + Sync + 'static {
     /// The time from which `state` behaves exactly like a fresh key, so it can
     /// be forgotten.
     fn idle_at(&self, state: &Self::State) -> u64;
+
+    /// Whether [`deny_read_only`](Self::deny_read_only) answers (default:
+    /// no). The memory backend then decides a key that keeps being denied
+    /// under a shared lock, so a denial flood on one key does not make the
+    /// cores take turns.
+    const DENIES_READ_ONLY: bool = false;
+
+    /// The step `acquire` would give for `cost` at `now_us` when that is a
+    /// denial, found without writing `state`; `None` when the cost fits (and
+    /// always, by default). It must agree with `acquire`: the same step, and
+    /// nothing `acquire` would have written may change a later decision.
+    fn deny_read_only(&self, state: &Self::State, now_us: u64, cost: u64) -> Option<Step> {
+        let _ = (state, now_us, cost);
+        None
+    }
+}
+
+/// [`Meter::deny_read_only`] for a meter whose state is plain data and whose
+/// denials write nothing a later check needs (at most a roll to `now`'s
+/// window, which the next check makes again): `acquire` on a copy.
+#[inline]
+fn deny_on_copy<M: Meter>(meter: &M, state: &M::State, now_us: u64, cost: u64) -> Option<Step>
+where
+    M::State: Copy,
+{
+    let mut copy = *state;
+    let step = meter.acquire(&mut copy, now_us, cost);
+    (!step.allowed).then_some(step)
 }

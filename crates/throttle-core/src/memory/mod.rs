@@ -17,7 +17,10 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// Counts in this process's memory. The embedded default: decisions take a
 /// lock on one shard of one rule's table and never await or allocate for a
-/// key already tracked.
+/// key already tracked. A key that keeps being denied is decided under the
+/// shard's shared lock, writing nothing (for the algorithms that can tell a
+/// denial without writing: all but the sliding window log), so a denial
+/// flood on one key does not make the cores take turns.
 ///
 /// Memory is **bounded**: each rule tracks at most [`max_keys`] keys. When a
 /// shard is full, keys whose state has gone back to "never seen" (an expired

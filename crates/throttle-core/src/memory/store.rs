@@ -3,13 +3,19 @@
 //! Each shard is a SwissTable holding the slots themselves (key and state,
 //! no stored hash): a check is one probe and one slot read. Eviction picks
 //! random occupied buckets, so any slot can be chosen in O(1).
+//!
+//! A shard's table sits behind a reader-writer lock. Checks take it
+//! exclusively, except for a key the shard saw denied last: while its
+//! meter can tell a denial without writing ([`Meter::deny_read_only`]), that
+//! key is decided under the shared lock, so a denial flood on one key
+//! writes nothing but the lock word and the cores do not take turns.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use smallvec::SmallVec;
 
 use crate::Key;
@@ -34,21 +40,27 @@ pub struct MemoryStats {
     pub evictions: u64,
 }
 
-type ShardLock<S> = Mutex<Shard<S>>;
-
+/// One shard: its table, and the hash of the key it saw denied last (0 for
+/// none), on the same cache line as the lock that is taken anyway.
 #[repr(align(128))]
 #[derive(Debug)]
-struct Padded<T>(T);
+struct ShardCell<S> {
+    lock: RwLock<Shard<S>>,
+    denied: AtomicU64,
+}
 
 #[derive(Debug)]
 pub(crate) struct Store<M: Meter> {
     meter: M,
     /// Shared with the stores of the same rule at another quota (a reload).
-    shards: Arc<[Padded<ShardLock<M::State>>]>,
+    shards: Arc<[ShardCell<M::State>]>,
     hasher: foldhash::fast::RandomState,
     shard_mask: usize,
     max_keys: usize,
     evictions: Arc<AtomicU64>,
+    /// Exclusive locks taken, for the tests to tell which path a check took.
+    #[cfg(test)]
+    exclusive: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -70,7 +82,23 @@ fn matches(stored: &StoredKey, key: &Key) -> bool {
     let bytes = key.as_bytes();
     stored.len() == bytes.len() + 1
         && stored[0] == u8::from(key.is_digest())
-        && &stored[1..] == bytes
+        && same_bytes(&stored[1..], bytes)
+}
+
+/// `a == b` for slices of the same length, eight bytes at a time: keys are
+/// short, and this stays inline where `==` calls `memcmp`.
+#[inline]
+fn same_bytes(mut a: &[u8], mut b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    while let (Some((wa, ra)), Some((wb, rb))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        if wa != wb {
+            return false;
+        }
+        (a, b) = (ra, rb);
+    }
+    a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 fn stored_key(stored: &StoredKey) -> Key {
@@ -83,21 +111,24 @@ impl<M: Meter> Store<M> {
         Self {
             meter,
             shards: (0..shards)
-                .map(|i| {
-                    Padded(Mutex::new(Shard {
+                .map(|i| ShardCell {
+                    lock: RwLock::new(Shard {
                         table: HashTable::new(),
                         cap,
                         rng: 0x9E37_79B9_7F4A_7C15
                             ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
                         // Sweep the first time the shard fills up.
                         inserts_since_sweep: usize::MAX,
-                    }))
+                    }),
+                    denied: AtomicU64::new(0),
                 })
                 .collect(),
             hasher: foldhash::fast::RandomState::default(),
             shard_mask: shards - 1,
             max_keys: cap * shards,
             evictions: Arc::new(AtomicU64::new(0)),
+            #[cfg(test)]
+            exclusive: AtomicU64::new(0),
         }
     }
 
@@ -111,14 +142,16 @@ impl<M: Meter> Store<M> {
             shard_mask: self.shard_mask,
             max_keys: self.max_keys,
             evictions: self.evictions.clone(),
+            #[cfg(test)]
+            exclusive: AtomicU64::new(0),
         }
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &ShardLock<M::State> {
+    fn shard(&self, hash: u64) -> &ShardCell<M::State> {
         // Bits 40.. pick the shard: the table uses the low bits for the
         // bucket and the top seven for its control bytes.
-        &self.shards[(hash >> 40) as usize & self.shard_mask].0
+        &self.shards[(hash >> 40) as usize & self.shard_mask]
     }
 
     /// Runs `f` on `key`'s state, tracking the key first if needed.
@@ -130,7 +163,22 @@ impl<M: Meter> Store<M> {
         f: impl FnOnce(&mut M::State) -> R,
     ) -> R {
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash).lock();
+        self.with_state_at(self.shard(hash), hash, key, now_us, f)
+    }
+
+    /// [`with_state`](Self::with_state) with `key`'s hash and shard known.
+    #[inline]
+    fn with_state_at<R>(
+        &self,
+        cell: &ShardCell<M::State>,
+        hash: u64,
+        key: &Key,
+        now_us: u64,
+        f: impl FnOnce(&mut M::State) -> R,
+    ) -> R {
+        let mut shard = cell.lock.write();
+        #[cfg(test)]
+        self.exclusive.fetch_add(1, Ordering::Relaxed);
         if let Some(slot) = shard.table.find_mut(hash, |s| matches(&s.key, key)) {
             return f(&mut slot.state);
         }
@@ -154,13 +202,34 @@ impl<M: Meter> Store<M> {
 
     #[inline]
     pub(crate) fn acquire(&self, key: &Key, now_us: u64, cost: u64) -> Step {
-        self.with_state(key, now_us, |st| self.meter.acquire(st, now_us, cost))
+        let hash = self.hasher.hash_one(key);
+        let cell = self.shard(hash);
+        let hinted = M::DENIES_READ_ONLY && cell.denied.load(Ordering::Relaxed) == hash;
+        if hinted {
+            // The key was denied last: most likely it still is, and telling
+            // so only reads.
+            let shard = cell.lock.read();
+            if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key))
+                && let Some(step) = self.meter.deny_read_only(&slot.state, now_us, cost)
+            {
+                return step;
+            }
+        }
+        self.with_state_at(cell, hash, key, now_us, |st| {
+            let step = self.meter.acquire(st, now_us, cost);
+            // Written only when it changes (under the lock, on its line).
+            if M::DENIES_READ_ONLY && step.allowed == hinted {
+                cell.denied
+                    .store(if step.allowed { 0 } else { hash }, Ordering::Relaxed);
+            }
+            step
+        })
     }
 
     /// Runs `f` on `key`'s state if the key is tracked.
     pub(crate) fn update<R>(&self, key: &Key, f: impl FnOnce(&mut M::State) -> R) -> Option<R> {
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash).lock();
+        let mut shard = self.shard(hash).lock.write();
         let slot = shard.table.find_mut(hash, |s| matches(&s.key, key))?;
         Some(f(&mut slot.state))
     }
@@ -168,7 +237,7 @@ impl<M: Meter> Store<M> {
     /// Visits every tracked key, one shard (and one lock) at a time.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&Key, &mut M::State)) {
         for shard in self.shards.iter() {
-            let mut shard = shard.0.lock();
+            let mut shard = shard.lock.write();
             for slot in shard.table.iter_mut() {
                 f(&stored_key(&slot.key), &mut slot.state);
             }
@@ -185,7 +254,7 @@ impl<M: Meter> Store<M> {
 
     pub(crate) fn stats(&self) -> MemoryStats {
         MemoryStats {
-            tracked_keys: self.shards.iter().map(|s| s.0.lock().table.len()).sum(),
+            tracked_keys: self.shards.iter().map(|s| s.lock.read().table.len()).sum(),
             max_keys: self.max_keys,
             evictions: self.evictions.load(Ordering::Relaxed),
         }
@@ -250,7 +319,7 @@ impl<S> Shard<S> {
 mod tests {
     use super::*;
     use crate::Quota;
-    use crate::algorithm::{FixedWindow, Gcra};
+    use crate::algorithm::{FixedWindow, Gcra, SlidingWindowLog};
 
     #[test]
     fn the_table_never_grows_past_its_bound() {
@@ -317,6 +386,48 @@ mod tests {
         assert_eq!(seen, expected);
         assert_eq!(store.update(&Key::new("absent"), |st| st.count), None);
         assert_eq!(store.update(&keys[2], |st| st.count), Some(3));
+    }
+
+    /// Exclusive locks taken by `checks` checks of `key` at `now`, and
+    /// whether all were allowed.
+    fn exclusive_locks<M: Meter>(
+        store: &Store<M>,
+        key: &Key,
+        now: u64,
+        checks: usize,
+    ) -> (u64, bool) {
+        let before = store.exclusive.load(Ordering::Relaxed);
+        let allowed = (0..checks).fold(true, |all, _| store.acquire(key, now, 1).allowed && all);
+        (store.exclusive.load(Ordering::Relaxed) - before, allowed)
+    }
+
+    #[test]
+    fn a_key_that_stays_denied_is_decided_without_an_exclusive_lock() {
+        let tb = Gcra::token_bucket(Quota::per_second(2)).unwrap();
+        let store = Store::new(tb, 16, 1_600);
+        let (hot, other) = (Key::new("hot"), Key::new("other"));
+        assert_eq!(exclusive_locks(&store, &hot, 0, 2), (2, true));
+        // The first denial is found under the exclusive lock; the rest only
+        // read, and say the same.
+        let first = store.acquire(&hot, 0, 1);
+        assert!(!first.allowed);
+        assert_eq!(exclusive_locks(&store, &hot, 0, 100), (0, false));
+        assert_eq!(store.acquire(&hot, 0, 1), first);
+        // Another key of the table is not affected.
+        assert_eq!(exclusive_locks(&store, &other, 0, 1), (1, true));
+        // Once the key fits again it takes the exclusive lock to be charged,
+        // and its next checks do too while they are allowed.
+        assert_eq!(exclusive_locks(&store, &hot, 500_000, 1), (1, true));
+        assert_eq!(exclusive_locks(&store, &hot, 2_000_000, 2), (2, true));
+    }
+
+    #[test]
+    fn a_meter_without_read_only_denials_always_locks() {
+        let log = SlidingWindowLog::new(Quota::per_second(1)).unwrap();
+        let store = Store::new(log, 16, 1_600);
+        let key = Key::new("k");
+        assert_eq!(exclusive_locks(&store, &key, 0, 1), (1, true));
+        assert_eq!(exclusive_locks(&store, &key, 0, 3), (3, false));
     }
 
     #[test]
