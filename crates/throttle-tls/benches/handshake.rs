@@ -87,13 +87,19 @@ fn bench(c: &mut Criterion) {
     // not with its size squared.
     let big = padded(hello, 15_000);
     let mut group = c.benchmark_group("read_hello one byte per read");
-    for (name, record) in [("15 KB in 1 record", 16_384), ("15 KB in 256-byte records", 256)] {
+    for (name, record) in [
+        ("15 KB in 1 record", 16_384),
+        ("15 KB in 256-byte records", 256),
+    ] {
         let wire = reframed(&big, record);
         let acceptor = fingerprinting.clone();
         group.bench_function(name, |b| {
             b.iter(|| {
                 rt.block_on(async {
-                    let io = OneByte { bytes: &wire, at: 0 };
+                    let io = OneByte {
+                        bytes: &wire,
+                        at: 0,
+                    };
                     let (_, fingerprint) = acceptor.read_hello(io).await.unwrap();
                     fingerprint.unwrap()
                 })

@@ -11,9 +11,9 @@ use axum::{Router, routing::get};
 use http::StatusCode;
 use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use throttle_tls::axum::{TlsListener, make_service};
-use throttle_tls::{AcceptError, Fingerprint, FingerprintAcceptor, HelloError, Ja4, OnInvalid};
 use throttle_tls::tokio_rustls::TlsConnector;
 use throttle_tls::tokio_rustls::rustls::ClientConfig;
+use throttle_tls::{AcceptError, Fingerprint, FingerprintAcceptor, HelloError, Ja4, OnInvalid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use support::*;
@@ -167,8 +167,12 @@ async fn ja4_of(client: &Arc<ClientConfig>) -> Ja4 {
 /// A handshake whose ClientHello reaches the acceptor through `server_io`
 /// (a [`Trickle`] of the client's bytes) gets the hello's JA4 and a working
 /// connection.
-async fn handshake_through<IO>(acceptor: &FingerprintAcceptor, client: Arc<ClientConfig>, client_io: tokio::io::DuplexStream, server_io: IO)
-where
+async fn handshake_through<IO>(
+    acceptor: &FingerprintAcceptor,
+    client: Arc<ClientConfig>,
+    client_io: tokio::io::DuplexStream,
+    server_io: IO,
+) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let expected = ja4_of(&client).await;
@@ -204,7 +208,13 @@ async fn a_hello_in_odd_fragments_and_many_records_is_fingerprinted_and_replayed
     let (c, relay_client) = tokio::io::duplex(64 * 1024);
     let (relay_server, s) = tokio::io::duplex(64 * 1024);
     tokio::spawn(reframe_first_record(relay_client, relay_server, 37));
-    handshake_through(&acceptor, client, c, Trickle::new(s, &[3, 1, 4, 1, 5, 9, 2, 6])).await;
+    handshake_through(
+        &acceptor,
+        client,
+        c,
+        Trickle::new(s, &[3, 1, 4, 1, 5, 9, 2, 6]),
+    )
+    .await;
 }
 
 /// Relays bytes between `client` and `server`, with the client's first
