@@ -2,8 +2,7 @@
 //! [`Fingerprint`] and the peer address on every request.
 //!
 //! axum's `serve` hands a make-service each connection's
-//! [`IncomingStream`], whose `io()` is this listener's
-//! [`TlsConnection`](crate::TlsConnection);
+//! [`IncomingStream`], whose `io()` is this listener's [`TlsConnection`];
 //! [`make_service`] copies the connection's fingerprint and
 //! `ConnectInfo<SocketAddr>` (what `throttle_axum::ClientIp` reads) into the
 //! extensions of each of its requests, HTTP/1.1 and HTTP/2 alike.
