@@ -1,7 +1,8 @@
 //! tonic behind the fingerprinting acceptor: `serve_with_incoming` over a
 //! `TlsIncoming`, real tonic clients over TLS with two different rustls
 //! configurations. The fingerprint reaches the service as a request
-//! extension, and a rule keyed by it counts each TLS stack apart.
+//! extension, and a rule keyed by the peer and it counts each TLS stack
+//! apart.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +14,10 @@ use throttle_tls::tokio_rustls::rustls::{
     crypto::ring,
     pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName},
 };
-use throttle_tls::{FingerprintAcceptor, TlsConnectInfo, TlsFingerprint, TlsIncoming};
-use throttle_tonic::{MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_tls::{
+    FingerprintAcceptor, TcpInfoLayer, TlsConnectInfo, TlsFingerprint, TlsIncoming,
+};
+use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::transport::{Endpoint, Server};
 use tonic::{Code, Request, Response, Status};
 
@@ -59,8 +62,8 @@ fn certs() -> Certs {
     }
 }
 
-/// A gRPC server over TLS on a free port, limiting each TLS fingerprint to
-/// 2 calls a minute.
+/// A gRPC server over TLS on a free port, limiting each (peer address, TLS
+/// fingerprint) to 2 calls a minute.
 async fn serve(certs: &Certs) -> std::net::SocketAddr {
     let mut tls = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
         .with_safe_default_protocol_versions()
@@ -74,7 +77,7 @@ async fn serve(certs: &Certs) -> std::net::SocketAddr {
     tls.alpn_protocols = vec![b"h2".to_vec()];
     let policy = Policy::new().rule(
         Rule::new("fingerprint", Quota::new(2, Duration::from_secs(60))).fixed_window(),
-        TlsFingerprint::ja4(),
+        (PeerIp::default(), TlsFingerprint::ja4()),
     );
     let layer = ThrottleLayer::new(policy, MemoryBackend::default()).unwrap();
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -82,6 +85,7 @@ async fn serve(certs: &Certs) -> std::net::SocketAddr {
     let incoming = TlsIncoming::new(tcp, FingerprintAcceptor::new(Arc::new(tls)));
     tokio::spawn(
         Server::builder()
+            .layer(TcpInfoLayer)
             .layer(layer)
             .add_service(GreeterServer::new(Fingerprints))
             .serve_with_incoming(incoming),

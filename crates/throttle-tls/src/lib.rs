@@ -54,3 +54,5 @@ pub use hello::{DEFAULT_MAX_HELLO, HelloError};
 pub use incoming::{DEFAULT_MAX_HANDSHAKES, TlsConnectInfo, TlsConnection, TlsIncoming};
 pub use ja4::Ja4;
 pub use tokio_rustls;
+#[cfg(feature = "tonic")]
+pub use tonic::{TcpInfo, TcpInfoLayer};
