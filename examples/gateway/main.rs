@@ -11,7 +11,15 @@
 //! with status 2 and the error (file, line, column, rule, field).
 //!
 //! With `[metrics] listen` set, Prometheus text is served at `/metrics`
-//! there.
+//! there. With `[tls]` it serves HTTPS (HTTP/1.1) instead of HTTP, and
+//! reads each client's TLS ClientHello fingerprint (JA4) for
+//! `tls-fingerprint` keys; `examples/gateway-tls.toml` tries it with a
+//! self-signed certificate:
+//!
+//! ```sh
+//! cargo run --example gateway -- --config examples/gateway-tls.toml
+//! curl -k https://127.0.0.1:8443/
+//! ```
 //!
 //! Options: `--config FILE` (default `examples/gateway.toml`), `--listen
 //! ADDR` and `--metrics-listen ADDR` (override the file's).
@@ -19,6 +27,9 @@
 mod metrics;
 mod reload;
 mod server;
+#[cfg(test)]
+mod tests;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,7 +77,7 @@ fn args() -> Result<Args, String> {
     Ok(args)
 }
 
-fn app(layer: throttle_axum::ThrottleLayer) -> Router {
+pub(crate) fn app(layer: throttle_axum::ThrottleLayer) -> Router {
     Router::new()
         .route("/search", get(|| async { r#"{"results":[]}"# }))
         .route(
@@ -119,6 +130,18 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let tls = match config
+        .tls
+        .as_ref()
+        .map(|t| tls::acceptor(t, &file))
+        .transpose()
+    {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let listen = args
         .listen
         .or(config.listen)
@@ -131,8 +154,9 @@ async fn main() -> ExitCode {
         }
     };
     eprintln!(
-        "gateway: {} rules from {file}; listening on http://{}",
+        "gateway: {} rules from {file}; listening on {}://{}",
         config.rules.len(),
+        if tls.is_some() { "https" } else { "http" },
         server::bound(&listener)
     );
     if let (Some(listen), Some(handle)) = (metrics_listen, prometheus) {
@@ -162,6 +186,7 @@ async fn main() -> ExitCode {
         listener,
         app(layer),
         config.server,
+        tls,
         stop,
         Duration::from_secs(5),
     )

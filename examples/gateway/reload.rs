@@ -39,6 +39,14 @@ pub(crate) async fn watch(
                 continue;
             }
         };
+        if config.tls.is_some() != running.tls.is_some() {
+            // The listener speaks HTTP or HTTPS from its start; rules keyed
+            // by fingerprints on a plain listener would find none.
+            eprintln!(
+                "gateway: {file}: [tls] is added or removed only on restart; keeping the running rules"
+            );
+            continue;
+        }
         if config.backend != running.backend || config.listen != running.listen {
             eprintln!(
                 "gateway: {file}: [backend] and listen changes take effect on restart; reloading the rules"

@@ -101,6 +101,17 @@ fn part(
         KeySpec::Global => Box::new(Global),
         KeySpec::UserAgent => Box::new(UserAgentHash),
         KeySpec::Jwt(claim) => Box::new(jwt(config, claim, rule, file)?),
+        #[cfg(feature = "tls")]
+        KeySpec::TlsFingerprint => Box::new(throttle_tls::TlsFingerprint::ja4()),
+        #[cfg(not(feature = "tls"))]
+        KeySpec::TlsFingerprint => {
+            return Err(ConfigFileError::in_file(
+                file,
+                Some(rule.rule.name()),
+                "key",
+                "tls-fingerprint keys need throttle-axum's `tls` feature",
+            ));
+        }
         KeySpec::Composite(parts) => Box::new(AllOf(
             parts
                 .iter()
@@ -180,13 +191,17 @@ fn tier_keys(rule: &RuleConfig, file: &str) -> Result<Vec<(Key, Quota)>, ConfigF
                         .ipv6(*ipv6_prefix)
                         .key_of(ip)
                 }
-                KeySpec::Header(_) | KeySpec::Route | KeySpec::Jwt(_) => Key::new(written),
+                // A fingerprint's tier is its JA4 as written (a known
+                // scraper's stack can get less).
+                KeySpec::Header(_) | KeySpec::Route | KeySpec::Jwt(_) | KeySpec::TlsFingerprint => {
+                    Key::new(written)
+                }
                 KeySpec::UserAgent | KeySpec::Global | KeySpec::Composite(_) => {
                     return Err(ConfigFileError::in_file(
                         file,
                         name,
                         "tiers",
-                        "apply only to keys by ip, header, route or jwt",
+                        "apply only to keys by ip, header, route, jwt or tls-fingerprint",
                     ));
                 }
             };

@@ -18,6 +18,7 @@ pub(crate) struct File {
     pub(crate) server: Option<Server>,
     pub(crate) backend: Option<Spanned<Backend>>,
     pub(crate) jwt: Option<Spanned<Jwt>>,
+    pub(crate) tls: Option<Spanned<Tls>>,
     #[serde(default)]
     pub(crate) rules: Vec<Spanned<Rule>>,
 }
@@ -62,6 +63,19 @@ pub(crate) struct Jwt {
     pub(crate) public_key_file: Option<Spanned<String>>,
     pub(crate) audience: Option<Spanned<String>>,
     pub(crate) issuer: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Tls {
+    /// PEM certificate chain, relative to the config file.
+    pub(crate) cert_file: Option<Spanned<String>>,
+    /// PEM private key, relative to the config file.
+    pub(crate) key_file: Option<Spanned<String>>,
+    /// A certificate made at start, for trying it out.
+    pub(crate) self_signed: Option<Spanned<bool>>,
+    pub(crate) handshake_timeout_secs: Option<Spanned<i64>>,
+    pub(crate) invalid_hello: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -18,7 +18,7 @@
 //!
 //! [[rules]]
 //! name = "ip"
-//! key = "ip"                  # ip | header:<name> | route | jwt:<claim> | user-agent | global | composite
+//! key = "ip"                  # ip | header:<name> | route | jwt:<claim> | user-agent | tls-fingerprint | global | composite
 //! algorithm = "sliding_window_counter"
 //! limit = 100
 //! period_secs = 60
@@ -30,6 +30,18 @@
 //! limit = 1000
 //! period_secs = 60
 //! tiers = { "premium-key" = 5000 }
+//!
+//! [tls]                       # HTTPS; needed by tls-fingerprint keys
+//! cert_file = "cert.pem"      # relative to this file; or self_signed = true
+//! key_file = "key.pem"
+//!
+//! [[rules]]
+//! name = "unauthenticated"    # behind a carrier-grade NAT: /24 + TLS stack + User-Agent
+//! key = "composite"
+//! parts = ["ip", "tls-fingerprint", "user-agent"]
+//! ipv4_prefix = 24
+//! limit = 60
+//! period_secs = 60
 //! ```
 //!
 //! The integration crates turn a [`GatewayConfig`] into a layer; this
@@ -45,6 +57,8 @@ pub use backend::BuiltBackend;
 pub use error::ConfigFileError;
 pub use load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIERS};
 pub use model::{
-    BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, JwtConfig, KeySpec, RuleConfig,
-    ServerConfig,
+    BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec,
+    RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
 };
+/// The certificate and key types of [`TlsIdentity`].
+pub use rustls_pki_types as pki_types;

@@ -13,8 +13,8 @@ use toml::Spanned;
 use crate::error::ConfigFileError;
 use crate::file;
 use crate::model::{
-    BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, JwtConfig, KeySpec, RuleConfig,
-    ServerConfig,
+    BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec,
+    RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
 };
 
 /// The most rules one file may hold.
@@ -31,7 +31,8 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 impl GatewayConfig {
     /// Reads and validates the file at `path`. Relative paths inside it
-    /// (`[jwt] public_key_file`) are taken from the file's directory.
+    /// (`[jwt] public_key_file`, `[tls] cert_file` and `key_file`) are taken
+    /// from the file's directory.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigFileError> {
         let path = path.as_ref();
         let name = path.display().to_string();
@@ -101,6 +102,13 @@ struct Loader<'a> {
 
 type Result<T, E = ConfigFileError> = std::result::Result<T, E>;
 
+/// The tables that some keys need, present or not.
+#[derive(Clone, Copy)]
+struct Tables {
+    jwt: bool,
+    tls: bool,
+}
+
 impl Loader<'_> {
     fn err(&self, field: &str, span: Range<usize>, message: impl Into<String>) -> ConfigFileError {
         ConfigFileError::new(self.name, field, message).at(self.text, Some(span))
@@ -165,6 +173,15 @@ impl Loader<'_> {
             .as_ref()
             .map(|j| self.jwt(j.get_ref()))
             .transpose()?;
+        let tls = raw
+            .tls
+            .as_ref()
+            .map(|t| self.tls(t.get_ref(), t.span()))
+            .transpose()?;
+        let tables = Tables {
+            jwt: jwt.is_some(),
+            tls: tls.is_some(),
+        };
         if raw.rules.is_empty() {
             return Err(ConfigFileError::new(
                 self.name,
@@ -184,9 +201,7 @@ impl Loader<'_> {
         for rule in &raw.rules {
             let rule = rule.get_ref();
             let name = rule.name.get_ref();
-            let config = self
-                .rule(rule, jwt.is_some())
-                .map_err(|e| e.in_rule(Some(name)))?;
+            let config = self.rule(rule, tables).map_err(|e| e.in_rule(Some(name)))?;
             if !names.insert(name.clone()) {
                 return Err(self
                     .err("name", rule.name.span(), "is used by an earlier rule")
@@ -203,6 +218,7 @@ impl Loader<'_> {
             server,
             backend,
             jwt,
+            tls,
             rules,
         })
     }
@@ -407,10 +423,7 @@ impl Loader<'_> {
                 config.secret = Some(secret.into_encoded_bytes());
             }
             (false, None, Some(file)) => {
-                let path = match self.dir {
-                    Some(dir) => dir.join(file.get_ref()),
-                    None => file.get_ref().into(),
-                };
+                let path = self.path(file.get_ref());
                 if !path.is_file() {
                     return Err(self.err(
                         "jwt.public_key_file",
@@ -440,7 +453,104 @@ impl Loader<'_> {
         Ok(config)
     }
 
-    fn rule(&self, raw: &file::Rule, jwt: bool) -> Result<RuleConfig> {
+    /// A path written in the file, taken from the file's directory.
+    fn path(&self, written: &str) -> std::path::PathBuf {
+        match self.dir {
+            Some(dir) => dir.join(written),
+            None => written.into(),
+        }
+    }
+
+    fn tls(&self, raw: &file::Tls, span: Range<usize>) -> Result<TlsConfig> {
+        let self_signed = raw.self_signed.as_ref().is_some_and(|v| *v.get_ref());
+        let identity = match (&raw.cert_file, &raw.key_file, self_signed) {
+            (Some(cert), Some(key), false) => self.pem_identity(cert, key)?,
+            (None, None, true) => TlsIdentity::SelfSigned,
+            (Some(cert), _, true) | (_, Some(cert), true) => {
+                return Err(self.err(
+                    "tls.self_signed",
+                    cert.span(),
+                    "give either cert_file and key_file or self_signed = true, not both",
+                ));
+            }
+            (Some(_), None, false) => {
+                return Err(self.err(
+                    "tls.key_file",
+                    span,
+                    "cert_file needs key_file (the certificate's PEM private key)",
+                ));
+            }
+            (None, _, false) => {
+                return Err(self.err(
+                    "tls.cert_file",
+                    span,
+                    "[tls] needs cert_file and key_file (PEM), or self_signed = true to try it out",
+                ));
+            }
+        };
+        let handshake_timeout = match &raw.handshake_timeout_secs {
+            None => Duration::from_secs(5),
+            Some(v) => {
+                Duration::from_secs(self.int("tls.handshake_timeout_secs", v, 1, 60)? as u64)
+            }
+        };
+        let invalid_hello = match raw.invalid_hello.as_ref() {
+            None => InvalidHello::default(),
+            Some(v) => match v.get_ref().as_str() {
+                "close" => InvalidHello::Close,
+                "proceed" => InvalidHello::Proceed,
+                other => {
+                    return Err(self.err(
+                        "tls.invalid_hello",
+                        v.span(),
+                        format!("must be \"close\" or \"proceed\" (got {other:?})"),
+                    ));
+                }
+            },
+        };
+        Ok(TlsConfig {
+            identity,
+            handshake_timeout,
+            invalid_hello,
+        })
+    }
+
+    /// Reads and parses the PEM files now, so that a wrong file is an
+    /// error pointing at its name in the configuration.
+    fn pem_identity(&self, cert: &Spanned<String>, key: &Spanned<String>) -> Result<TlsIdentity> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+        let cert_file = self.path(cert.get_ref());
+        let key_file = self.path(key.get_ref());
+        let unreadable = |field: &str, value: &Spanned<String>, e: &dyn std::fmt::Display| {
+            self.err(
+                field,
+                value.span(),
+                format!("{:?} cannot be read as PEM: {e}", value.get_ref()),
+            )
+        };
+        let cert_chain = CertificateDer::pem_file_iter(&cert_file)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| unreadable("tls.cert_file", cert, &e))?;
+        if cert_chain.is_empty() {
+            return Err(self.err(
+                "tls.cert_file",
+                cert.span(),
+                format!("{:?} holds no CERTIFICATE block", cert.get_ref()),
+            ));
+        }
+        let key_der = PrivateKeyDer::from_pem_file(&key_file)
+            .map_err(|e| unreadable("tls.key_file", key, &e))?;
+        Ok(TlsIdentity::Pem {
+            cert_file,
+            key_file,
+            cert_chain,
+            key: std::sync::Arc::new(key_der),
+        })
+    }
+
+    fn rule(&self, raw: &file::Rule, tables: Tables) -> Result<RuleConfig> {
         let limit = self.int("limit", &raw.limit, 1, throttle_core::MAX_LIMIT as i64)? as u64;
         let period = self.int(
             "period_secs",
@@ -516,7 +626,7 @@ impl Loader<'_> {
             };
             self.err(field, span, e.reason().to_owned())
         })?;
-        let key = self.key(raw, jwt)?;
+        let key = self.key(raw, tables)?;
         let routes = match &raw.routes {
             None => None,
             Some(list) => {
@@ -574,7 +684,7 @@ impl Loader<'_> {
         })
     }
 
-    fn key(&self, raw: &file::Rule, jwt: bool) -> Result<KeySpec> {
+    fn key(&self, raw: &file::Rule, tables: Tables) -> Result<KeySpec> {
         let mut uses_ip = false;
         let key = match raw.key.get_ref().as_str() {
             "composite" => {
@@ -605,7 +715,7 @@ impl Loader<'_> {
                             "a part cannot itself be composite",
                         ));
                     }
-                    specs.push(self.simple_key("parts", part, raw, jwt, &mut uses_ip)?);
+                    specs.push(self.simple_key("parts", part, raw, tables, &mut uses_ip)?);
                 }
                 KeySpec::Composite(specs)
             }
@@ -617,7 +727,7 @@ impl Loader<'_> {
                         "applies only to key = \"composite\"",
                     ));
                 }
-                self.simple_key("key", &raw.key, raw, jwt, &mut uses_ip)?
+                self.simple_key("key", &raw.key, raw, tables, &mut uses_ip)?
             }
         };
         for (field, v) in [
@@ -638,7 +748,7 @@ impl Loader<'_> {
         field: &str,
         value: &Spanned<String>,
         raw: &file::Rule,
-        jwt: bool,
+        tables: Tables,
         uses_ip: &mut bool,
     ) -> Result<KeySpec> {
         let text = value.get_ref().as_str();
@@ -675,7 +785,7 @@ impl Loader<'_> {
             if claim.is_empty() {
                 return Err(self.err(field, value.span(), "jwt: needs a claim name, e.g. jwt:sub"));
             }
-            if !jwt {
+            if !tables.jwt {
                 return Err(self.err(
                     field,
                     value.span(),
@@ -688,12 +798,20 @@ impl Loader<'_> {
                 "route" => KeySpec::Route,
                 "user-agent" => KeySpec::UserAgent,
                 "global" => KeySpec::Global,
+                "tls-fingerprint" if !tables.tls => {
+                    return Err(self.err(
+                        field,
+                        value.span(),
+                        "a tls-fingerprint key needs a [tls] table: fingerprints come from the TLS handshake, which a plain-HTTP gateway never sees",
+                    ));
+                }
+                "tls-fingerprint" => KeySpec::TlsFingerprint,
                 other => {
                     return Err(self.err(
                         field,
                         value.span(),
                         format!(
-                            "must be ip, header:<name>, route, jwt:<claim>, user-agent, global or composite (got {other:?})"
+                            "must be ip, header:<name>, route, jwt:<claim>, user-agent, tls-fingerprint, global or composite (got {other:?})"
                         ),
                     ));
                 }

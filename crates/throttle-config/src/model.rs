@@ -2,7 +2,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use throttle_core::{Quota, Rule};
 
@@ -25,6 +28,8 @@ pub struct GatewayConfig {
     pub backend: BackendConfig,
     /// How bearer tokens are verified (`[jwt]`), for `jwt:<claim>` keys.
     pub jwt: Option<JwtConfig>,
+    /// HTTPS, with TLS fingerprints for `tls-fingerprint` keys (`[tls]`).
+    pub tls: Option<TlsConfig>,
     /// The rules, in file order.
     pub rules: Vec<RuleConfig>,
 }
@@ -144,6 +149,52 @@ pub struct JwtConfig {
     pub issuer: Option<String>,
 }
 
+/// The `[tls]` table: the gateway serves HTTPS, and reads each client's
+/// ClientHello fingerprint (JA4) for `tls-fingerprint` keys.
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// The certificate and key.
+    pub identity: TlsIdentity,
+    /// How long a client may take to finish its TLS handshake
+    /// (`handshake_timeout_secs`, default 5).
+    pub handshake_timeout: Duration,
+    /// What to do with a ClientHello that cannot be fingerprinted
+    /// (`invalid_hello`).
+    pub invalid_hello: InvalidHello,
+}
+
+/// Where the gateway's certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsIdentity {
+    /// PEM files (`cert_file`, `key_file`, relative to the configuration
+    /// file), read and parsed when the configuration was loaded.
+    Pem {
+        /// The certificate file, as resolved.
+        cert_file: PathBuf,
+        /// The key file, as resolved.
+        key_file: PathBuf,
+        /// The certificate chain, leaf first.
+        cert_chain: Vec<CertificateDer<'static>>,
+        /// The private key.
+        key: Arc<PrivateKeyDer<'static>>,
+    },
+    /// A self-signed certificate for `localhost` made at start
+    /// (`self_signed = true`), for trying the gateway out.
+    SelfSigned,
+}
+
+/// What the gateway does with a ClientHello it cannot fingerprint
+/// (malformed, larger than the bound, not TLS at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InvalidHello {
+    /// Close the connection (`"close"`, the default).
+    #[default]
+    Close,
+    /// Let the TLS library try; requests of the connection have no
+    /// fingerprint, so `tls-fingerprint` keys are missing (`"proceed"`).
+    Proceed,
+}
+
 /// Where a rule's key comes from (`key`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySpec {
@@ -164,6 +215,9 @@ pub enum KeySpec {
     UserAgent,
     /// One key for every request (`"global"`).
     Global,
+    /// The JA4 fingerprint of the connection's TLS ClientHello
+    /// (`"tls-fingerprint"`); needs `[tls]`.
+    TlsFingerprint,
     /// Every part must be found (`"composite"`, with `parts`).
     Composite(Vec<KeySpec>),
 }

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use throttle_config::{BackendKind, GatewayConfig, HeaderStyle, KeySpec};
+use throttle_config::{
+    BackendKind, GatewayConfig, HeaderStyle, InvalidHello, KeySpec, TlsIdentity,
+};
 use throttle_core::{Algorithm, FailurePolicy};
 
 fn error(text: &str) -> String {
@@ -260,6 +262,63 @@ fn each_error_names_the_place_rule_and_field() {
             ),
             "field \"jwt.public_key_file\": RS256 needs public_key_file",
         ),
+        // TLS.
+        (
+            format!("[tls]\n{}", rule("")),
+            "g.toml:1:1: field \"tls.cert_file\": [tls] needs cert_file and key_file (PEM), or self_signed = true",
+        ),
+        (
+            format!("[tls]\ncert_file = \"cert.pem\"\n{}", rule("")),
+            "field \"tls.key_file\": cert_file needs key_file",
+        ),
+        (
+            format!(
+                "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\nself_signed = true\n{}",
+                rule("")
+            ),
+            "g.toml:2:13: field \"tls.self_signed\": give either cert_file and key_file or self_signed = true, not both",
+        ),
+        (
+            format!(
+                "[tls]\ncert_file = \"missing.pem\"\nkey_file = \"missing.pem\"\n{}",
+                rule("")
+            ),
+            "g.toml:2:13: field \"tls.cert_file\": \"missing.pem\" cannot be read as PEM",
+        ),
+        (
+            format!(
+                "[tls]\ncert_file = \"Cargo.toml\"\nkey_file = \"Cargo.toml\"\n{}",
+                rule("")
+            ),
+            "g.toml:2:13: field \"tls.cert_file\": \"Cargo.toml\" holds no CERTIFICATE block",
+        ),
+        (
+            format!(
+                "[tls]\nself_signed = true\nhandshake_timeout_secs = 0\n{}",
+                rule("")
+            ),
+            "g.toml:3:26: field \"tls.handshake_timeout_secs\": must be at least 1 (got 0)",
+        ),
+        (
+            format!(
+                "[tls]\nself_signed = true\ninvalid_hello = \"ignore\"\n{}",
+                rule("")
+            ),
+            "g.toml:3:17: field \"tls.invalid_hello\": must be \"close\" or \"proceed\" (got \"ignore\")",
+        ),
+        (
+            format!("[tls]\nself_signed = true\ncert = \"c.pem\"\n{}", rule("")),
+            "g.toml:3:1: field \"cert\": unknown field `cert`",
+        ),
+        (
+            rule("").replace("key = \"ip\"", "key = \"tls-fingerprint\""),
+            "g.toml:3:7: rule \"r\", field \"key\": a tls-fingerprint key needs a [tls] table",
+        ),
+        (
+            rule("parts = [\"ip\", \"tls-fingerprint\", \"user-agent\"]\n")
+                .replace("key = \"ip\"", "key = \"composite\""),
+            "g.toml:6:16: rule \"r\", field \"parts\": a tls-fingerprint key needs a [tls] table",
+        ),
         // Rules.
         (
             rule("").replace("limit = 10", "limit = 0"),
@@ -316,7 +375,7 @@ fn each_error_names_the_place_rule_and_field() {
         // Keys.
         (
             rule("").replace("key = \"ip\"", "key = \"cookie\""),
-            "g.toml:3:7: rule \"r\", field \"key\": must be ip, header:<name>, route, jwt:<claim>, user-agent, global or composite (got \"cookie\")",
+            "g.toml:3:7: rule \"r\", field \"key\": must be ip, header:<name>, route, jwt:<claim>, user-agent, tls-fingerprint, global or composite (got \"cookie\")",
         ),
         (
             rule("").replace("key = \"ip\"", "key = \"header:\""),
@@ -368,6 +427,97 @@ fn each_error_names_the_place_rule_and_field() {
         let got = error(text);
         assert!(got.contains(want), "for\n{text}\nwant: {want}\n got: {got}");
     }
+}
+
+#[test]
+fn the_composite_key_for_unauthenticated_clients_reads_as_written() {
+    let text = format!(
+        "[tls]\nself_signed = true\n{}",
+        rule("parts = [\"ip\", \"tls-fingerprint\", \"user-agent\"]\nipv4_prefix = 24\n")
+            .replace("key = \"ip\"", "key = \"composite\"")
+    );
+    let c = GatewayConfig::parse("g.toml", &text, None).unwrap_or_else(|e| panic!("{e}"));
+    let tls = c.tls.unwrap();
+    assert!(matches!(tls.identity, TlsIdentity::SelfSigned));
+    assert_eq!(tls.handshake_timeout, Duration::from_secs(5));
+    assert_eq!(tls.invalid_hello, InvalidHello::Close);
+    assert_eq!(
+        c.rules[0].key,
+        KeySpec::Composite(vec![
+            KeySpec::Ip {
+                ipv4_prefix: 24,
+                ipv6_prefix: 64
+            },
+            KeySpec::TlsFingerprint,
+            KeySpec::UserAgent
+        ])
+    );
+    let alone = format!(
+        "[tls]\nself_signed = true\ninvalid_hello = \"proceed\"\nhandshake_timeout_secs = 2\n{}",
+        rule("").replace("key = \"ip\"", "key = \"tls-fingerprint\"")
+    );
+    let c = GatewayConfig::parse("g.toml", &alone, None).unwrap();
+    assert_eq!(c.rules[0].key, KeySpec::TlsFingerprint);
+    let tls = c.tls.unwrap();
+    assert_eq!(tls.invalid_hello, InvalidHello::Proceed);
+    assert_eq!(tls.handshake_timeout, Duration::from_secs(2));
+}
+
+#[test]
+fn tls_files_are_read_and_checked_when_the_file_is_loaded() {
+    let dir = std::env::temp_dir().join(format!("throttle-config-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    std::fs::write(dir.join("cert.pem"), made.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), made.signing_key.serialize_pem()).unwrap();
+    let file = |cert: &str, key: &str| {
+        let path = dir.join("g.toml");
+        let text = format!(
+            "[tls]\ncert_file = \"{cert}\"\nkey_file = \"{key}\"\n{}",
+            rule("")
+        );
+        std::fs::write(&path, text).unwrap();
+        GatewayConfig::load(&path)
+    };
+
+    let c = file("cert.pem", "key.pem").unwrap_or_else(|e| panic!("{e}"));
+    let Some(TlsIdentity::Pem {
+        cert_file,
+        cert_chain,
+        key,
+        ..
+    }) = c.tls.map(|t| t.identity)
+    else {
+        panic!("not read from PEM files")
+    };
+    assert_eq!(cert_file, dir.join("cert.pem"));
+    assert_eq!(cert_chain.len(), 1);
+    assert_eq!(cert_chain[0].as_ref(), made.cert.der().as_ref());
+    assert_eq!(
+        key.secret_der(),
+        made.signing_key.serialize_der().as_slice()
+    );
+
+    let e = file("cert.pem", "cert.pem").unwrap_err();
+    assert_eq!((e.field(), e.position()), ("tls.key_file", Some((3, 12))));
+    assert!(e.message().contains("cannot be read as PEM"), "{e}");
+    let e = file("key.pem", "key.pem").unwrap_err();
+    assert_eq!((e.field(), e.position()), ("tls.cert_file", Some((2, 13))));
+    assert!(e.message().contains("holds no CERTIFICATE block"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_gateway_tls_example_file_validates() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/gateway-tls.toml"
+    );
+    let c = GatewayConfig::load(path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.tls.is_some());
+    assert!(
+        matches!(&c.rules[0].key, KeySpec::Composite(parts) if parts.contains(&KeySpec::TlsFingerprint))
+    );
 }
 
 #[test]

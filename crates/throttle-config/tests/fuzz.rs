@@ -17,8 +17,18 @@ fn check(text: &str) {
     }
 }
 
+/// 512 cases in CI; `PROPTEST_CASES` asks for more
+/// (`ProptestConfig::with_cases` alone would ignore it).
+fn cases() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512);
+    ProptestConfig::with_cases(cases)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(cases())]
 
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,400}") {

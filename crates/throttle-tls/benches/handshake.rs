@@ -3,7 +3,10 @@
 //!
 //! Run with `cargo bench -p throttle-tls --bench handshake`.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use throttle_tls::tokio_rustls::rustls::{
@@ -13,6 +16,7 @@ use throttle_tls::tokio_rustls::rustls::{
 };
 use throttle_tls::tokio_rustls::{TlsAcceptor, TlsConnector};
 use throttle_tls::{FingerprintAcceptor, Ja4};
+use tokio::io::{AsyncRead, ReadBuf};
 
 fn configs() -> (Arc<ServerConfig>, Arc<ClientConfig>) {
     let c = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
@@ -77,6 +81,86 @@ fn bench(c: &mut Criterion) {
     c.bench_function("ja4 of a 517-byte hello", |b| {
         b.iter(|| Ja4::from_records(std::hint::black_box(hello)).unwrap())
     });
+
+    // A client sending a large hello one byte per segment: the work of
+    // reading it (framing and JA4, no rustls) should grow with its size,
+    // not with its size squared.
+    let big = padded(hello, 15_000);
+    let mut group = c.benchmark_group("read_hello one byte per read");
+    for (name, record) in [
+        ("15 KB in 1 record", 16_384),
+        ("15 KB in 256-byte records", 256),
+    ] {
+        let wire = reframed(&big, record);
+        let acceptor = fingerprinting.clone();
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let io = OneByte {
+                        bytes: &wire,
+                        at: 0,
+                    };
+                    let (_, fingerprint) = acceptor.read_hello(io).await.unwrap();
+                    fingerprint.unwrap()
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+/// `hello` (one record) with a padding extension making its handshake
+/// message `size` bytes long.
+fn padded(hello: &[u8], size: usize) -> Vec<u8> {
+    let mut m = hello[5..].to_vec();
+    // Handshake header (4), version (2), random (32), then the session id,
+    // the cipher suites and the compression methods, each with its length.
+    let mut at = 4 + 2 + 32;
+    at += 1 + usize::from(m[at]);
+    at += 2 + usize::from(u16::from_be_bytes([m[at], m[at + 1]]));
+    at += 1 + usize::from(m[at]);
+    let pad = size - m.len() - 4;
+    m.extend_from_slice(&[0x00, 0x15]);
+    m.extend_from_slice(&(pad as u16).to_be_bytes());
+    m.resize(size, 0);
+    let ext_len = (m.len() - at - 2) as u16;
+    m[at..at + 2].copy_from_slice(&ext_len.to_be_bytes());
+    let body = (m.len() - 4) as u32;
+    m[1..4].copy_from_slice(&body.to_be_bytes()[1..]);
+    let mut wire = hello[..5].to_vec();
+    wire.extend_from_slice(&m);
+    wire
+}
+
+/// A one-record hello cut into records of at most `size` bytes.
+fn reframed(wire: &[u8], size: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for part in wire[5..].chunks(size) {
+        out.extend_from_slice(&wire[..3]);
+        out.extend_from_slice(&(part.len() as u16).to_be_bytes());
+        out.extend_from_slice(part);
+    }
+    out
+}
+
+/// Reads return one byte each.
+struct OneByte<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl AsyncRead for OneByte<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(&b) = self.bytes.get(self.at) {
+            buf.put_slice(&[b]);
+            self.at += 1;
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 criterion_group!(benches, bench);

@@ -12,7 +12,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 
-use crate::hello::{self, DEFAULT_MAX_HELLO, HelloError, Scan};
+use crate::hello::{DEFAULT_MAX_HELLO, HelloError, Scan, Scanner};
 use crate::{Fingerprint, Ja4};
 
 /// The default deadline for a client to finish its handshake: 5 s.
@@ -158,14 +158,16 @@ impl FingerprintAcceptor {
     {
         let mut buf = Vec::with_capacity(1024);
         let mut chunk = [0u8; READ_CHUNK];
+        // The scanner reads each record once, however the bytes are split.
+        let mut scanner = Scanner::new(self.max_hello);
         let outcome = loop {
-            match hello::scan(&buf, self.max_hello) {
+            match scanner.scan(&buf) {
                 Scan::Complete(message) => break Ja4::from_handshake(&message),
                 Scan::Invalid(e) => break Err(e),
                 Scan::NeedMore => {}
             }
-            // `scan` refuses a buffer past `max_hello` + one record header,
-            // so the buffer never grows past that plus one chunk.
+            // The scanner refuses a buffer past `max_hello` + one record
+            // header, so the buffer never grows past that plus one chunk.
             let n = io.read(&mut chunk).await.map_err(AcceptError::Io)?;
             if n == 0 {
                 return Err(AcceptError::Hello(HelloError::Truncated));

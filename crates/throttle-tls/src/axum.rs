@@ -11,103 +11,33 @@ use std::convert::Infallible;
 use std::future::{Ready, ready};
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::serve::{IncomingStream, Listener};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
-use tokio::task::JoinHandle;
-use tokio_rustls::server::TlsStream;
+use tokio::net::TcpListener;
 use tower_service::Service;
 
-use crate::{Fingerprint, FingerprintAcceptor, Rewind};
+use crate::{Fingerprint, FingerprintAcceptor, TlsConnection, TlsIncoming};
 
-/// How many handshakes may be in progress at once by default; more wait in
-/// the kernel's backlog.
-const DEFAULT_MAX_HANDSHAKES: usize = 1024;
-
-/// A TLS connection accepted by [`TlsListener`], with its fingerprint.
-#[derive(Debug)]
-pub struct TlsConnection {
-    stream: TlsStream<Rewind<TcpStream>>,
-    fingerprint: Option<Fingerprint>,
-}
-
-impl TlsConnection {
-    /// The ClientHello's fingerprint, if it could be read.
-    pub fn fingerprint(&self) -> Option<Fingerprint> {
-        self.fingerprint
-    }
-
-    /// The rustls stream (negotiated ALPN, SNI, ...).
-    pub fn get_ref(&self) -> &TlsStream<Rewind<TcpStream>> {
-        &self.stream
-    }
-}
-
-impl AsyncRead for TlsConnection {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConnection {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-}
-
-/// An [`axum::serve::Listener`] that accepts TCP connections and runs their
-/// handshakes through a [`FingerprintAcceptor`] concurrently (a slow client
-/// holds up nobody but itself, until the acceptor's deadline), yielding only
-/// the connections whose handshake succeeded.
+/// An [`axum::serve::Listener`] over [`TlsIncoming`]: TLS connections
+/// whose handshakes ran concurrently, at most
+/// [`DEFAULT_MAX_HANDSHAKES`](crate::DEFAULT_MAX_HANDSHAKES) at once unless
+/// told otherwise.
 ///
 /// Must be created inside a Tokio runtime: it spawns the accept loop, which
 /// stops when the listener is dropped.
 #[derive(Debug)]
 pub struct TlsListener {
-    connections: mpsc::Receiver<(TlsConnection, SocketAddr)>,
-    local_addr: io::Result<SocketAddr>,
-    accept_loop: JoinHandle<()>,
+    incoming: TlsIncoming,
 }
 
 impl TlsListener {
     /// Serves TLS on `tcp` with `acceptor`, at most 1024 handshakes at once.
     pub fn new(tcp: TcpListener, acceptor: FingerprintAcceptor) -> Self {
-        Self::with_max_handshakes(tcp, acceptor, DEFAULT_MAX_HANDSHAKES)
+        Self {
+            incoming: TlsIncoming::new(tcp, acceptor),
+        }
     }
 
     /// As [`new`](Self::new), with at most `max` handshakes in progress.
@@ -116,53 +46,9 @@ impl TlsListener {
         acceptor: FingerprintAcceptor,
         max: usize,
     ) -> Self {
-        let local_addr = tcp.local_addr();
-        let (tx, connections) = mpsc::channel(64);
-        let permits = Arc::new(Semaphore::new(max.max(1)));
-        let accept_loop = tokio::spawn(async move {
-            loop {
-                let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                    return;
-                };
-                let (tcp, peer) = match tcp.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        tracing::warn!(error = %e, "throttle-tls: accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let accepted = acceptor.accept(tcp).await;
-                    drop(permit);
-                    match accepted {
-                        Ok((stream, fingerprint)) => {
-                            let conn = TlsConnection {
-                                stream,
-                                fingerprint,
-                            };
-                            let _ = tx.send((conn, peer)).await;
-                        }
-                        Err(e) => {
-                            tracing::debug!(%peer, error = %e, "throttle-tls: handshake refused")
-                        }
-                    }
-                });
-            }
-        });
         Self {
-            connections,
-            local_addr,
-            accept_loop,
+            incoming: TlsIncoming::with_max_handshakes(tcp, acceptor, max),
         }
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accept_loop.abort();
     }
 }
 
@@ -171,18 +57,13 @@ impl Listener for TlsListener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.connections.recv().await {
-            Some(conn) => conn,
-            // The accept loop only ends when the listener is dropped.
-            None => std::future::pending().await,
-        }
+        let conn = self.incoming.accept().await;
+        let peer = conn.remote_addr();
+        (conn, peer)
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        match &self.local_addr {
-            Ok(addr) => Ok(*addr),
-            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-        }
+        self.incoming.local_addr()
     }
 }
 

@@ -3,7 +3,7 @@
 use http::request::Parts;
 use throttle_tower::{Extracted, Key, KeyExtractor};
 
-use crate::Ja4;
+use crate::{Ja4, TlsConnectInfo};
 
 /// What the acceptor learnt from a connection's ClientHello, carried as a
 /// typed request extension on every request of that connection.
@@ -25,8 +25,8 @@ impl Fingerprint {
 }
 
 /// Limits by the TLS fingerprint of the request's connection, read from the
-/// [`Fingerprint`] request extension that the acceptor's make-service
-/// inserts.
+/// [`Fingerprint`] request extension that the axum make-service inserts,
+/// or from the [`TlsConnectInfo`] one that tonic inserts.
 ///
 /// A request without one (plain HTTP, or a connection whose ClientHello
 /// could not be read and the acceptor was told to proceed) is
@@ -64,8 +64,10 @@ impl TlsFingerprint {
 impl KeyExtractor for TlsFingerprint {
     #[inline]
     fn extract(&self, req: &Parts) -> Extracted {
-        req.extensions
-            .get::<Fingerprint>()
+        let ext = &req.extensions;
+        ext.get::<Fingerprint>()
+            .copied()
+            .or_else(|| ext.get::<TlsConnectInfo>()?.fingerprint())
             .map(|f| Key::new(f.ja4().as_bytes()))
             .into()
     }

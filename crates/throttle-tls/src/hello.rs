@@ -64,50 +64,83 @@ pub(crate) enum Scan {
 /// first bytes of a connection. Never reads past `max` bytes' worth of
 /// message: a hello that would need more is [`HelloError::TooLarge`].
 pub(crate) fn scan(buf: &[u8], max: usize) -> Scan {
-    let mut message: Vec<u8> = Vec::new();
-    let mut at = 0;
-    loop {
-        let Some(header) = buf.get(at..at + RECORD_HEADER) else {
-            return need_more(buf, max);
-        };
-        if header[0] != CONTENT_HANDSHAKE || header[1] != 3 {
-            return Scan::Invalid(HelloError::NotTls);
+    Scanner::new(max).scan(buf)
+}
+
+/// [`scan`] for bytes that arrive a few at a time: it remembers where the
+/// records it has already read end and the message bytes they carried, so
+/// each call only looks at the bytes after the last complete record. A
+/// client sending its hello one byte per segment costs linear work, not
+/// quadratic.
+#[derive(Debug)]
+pub(crate) struct Scanner {
+    max: usize,
+    /// Where the first record not yet read starts in the connection's bytes.
+    at: usize,
+    /// The handshake bytes of the records read so far.
+    message: Vec<u8>,
+}
+
+impl Scanner {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            max,
+            at: 0,
+            message: Vec::new(),
         }
-        let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
-        if len == 0 {
-            // An empty handshake record is forbidden (RFC 8446, 5.1).
-            return Scan::Invalid(HelloError::Malformed);
-        }
-        if len > MAX_RECORD {
-            return Scan::Invalid(HelloError::TooLarge);
-        }
-        let body_at = at + RECORD_HEADER;
-        let Some(body) = buf.get(body_at..body_at + len) else {
-            // Check the first fragment's message header as soon as it is
-            // there, so an oversized hello is refused before it is read.
-            return match check_header(&message, &buf[body_at.min(buf.len())..]) {
-                Some(Err(e)) => Scan::Invalid(e),
-                Some(Ok(total)) if total > max => Scan::Invalid(HelloError::TooLarge),
-                _ => need_more(buf, max),
+    }
+
+    /// `buf` holds every byte of the connection so far: the bytes of the
+    /// previous call, then any that arrived since. Bytes before the first
+    /// unread record are not looked at again. Once it has answered
+    /// [`Scan::Complete`] or [`Scan::Invalid`] the scanner is done.
+    pub(crate) fn scan(&mut self, buf: &[u8]) -> Scan {
+        let max = self.max;
+        loop {
+            let at = self.at;
+            let Some(header) = buf.get(at..at + RECORD_HEADER) else {
+                return need_more(buf, max);
             };
-        };
-        message.extend_from_slice(body);
-        at = body_at + len;
-        if message.len() >= 4 {
-            if message[0] != HANDSHAKE_CLIENT_HELLO {
-                return Scan::Invalid(HelloError::NotClientHello);
+            if header[0] != CONTENT_HANDSHAKE || header[1] != 3 {
+                return Scan::Invalid(HelloError::NotTls);
             }
-            let total = 4 + be_u24(&message[1..4]);
-            if total > max {
+            let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+            if len == 0 {
+                // An empty handshake record is forbidden (RFC 8446, 5.1).
+                return Scan::Invalid(HelloError::Malformed);
+            }
+            if len > MAX_RECORD {
                 return Scan::Invalid(HelloError::TooLarge);
             }
-            if message.len() >= total {
-                message.truncate(total);
-                return Scan::Complete(message);
+            let body_at = at + RECORD_HEADER;
+            let Some(body) = buf.get(body_at..body_at + len) else {
+                // Check the first fragment's message header as soon as it is
+                // there, so an oversized hello is refused before it is read.
+                return match check_header(&self.message, &buf[body_at.min(buf.len())..]) {
+                    Some(Err(e)) => Scan::Invalid(e),
+                    Some(Ok(total)) if total > max => Scan::Invalid(HelloError::TooLarge),
+                    _ => need_more(buf, max),
+                };
+            };
+            self.message.extend_from_slice(body);
+            self.at = body_at + len;
+            if self.message.len() >= 4 {
+                if self.message[0] != HANDSHAKE_CLIENT_HELLO {
+                    return Scan::Invalid(HelloError::NotClientHello);
+                }
+                let total = 4 + be_u24(&self.message[1..4]);
+                if total > max {
+                    return Scan::Invalid(HelloError::TooLarge);
+                }
+                if self.message.len() >= total {
+                    let mut message = std::mem::take(&mut self.message);
+                    message.truncate(total);
+                    return Scan::Complete(message);
+                }
             }
-        }
-        if at > max {
-            return Scan::Invalid(HelloError::TooLarge);
+            if self.at > max {
+                return Scan::Invalid(HelloError::TooLarge);
+            }
         }
     }
 }
@@ -184,6 +217,50 @@ mod tests {
         }
         wire.extend_from_slice(b"trailing application bytes");
         assert_eq!(scan(&wire, DEFAULT_MAX_HELLO), Scan::Complete(m));
+    }
+
+    fn split_into_records(m: &[u8], size: usize) -> Vec<u8> {
+        m.chunks(size).flat_map(record).collect()
+    }
+
+    #[test]
+    fn bytes_arriving_one_at_a_time_give_the_same_answer() {
+        let m = hello(300);
+        let wire = split_into_records(&m, 7);
+        let mut scanner = Scanner::new(DEFAULT_MAX_HELLO);
+        for end in 0..wire.len() {
+            assert_eq!(scanner.scan(&wire[..end]), Scan::NeedMore, "end {end}");
+        }
+        assert_eq!(scanner.scan(&wire), Scan::Complete(m));
+    }
+
+    #[test]
+    fn records_already_read_are_not_looked_at_again() {
+        // Read the first half of the records, then spoil the bytes already
+        // read: a scanner that rescans from the start would see garbage.
+        let m = hello(300);
+        let mut wire = split_into_records(&m, 10);
+        let half = wire.len() / 2;
+        let mut scanner = Scanner::new(DEFAULT_MAX_HELLO);
+        assert_eq!(scanner.scan(&wire[..half]), Scan::NeedMore);
+        let read = scanner.at;
+        assert!(read > half / 2, "{read} of {half} bytes read");
+        wire[..read].fill(0xff);
+        assert_eq!(scanner.scan(&wire), Scan::Complete(m));
+    }
+
+    #[test]
+    fn an_oversized_hello_is_refused_as_its_header_arrives_byte_by_byte() {
+        let m = hello(20_000);
+        let wire = record(&m[..100]);
+        let mut scanner = Scanner::new(DEFAULT_MAX_HELLO);
+        for end in 0..9 {
+            assert_eq!(scanner.scan(&wire[..end]), Scan::NeedMore, "end {end}");
+        }
+        assert_eq!(
+            scanner.scan(&wire[..9]),
+            Scan::Invalid(HelloError::TooLarge)
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //! - [`Ja4`]: the fingerprint, computed from bytes ([`Ja4::from_records`]).
 //! - [`Fingerprint`]: the request extension; [`TlsFingerprint`]: the key
 //!   extractor over it.
+//! - [`TlsIncoming`]: the accept loop, handshakes concurrent and capped; a
+//!   stream of [`TlsConnection`]s for tonic's `Server::serve_with_incoming`
+//!   (with the `tonic` feature, tonic puts each connection's
+//!   [`TlsConnectInfo`] on its requests).
 //! - with the `axum` feature, [`axum::TlsListener`] for `axum::serve` and
 //!   [`axum::make_service`] to put the fingerprint and the peer address on
 //!   every request.
@@ -39,10 +43,16 @@ mod acceptor;
 pub mod axum;
 mod fingerprint;
 mod hello;
+mod incoming;
 mod ja4;
+#[cfg(feature = "tonic")]
+mod tonic;
 
 pub use acceptor::{AcceptError, FingerprintAcceptor, OnInvalid, Rewind};
 pub use fingerprint::{Fingerprint, TlsFingerprint};
 pub use hello::{DEFAULT_MAX_HELLO, HelloError};
+pub use incoming::{DEFAULT_MAX_HANDSHAKES, TlsConnectInfo, TlsConnection, TlsIncoming};
 pub use ja4::Ja4;
 pub use tokio_rustls;
+#[cfg(feature = "tonic")]
+pub use tonic::{TcpInfo, TcpInfoLayer};

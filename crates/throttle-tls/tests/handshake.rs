@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -10,6 +11,8 @@ use axum::{Router, routing::get};
 use http::StatusCode;
 use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use throttle_tls::axum::{TlsListener, make_service};
+use throttle_tls::tokio_rustls::TlsConnector;
+use throttle_tls::tokio_rustls::rustls::ClientConfig;
 use throttle_tls::{AcceptError, Fingerprint, FingerprintAcceptor, HelloError, Ja4, OnInvalid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -152,24 +155,29 @@ async fn a_hello_larger_than_the_bound_proceeds_without_a_fingerprint_if_told() 
     );
 }
 
-#[tokio::test]
-async fn a_hello_arriving_a_few_bytes_at_a_time_is_fingerprinted_and_replayed() {
-    let certs = certs();
-    let acceptor = FingerprintAcceptor::new(server_config(&certs));
-    let client = client_config(&certs, &[b"h2"], false);
-    let expected = {
-        let (c, mut s) = tokio::io::duplex(64 * 1024);
-        let connect =
-            throttle_tls::tokio_rustls::TlsConnector::from(client.clone()).connect(name(), c);
-        tokio::spawn(connect);
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = s.read(&mut buf).await.unwrap();
-        Ja4::from_records(&buf[..n]).unwrap()
-    };
-    // Every read the acceptor makes returns at most 7 bytes.
-    let (c, s) = tokio::io::duplex(64 * 1024);
-    let connect = throttle_tls::tokio_rustls::TlsConnector::from(client).connect(name(), c);
-    let (connected, accepted) = tokio::join!(connect, acceptor.accept(Trickle(s)));
+/// The JA4 of the hello `client` sends.
+async fn ja4_of(client: &Arc<ClientConfig>) -> Ja4 {
+    let (c, mut s) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(TlsConnector::from(client.clone()).connect(name(), c));
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    Ja4::from_records(&buf[..n]).unwrap()
+}
+
+/// A handshake whose ClientHello reaches the acceptor through `server_io`
+/// (a [`Trickle`] of the client's bytes) gets the hello's JA4 and a working
+/// connection.
+async fn handshake_through<IO>(
+    acceptor: &FingerprintAcceptor,
+    client: Arc<ClientConfig>,
+    client_io: tokio::io::DuplexStream,
+    server_io: IO,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let expected = ja4_of(&client).await;
+    let connect = TlsConnector::from(client).connect(name(), client_io);
+    let (connected, accepted) = tokio::join!(connect, acceptor.accept(server_io));
     let (mut server, fingerprint) = accepted.unwrap();
     let mut client = connected.unwrap();
     assert_eq!(fingerprint.unwrap().ja4(), &expected);
@@ -178,6 +186,91 @@ async fn a_hello_arriving_a_few_bytes_at_a_time_is_fingerprinted_and_replayed() 
     let mut got = [0u8; 4];
     server.read_exact(&mut got).await.unwrap();
     assert_eq!(&got, b"ping");
+}
+
+#[tokio::test]
+async fn a_hello_arriving_one_byte_at_a_time_is_fingerprinted_and_replayed() {
+    let certs = certs();
+    let acceptor = FingerprintAcceptor::new(server_config(&certs));
+    let client = client_config(&certs, &[b"h2"], false);
+    let (c, s) = tokio::io::duplex(64 * 1024);
+    handshake_through(&acceptor, client, c, Trickle::new(s, &[1])).await;
+}
+
+#[tokio::test]
+async fn a_hello_in_odd_fragments_and_many_records_is_fingerprinted_and_replayed() {
+    let certs = certs();
+    let acceptor = FingerprintAcceptor::new(server_config(&certs));
+    let client = client_config(&certs, &[b"h2", b"http/1.1"], false);
+    // Reads of 3, 1, 4, 1, 5, 9, 2, 6 bytes, over the same hello cut into
+    // 37-byte records by a relay between client and acceptor (rustls
+    // reassembles such a hello too).
+    let (c, relay_client) = tokio::io::duplex(64 * 1024);
+    let (relay_server, s) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(reframe_first_record(relay_client, relay_server, 37));
+    handshake_through(
+        &acceptor,
+        client,
+        c,
+        Trickle::new(s, &[3, 1, 4, 1, 5, 9, 2, 6]),
+    )
+    .await;
+}
+
+/// Relays bytes between `client` and `server`, with the client's first
+/// record (its ClientHello) cut into records of at most `size` bytes.
+async fn reframe_first_record(
+    mut client: tokio::io::DuplexStream,
+    mut server: tokio::io::DuplexStream,
+    size: usize,
+) {
+    let mut header = [0u8; 5];
+    client.read_exact(&mut header).await.unwrap();
+    let mut body = vec![0u8; usize::from(u16::from_be_bytes([header[3], header[4]]))];
+    client.read_exact(&mut body).await.unwrap();
+    for part in body.chunks(size) {
+        server.write_all(&header[..3]).await.unwrap();
+        server
+            .write_all(&(part.len() as u16).to_be_bytes())
+            .await
+            .unwrap();
+        server.write_all(part).await.unwrap();
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+}
+
+/// Past the listener's cap on handshakes in progress, new connections wait
+/// (in the kernel's backlog) for a slot, and get one as soon as a slot
+/// frees. Real sockets, paused time: the idle clients' deadline (60 s)
+/// never passes in the test.
+#[tokio::test(start_paused = true)]
+async fn handshakes_past_the_cap_wait_for_a_free_slot() {
+    let certs = certs();
+    let acceptor = FingerprintAcceptor::new(server_config(&certs)).timeout(Duration::from_secs(60));
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let _listener = TlsListener::with_max_handshakes(tcp, acceptor, 2);
+    // Two clients that connect and say nothing hold both slots.
+    let idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let connector = TlsConnector::from(client_config(&certs, &[b"http/1.1"], false));
+    let third = tokio::spawn(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        connector.connect(name(), tcp).await
+    });
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        !third.is_finished(),
+        "a third handshake went ahead with two of two slots taken: {:?}",
+        third.await
+    );
+    // One idle client hangs up: its slot goes to the waiting one.
+    drop(idle);
+    let tls = tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .expect("the waiting handshake got the freed slot")
+        .unwrap();
+    assert!(tls.is_ok(), "{tls:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -239,8 +332,23 @@ async fn truncated_garbage_and_oversized_hellos_are_refused() {
     }
 }
 
-/// A stream whose reads return at most 7 bytes: a hello in many segments.
-struct Trickle<S>(S);
+/// A stream whose reads return at most as many bytes as `sizes` says, in
+/// turn and over again: a hello in many TCP segments.
+struct Trickle<S> {
+    inner: S,
+    sizes: &'static [usize],
+    next: usize,
+}
+
+impl<S> Trickle<S> {
+    fn new(inner: S, sizes: &'static [usize]) -> Self {
+        Self {
+            inner,
+            sizes,
+            next: 0,
+        }
+    }
+}
 
 impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Trickle<S> {
     fn poll_read(
@@ -248,9 +356,14 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Trickle<S> {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        let mut small = [0u8; 7];
-        let mut part = tokio::io::ReadBuf::new(&mut small[..buf.remaining().min(7)]);
-        let poll = std::pin::Pin::new(&mut self.0).poll_read(cx, &mut part);
+        let this = &mut *self;
+        let size = this.sizes[this.next % this.sizes.len()];
+        let mut small = [0u8; 16];
+        let mut part = tokio::io::ReadBuf::new(&mut small[..buf.remaining().min(size)]);
+        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, &mut part);
+        if !part.filled().is_empty() {
+            this.next += 1;
+        }
         buf.put_slice(part.filled());
         poll
     }
@@ -262,19 +375,19 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Trickle<S> {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
     }
     fn poll_flush(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
     }
     fn poll_shutdown(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

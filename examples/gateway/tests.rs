@@ -1,0 +1,165 @@
+//! The gateway over HTTPS, end to end: a file with `[tls]` and a composite
+//! key with the TLS fingerprint, the gateway's own accept loop, real
+//! rustls clients.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use throttle_config::GatewayConfig;
+use throttle_tls::tokio_rustls::TlsConnector;
+use throttle_tls::tokio_rustls::rustls::{
+    self, ClientConfig, RootCertStore,
+    crypto::ring,
+    pki_types::{CertificateDer, ServerName},
+};
+use tokio::sync::watch;
+
+/// A fresh directory of the test's own under the system's temporary one.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "throttle-gateway-test-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A certificate for `localhost` written to `dir` as `cert.pem` and
+/// `key.pem`; the certificate, for clients to trust.
+fn write_cert(dir: &Path) -> CertificateDer<'static> {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    std::fs::write(dir.join("cert.pem"), made.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), made.signing_key.serialize_pem()).unwrap();
+    made.cert.der().clone()
+}
+
+/// Unauthenticated clients: 2 a minute per (/24, JA4, User-Agent).
+const GATEWAY_TLS: &str = r#"
+[tls]
+cert_file = "cert.pem"
+key_file = "key.pem"
+
+[[rules]]
+name = "unauthenticated"
+key = "composite"
+parts = ["ip", "tls-fingerprint", "user-agent"]
+ipv4_prefix = 24
+algorithm = "fixed_window"
+limit = 2
+period_secs = 60
+"#;
+
+/// The gateway serving `config` on a free port; it stops when the returned
+/// sender is dropped.
+async fn start(config: &GatewayConfig, file: &str) -> (SocketAddr, watch::Sender<bool>) {
+    let layer =
+        throttle_axum::from_config::layer(config, file, throttle_axum::MemoryBackend::default())
+            .unwrap();
+    let tls = crate::tls::acceptor(config.tls.as_ref().unwrap(), file).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(crate::server::serve(
+        listener,
+        crate::app(layer),
+        config.server,
+        Some(tls),
+        stop,
+        Duration::from_secs(1),
+    ));
+    (addr, stop_tx)
+}
+
+/// A rustls client trusting `cert`; `narrow` offers a single cipher suite,
+/// which makes its ClientHello (and so its JA4) differ from the default's.
+fn client(cert: &CertificateDer<'static>, narrow: bool) -> Arc<ClientConfig> {
+    let mut provider = ring::default_provider();
+    if narrow {
+        provider.cipher_suites = vec![ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
+    }
+    let mut roots = RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // A resumed session adds pre_shared_key, another JA4: connect afresh.
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// `GET /` on a new TLS connection: the status and the body.
+async fn get(client: &Arc<ClientConfig>, addr: SocketAddr) -> (u16, String) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = TlsConnector::from(client.clone())
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get("/")
+        .header("host", "localhost")
+        .header("user-agent", "one-browser/1.0")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn two_tls_stacks_behind_one_address_have_their_own_quotas() {
+    let dir = scratch("stacks");
+    let cert = write_cert(&dir);
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, GATEWAY_TLS).unwrap();
+    let config = GatewayConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (addr, _stop) = start(&config, "gateway.toml").await;
+
+    // Same address, same User-Agent, reconnecting each time: one key.
+    let wide = client(&cert, false);
+    assert_eq!(get(&wide, addr).await.0, 200);
+    assert_eq!(get(&wide, addr).await.0, 200);
+    let (status, body) = get(&wide, addr).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains(r#""dimension":"unauthenticated""#), "{body}");
+    // Another TLS stack from the same address is not punished for it.
+    let narrow = client(&cert, true);
+    assert_eq!(get(&narrow, addr).await.0, 200);
+    assert_eq!(get(&narrow, addr).await.0, 200);
+    assert_eq!(get(&narrow, addr).await.0, 429);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_client_speaking_plain_http_to_the_tls_gateway_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = scratch("plain");
+    write_cert(&dir);
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, GATEWAY_TLS).unwrap();
+    let config = GatewayConfig::load(&path).unwrap();
+    let (addr, _stop) = start(&config, "gateway.toml").await;
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the gateway closes a connection that is not TLS")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&answer));
+    let _ = std::fs::remove_dir_all(&dir);
+}

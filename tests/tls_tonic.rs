@@ -1,0 +1,164 @@
+//! tonic behind the fingerprinting acceptor: `serve_with_incoming` over a
+//! `TlsIncoming`, real tonic clients over TLS with two different rustls
+//! configurations. The fingerprint reaches the service as a request
+//! extension, and a rule keyed by the peer and it counts each TLS stack
+//! apart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use throttle_tls::tokio_rustls::TlsConnector;
+use throttle_tls::tokio_rustls::rustls::{
+    self, ClientConfig, RootCertStore, ServerConfig,
+    crypto::ring,
+    pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName},
+};
+use throttle_tls::{
+    FingerprintAcceptor, TcpInfoLayer, TlsConnectInfo, TlsFingerprint, TlsIncoming,
+};
+use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use tonic::transport::{Endpoint, Server};
+use tonic::{Code, Request, Response, Status};
+
+#[allow(unreachable_pub, missing_docs, clippy::all)]
+mod helloworld {
+    include!("../crates/throttle-tonic/proto/gen/helloworld.rs");
+}
+
+use helloworld::greeter_client::GreeterClient;
+use helloworld::greeter_server::{Greeter, GreeterServer};
+use helloworld::{HelloReply, HelloRequest};
+
+/// Answers with the JA4 of the caller's connection.
+struct Fingerprints;
+
+#[tonic::async_trait]
+impl Greeter for Fingerprints {
+    async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let info = req
+            .extensions()
+            .get::<TlsConnectInfo>()
+            .ok_or_else(|| Status::internal("no TlsConnectInfo on the request"))?;
+        let fingerprint = info
+            .fingerprint()
+            .ok_or_else(|| Status::internal("no fingerprint"))?;
+        Ok(Response::new(HelloReply {
+            message: fingerprint.ja4().to_string(),
+        }))
+    }
+}
+
+struct Certs {
+    cert: CertificateDer<'static>,
+    key: PrivatePkcs8KeyDer<'static>,
+}
+
+fn certs() -> Certs {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    Certs {
+        cert: c.cert.der().clone(),
+        key: PrivatePkcs8KeyDer::from(c.signing_key.serialize_der()),
+    }
+}
+
+/// A gRPC server over TLS on a free port, limiting each (peer address, TLS
+/// fingerprint) to 2 calls a minute.
+async fn serve(certs: &Certs) -> std::net::SocketAddr {
+    let mut tls = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![certs.cert.clone()],
+            PrivateKeyDer::Pkcs8(certs.key.clone_key()),
+        )
+        .unwrap();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let policy = Policy::new().rule(
+        Rule::new("fingerprint", Quota::new(2, Duration::from_secs(60))).fixed_window(),
+        (PeerIp::default(), TlsFingerprint::ja4()),
+    );
+    let layer = ThrottleLayer::new(policy, MemoryBackend::default()).unwrap();
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let incoming = TlsIncoming::new(tcp, FingerprintAcceptor::new(Arc::new(tls)));
+    tokio::spawn(
+        Server::builder()
+            .layer(TcpInfoLayer)
+            .layer(layer)
+            .add_service(GreeterServer::new(Fingerprints))
+            .serve_with_incoming(incoming),
+    );
+    addr
+}
+
+/// A tonic client whose TLS is rustls with `provider`'s cipher suites.
+async fn client(
+    certs: &Certs,
+    addr: std::net::SocketAddr,
+    narrow: bool,
+) -> GreeterClient<tonic::transport::Channel> {
+    let mut provider = ring::default_provider();
+    if narrow {
+        provider.cipher_suites = vec![ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
+    }
+    let mut roots = RootCertStore::empty();
+    roots.add(certs.cert.clone()).unwrap();
+    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.resumption = rustls::client::Resumption::disabled();
+    let connector = TlsConnector::from(Arc::new(config));
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let connector = connector.clone();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await?;
+                let tls = connector
+                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                    .await?;
+                Ok::<_, std::io::Error>(TokioIo::new(tls))
+            }
+        }))
+        .await
+        .unwrap();
+    GreeterClient::new(channel)
+}
+
+async fn call(client: &mut GreeterClient<tonic::transport::Channel>) -> Result<String, Status> {
+    let reply = client
+        .say_hello(HelloRequest {
+            name: "x".to_owned(),
+        })
+        .await?;
+    Ok(reply.into_inner().message)
+}
+
+#[tokio::test]
+async fn the_fingerprint_reaches_tonic_requests_and_each_tls_stack_has_its_own_key() {
+    let certs = certs();
+    let addr = serve(&certs).await;
+    let mut wide = client(&certs, addr, false).await;
+    let mut narrow = client(&certs, addr, true).await;
+
+    let a = call(&mut wide).await.unwrap();
+    assert!(a.starts_with("t13i") || a.starts_with("t13d"), "{a}");
+    assert_eq!(&a[8..10], "h2", "{a}");
+    assert_eq!(call(&mut wide).await.unwrap(), a);
+    let denied = call(&mut wide).await.unwrap_err();
+    assert_eq!(denied.code(), Code::ResourceExhausted, "{denied:?}");
+
+    // Another rustls configuration: another JA4, its own quota.
+    let b = call(&mut narrow).await.unwrap();
+    assert_ne!(a, b);
+    assert_eq!(&b[4..6], "01", "one cipher suite: {b}");
+    assert_eq!(call(&mut narrow).await.unwrap(), b);
+    assert_eq!(
+        call(&mut narrow).await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
+}
