@@ -21,8 +21,9 @@
 # same header, the naive script with the value in its Redis key) and wrk
 # runs benches/http/keys.lua, which spreads the requests over N keys
 # (`x-client: c0` .. `c<N-1>`, each connection taking the next key in turn).
-# The warm-up sends every key at least once, so the measured run is the
-# steady state of N clients (and in the -deny modes, all denials).
+# Before the warm-up, benches/http/seq_client.py sends every key once, so
+# the measured run is the steady state of N clients (and in the -deny
+# modes, all denials).
 #
 # Settings (environment variables):
 #   MODES        modes to run, in order (the Redis modes naive-pool,
@@ -124,6 +125,9 @@ run_mode() {
     local mode=$1
     start_server "$mode"
 
+    if [ -n "$KEYS" ]; then
+        python3 benches/http/seq_client.py "${LISTEN%:*}" "${LISTEN##*:}" "$KEYS" --keys "$KEYS" >/dev/null 2>&1
+    fi
     "${CLIENT_PIN[@]}" wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" \
         "${WRK_SCRIPT[@]}" "$URL" "${WRK_ARGS[@]}" >/dev/null
 
