@@ -45,7 +45,8 @@
 //! - `leased`: our leased mode (token bucket per client IP, batches of 50).
 //!
 //! The Redis modes read `REDIS_URL` (default `redis://127.0.0.1:6379`) and
-//! use quotas so large that nothing is denied.
+//! use quotas so large that nothing is denied. "Per peer IP" and "per client
+//! IP" above become "per `x-client` header value" with `BENCH_KEY=header`.
 //!
 //! Every mode serves with `into_make_service_with_connect_info::<SocketAddr>()`
 //! so that they differ only by the layer. The server stops on Ctrl-C or

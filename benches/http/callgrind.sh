@@ -47,8 +47,8 @@
 #   QUICK=1      REPEATS=1 (a first look; the least of one is not robust)
 #   BENCH_LISTEN server address (default 127.0.0.1:38090)
 #
-# About 3 minutes with the defaults, 5 with KEYS=10000, on the project's
-# 2-vCPU machine.
+# About 5 minutes with the defaults, as long with KEYS=10000, on the
+# project's 2-vCPU machine.
 
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -13,8 +13,8 @@
 # modes, then all modes again) so that drift in the machine's speed spreads
 # over every mode instead of favouring one. Prints requests per second and
 # the 99th percentile of latency (wrk --latency) per mode, each the median of
-# the repeats, and the ratios to bare axum and to tower_governor. About 8
-# minutes with the defaults (QUICK=1: about 1.5).
+# the repeats, and the ratios to bare axum and to tower_governor. About 7
+# minutes with the defaults (QUICK=1: about 1).
 #
 # With KEYS=N every mode keys by the `x-client` request header
 # (BENCH_KEY=header; tower_governor through a custom key extractor for the
