@@ -36,7 +36,7 @@
 # Settings (environment variables):
 #   MODES        modes, in order (default: bare governor governor-headers
 #                memory memory-no-headers memory-deny governor-deny
-#                naive-mux exact approximate leased)
+#                naive-pool naive-mux exact approximate leased)
 #   KEYS         client keys (default: unset, keyed by peer IP)
 #   N            measured requests per run (default 2000)
 #   WARM         warm-up requests before them (default KEYS, or 200)
@@ -53,7 +53,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-MODES=${MODES:-"bare governor governor-headers memory memory-no-headers memory-deny governor-deny naive-mux exact approximate leased"}
+MODES=${MODES:-"bare governor governor-headers memory memory-no-headers memory-deny governor-deny naive-pool naive-mux exact approximate leased"}
 KEYS=${KEYS:-}
 N=${N:-2000}
 WARM=${WARM:-${KEYS:-200}}
