@@ -2,8 +2,24 @@
 //! a rate limiter, so that `benches/http/run.sh` can compare them.
 //!
 //! Run with `BENCH_MODE=memory cargo run --release --example bench_server`
-//! (the script does this for every mode). `BENCH_LISTEN` sets the address
-//! (default `127.0.0.1:3000`). `BENCH_MODE` is one of:
+//! (the scripts in `benches/http/` do this for every mode). Settings
+//! (environment variables):
+//!
+//! - `BENCH_LISTEN`: the address (default `127.0.0.1:3000`).
+//! - `BENCH_KEY`: what every mode keys by: `ip` (default, the peer's IP
+//!   address) or `header` (the value of the `x-client` request header, so
+//!   that one load generator can be many clients; tower_governor gets a
+//!   custom key extractor for the same header, the naive script the same
+//!   value in its Redis key). A request without the header is rejected
+//!   (ours: 400; tower_governor: 500).
+//! - `BENCH_RUNTIME`: `multi_thread` (default, one worker per CPU the
+//!   process may run on) or `current_thread` (everything on the main
+//!   thread: no idle workers that wake up and spin, which makes instruction
+//!   counts under callgrind repeatable).
+//! - `BENCH_MAX_KEYS`: the memory backend's bound on keys per rule (default
+//!   the backend's, 1,000,000), for the key flood.
+//!
+//! `BENCH_MODE` is one of:
 //!
 //! - `bare`: no rate limiter.
 //! - `governor`: `tower_governor` per peer IP, a quota so large that nothing
@@ -29,7 +45,8 @@
 //! - `leased`: our leased mode (token bucket per client IP, batches of 50).
 //!
 //! The Redis modes read `REDIS_URL` (default `redis://127.0.0.1:6379`) and
-//! use quotas so large that nothing is denied.
+//! use quotas so large that nothing is denied. "Per peer IP" and "per client
+//! IP" above become "per `x-client` header value" with `BENCH_KEY=header`.
 //!
 //! Every mode serves with `into_make_service_with_connect_info::<SocketAddr>()`
 //! so that they differ only by the layer. The server stops on Ctrl-C or
@@ -47,21 +64,103 @@ use http::Response;
 use http::request::Parts;
 use throttle_axum::headers::SuccessHeaders;
 use throttle_axum::{
-    Allowed, ClientIp, HttpResponder, MemoryBackend, Policy, Quota, Rejection, Responder, Rule,
-    ThrottleLayer,
+    Allowed, ClientIp, Header, HttpResponder, MemoryBackend, Policy, Quota, Rejection, Responder,
+    Rule, ThrottleLayer,
 };
 use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
-use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::{GovernorError, GovernorLayer};
+
+/// The request header that names the client with `BENCH_KEY=header`.
+const CLIENT_HEADER: &str = "x-client";
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
-/// A token bucket per client IP with `quota`, on the memory backend.
-fn ours(quota: Quota) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
-    let policy = Policy::new().rule(Rule::new("ip", quota).token_bucket(), ClientIp::default());
-    Ok(ThrottleLayer::new(policy, MemoryBackend::default())?)
+/// What every mode keys by (`BENCH_KEY`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keying {
+    /// The peer's IP address.
+    Ip,
+    /// The `x-client` header.
+    Header,
+}
+
+impl Keying {
+    fn from_env() -> Result<Self, String> {
+        match std::env::var("BENCH_KEY").as_deref() {
+            Err(_) | Ok("ip") => Ok(Self::Ip),
+            Ok("header") => Ok(Self::Header),
+            Ok(other) => Err(format!("unknown BENCH_KEY {other:?}: use ip or header")),
+        }
+    }
+
+    /// The name of the rule keyed this way.
+    fn rule_name(self) -> &'static str {
+        match self {
+            Self::Ip => "ip",
+            Self::Header => "client",
+        }
+    }
+
+    /// A policy of the one rule `rule`, keyed this way.
+    fn policy(self, rule: Rule) -> Policy {
+        match self {
+            Self::Ip => Policy::new().rule(rule, ClientIp::default()),
+            Self::Header => Policy::new().rule(rule, Header::new(CLIENT_HEADER)),
+        }
+    }
+}
+
+/// tower_governor keyed by the `x-client` header: the header's value as it
+/// came (a cheap clone of the parsed bytes, no allocation), the best case
+/// for a custom key extractor.
+#[derive(Clone)]
+struct GovernorClientHeader;
+
+impl tower_governor::key_extractor::KeyExtractor for GovernorClientHeader {
+    type Key = http::HeaderValue;
+
+    fn extract<T>(&self, req: &http::Request<T>) -> Result<Self::Key, GovernorError> {
+        req.headers()
+            .get(CLIENT_HEADER)
+            .cloned()
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+/// A governor layer on `$app`, keyed by `$keying`, from a builder
+/// expression `$config` (the key extractor's type is part of the layer's).
+macro_rules! with_governor {
+    ($app:expr, $keying:expr, |$b:ident| $config:expr) => {
+        match $keying {
+            Keying::Ip => {
+                let mut $b = GovernorConfigBuilder::default();
+                let config = $config.finish().ok_or("invalid governor config")?;
+                $app.layer(GovernorLayer::new(config))
+            }
+            Keying::Header => {
+                let mut $b = GovernorConfigBuilder::default().key_extractor(GovernorClientHeader);
+                let config = $config.finish().ok_or("invalid governor config")?;
+                $app.layer(GovernorLayer::new(config))
+            }
+        }
+    };
+}
+
+/// The memory backend, with `BENCH_MAX_KEYS` if set.
+fn memory_backend() -> Result<MemoryBackend, Box<dyn std::error::Error>> {
+    Ok(match std::env::var("BENCH_MAX_KEYS") {
+        Ok(n) => MemoryBackend::default().max_keys(n.parse()?),
+        Err(_) => MemoryBackend::default(),
+    })
+}
+
+/// A token bucket per client with `quota`, on the memory backend.
+fn ours(keying: Keying, quota: Quota) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
+    let policy = keying.policy(Rule::new(keying.rule_name(), quota).token_bucket());
+    Ok(ThrottleLayer::new(policy, memory_backend()?)?)
 }
 
 /// The HTTP responder without success headers.
@@ -120,6 +219,7 @@ enum NaiveConn {
 struct Naive {
     conn: NaiveConn,
     script: redis::Script,
+    keying: Keying,
 }
 
 /// The naive middleware: one script call per request, nothing else.
@@ -132,8 +232,15 @@ async fn naive(
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
+    let key = match naive.keying {
+        Keying::Ip => format!("rl:naive:{}", peer.ip()),
+        Keying::Header => match req.headers().get(CLIENT_HEADER) {
+            Some(v) => format!("rl:naive:{}", String::from_utf8_lossy(v.as_bytes())),
+            None => return http::StatusCode::BAD_REQUEST.into_response(),
+        },
+    };
     let mut inv = naive.script.prepare_invoke();
-    inv.key(format!("rl:naive:{}", peer.ip()))
+    inv.key(key)
         .arg(1_000_000_000u64)
         .arg(1_000_000u64)
         .arg(now_ms)
@@ -156,62 +263,60 @@ async fn naive(
     }
 }
 
-/// A per-client-IP rule on a Redis backend.
+/// A per-client rule on a Redis backend.
 fn redis_layer(
+    keying: Keying,
     backend: RedisBackend,
     rule: Rule,
 ) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
-    Ok(ThrottleLayer::new(
-        Policy::new().rule(rule, ClientIp::default()),
-        backend,
-    )?)
+    Ok(ThrottleLayer::new(keying.policy(rule), backend)?)
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let runtime = match std::env::var("BENCH_RUNTIME").as_deref() {
+        Err(_) | Ok("multi_thread") => tokio::runtime::Builder::new_multi_thread(),
+        Ok("current_thread") => tokio::runtime::Builder::new_current_thread(),
+        Ok(other) => {
+            return Err(format!(
+                "unknown BENCH_RUNTIME {other:?}: use multi_thread or current_thread"
+            )
+            .into());
+        }
+    }
+    .enable_all()
+    .build()?;
+    runtime.block_on(serve())
+}
+
+async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let mode = std::env::var("BENCH_MODE").unwrap_or_else(|_| "bare".to_owned());
     let addr = std::env::var("BENCH_LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
+    let keying = Keying::from_env()?;
 
     // One token per nanosecond, a burst of a billion: nothing is denied.
     let (huge_period, huge_burst) = (Duration::from_nanos(1), 1_000_000_000);
     let app = Router::new().route("/", get(|| async { "Hello, world!" }));
     let app = match mode.as_str() {
         "bare" => app,
-        "governor" => {
-            let config = GovernorConfigBuilder::default()
-                .period(huge_period)
-                .burst_size(huge_burst)
-                .finish()
-                .ok_or("invalid governor config")?;
-            app.layer(GovernorLayer::new(config))
-        }
-        "governor-headers" => {
-            let config = GovernorConfigBuilder::default()
-                .period(huge_period)
-                .burst_size(huge_burst)
-                .use_headers()
-                .finish()
-                .ok_or("invalid governor config")?;
-            app.layer(GovernorLayer::new(config))
-        }
-        "governor-deny" => {
-            let config = GovernorConfigBuilder::default()
-                .period(Duration::from_secs(3600))
-                .burst_size(1)
-                .finish()
-                .ok_or("invalid governor config")?;
-            app.layer(GovernorLayer::new(config))
-        }
-        "memory" => app.layer(ours(Quota::per_second(1_000_000_000))?),
-        "memory-deny" => app.layer(ours(Quota::per_hour(1))?),
+        "governor" => with_governor!(app, keying, |b| b
+            .period(huge_period)
+            .burst_size(huge_burst)),
+        "governor-headers" => with_governor!(app, keying, |b| b
+            .period(huge_period)
+            .burst_size(huge_burst)
+            .use_headers()),
+        "governor-deny" => with_governor!(app, keying, |b| b
+            .period(Duration::from_secs(3600))
+            .burst_size(1)),
+        "memory" => app.layer(ours(keying, Quota::per_second(1_000_000_000))?),
+        "memory-deny" => app.layer(ours(keying, Quota::per_hour(1))?),
         "memory-no-headers" => {
-            let policy = Policy::new().rule(
-                Rule::new("ip", Quota::per_second(1_000_000_000)).token_bucket(),
-                ClientIp::default(),
+            let policy = keying.policy(
+                Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
             );
             app.layer(throttle_tower::ThrottleLayer::with_responder(
                 policy,
-                MemoryBackend::default(),
+                memory_backend()?,
                 NoSuccessHeaders(HttpResponder::new()),
             )?)
         }
@@ -228,6 +333,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let state = std::sync::Arc::new(Naive {
                 conn,
                 script: redis::Script::new(SEED_TOKEN_BUCKET),
+                keying,
             });
             app.layer(axum::middleware::from_fn_with_state(state, naive))
         }
@@ -237,8 +343,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 RedisBackend::exact(RedisConfig::standalone(redis_url()).connections(connections))
                     .await?;
             app.layer(redis_layer(
+                keying,
                 backend,
-                Rule::new("ip", Quota::per_second(1_000_000_000)).token_bucket(),
+                Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
             )?)
         }
         "approximate" => {
@@ -248,8 +355,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .await?;
             app.layer(redis_layer(
+                keying,
                 backend,
-                Rule::new("ip", Quota::per_second(1_000_000_000)).fixed_window(),
+                Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).fixed_window(),
             )?)
         }
         "leased" => {
@@ -259,8 +367,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .await?;
             app.layer(redis_layer(
+                keying,
                 backend,
-                Rule::new("ip", Quota::per_second(1_000_000_000)).token_bucket(),
+                Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
             )?)
         }
         other => {
@@ -274,7 +383,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    println!("{mode}: listening on http://{}", listener.local_addr()?);
+    println!(
+        "{mode}: listening on http://{} (BENCH_KEY={})",
+        listener.local_addr()?,
+        if keying == Keying::Ip { "ip" } else { "header" }
+    );
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

@@ -4,26 +4,40 @@
 #
 # Usage (from anywhere in the workspace):
 #
-#   benches/http/run.sh
+#   benches/http/run.sh              # every client is one peer IP
+#   KEYS=10000 benches/http/run.sh   # many clients: 10,000 x-client keys
 #
 # Builds examples/bench_server.rs in release, installs wrk with apt-get if it
 # is missing, then for each repeat runs every mode in turn: start the server,
 # warm up, measure with wrk, stop the server. Repeats are interleaved (all
 # modes, then all modes again) so that drift in the machine's speed spreads
-# over every mode instead of favouring one. Prints requests per second per
-# mode (median of the repeats) and the ratios to bare axum and to
-# tower_governor. About 4 minutes with the defaults.
+# over every mode instead of favouring one. Prints requests per second and
+# the 99th percentile of latency (wrk --latency) per mode, each the median of
+# the repeats, and the ratios to bare axum and to tower_governor. About 7
+# minutes with the defaults (QUICK=1: about 1).
+#
+# With KEYS=N every mode keys by the `x-client` request header
+# (BENCH_KEY=header; tower_governor through a custom key extractor for the
+# same header, the naive script with the value in its Redis key) and wrk
+# runs benches/http/keys.lua, which spreads the requests over N keys
+# (`x-client: c0` .. `c<N-1>`, each connection taking the next key in turn).
+# Before the warm-up, benches/http/seq_client.py sends every key once, so
+# the measured run is the steady state of N clients (and in the -deny
+# modes, all denials).
 #
 # Settings (environment variables):
 #   MODES        modes to run, in order (the Redis modes naive-pool,
 #                naive-mux, exact, exact-2conn, approximate and leased
 #                start a private redis-server; default: "bare governor
-#                governor-headers memory memory-deny governor-deny"; the
-#                server also knows "memory-no-headers"; see
-#                examples/bench_server.rs for what each one is)
+#                governor-headers memory memory-deny governor-deny
+#                naive-pool naive-mux exact approximate leased"; the
+#                server also knows "memory-no-headers" and "exact-2conn";
+#                see examples/bench_server.rs for what each one is)
+#   KEYS         client keys (default: unset, keyed by peer IP)
 #   REPEATS      full cycles over the modes (default 3)
-#   DURATION     measured seconds per run (default 10)
+#   DURATION     measured seconds per run (default 8)
 #   WARMUP       warm-up seconds per run, not counted (default 2)
+#   QUICK=1      REPEATS=1 DURATION=3 WARMUP=1 (a first look only)
 #   CONNECTIONS  wrk connections (default 64)
 #   WRK_THREADS  wrk threads (default 1)
 #   BENCH_LISTEN server address (default 127.0.0.1:38080)
@@ -46,45 +60,26 @@
 # the server.
 
 set -euo pipefail
+source "$(dirname "$0")/common.sh"
 
-cd "$(dirname "$0")/../.."
-
-MODES=${MODES:-"bare governor governor-headers memory memory-deny governor-deny"}
+MODES=${MODES:-"bare governor governor-headers memory memory-deny governor-deny naive-pool naive-mux exact approximate leased"}
+KEYS=${KEYS:-}
 REPEATS=${REPEATS:-3}
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-8}
 WARMUP=${WARMUP:-2}
+if [ "${QUICK:-}" = 1 ]; then REPEATS=1 DURATION=3 WARMUP=1; fi
 CONNECTIONS=${CONNECTIONS:-64}
 WRK_THREADS=${WRK_THREADS:-1}
 LISTEN=${BENCH_LISTEN:-127.0.0.1:38080}
-HOST=${LISTEN%:*}
-PORT=${LISTEN##*:}
 URL="http://$LISTEN/"
 
-say() { printf '%s\n' "$*" >&2; }
-
-# --- wrk --------------------------------------------------------------------
-if ! command -v wrk >/dev/null 2>&1; then
-    say "wrk not found: installing it with apt-get"
-    sudo=""
-    if [ "$(id -u)" != 0 ]; then
-        command -v sudo >/dev/null 2>&1 || { say "need root or sudo to install wrk"; exit 1; }
-        sudo=sudo
-    fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq wrk >/dev/null
-fi
-
-# --- build --------------------------------------------------------------------
-say "building examples/bench_server.rs (release)"
-BIN=$(cargo build --release --example bench_server --message-format=json-render-diagnostics \
-    | sed -n 's/.*"executable":"\([^"]*bench_server\)".*/\1/p' | tail -n 1)
-[ -x "$BIN" ] || { say "could not find the bench_server executable"; exit 1; }
+need_wrk
+build_server
 
 # --- pinning ------------------------------------------------------------------
-SERVER_PIN=()
 CLIENT_PIN=()
 if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
-    SERVER_PIN=(taskset -c 0)
+    SERVER_WRAP=(taskset -c 0)
     CLIENT_PIN=(taskset -c 1)
     pinning="server on CPU 0, wrk on CPU 1"
 else
@@ -92,43 +87,18 @@ else
 fi
 
 CLK_TCK=$(getconf CLK_TCK)
-WORK=$(mktemp -d)
-SERVER_PID=""
-REDIS_PID=""
-cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -INT "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    if [ -n "$REDIS_PID" ]; then
-        kill "$REDIS_PID" 2>/dev/null || true
-        wait "$REDIS_PID" 2>/dev/null || true
-    fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+start_redis_for "$MODES"
 
-# --- redis --------------------------------------------------------------------
-# The Redis modes get a private redis-server on a free port (never one you
-# already run), emptied before every run. It is not pinned: it shares the
-# machine with the server and wrk, as a co-located Redis would.
-REDIS_MODES=" naive-pool naive-mux exact exact-2conn approximate leased "
-needs_redis=""
-for mode in $MODES; do
-    case $REDIS_MODES in *" $mode "*) needs_redis=1 ;; esac
-done
-if [ -n "$needs_redis" ]; then
-    command -v redis-server >/dev/null 2>&1 || { say "the Redis modes need redis-server"; exit 1; }
-    REDIS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-        >"$WORK/redis.log" 2>&1 &
-    REDIS_PID=$!
-    for _ in $(seq 100); do
-        redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
-    say "redis-server for the Redis modes on port $REDIS_PORT"
+WRK_SCRIPT=()
+if [ -n "$KEYS" ]; then
+    export BENCH_KEY=header
+    WRK_SCRIPT=(-s benches/http/keys.lua)
+    WRK_ARGS=(-- "$KEYS")
+    keying="keyed by x-client, $KEYS keys"
+else
+    export BENCH_KEY=ip
+    WRK_ARGS=()
+    keying="keyed by peer IP"
 fi
 
 # CPU ticks (user + system, all threads) used so far by process $1.
@@ -141,53 +111,44 @@ cpu_ticks() {
     echo $((${12} + ${13}))
 }
 
-# Runs one mode once; appends
-# "mode rps server_cpu% wrk_cpu% non2xx requests server_us_per_request".
-run_mode() {
-    local mode=$1 log="$WORK/server.log"
-    if [ -n "$REDIS_PID" ]; then
-        redis-cli -p "$REDIS_PORT" flushall >/dev/null
-    fi
-    BENCH_MODE=$mode BENCH_LISTEN=$LISTEN "${SERVER_PIN[@]}" "$BIN" >"$log" 2>&1 &
-    SERVER_PID=$!
-    local ready=""
-    for _ in $(seq 100); do
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-            break
-        fi
-        if (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null; then
-            ready=1
-            break
-        fi
-        sleep 0.1
-    done
-    if [ -z "$ready" ]; then
-        say "server for mode $mode did not start:"
-        cat "$log" >&2
-        exit 1
-    fi
+# wrk's 99th percentile (from --latency) in milliseconds.
+p99_ms() {
+    awk '$1 == "99%" {
+        v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
+        if (u == "us") v /= 1000; else if (u == "s") v *= 1000; else if (u == "m") v *= 60000
+        printf "%.2f", v }' <<<"$1"
+}
 
-    "${CLIENT_PIN[@]}" wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" "$URL" >/dev/null
+# Runs one mode once; appends
+# "mode rps server_cpu% wrk_cpu% non2xx requests server_us_per_request p99_ms".
+run_mode() {
+    local mode=$1
+    start_server "$mode"
+
+    if [ -n "$KEYS" ]; then
+        python3 benches/http/seq_client.py "${LISTEN%:*}" "${LISTEN##*:}" "$KEYS" --keys "$KEYS" >/dev/null 2>&1
+    fi
+    "${CLIENT_PIN[@]}" wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${WARMUP}s" \
+        "${WRK_SCRIPT[@]}" "$URL" "${WRK_ARGS[@]}" >/dev/null
 
     local t0 t1 out times
     t0=$(cpu_ticks "$SERVER_PID")
     TIMEFORMAT='%U %S %R'
-    { time "${CLIENT_PIN[@]}" wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${DURATION}s" "$URL" \
-        >"$WORK/wrk.out"; } 2>"$WORK/time.out"
+    { time "${CLIENT_PIN[@]}" wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency \
+        "${WRK_SCRIPT[@]}" "$URL" "${WRK_ARGS[@]}" >"$WORK/wrk.out"; } 2>"$WORK/time.out"
     t1=$(cpu_ticks "$SERVER_PID")
     out=$(cat "$WORK/wrk.out")
     times=$(tail -n 1 "$WORK/time.out")
 
-    kill -INT "$SERVER_PID"
-    wait "$SERVER_PID" || true
-    SERVER_PID=""
+    stop_server
 
-    local rps requests non2xx server_cpu wrk_cpu us_per_req
+    local rps requests non2xx server_cpu wrk_cpu us_per_req p99
     rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
     requests=$(awk '/requests in/ {print $1}' <<<"$out")
     non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
     non2xx=${non2xx:-0}
-    if [ -z "$rps" ] || [ -z "$requests" ]; then
+    p99=$(p99_ms "$out")
+    if [ -z "$rps" ] || [ -z "$requests" ] || [ -z "$p99" ]; then
         say "could not read wrk's output for mode $mode:"
         say "$out"
         exit 1
@@ -217,16 +178,16 @@ run_mode() {
             fi
             ;;
     esac
-    echo "$mode $rps $server_cpu $wrk_cpu $non2xx $requests $us_per_req" >>"$WORK/results"
-    printf '  %-16s %10.0f req/s   server CPU %3s%% (%s us/request)   wrk CPU %3s%%\n' \
-        "$mode" "$rps" "$server_cpu" "$us_per_req" "$wrk_cpu" >&2
+    echo "$mode $rps $server_cpu $wrk_cpu $non2xx $requests $us_per_req $p99" >>"$WORK/results"
+    printf '  %-16s %10.0f req/s  p99 %7s ms   server CPU %3s%% (%s us/request)   wrk CPU %3s%%\n' \
+        "$mode" "$rps" "$p99" "$server_cpu" "$us_per_req" "$wrk_cpu" >&2
     if [ "$server_cpu" -lt 90 ]; then
         say "    the server used less than 90% of its CPU: something else is running?"
     fi
 }
 
 say "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); $pinning"
-say "wrk -t$WRK_THREADS -c$CONNECTIONS -d${DURATION}s (after ${WARMUP}s of warm-up) on $URL"
+say "wrk -t$WRK_THREADS -c$CONNECTIONS -d${DURATION}s (after ${WARMUP}s of warm-up) on $URL, $keying"
 for repeat in $(seq "$REPEATS"); do
     say "repeat $repeat of $REPEATS"
     for mode in $MODES; do
@@ -235,23 +196,22 @@ for repeat in $(seq "$REPEATS"); do
 done
 
 # --- summary ------------------------------------------------------------------
-median() { # the median of the numbers on stdin
-    sort -g | awk '{v[NR] = $1} END {
-        if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-declare -A MEDIAN US
+declare -A MEDIAN US P99
 for mode in $MODES; do
     MEDIAN[$mode]=$(awk -v m="$mode" '$1 == m {print $2}' "$WORK/results" | median)
     US[$mode]=$(awk -v m="$mode" '$1 == m {print $7}' "$WORK/results" | median)
+    P99[$mode]=$(awk -v m="$mode" '$1 == m {print $8}' "$WORK/results" | median)
 done
-ratio() { # $1 / $2, or "-" when $2 was not measured
-    if [ -n "${2:-}" ]; then awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; else echo "-"; fi
-}
 
+command_line="benches/http/run.sh"
+[ -n "$KEYS" ] && command_line="KEYS=$KEYS $command_line"
 echo
-echo "requests per second, median of $REPEATS (wrk -t$WRK_THREADS -c$CONNECTIONS -d${DURATION}s; $pinning)"
-printf '%-16s %10s %8s %10s %11s %8s %10s   %s\n' mode "req/s" "/ bare" "/ governor" \
-    "server CPU" "us/req" "us - bare" "all runs (req/s)"
+echo "requests per second and p99 latency, median of $REPEATS (wrk -t$WRK_THREADS -c$CONNECTIONS -d${DURATION}s; $keying; $pinning)"
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%d)"
+echo "command: MODES=\"$MODES\" REPEATS=$REPEATS DURATION=$DURATION WARMUP=$WARMUP $command_line"
+echo
+echo "| mode | req/s | / bare | / governor | p99 ms | server CPU | us/req | us - bare | all runs (req/s) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
 for mode in $MODES; do
     runs=$(awk -v m="$mode" '$1 == m {printf "%s%.0f", sep, $2; sep = " "}' "$WORK/results")
     cpu=$(awk -v m="$mode" '$1 == m {print $3}' "$WORK/results" | median)
@@ -259,18 +219,19 @@ for mode in $MODES; do
     if [ -n "${US[bare]:-}" ]; then
         extra=$(awk -v a="${US[$mode]}" -v b="${US[bare]}" 'BEGIN {printf "%+.2f", a - b}')
     fi
-    printf '%-16s %10.0f %8s %10s %10s%% %8s %10s   %s\n' "$mode" "${MEDIAN[$mode]}" \
+    printf '| %s | %.0f | %s | %s | %s | %s%% | %s | %s | %s |\n' "$mode" "${MEDIAN[$mode]}" \
         "$(ratio "${MEDIAN[$mode]}" "${MEDIAN[bare]:-}")" \
-        "$(ratio "${MEDIAN[$mode]}" "${MEDIAN[governor]:-}")" "$cpu" "${US[$mode]}" "$extra" "$runs"
+        "$(ratio "${MEDIAN[$mode]}" "${MEDIAN[governor]:-}")" "${P99[$mode]}" "$cpu" \
+        "${US[$mode]}" "$extra" "$runs"
 done
 busy=$(awk '$3 < 90' "$WORK/results" | wc -l)
 if [ "$busy" -gt 0 ]; then
     echo "warning: in $busy of $(wc -l <"$WORK/results") runs the server used less than 90% of its CPU;"
     echo "the machine was not quiet and these figures are not reliable"
 fi
-for pair in "memory-deny memory" "governor-deny governor"; do
-    read -r deny allow <<<"$pair"
-    if [ -n "${MEDIAN[$deny]:-}" ] && [ -n "${MEDIAN[$allow]:-}" ]; then
-        echo "$deny / $allow: $(ratio "${MEDIAN[$deny]}" "${MEDIAN[$allow]}")"
+for pair in "memory-deny memory" "governor-deny governor" "exact naive-mux" "exact naive-pool"; do
+    read -r a b <<<"$pair"
+    if [ -n "${MEDIAN[$a]:-}" ] && [ -n "${MEDIAN[$b]:-}" ]; then
+        echo "$a / $b: $(ratio "${MEDIAN[$a]}" "${MEDIAN[$b]}")"
     fi
 done
