@@ -101,4 +101,6 @@ if #update > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
 end
-return out
+-- One string, the keys' replies separated by spaces: a reply array costs the
+-- client a parsed value per key.
+return table.concat(out, ' ')

@@ -367,16 +367,16 @@ impl ApproxRule {
                 .arg(w.demand)
                 .arg(w.known);
         }
-        let replies = match self
+        let reply = match self
             .redis
-            .eval_off_path::<Vec<String>>(
+            .eval_off_path::<String>(
                 &inv,
                 self.keys.bucket_slot(bucket),
                 self.shared.options.flush_timeout,
             )
             .await
         {
-            Ok(replies) if replies.len() == writes.len() => replies,
+            Ok(reply) if replies_of(&reply).count() == writes.len() => reply,
             Ok(_) => {
                 tracing::debug!(rule = self.rule.name(), "unexpected flush reply");
                 self.relist(writes);
@@ -388,7 +388,7 @@ impl ApproxRule {
                 return false;
             }
         };
-        for (w, reply) in writes.iter().zip(&replies) {
+        for (w, reply) in writes.iter().zip(replies_of(&reply)) {
             if let Some(reply) = Reply::parse(reply) {
                 self.apply(w, reply, seq);
             }
@@ -489,9 +489,25 @@ impl ApproxRule {
     }
 }
 
+/// The keys' replies in a flush script's answer: one string, separated by
+/// spaces (none for no keys).
+fn replies_of(reply: &str) -> impl Iterator<Item = &str> {
+    reply.split(' ').filter(|r| !r.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Reply;
+    use super::{Reply, replies_of};
+
+    #[test]
+    fn a_flush_answer_is_one_reply_per_key() {
+        let answer = "12:15:100:3:40:20:9 S 1:2:3:4:5:6:7";
+        assert_eq!(
+            replies_of(answer).collect::<Vec<_>>(),
+            ["12:15:100:3:40:20:9", "S", "1:2:3:4:5:6:7"]
+        );
+        assert_eq!(replies_of("").count(), 0);
+    }
 
     #[test]
     fn replies_parse_and_refusals_do_not() {
