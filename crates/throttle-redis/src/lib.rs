@@ -64,6 +64,7 @@ mod keys;
 mod leased;
 pub mod metrics;
 mod registry;
+mod reply;
 mod scripts;
 mod shutdown;
 

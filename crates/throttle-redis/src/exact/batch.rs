@@ -9,8 +9,9 @@ use parking_lot::Mutex;
 use throttle_core::{Acquire, Key, Outcome, Unavailable};
 use tokio::sync::oneshot;
 
-use super::{Inner, Reply, unexpected_reply};
+use super::{Inner, unexpected_reply};
 use crate::conn::{Eval, Failure};
+use crate::reply::Reply;
 
 /// The most checks one batch call carries.
 const MAX_BATCH: usize = 256;

@@ -1,7 +1,7 @@
 //! A rule's algorithm compiled for the exact mode's scripts: the keys it
 //! touches, the arguments it sends and how its replies read.
 
-use redis::{FromRedisValue, ParsingError, Script, Value};
+use redis::Script;
 use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, Meter, SlidingWindowCounter,
     SlidingWindowCounterState, SlidingWindowLog,
@@ -9,6 +9,7 @@ use throttle_core::algorithm::{
 use throttle_core::{Algorithm, ConfigError, Rule, Step};
 
 use crate::conn::Eval;
+use crate::reply::Reply;
 use crate::scripts::{
     FIXED_WINDOW_BATCH_SCRIPT, FIXED_WINDOW_RELEASE_SCRIPT, GCRA_BATCH_SCRIPT, GCRA_RELEASE_SCRIPT,
     SLIDING_COUNTER_BATCH_SCRIPT, SLIDING_COUNTER_RELEASE_SCRIPT, SLIDING_LOG_RELEASE_SCRIPT,
@@ -204,95 +205,5 @@ impl Compiled {
                 inv.arg(m.limit()).arg(inc_us).arg(inc_rem)
             }
         };
-    }
-}
-
-/// A script's integers: the batch scripts' one string of them (one value
-/// for the connection to parse, however many checks), or the log script's
-/// array.
-pub(super) struct Reply(Vec<i64>);
-
-impl Reply {
-    /// Integer `i` of the reply.
-    pub(super) fn int(&self, i: usize) -> Option<i64> {
-        self.0.get(i).copied()
-    }
-
-    /// Integer `i` of the reply, if not negative.
-    pub(super) fn u64(&self, i: usize) -> Option<u64> {
-        u64::try_from(self.int(i)?).ok()
-    }
-
-    /// The integers of `text`, separated by single spaces.
-    fn parse(text: &[u8]) -> Option<Self> {
-        let mut out = Vec::with_capacity(1 + text.len() / 8);
-        for field in text.split(|&b| b == b' ') {
-            let (negative, digits) = match field.split_first() {
-                Some((b'-', rest)) => (true, rest),
-                _ => (false, field),
-            };
-            if digits.is_empty() || digits.len() > 18 {
-                return None;
-            }
-            let mut v: i64 = 0;
-            for &d in digits {
-                if !d.is_ascii_digit() {
-                    return None;
-                }
-                v = v * 10 + i64::from(d - b'0');
-            }
-            out.push(if negative { -v } else { v });
-        }
-        Some(Self(out))
-    }
-}
-
-impl FromRedisValue for Reply {
-    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        let bad = |v: &Value| format!("unexpected reply from the rate-limit script: {v:?}").into();
-        match v {
-            Value::BulkString(ref text) => Self::parse(text).ok_or_else(|| bad(&v)),
-            Value::Array(items) => items
-                .iter()
-                .map(|item| match item {
-                    Value::Int(i) => Ok(*i),
-                    other => Err(bad(other)),
-                })
-                .collect::<Result<_, _>>()
-                .map(Self),
-            other => Err(bad(&other)),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use redis::{FromRedisValue, Value};
-
-    use super::Reply;
-
-    fn read(v: Value) -> Option<Vec<i64>> {
-        Reply::from_redis_value(v).ok().map(|r| r.0)
-    }
-
-    #[test]
-    fn replies_read_as_the_scripts_write_them() {
-        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        assert_eq!(
-            read(text("1 1800000000123456 7 1800000000000001")),
-            Some(vec![1, 1_800_000_000_123_456, 7, 1_800_000_000_000_001])
-        );
-        assert_eq!(read(text("0 -1 -42")), Some(vec![0, -1, -42]));
-        assert_eq!(
-            read(Value::Array(vec![Value::Int(1), Value::Int(-1)])),
-            Some(vec![1, -1])
-        );
-        // Nothing else is taken for a reply: empty fields, other characters,
-        // more digits than an i64 holds, other values.
-        for bad in ["", "1  2", "1 ", "-", "1.5", "1e15", "12345678901234567890"] {
-            assert_eq!(read(text(bad)), None, "{bad:?}");
-        }
-        assert_eq!(read(Value::Array(vec![Value::Nil])), None);
-        assert_eq!(read(Value::Int(1)), None);
     }
 }

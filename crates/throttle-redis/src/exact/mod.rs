@@ -22,9 +22,10 @@ use throttle_core::{Acquire, ConfigError, Key, Limiter, Outcome, Rule, Unavailab
 use crate::conn::{Eval, Failure, Redis};
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
+use crate::reply::Reply;
 use crate::scripts::SLIDING_LOG_SCRIPT;
 use batch::Batcher;
-use compiled::{Compiled, Reply};
+use compiled::Compiled;
 use deny::DenyCache;
 
 struct Inner {
