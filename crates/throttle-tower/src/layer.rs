@@ -323,7 +323,9 @@ impl<R: Responder> Shared<R> {
         {
             // One rule, nothing to settle: no list of demands.
             return match limit.demand(req) {
-                Ok(Some(demand)) => Prepared::Check(self.rules.check(std::slice::from_ref(&demand))),
+                Ok(Some(demand)) => {
+                    Prepared::Check(self.rules.check(std::slice::from_ref(&demand)))
+                }
                 Ok(None) => Prepared::Check(Check::Ready(throttle_core::Decision::Unlimited)),
                 Err(status) => self.missing(limit, status),
             };
