@@ -13,8 +13,8 @@
 //!   or parsing), read with one `GET` and written with one `SET .. PX`.
 //! - Every key expires a second past the time its state becomes equivalent
 //!   to a fresh one, so nothing lives forever.
-//! - The batch scripts reply with one string of decimal integers separated
-//!   by spaces (`%d` of the doubles, exact below 2^53): the client reads
+//! - The batch scripts and the lease script reply with one string of
+//!   decimal integers separated by spaces (`%d` of the doubles, exact below 2^53): the client reads
 //!   one bulk string instead of an array value per integer.
 //! - The code is written inline, without helper functions: a function
 //!   defined in a script is a new closure on every call, and the scripts run
@@ -118,9 +118,9 @@ for _ = 1, 2 * want + 2 do
   end
   if k <= 0 then k = 0; nt = nil; break end
 end
-if k < need or k == 0 then return {0, tat, rem, now} end
+if k < need or k == 0 then return string.format('%d %d %d %d', 0, tat, rem, now) end
 redis.call('SET', KEYS[1], struct.pack('dd', nt, nr), 'PX', math.floor((nt - now + 1) / 1000) + 1000)
-return {k, nt, nr, now}
+return string.format('%d %d %d %d', k, nt, nr, now)
 "#;
 
 /// Fixed window, many checks in one call (any keys; a key repeated is read

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use redis::ScriptInvocation;
 use throttle_core::algorithm::{Gcra, GcraState, Meter, Step};
 use throttle_core::{
     Acquire, Algorithm, Clock, ConfigError, Key, Limiter, MemoryBackend, MemoryLimiter, Outcome,
@@ -11,10 +10,11 @@ use throttle_core::{
 };
 use tokio::sync::futures::OwnedNotified;
 
-use crate::conn::{Failure, Redis};
+use crate::conn::{Eval, Failure, Redis};
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::metrics::LeaseMetrics;
+use crate::reply::Reply;
 use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 use super::options::{MAX_BATCH, WhenEmpty};
@@ -126,9 +126,9 @@ impl LeaseRule {
         self.redis.slot_for(&self.keys, key)
     }
 
-    fn invocation(&self, key: &Key, need: u64, want: u64) -> ScriptInvocation<'static> {
-        let mut inv = GCRA_LEASE_SCRIPT.prepare_invoke();
-        inv.key(self.keys.key(key, "gcra"));
+    fn invocation(&self, key: &Key, need: u64, want: u64) -> Eval {
+        let mut inv = Eval::new(&GCRA_LEASE_SCRIPT, 1, 8, 8 * 20);
+        inv.arg(self.keys.key(key, "gcra"));
         let (t_us, t_rem) = self.gcra.increment(1);
         let (tau_us, tau_rem) = self.gcra.tau();
         inv.arg(self.redis.script_now())
@@ -147,8 +147,8 @@ impl LeaseRule {
         self.shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
         self.metrics.call();
         let inv = self.invocation(key, need, want);
-        let reply: Vec<i64> = self.redis.eval(&inv, self.group(key)).await?;
-        let n = |i: usize| reply.get(i).and_then(|&v| u64::try_from(v).ok());
+        let reply: Reply = self.redis.eval(&inv, self.group(key)).await?;
+        let n = |i: usize| reply.u64(i);
         match (n(0), n(1), n(2), n(3)) {
             (Some(k), Some(tat_us), Some(tat_rem), Some(now)) => {
                 self.shared.counters.leased.fetch_add(k, Ordering::Relaxed);
