@@ -48,6 +48,9 @@
 #   WARM_CALLS   calls before counting under callgrind (default 300)
 #   CG_CALLS     counted calls under callgrind (default 2000)
 #   BENCH_LISTEN server address (default 127.0.0.1:50151)
+#   SERVER       the server binary (default: the release build of
+#                examples/grpc_bench_server.rs; e.g. one built from an
+#                older commit, to compare)
 
 set -euo pipefail
 
@@ -68,6 +71,7 @@ TARGET="http://$LISTEN"
 
 cargo build --release --example grpc_bench_server --example grpc_load >&2
 BIN="${CARGO_TARGET_DIR:-target}/release/examples"
+SERVER=${SERVER:-$BIN/grpc_bench_server}
 WORK=$(mktemp -d)
 SERVER_PID=
 cleanup() {
@@ -87,7 +91,7 @@ start_server() {
     local mode=$1
     shift
     BENCH_MODE=$mode BENCH_LISTEN=$LISTEN BENCH_WORKERS=1 "$@" \
-        "$BIN/grpc_bench_server" >"$WORK/server.log" 2>&1 &
+        "$SERVER" >"$WORK/server.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 600); do
         grep -q listening "$WORK/server.log" && return
