@@ -97,7 +97,12 @@ async fn caller(channel: Channel, plan: Arc<Plan>) -> Tally {
         match result {
             Ok(_) => tally.ok += 1,
             Err(status) if status.code() == Code::ResourceExhausted => tally.exhausted += 1,
-            Err(_) => tally.other += 1,
+            Err(status) => {
+                if tally.other == 0 {
+                    eprintln!("a call failed: {status:?}");
+                }
+                tally.other += 1
+            }
         }
     }
     tally

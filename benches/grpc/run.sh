@@ -34,7 +34,12 @@
 # the repeats is printed.
 #
 # Every run is checked: allowed modes must answer every call OK, the
-# denied mode every call but the first RESOURCE_EXHAUSTED.
+# denied mode every call but the first RESOURCE_EXHAUSTED, bar at most 1 in
+# 1,000, with a warning: under load a few denied calls fail in the tonic
+# client with "transport error ... stream closed because of a broken pipe"
+# (the answer arrives, END_STREAM, before the client has sent its request
+# message, and the client reports its failed send instead of the status).
+# That happens with the responder that built each denial whole as well.
 #
 # Settings (environment variables):
 #   MODES        modes, in order (default "bare allowed denied")
@@ -119,9 +124,12 @@ check() {
     local mode=$1 line=$2 calls ok exhausted
     calls=$(field "$line" calls) ok=$(field "$line" ok) exhausted=$(field "$line" exhausted)
     case $mode in
-    denied) [[ $ok -le 1 && $exhausted -ge $((calls - 1)) ]] ;;
+    denied) [[ $ok -le 1 && $((1000 * (calls - 1 - exhausted))) -le $calls ]] ;;
     *) [[ $ok -eq $calls ]] ;;
     esac || { echo "unexpected answers in mode $mode: $line" >&2; exit 1; }
+    if [[ $mode == denied && $exhausted -lt $((calls - ok)) ]]; then
+        echo "warning: $((calls - ok - exhausted)) calls failed otherwise (see the load client's message)" >&2
+    fi
 }
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
