@@ -19,7 +19,7 @@
 //! `all_calls` the warm-up's calls too.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tonic::Code;
@@ -33,6 +33,9 @@ mod helloworld {
 
 use helloworld::HelloRequest;
 use helloworld::greeter_client::GreeterClient;
+
+/// Whether a failure was printed already.
+static REPORTED: AtomicBool = AtomicBool::new(false);
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -98,8 +101,8 @@ async fn caller(channel: Channel, plan: Arc<Plan>) -> Tally {
             Ok(_) => tally.ok += 1,
             Err(status) if status.code() == Code::ResourceExhausted => tally.exhausted += 1,
             Err(status) => {
-                if tally.other == 0 {
-                    eprintln!("a call failed: {status:?}");
+                if !REPORTED.swap(true, Ordering::Relaxed) {
+                    eprintln!("a call failed (the first failure; all are counted): {status:?}");
                 }
                 tally.other += 1
             }
