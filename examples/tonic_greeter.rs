@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use throttle_tonic::{GrpcResponder, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
@@ -59,9 +59,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 5 calls per 60 seconds per peer IP, all 5 available at once.
     let quota = Quota::new(5, Duration::from_secs(60)).with_burst(5);
     let policy = Policy::new().rule(Rule::new("ip", quota).token_bucket(), PeerIp::default());
-    // Name the key kind so QuotaFailure's subject reads "ip:peer-ip".
-    let responder = GrpcResponder::new().key_kind("ip", "peer-ip");
-    let layer = ThrottleLayer::with_responder(policy, MemoryBackend::default(), responder)?;
+    // QuotaFailure's subject reads "ip:peer-ip": PeerIp names its kind.
+    let layer = ThrottleLayer::new(policy, MemoryBackend::default())?;
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on {} (gRPC)", listener.local_addr()?);

@@ -161,6 +161,10 @@ impl KeyExtractor for Route {
     fn on_missing(&self) -> MissingKey {
         MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
     }
+
+    fn kind(&self) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("route")
+    }
 }
 
 #[cfg(test)]

@@ -232,6 +232,10 @@ impl KeyExtractor for OnlyRoutes {
     fn on_missing(&self) -> MissingKey {
         self.key.on_missing()
     }
+
+    fn kind(&self) -> std::borrow::Cow<'static, str> {
+        self.key.kind()
+    }
 }
 
 /// A composite key of any number of parts (every part must be found), as
@@ -273,6 +277,11 @@ impl KeyExtractor for AllOf {
             _ => MissingKey::default(),
         }
     }
+
+    fn kind(&self) -> std::borrow::Cow<'static, str> {
+        let kinds: Vec<_> = self.0.iter().map(|p| p.kind()).collect();
+        kinds.join("+").into()
+    }
 }
 
 /// A boxed extractor, as a policy takes one.
@@ -289,5 +298,9 @@ impl KeyExtractor for Dyn {
 
     fn on_missing(&self) -> MissingKey {
         self.0.on_missing()
+    }
+
+    fn kind(&self) -> std::borrow::Cow<'static, str> {
+        self.0.kind()
     }
 }

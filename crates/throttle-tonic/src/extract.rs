@@ -1,6 +1,7 @@
 //! Key extractors for gRPC calls: the method, the service, a metadata value
 //! and the peer address.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -115,6 +116,10 @@ impl KeyExtractor for GrpcMethod {
             "\"/package.Service/Method\"",
         )
     }
+
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed("method")
+    }
 }
 
 /// The gRPC service of the call, `package.Service`: one count per service,
@@ -179,6 +184,10 @@ impl KeyExtractor for GrpcService {
             "\"package.Service\"",
         )
     }
+
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed("service")
+    }
 }
 
 /// The value of a request metadata entry (e.g. `x-api-key`), as raw bytes;
@@ -239,6 +248,11 @@ impl KeyExtractor for Metadata {
             )
         })
     }
+
+    /// `metadata:<name>`, e.g. `metadata:x-api-key`.
+    fn kind(&self) -> Cow<'static, str> {
+        format!("metadata:{}", self.name).into()
+    }
 }
 
 /// Where tonic (or an axum router hosting tonic services) puts the peer
@@ -278,6 +292,10 @@ impl PeerSource for TonicPeer {
                  until then calls limited by peer IP are answered INTERNAL (HTTP 500)"
             );
         }
+    }
+
+    fn kind(&self) -> &'static str {
+        "peer-ip"
     }
 }
 
@@ -380,6 +398,15 @@ mod tests {
         assert_eq!(field(&PeerIp::default().ipv6_prefix(0)), "key.ipv6_prefix");
         assert!(GrpcMethod::only(["/a.B/C"]).validate().is_ok());
         assert!(Metadata::new("x-api-key").validate().is_ok());
+    }
+
+    #[test]
+    fn kinds_name_what_is_limited() {
+        assert_eq!(GrpcMethod::full().kind(), "method");
+        assert_eq!(GrpcMethod::only(["/a.B/C"]).kind(), "method");
+        assert_eq!(GrpcService::each().kind(), "service");
+        assert_eq!(Metadata::new("x-api-key").kind(), "metadata:x-api-key");
+        assert_eq!(PeerIp::default().kind(), "peer-ip");
     }
 
     #[test]

@@ -79,6 +79,8 @@
 //!
 //! [tonic]: https://docs.rs/tonic
 
+mod arena;
+mod denial;
 mod extract;
 mod responder;
 
@@ -106,6 +108,6 @@ pub use throttle_tower::{headers, metrics};
 
 /// The throttle layer for tonic, answering gRPC calls with gRPC statuses and
 /// plain HTTP requests with HTTP 429 ([`GrpcResponder`]). Use
-/// [`ThrottleLayer::with_responder`] to name key kinds or for a custom
+/// [`ThrottleLayer::with_responder`] to override key kinds or for a custom
 /// answer.
 pub type ThrottleLayer = throttle_tower::ThrottleLayer<GrpcResponder>;

@@ -9,11 +9,18 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use throttle_core::{Allowed, Quota, Rule};
-use throttle_tower::headers::{HeaderBlock, SuccessHeaders, rate_limit_headers, retry_after_secs};
+use throttle_core::{Allowed, Denied, Rule};
+use throttle_tower::headers::{
+    SuccessHeaders, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number,
+    retry_after_secs,
+};
 use throttle_tower::{HttpResponder, Rejection, Responder};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::denial::{
+    RuleAnswers, describe_quota, dimension, limited_details, limited_message, unavailable_status,
+};
 
 /// `grpc-retry-pushback-ms`: how long a client with a retry policy must wait
 /// before retrying (gRPC's retry design, A6).
@@ -104,10 +111,11 @@ pub fn is_grpc(req: &Parts) -> bool {
 ///
 /// - `google.rpc.RetryInfo`: `retry_delay` is the exact wait (not rounded);
 /// - `google.rpc.QuotaFailure`: one violation whose `subject` is
-///   `"<dimension>:<key kind>"` (e.g. `ip:peer-ip`; the key kind is the one
-///   given with [`key_kind`](Self::key_kind), and the subject is just the
-///   dimension when none was given; the key itself is never echoed) and
-///   whose `description` states the quota (`ip: 5 per 60s`);
+///   `"<dimension>:<key kind>"` (e.g. `ip:peer-ip`; the key kind is the
+///   rule's extractor's [`kind`](throttle_tower::KeyExtractor::kind), or the
+///   one given with [`key_kind`](Self::key_kind), which overrides it; the
+///   key itself is never echoed) and whose `description` states the quota
+///   (`ip: 5 per 60s`);
 /// - `google.rpc.ErrorInfo`: `reason` `RATE_LIMIT_EXCEEDED`, `domain`
 ///   `throttle`, `metadata` `{"dimension": "ip"}`: the codes of the HTTP
 ///   answer's JSON body, for clients that switch on a reason.
@@ -153,12 +161,22 @@ pub fn is_grpc(req: &Parts) -> bool {
 /// `grpc-status`, `grpc-message`, `grpc-status-details-bin`, `retry-after`,
 /// `grpc-retry-pushback-ms` and `x-ratelimit-*`.
 ///
+/// # Made once per rule
+///
+/// When the layer is built (and on every reload) the responder is bound to
+/// the rules ([`Responder::bind`]): each rule's `QuotaFailure` and
+/// `ErrorInfo` are encoded then, and so is the whole answer of an
+/// unreachable backend. A denial encodes only its message's number and its
+/// `RetryInfo`, into a buffer of the thread that its header values share,
+/// which is reused once the answers written into it are gone: a denied
+/// call costs 2 allocations, those of the answer's `http::HeaderMap`.
+/// The answers are the ones tonic-types builds, byte for byte.
+///
 /// ```
 /// use throttle_tonic::{GrpcResponder, HttpResponder};
 ///
 /// let responder = GrpcResponder::new()
-///     .key_kind("ip", "peer-ip")
-///     .key_kind("tenant", "metadata:x-api-key")
+///     .key_kind("tenant", "api-key") // instead of the extractor's kind
 ///     .http(HttpResponder::new().ietf_headers(true));
 /// # let _ = responder;
 /// ```
@@ -166,6 +184,9 @@ pub fn is_grpc(req: &Parts) -> bool {
 pub struct GrpcResponder {
     http: HttpResponder,
     kinds: Arc<[(Box<str>, Box<str>)]>,
+    /// What each rule's answers share, by rule index; made by
+    /// [`Responder::bind`] when the layer is built.
+    bound: Arc<[RuleAnswers]>,
 }
 
 impl fmt::Debug for GrpcResponder {
@@ -173,6 +194,7 @@ impl fmt::Debug for GrpcResponder {
         f.debug_struct("GrpcResponder")
             .field("http", &self.http)
             .field("key_kinds", &self.kinds)
+            .field("bound_rules", &self.bound.len())
             .finish()
     }
 }
@@ -190,9 +212,14 @@ impl GrpcResponder {
         self
     }
 
-    /// Names the kind of key the rule called `rule` limits by (`peer-ip`,
-    /// `method`, `metadata:x-api-key`, `user`, ...), so that its
-    /// `QuotaFailure` violation's subject reads `"<rule>:<kind>"`.
+    /// Names the kind of key the rule called `rule` limits by, overriding
+    /// its extractor's [`kind`](throttle_tower::KeyExtractor::kind), so
+    /// that its `QuotaFailure` violation's subject reads `"<rule>:<kind>"`.
+    ///
+    /// Not needed for the built-in extractors, which name their kind
+    /// themselves (`PeerIp` is `peer-ip`, `Metadata::new("x-api-key")` is
+    /// `metadata:x-api-key`); useful for closures and custom extractors
+    /// that do not (their kind is `custom`), or to keep an older subject.
     #[must_use]
     pub fn key_kind(self, rule: impl Into<String>, kind: impl Into<String>) -> Self {
         let (rule, kind) = (rule.into(), kind.into());
@@ -209,12 +236,26 @@ impl GrpcResponder {
         }
     }
 
-    /// The `QuotaFailure` subject for `rule`.
-    fn subject(&self, rule: &Rule) -> String {
-        match self.kinds.iter().find(|(r, _)| **r == *rule.name()) {
-            Some((_, kind)) => [rule.name(), ":", kind].concat(),
+    /// The `QuotaFailure` subject for `rule`, whose extractor's kind is
+    /// `extractor_kind` (`None`: not known, the responder was not bound to
+    /// a layer's rules): `"<rule>:<kind>"`, or the rule's name alone when
+    /// no kind is known.
+    fn subject(&self, rule: &Rule, extractor_kind: Option<&str>) -> String {
+        let named = self.kinds.iter().find(|(r, _)| **r == *rule.name());
+        match named.map(|(_, kind)| &**kind).or(extractor_kind) {
+            Some(kind) => [rule.name(), ":", kind].concat(),
             None => rule.name().to_owned(),
         }
+    }
+
+    /// The answers made for rule `index` at build, if they are `rule`'s.
+    fn bound(&self, index: usize, rule: &Rule) -> Option<&RuleAnswers> {
+        self.bound.get(index).filter(|a| a.is_for(rule))
+    }
+
+    /// The answers made for `rule` at build, found by name.
+    fn bound_by_name(&self, rule: &Rule) -> Option<&RuleAnswers> {
+        self.bound.iter().find(|a| a.is_for(rule))
     }
 }
 
@@ -240,43 +281,30 @@ pub fn code_for_http_status(status: StatusCode) -> Code {
     }
 }
 
-/// `ip: 5 per 60s`, `m: 3 per 1500ms`, `ip: 10 per 1s (burst 50)`: the
-/// key's own `quota` (its tier's, when the rule has tiers).
-fn describe_quota(rule: &Rule, quota: Quota) -> String {
-    let period = quota.period();
-    let period = if period.subsec_nanos() == 0 {
-        format!("{}s", period.as_secs())
-    } else if period.subsec_nanos().is_multiple_of(1_000_000) {
-        format!("{}ms", period.as_millis())
-    } else {
-        format!("{}us", period.as_micros())
-    };
-    let mut out = format!("{}: {} per {period}", rule.name(), quota.limit());
-    if rule.algorithm().uses_burst() && quota.burst() != quota.limit() {
-        out.push_str(&format!(" (burst {})", quota.burst()));
-    }
-    out
-}
-
 /// Milliseconds, rounded up, at least 1 for a positive wait.
 fn pushback_ms(wait: Duration) -> u64 {
     let ms = wait.as_micros().div_ceil(1_000);
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
-fn dimension(rule: &Rule) -> std::collections::HashMap<String, String> {
-    std::collections::HashMap::from([("dimension".to_owned(), rule.name().to_owned())])
-}
+/// `grpc-status`.
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// `grpc-message`.
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+/// `grpc-status-details-bin`.
+static GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 
-/// A Trailers-Only answer: the status and `metadata` in the headers, no body.
-fn trailers_only(
-    protocol: GrpcProtocol,
-    req: &Parts,
-    status: &Status,
-    metadata: HeaderBlock,
-) -> Response<Bytes> {
+/// The most headers an answer carries: content type, the three of the
+/// status, `retry-after`, `grpc-retry-pushback-ms` and `x-ratelimit-*`.
+const ANSWER_HEADERS: usize = 9;
+
+/// A Trailers-Only answer, so far only its content type: the status and
+/// metadata go in the headers, there is no body. The header map has room
+/// for every header of an answer, so it is allocated once.
+fn trailers_only(protocol: GrpcProtocol, req: &Parts) -> Response<Bytes> {
     let mut res = Response::new(Bytes::new());
     let headers = res.headers_mut();
+    *headers = http::HeaderMap::with_capacity(ANSWER_HEADERS);
     let content_type = match protocol {
         GrpcProtocol::Grpc => GRPC_CONTENT_TYPE,
         // Only a gRPC-web content type can get here, so it is the request's.
@@ -287,13 +315,79 @@ fn trailers_only(
             .unwrap_or(GRPC_CONTENT_TYPE),
     };
     headers.insert(CONTENT_TYPE, content_type);
-    metadata.apply(headers);
+    res
+}
+
+/// Writes `status` (code, message, details) into `headers`.
+fn put_status(headers: &mut http::HeaderMap, status: &Status) {
     if status.add_header(headers).is_err() {
         // Unreachable in practice (the message is percent-encoded and the
         // details base64), but a status without a message beats a panic.
-        headers.insert("grpc-status", HeaderValue::from(status.code() as i32));
+        headers.insert(GRPC_STATUS.clone(), HeaderValue::from(status.code() as i32));
     }
-    res
+}
+
+/// `grpc-status: 8` with a made message and details.
+fn put_resource_exhausted(
+    headers: &mut http::HeaderMap,
+    message: HeaderValue,
+    details: HeaderValue,
+) {
+    headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static("8"));
+    headers.insert(GRPC_MESSAGE.clone(), message);
+    headers.insert(GRPC_STATUS_DETAILS.clone(), details);
+}
+
+impl GrpcResponder {
+    /// A rule denied the call.
+    fn limited(
+        &self,
+        protocol: GrpcProtocol,
+        req: &Parts,
+        d: &Denied,
+        rule: &Rule,
+    ) -> Response<Bytes> {
+        let mut res = trailers_only(protocol, req);
+        let headers = res.headers_mut();
+        let secs = retry_after_secs(d.retry_after);
+        let pushback = pushback_ms(d.retry_after);
+        // Counted from when the backend decided, as for allowed calls.
+        let reset_us = u64::try_from(d.reset.as_micros()).unwrap_or(u64::MAX);
+        let reset = d.at_us.saturating_add(reset_us).div_ceil(1_000_000);
+        headers.insert(RETRY_AFTER, number(secs));
+        let made = self
+            .bound(d.rule, rule)
+            .and_then(|answers| answers.limited(d, secs, pushback, reset));
+        match made {
+            Some(v) => {
+                headers.insert(GRPC_RETRY_PUSHBACK_MS.clone(), v.pushback_ms);
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(d.limit));
+                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining));
+                headers.insert(X_RATELIMIT_RESET.clone(), v.reset);
+                put_resource_exhausted(headers, v.message, v.details);
+            }
+            None => {
+                // Not bound to this rule (a responder used outside a layer),
+                // or a quota the rule was not bound with: built whole.
+                headers.insert(GRPC_RETRY_PUSHBACK_MS.clone(), HeaderValue::from(pushback));
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(d.limit));
+                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining));
+                headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+                let subject = match self.bound_by_name(rule) {
+                    Some(answers) => answers.subject().to_owned(),
+                    None => self.subject(rule, None),
+                };
+                let details =
+                    limited_details(d.retry_after, subject, describe_quota(rule, d.quota), rule);
+                let message = limited_message(rule, secs);
+                put_status(
+                    headers,
+                    &Status::with_error_details(Code::ResourceExhausted, message, details),
+                );
+            }
+        }
+        res
+    }
 }
 
 impl Responder for GrpcResponder {
@@ -301,26 +395,12 @@ impl Responder for GrpcResponder {
         let Some(protocol) = GrpcProtocol::of(&req.headers) else {
             return self.http.reject(req, rejection);
         };
-        let mut metadata = HeaderBlock::default();
-        let status = match rejection {
-            Rejection::Limited { denied: d, rule } => {
-                let secs = retry_after_secs(d.retry_after);
-                metadata.push(RETRY_AFTER, HeaderValue::from(secs));
-                metadata.push(
-                    GRPC_RETRY_PUSHBACK_MS.clone(),
-                    HeaderValue::from(pushback_ms(d.retry_after)),
-                );
-                rate_limit_headers(&mut metadata, d.limit, d.remaining, d.reset);
-                let message = format!(
-                    "Quota exceeded for {}. Please retry after {secs} seconds.",
-                    rule.name()
-                );
-                let details = ErrorDetails::with_retry_info(Some(d.retry_after))
-                    .add_quota_failure_violation(self.subject(rule), describe_quota(rule, d.quota))
-                    .set_error_info("RATE_LIMIT_EXCEEDED", ERROR_DOMAIN, dimension(rule))
-                    .to_owned();
-                Status::with_error_details(Code::ResourceExhausted, message, details)
-            }
+        if let Rejection::Limited { denied, rule } = rejection {
+            return self.limited(protocol, req, denied, rule);
+        }
+        let mut res = trailers_only(protocol, req);
+        let headers = res.headers_mut();
+        match rejection {
             Rejection::MissingKey { rule, status } => {
                 let message = format!(
                     "The call does not carry the key the {} rate limit is applied by.",
@@ -331,28 +411,40 @@ impl Responder for GrpcResponder {
                     ERROR_DOMAIN,
                     dimension(rule),
                 );
-                Status::with_error_details(code_for_http_status(status), message, details)
+                put_status(
+                    headers,
+                    &Status::with_error_details(code_for_http_status(status), message, details),
+                );
             }
-            Rejection::Unavailable { rule, .. } => {
-                metadata.push(RETRY_AFTER, HeaderValue::from_static("1"));
-                metadata.push(
+            Rejection::Unavailable { rule, refused } => {
+                headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                headers.insert(
                     GRPC_RETRY_PUSHBACK_MS.clone(),
                     HeaderValue::from_static("1000"),
                 );
-                let message = "The rate limiter is unavailable. Please retry later.";
-                let details = ErrorDetails::with_retry_info(Some(Duration::from_secs(1)))
-                    .set_error_info("RATE_LIMITER_UNAVAILABLE", ERROR_DOMAIN, dimension(rule))
-                    .to_owned();
-                Status::with_error_details(Code::Unavailable, message, details)
+                let made = self
+                    .bound(refused.rule, rule)
+                    .and_then(RuleAnswers::unavailable);
+                match made {
+                    Some((message, details)) => {
+                        headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static("14"));
+                        headers.insert(GRPC_MESSAGE.clone(), message);
+                        headers.insert(GRPC_STATUS_DETAILS.clone(), details);
+                    }
+                    None => put_status(headers, &unavailable_status(rule)),
+                }
             }
             // A future rejection we do not know yet: still a gRPC status.
-            _ => Status::with_error_details(
-                Code::Unavailable,
-                "The rate limiter refused the call.",
-                ErrorDetails::with_retry_info(Some(Duration::from_secs(1))),
+            _ => put_status(
+                headers,
+                &Status::with_error_details(
+                    Code::Unavailable,
+                    "The rate limiter refused the call.",
+                    ErrorDetails::with_retry_info(Some(Duration::from_secs(1))),
+                ),
             ),
-        };
-        trailers_only(protocol, req, &status, metadata)
+        }
+        res
     }
 
     fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
@@ -361,6 +453,13 @@ impl Responder for GrpcResponder {
         } else {
             self.http.allowed(req, allowed, rule)
         }
+    }
+
+    fn bind(&mut self, rules: &[(&Rule, &str)]) {
+        self.bound = rules
+            .iter()
+            .map(|&(rule, kind)| RuleAnswers::new(rule, &self.subject(rule, Some(kind))))
+            .collect();
     }
 }
 
@@ -426,34 +525,121 @@ mod tests {
     }
 
     #[test]
-    fn quotas_are_described_with_their_unit() {
-        let q = throttle_core::Quota::new(5, Duration::from_secs(60));
-        assert_eq!(
-            describe_quota(&Rule::new("ip", q).fixed_window(), q),
-            "ip: 5 per 60s"
-        );
-        assert_eq!(
-            describe_quota(
-                &Rule::new("ip", q.with_burst(9)).token_bucket(),
-                q.with_burst(9)
-            ),
-            "ip: 5 per 60s (burst 9)"
-        );
-        let q = throttle_core::Quota::new(3, Duration::from_millis(1500));
-        assert_eq!(
-            describe_quota(&Rule::new("m", q).fixed_window(), q),
-            "m: 3 per 1500ms"
-        );
-    }
-
-    #[test]
     fn key_kinds_name_the_subject() {
         let r = GrpcResponder::new()
             .key_kind("ip", "x")
             .key_kind("ip", "peer-ip");
         let rule = Rule::new("ip", throttle_core::Quota::per_minute(1));
-        assert_eq!(r.subject(&rule), "ip:peer-ip");
+        assert_eq!(r.subject(&rule, None), "ip:peer-ip");
+        assert_eq!(r.subject(&rule, Some("client-ip")), "ip:peer-ip");
         let other = Rule::new("tenant", throttle_core::Quota::per_minute(1));
-        assert_eq!(r.subject(&other), "tenant");
+        assert_eq!(r.subject(&other, None), "tenant");
+        assert_eq!(r.subject(&other, Some("custom")), "tenant:custom");
+    }
+
+    fn denied(rule: usize, quota: throttle_core::Quota, retry_after: Duration) -> Denied {
+        Denied {
+            rule,
+            limit: quota.limit(),
+            quota,
+            remaining: 0,
+            retry_after,
+            reset: Duration::from_secs(60),
+            at_us: 1_796_025_675_123_456,
+        }
+    }
+
+    fn grpc_request(content_type: &str) -> Parts {
+        http::Request::post("/helloworld.Greeter/SayHello")
+            .header(CONTENT_TYPE, content_type)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    /// The denial made from what was made at build is the one tonic-types
+    /// makes from scratch (the unbound responder's), header for header and
+    /// byte for byte.
+    #[test]
+    fn denials_made_once_per_rule_equal_denials_made_whole() {
+        use throttle_core::Quota;
+        let minute = Quota::new(5, Duration::from_secs(60));
+        let gold = Quota::new(50, Duration::from_secs(60)).with_burst(80);
+        let rules = [
+            Rule::new("ip", minute.with_burst(5)).token_bucket(),
+            Rule::new("tenant", minute)
+                .tiers([("gold", gold)])
+                .token_bucket(),
+            Rule::new("m", Quota::new(3, Duration::from_millis(1500))).fixed_window(),
+        ];
+        let kinds = ["peer-ip", "metadata:x-api-key", "method"];
+        let mut bound = GrpcResponder::new().key_kind("m", "rpc");
+        let pairs: Vec<_> = rules.iter().zip(kinds).collect();
+        bound.bind(&pairs);
+        let whole = GrpcResponder::new()
+            .key_kind("ip", "peer-ip")
+            .key_kind("tenant", "metadata:x-api-key")
+            .key_kind("m", "rpc");
+        let waits = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_micros(1),
+            Duration::from_millis(1500),
+            Duration::new(59, 999_999_999),
+            Duration::from_secs(3 * 86_400),
+            // Beyond what RetryInfo carries: clamped to its maximum.
+            Duration::from_secs(u64::MAX / 2),
+        ];
+        let mut seen = 0;
+        for (index, rule) in rules.iter().enumerate() {
+            let quotas = [rule.quota(), gold];
+            for quota in quotas.into_iter().take(if index == 1 { 2 } else { 1 }) {
+                for wait in waits {
+                    for ct in ["application/grpc", "application/grpc-web-text"] {
+                        let req = grpc_request(ct);
+                        let d = denied(index, quota, wait);
+                        let reject = |r: &GrpcResponder| {
+                            r.reject(&req, Rejection::Limited { denied: &d, rule })
+                        };
+                        let (fast, slow) = (reject(&bound), reject(&whole));
+                        assert_eq!(fast.headers(), slow.headers(), "{rule:?} {wait:?}");
+                        let status = Status::from_header_map(fast.headers()).unwrap();
+                        assert_eq!(status.code(), Code::ResourceExhausted);
+                        let retry = status.get_details_retry_info().unwrap();
+                        assert_eq!(
+                            retry.retry_delay,
+                            Some(wait.min(tonic_types::RetryInfo::MAX_RETRY_DELAY))
+                        );
+                        seen += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, 4 * waits.len() * 2);
+    }
+
+    #[test]
+    fn unavailable_answers_made_once_equal_answers_made_whole() {
+        let rule = Rule::new("ip", throttle_core::Quota::per_minute(1)).fail_closed();
+        let mut bound = GrpcResponder::new();
+        bound.bind(&[(&rule, "peer-ip")]);
+        let refused = throttle_core::Refused {
+            rule: 0,
+            error: throttle_core::Unavailable::new("down"),
+        };
+        let req = grpc_request("application/grpc");
+        let reject = |r: &GrpcResponder| {
+            r.reject(
+                &req,
+                Rejection::Unavailable {
+                    refused: &refused,
+                    rule: &rule,
+                },
+            )
+        };
+        let fast = reject(&bound);
+        assert_eq!(fast.headers(), reject(&GrpcResponder::new()).headers());
+        assert_eq!(fast.headers()["grpc-status"], "14");
     }
 }

@@ -79,6 +79,56 @@ async fn five_calls_pass_with_metadata_then_resource_exhausted_with_retry_info_a
     assert_eq!(info.metadata["dimension"], "ip");
 }
 
+/// `(ip by peer, tenant by a closure)`, in that order or reversed.
+fn ip_and_tenant(tenant_first: bool) -> Policy {
+    let ip = Limit::new(Rule::new("ip", Quota::per_minute(1)), PeerIp::default());
+    let tenant = Limit::new(
+        Rule::new("tenant", Quota::per_minute(1)),
+        |_: &http::request::Parts| Some(Key::global()),
+    );
+    let (a, b) = if tenant_first {
+        (tenant, ip)
+    } else {
+        (ip, tenant)
+    };
+    Policy::new().limit(a).limit(b)
+}
+
+/// Denies the second call and gives its `QuotaFailure` subject.
+async fn second_call_subject(layer: ThrottleLayer) -> String {
+    let mut client = GreeterClient::new(channel(serve(layer).await).await);
+    say_hello(&mut client, &[]).await.unwrap();
+    let status = expect_code(say_hello(&mut client, &[]).await, Code::ResourceExhausted);
+    details(&status).quota.unwrap().violations[0]
+        .subject
+        .clone()
+}
+
+/// The subjects `key_kind` used to be needed for come from the extractors'
+/// own kinds; `key_kind` still overrides them, and a reload binds the
+/// responder to the new rules.
+#[tokio::test]
+async fn subjects_name_the_extractors_kind_unless_told_otherwise() {
+    let memory = MemoryBackend::default;
+    let layer = ThrottleLayer::new(ip_and_tenant(false), memory()).unwrap();
+    assert_eq!(second_call_subject(layer).await, "ip:peer-ip");
+    let layer = ThrottleLayer::new(ip_and_tenant(false), memory()).unwrap();
+    layer.reload(ip_and_tenant(true), memory()).unwrap();
+    assert_eq!(second_call_subject(layer).await, "tenant:custom");
+
+    let responder = GrpcResponder::new()
+        .key_kind("ip", "addr")
+        .key_kind("tenant", "everyone");
+    let layer = |tenant_first| {
+        ThrottleLayer::with_responder(ip_and_tenant(tenant_first), memory(), responder.clone())
+            .unwrap()
+    };
+    assert_eq!(second_call_subject(layer(false)).await, "ip:addr");
+    let reloaded = layer(false);
+    reloaded.reload(ip_and_tenant(true), memory()).unwrap();
+    assert_eq!(second_call_subject(reloaded).await, "tenant:everyone");
+}
+
 #[tokio::test]
 async fn each_peer_address_has_its_own_count() {
     let addr = serve(per_peer_5_per_minute()).await;
@@ -121,10 +171,11 @@ async fn per_method_limits_apply_to_their_methods_only() {
         details(&status).info.unwrap().metadata["dimension"],
         "hello"
     );
-    // Subject without a configured key kind: the dimension alone.
+    // Subject without a configured key kind: the dimension and the kind
+    // the extractor names.
     assert_eq!(
         details(&status).quota.unwrap().violations[0].subject,
-        "hello"
+        "hello:method"
     );
 
     // Echo.Unary is not SayHello: only the per-method rule, with its own

@@ -81,7 +81,8 @@ async fn one_layer_answers_http_with_429_and_grpc_with_resource_exhausted() {
     assert_eq!(meta_u64(status.metadata(), "retry-after"), retry);
     let d = details(&status);
     assert!(d.retry.unwrap().retry_delay.unwrap() > Duration::ZERO);
-    assert_eq!(d.quota.unwrap().violations[0].subject, "ip");
+    // The key kind is the extractor's own (`PeerIp`: `peer-ip`).
+    assert_eq!(d.quota.unwrap().violations[0].subject, "ip:peer-ip");
 }
 
 #[tokio::test]

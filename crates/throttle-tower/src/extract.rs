@@ -1,5 +1,6 @@
 //! Key extractors: request -> who is being limited.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -64,6 +65,16 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn on_missing(&self) -> MissingKey {
         MissingKey::default()
     }
+
+    /// What kind of key this is, for answers that name it without echoing
+    /// the key itself: `peer-ip`, `header:x-api-key`, `method`, ... (the
+    /// gRPC responder's `QuotaFailure` subject reads `"<rule>:<kind>"`).
+    /// Asked once, when the layer is built. The default is `custom`;
+    /// composites join their parts' kinds with `+`, and
+    /// [`or`](KeyExtractorExt::or) joins its two with `|`.
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed("custom")
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -113,6 +124,10 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
         self.first.validate()?;
         self.fallback.validate()
     }
+
+    fn kind(&self) -> Cow<'static, str> {
+        [self.first.kind(), self.fallback.kind()].join("|").into()
+    }
 }
 
 /// Composite keys: every part must be found.
@@ -144,6 +159,12 @@ macro_rules! composite {
                 $($name.validate()?;)+
                 Ok(())
             }
+
+            #[allow(non_snake_case)]
+            fn kind(&self) -> Cow<'static, str> {
+                let ($($name,)+) = self;
+                [$($name.kind()),+].join("+").into()
+            }
         }
     };
 }
@@ -158,6 +179,10 @@ pub struct Global;
 impl KeyExtractor for Global {
     fn extract(&self, _: &Parts) -> Extracted {
         Extracted::Key(Key::global())
+    }
+
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed("global")
     }
 }
 
@@ -198,6 +223,15 @@ impl KeyExtractor for Header {
                 format!("{name:?} is not a valid HTTP header name"),
             )),
         }
+    }
+
+    /// `header:<name>`, e.g. `header:x-api-key`.
+    fn kind(&self) -> Cow<'static, str> {
+        let name = match &self.name {
+            Ok(name) => name.as_str(),
+            Err(name) => name,
+        };
+        format!("header:{name}").into()
     }
 }
 
@@ -249,6 +283,10 @@ impl KeyExtractor for UserAgentHash {
             Some(v) if !v.is_empty() => Extracted::Key(Self::key_of(v.as_bytes())),
             _ => Extracted::Missing,
         }
+    }
+
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed("user-agent-hash")
     }
 }
 
@@ -306,6 +344,11 @@ where
 {
     fn extract(&self, req: &Parts) -> Extracted {
         req.extensions.get::<T>().map(|t| (self.key)(t)).into()
+    }
+
+    /// `extension` (the type's name is the server's business).
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed("extension")
     }
 }
 
@@ -368,6 +411,25 @@ mod tests {
         assert_eq!(ex.extract(&req), Extracted::Missing);
         req.extensions.insert(User("alice"));
         assert_eq!(ex.extract(&req), Extracted::Key(Key::new("alice")));
+    }
+
+    #[test]
+    fn kinds_name_the_extractor_and_compose() {
+        assert_eq!(Global.kind(), "global");
+        assert_eq!(Header::new("x-api-key").kind(), "header:x-api-key");
+        assert_eq!(UserAgentHash.kind(), "user-agent-hash");
+        let custom = |_: &Parts| Some(Key::global());
+        assert_eq!(custom.kind(), "custom");
+        assert_eq!(
+            (Header::new("a"), UserAgentHash).kind(),
+            "header:a+user-agent-hash"
+        );
+        assert_eq!(
+            (Global, Header::new("b"), Global).kind(),
+            "global+header:b+global"
+        );
+        assert_eq!(Header::new("a").or(Global).kind(), "header:a|global");
+        assert_eq!(Extension::new(|u: &u64| Key::from(*u)).kind(), "extension");
     }
 
     const PINNED_MOZILLA: &str = "rc3defd1610faba825d9bf8046d9bfb9e";

@@ -1,6 +1,7 @@
 //! Verified identities from a JWT (`Authorization: Bearer`), behind the
 //! `jwt` feature.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -245,5 +246,10 @@ impl KeyExtractor for Jwt {
 
     fn on_missing(&self) -> MissingKey {
         MissingKey::Reject(StatusCode::UNAUTHORIZED)
+    }
+
+    /// `jwt:<claim>`, e.g. `jwt:sub`.
+    fn kind(&self) -> Cow<'static, str> {
+        format!("jwt:{}", self.claim).into()
     }
 }

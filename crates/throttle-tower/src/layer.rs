@@ -214,9 +214,12 @@ impl<R> Shared<R> {
     fn build(
         policy: Policy,
         backend: Arc<dyn Backend>,
-        responder: R,
+        mut responder: R,
         previous: Option<&RuleSet>,
-    ) -> Result<(Self, Vec<(String, Carried)>), ConfigError> {
+    ) -> Result<(Self, Vec<(String, Carried)>), ConfigError>
+    where
+        R: Responder,
+    {
         if policy.limits.is_empty() {
             return Err(ConfigError::new(
                 "policy",
@@ -226,6 +229,7 @@ impl<R> Shared<R> {
         let mut rules = RuleSet::new();
         let mut limits = Vec::with_capacity(policy.limits.len());
         let mut carried = Vec::with_capacity(policy.limits.len());
+        let mut kinds = Vec::with_capacity(policy.limits.len());
         let shadow_header = policy.shadow_header;
         let settles = policy.limits.iter().any(|l| l.refund.is_some());
         for limit in policy.limits {
@@ -234,6 +238,7 @@ impl<R> Shared<R> {
                 .validate()
                 .map_err(|e| e.in_rule(limit.rule.name()))?;
             let static_cost = u64::from(limit.rule.static_cost());
+            kinds.push(limit.extractor.kind());
             let name = limit.rule.name().to_owned();
             // Each rule is bound through a meter of its decisions.
             let own = limit.backend.as_ref().unwrap_or(&backend).clone();
@@ -260,6 +265,10 @@ impl<R> Shared<R> {
             // same index so that a settlement finds its limit.
             debug_assert_eq!(index, limits.len() - 1);
         }
+        let bound: Vec<_> = (0..rules.len())
+            .map(|i| (&**rules.rule(i), &*kinds[i]))
+            .collect();
+        responder.bind(&bound);
         Ok((
             Self {
                 rules,

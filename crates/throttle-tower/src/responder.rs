@@ -58,6 +58,15 @@ pub trait Responder: Send + Sync + 'static {
         let _ = (req, rule);
         SuccessHeaders::for_allowed(allowed)
     }
+
+    /// Called when the layer is built, and again on every reload, before
+    /// the first request: every rule in policy order (the position is the
+    /// rule's index, as in [`Denied::rule`]) with its extractor's
+    /// [`kind`](crate::KeyExtractor::kind). The place to make once what
+    /// each rule's answers share. The default does nothing.
+    fn bind(&mut self, rules: &[(&Rule, &str)]) {
+        let _ = rules;
+    }
 }
 
 impl<F> Responder for F

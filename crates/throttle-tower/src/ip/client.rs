@@ -1,5 +1,6 @@
 //! The peer-address extractor, proxy-aware when told which proxies to trust.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -27,6 +28,12 @@ pub trait PeerSource: Send + Sync + 'static {
     /// request is answered by the rule's missing-key setting: the place to
     /// tell the operator how to make the server record the address.
     fn no_peer(&self) {}
+
+    /// The key kind of a [`ClientAddr`] reading this source (see
+    /// [`KeyExtractor::kind`]); default `client-ip`.
+    fn kind(&self) -> &'static str {
+        "client-ip"
+    }
 }
 
 impl<F> PeerSource for F
@@ -283,6 +290,12 @@ impl<P: PeerSource> KeyExtractor for ClientAddr<P> {
     fn on_missing(&self) -> MissingKey {
         // Only a server that records no peer address lacks one.
         MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The peer source's kind: `client-ip` unless it says otherwise
+    /// (`throttle_tonic::TonicPeer`: `peer-ip`).
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed(self.peer.kind())
     }
 }
 
