@@ -67,9 +67,16 @@ fn args() -> Result<Args, String> {
                         .map_err(|_| format!("--listen: {v:?} is not an address"))?,
                 );
             }
+            "--metrics-listen" => {
+                let v = value("--metrics-listen")?;
+                args.metrics_listen = Some(
+                    v.parse()
+                        .map_err(|_| format!("--metrics-listen: {v:?} is not an address"))?,
+                );
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (use --config FILE, --listen ADDR)"
+                    "unknown argument {other:?} (use --config FILE, --listen ADDR, --metrics-listen ADDR)"
                 ));
             }
         }

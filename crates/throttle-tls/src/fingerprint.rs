@@ -71,4 +71,8 @@ impl KeyExtractor for TlsFingerprint {
             .map(|f| Key::new(f.ja4().as_bytes()))
             .into()
     }
+
+    fn kind(&self) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("tls-fingerprint")
+    }
 }

@@ -197,7 +197,9 @@ pub fn number(n: u64) -> HeaderValue {
 /// Whole seconds to wait, rounded up, and never 0 for a positive wait (a
 /// `Retry-After: 0` invites an immediate retry storm).
 pub fn retry_after_secs(wait: Duration) -> u64 {
-    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let secs = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
     secs.max(u64::from(!wait.is_zero()))
 }
 

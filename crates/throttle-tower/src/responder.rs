@@ -468,5 +468,6 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
         assert_eq!(retry_after_secs(Duration::from_secs(14)), 14);
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
     }
 }
