@@ -45,6 +45,12 @@
 #                is what run.sh measures, with idle workers that add noise
 #                and cross-thread wake-ups that add instructions)
 #   QUICK=1      REPEATS=1 (a first look; the least of one is not robust)
+#   COLLECT      count only inside functions matching this callgrind
+#                pattern, e.g. COLLECT='*Dispatcher*poll_catch*' for the
+#                connection's own work (the request path: parsing, the
+#                layer, the handler, writing the answer), leaving out other
+#                tasks (the approximate mode's flushes, the leased mode's
+#                give-backs) and the runtime's driver; the table then says so
 #   BENCH_LISTEN server address (default 127.0.0.1:38090)
 #
 # About 5 minutes with the defaults, as long with KEYS=10000, on the
@@ -77,13 +83,15 @@ else
     keying="keyed by peer IP, one client, $WARM warm-up requests"
 fi
 keying="$keying, $BENCH_RUNTIME runtime"
+[ -n "${COLLECT:-}" ] && keying="$keying, counted only inside $COLLECT"
 READY_TRIES=600
 
 # Runs mode $1 once; appends "mode instructions_per_request".
 run_once() {
     local mode=$1 out="$WORK/cg.out"
     rm -f "$out" "$out".*
-    SERVER_WRAP=(valgrind --tool=callgrind "--callgrind-out-file=$out")
+    SERVER_WRAP=(valgrind --tool=callgrind ${COLLECT:+"--toggle-collect=$COLLECT"}
+        "--callgrind-out-file=$out")
     start_server "$mode"
     local statuses
     if ! statuses=$(python3 benches/http/seq_client.py "$HOST" "$PORT" $((WARM + N)) \
@@ -144,6 +152,7 @@ command_line="benches/http/callgrind.sh"
 [ "$REPEATS" != 3 ] && command_line="REPEATS=$REPEATS $command_line"
 [ "$N" != 2000 ] && command_line="N=$N $command_line"
 [ "$BENCH_RUNTIME" != current_thread ] && command_line="RUNTIME=$BENCH_RUNTIME $command_line"
+[ -n "${COLLECT:-}" ] && command_line="COLLECT='$COLLECT' $command_line"
 echo
 echo "instructions per request (callgrind, server side), $keying"
 echo "least of $REPEATS runs of $N requests; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%d)"
