@@ -10,8 +10,15 @@ fn shaped(ja4: &Ja4) {
     let text = ja4.as_str();
     assert_eq!(text.len(), 36, "{text}");
     let parts: Vec<&str> = text.split('_').collect();
-    assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), [10, 12, 12], "{text}");
-    assert!(text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "{text}");
+    assert_eq!(
+        parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+        [10, 12, 12],
+        "{text}"
+    );
+    assert!(
+        text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+        "{text}"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {
