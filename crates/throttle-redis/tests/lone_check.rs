@@ -1,7 +1,9 @@
 //! The exact mode's lone check: with no call out, a check sends its own call
 //! from its own future, holding the sending role meanwhile. Checks that
 //! arrive meanwhile queue for the next call, which must still go out when
-//! the lone check's future is dropped mid-call (a client gone away).
+//! the lone check's future is dropped mid-call (a client gone away), and a
+//! lone check's future dropped before it was ever polled must not keep the
+//! role.
 
 mod support;
 
@@ -51,5 +53,35 @@ async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
         backend.stats()
     );
     assert!(outcome.step.allowed);
+    assert_eq!(backend.stats().degraded, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_check_dropped_before_its_first_poll_gives_the_role_back() {
+    let server = RedisServer::start();
+    let config = RedisConfig::standalone(server.url()).command_timeout(Duration::from_secs(5));
+    let backend = RedisBackend::exact(config).await.unwrap();
+    let limiter = backend
+        .limiter(&Rule::new("ip", Quota::per_second(1_000)).token_bucket())
+        .unwrap();
+    let key = Key::new("198.51.100.8");
+
+    let Acquire::Pending(never_polled) = limiter.acquire(&key, 1) else {
+        panic!("an exact check waits for Redis");
+    };
+    drop(never_polled);
+
+    let Acquire::Pending(next) = limiter.acquire(&key, 1) else {
+        panic!("an exact check waits for Redis");
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(30), next)
+        .await
+        .expect("the next check is answered")
+        .expect("decided");
+    assert!(
+        !outcome.degraded,
+        "the next check found the role held by nobody and fell to the failure policy: {:?}",
+        backend.stats()
+    );
     assert_eq!(backend.stats().degraded, 0);
 }

@@ -45,7 +45,10 @@ impl Inner {
         // In a cluster the sender only hands calls out (one per key, each
         // on its own), so it never holds the role through a call.
         if !self.redis.is_cluster() && !self.batcher.sending.swap(true, Ordering::AcqRel) {
-            return Acquire::Pending(Box::pin(self.clone().send_alone(key, cost)));
+            // The role is held from here, by the future: dropped at any
+            // point (even before its first poll), it gives the role back.
+            let role = Role(self.clone());
+            return Acquire::Pending(Box::pin(Self::send_alone(role, key, cost)));
         }
         let (reply, answer) = oneshot::channel();
         {
@@ -78,24 +81,24 @@ impl Inner {
     /// (its deadline bounds the wait). Checks that arrive meanwhile queue
     /// and go together in the next call, once this one is back (or
     /// dropped).
-    async fn send_alone(self: Arc<Self>, key: Key, cost: u64) -> Result<Outcome, Unavailable> {
-        let _role = Role(&self);
+    async fn send_alone(role: Role, key: Key, cost: u64) -> Result<Outcome, Unavailable> {
+        let this = &role.0;
         let check = [(key, cost)];
-        let group = self.group(&key);
-        let sent_at = self.deny.now();
-        match self.call(&check, group).await {
+        let group = this.group(&key);
+        let sent_at = this.deny.now();
+        match this.call(&check, group).await {
             Ok(reply) => {
-                if let Some((step, at_us)) = self.compiled.batch_step(&reply, 0, 1, cost) {
-                    self.deny.remember(&key, cost, &step, sent_at);
+                if let Some((step, at_us)) = this.compiled.batch_step(&reply, 0, 1, cost) {
+                    this.deny.remember(&key, cost, &step, sent_at);
                     return Ok(Outcome::new(step, at_us));
                 }
-                tracing::debug!(rule = self.rule.name(), failure = %unexpected_reply(), "deciding by failure policy");
+                tracing::debug!(rule = this.rule.name(), failure = %unexpected_reply(), "deciding by failure policy");
             }
             Err(failure) => {
-                tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
+                tracing::debug!(rule = this.rule.name(), %failure, "deciding by failure policy");
             }
         }
-        self.degraded(&key, cost)
+        this.degraded(&key, cost)
     }
 
     /// Starts a task sending what is queued; the caller holds the sending
@@ -230,9 +233,9 @@ impl Inner {
 /// The sending role, held by a check sent alone: given up when its call is
 /// back or its future dropped, and handed to a sender task if checks were
 /// queued meanwhile.
-struct Role<'a>(&'a Arc<Inner>);
+struct Role(Arc<Inner>);
 
-impl Drop for Role<'_> {
+impl Drop for Role {
     fn drop(&mut self) {
         if self.0.release_role() {
             self.0.start_sender();
