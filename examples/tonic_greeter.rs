@@ -24,33 +24,12 @@ use std::time::Duration;
 use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Response, Status};
 
-/// Generated from `crates/throttle-tonic/proto/helloworld.proto` (see
-/// `crates/throttle-tonic/codegen` to regenerate).
-#[allow(unreachable_pub, missing_docs, clippy::all)]
-mod helloworld {
-    include!("../crates/throttle-tonic/proto/gen/helloworld.rs");
-}
+#[path = "support/greeter.rs"]
+mod greeter;
 
-use helloworld::greeter_server::{Greeter, GreeterServer};
-use helloworld::{HelloReply, HelloRequest};
-
-#[derive(Debug, Default)]
-struct MyGreeter;
-
-#[tonic::async_trait]
-impl Greeter for MyGreeter {
-    async fn say_hello(
-        &self,
-        request: Request<HelloRequest>,
-    ) -> Result<Response<HelloReply>, Status> {
-        let name = request.into_inner().name;
-        Ok(Response::new(HelloReply {
-            message: format!("Hello {name}!"),
-        }))
-    }
-}
+use greeter::MyGreeter;
+use greeter::helloworld::greeter_server::GreeterServer;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
