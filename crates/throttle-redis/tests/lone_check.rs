@@ -8,22 +8,30 @@
 mod support;
 
 use std::future::poll_fn;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use support::RedisServer;
-use throttle_core::{Acquire, Backend, Key, Quota, Rule};
+use throttle_core::{Acquire, Backend, Key, Limiter, Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
 
-// One thread: nothing else runs (no reply is read) while the test polls.
-#[tokio::test(flavor = "current_thread")]
-async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
+/// A Redis of its own, the exact backend on it with a 5 s command timeout,
+/// and a token bucket of 1,000 per second.
+async fn exact_token_bucket() -> (RedisServer, RedisBackend, Arc<dyn Limiter>) {
     let server = RedisServer::start();
     let config = RedisConfig::standalone(server.url()).command_timeout(Duration::from_secs(5));
     let backend = RedisBackend::exact(config).await.unwrap();
     let limiter = backend
         .limiter(&Rule::new("ip", Quota::per_second(1_000)).token_bucket())
         .unwrap();
+    (server, backend, limiter)
+}
+
+// One thread: nothing else runs (no reply is read) while the test polls.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
+    let (_server, backend, limiter) = exact_token_bucket().await;
     let key = Key::new("198.51.100.7");
 
     let Acquire::Pending(mut lone) = limiter.acquire(&key, 1) else {
@@ -58,12 +66,7 @@ async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_lone_check_dropped_before_its_first_poll_gives_the_role_back() {
-    let server = RedisServer::start();
-    let config = RedisConfig::standalone(server.url()).command_timeout(Duration::from_secs(5));
-    let backend = RedisBackend::exact(config).await.unwrap();
-    let limiter = backend
-        .limiter(&Rule::new("ip", Quota::per_second(1_000)).token_bucket())
-        .unwrap();
+    let (_server, backend, limiter) = exact_token_bucket().await;
     let key = Key::new("198.51.100.8");
 
     let Acquire::Pending(never_polled) = limiter.acquire(&key, 1) else {
