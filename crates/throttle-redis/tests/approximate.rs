@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use support::RedisServer;
 use throttle_core::{Acquire, Clock, Key, Limiter, ManualClock, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
@@ -42,10 +43,20 @@ async fn instance(server: &RedisServer, clock: impl Clock, rule: &Rule, spans: u
     Instance { backend, limiter }
 }
 
-fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
-    match limiter.acquire(key, 1) {
+/// Checks one request on `inst`. A request the instance has no claim for
+/// waits for the early flush it asked for: played here as the instance's
+/// flush task would, then the request is decided.
+async fn allowed(inst: &Instance, key: &Key) -> bool {
+    match inst.limiter.acquire(key, 1) {
         Acquire::Ready(Ok(o)) => o.step.allowed,
-        other => panic!("the approximate mode decides locally and never refuses here: {other:?}"),
+        Acquire::Pending(mut waiting) => {
+            inst.backend.flush_asked().await;
+            match (&mut waiting).now_or_never() {
+                Some(Ok(o)) => o.step.allowed,
+                other => panic!("decided once the flush it waited for was back: {other:?}"),
+            }
+        }
+        other => panic!("the approximate mode never refuses here: {other:?}"),
     }
 }
 
@@ -78,7 +89,7 @@ async fn drive(
         }
         clock.set(now);
         let inst = instances[(i % instances.len() as u64) as usize];
-        if allowed(inst.limiter.as_ref(), key) {
+        if allowed(inst, key).await {
             admitted[((now - start) / interval_us) as usize] += 1;
         }
     }
@@ -249,27 +260,27 @@ async fn a_redis_restart_mid_interval_loses_no_counts_and_shutdown_flushes() {
     let key = Key::new("k");
     let interval_no = clock.now_us() / interval_us;
     let mut admitted = 0;
-    let tick = |n: u64| {
+    let tick = async |n: u64| {
         let mut ok = 0;
         for i in 0..n {
             clock.set(clock.now_us() + 1_000);
             let inst = if i % 2 == 0 { &a } else { &b };
-            ok += u64::from(allowed(inst.limiter.as_ref(), &key));
+            ok += u64::from(allowed(inst, &key).await);
         }
         ok
     };
-    admitted += tick(300);
+    admitted += tick(300).await;
     a.backend.flush().await;
     b.backend.flush().await;
     server.kill();
-    admitted += tick(300);
+    admitted += tick(300).await;
     assert!(
         !a.backend.flush().await,
         "Redis is down: the counts are kept"
     );
     assert!(!a.backend.approximate_stats().unwrap().redis_ok);
     server.restart();
-    admitted += tick(300);
+    admitted += tick(300).await;
     // Graceful shutdown sends everything still pending.
     a.backend.shutdown().await.unwrap();
     b.backend.shutdown().await.unwrap();
@@ -383,7 +394,7 @@ async fn commands_for(requests: u64, secs: u64, keys: u64, instances: usize) -> 
         }
         clock.set(now);
         let inst = &fleet[i as usize % instances];
-        assert!(allowed(inst.limiter.as_ref(), &Key::from(i % keys)));
+        assert!(allowed(inst, &Key::from(i % keys)).await);
     }
     for inst in &fleet {
         inst.backend.shutdown().await.unwrap();
@@ -426,7 +437,7 @@ async fn shutdown_after_the_router_is_dropped_loses_no_counts() {
     // A lone instance's credit (a quarter of a span's share): no flush yet.
     for _ in 0..25 {
         clock.set(clock.now_us() + 1_000);
-        admitted += u64::from(allowed(inst.limiter.as_ref(), &key));
+        admitted += u64::from(allowed(&inst, &key).await);
     }
     assert_eq!(admitted, 25);
     // What `axum::serve` returning does: the router, and with it the
@@ -448,7 +459,7 @@ async fn shutdown_says_what_it_could_not_write() {
     let inst = instance(&server, clock.clone(), &rule, 10).await;
     for _ in 0..5 {
         clock.set(clock.now_us() + 1_000);
-        assert!(allowed(inst.limiter.as_ref(), &key));
+        assert!(allowed(&inst, &key).await);
     }
     server.kill();
     let Instance { backend, limiter } = inst;
@@ -459,9 +470,9 @@ async fn shutdown_says_what_it_could_not_write() {
 }
 
 /// A fail-open rule whose claim runs out while its flush to a hung Redis
-/// is out: for one command timeout it denies as it would waiting for any
-/// claim, then the failure policy decides (allowed, degraded), without
-/// waiting for the whole flush timeout.
+/// is out: for one command timeout a request waits for a claim, as it
+/// would for any, then the failure policy decides (allowed, degraded),
+/// without waiting for the whole flush timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() {
     let server = RedisServer::start();
@@ -477,38 +488,37 @@ async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() 
         .fixed_window()
         .fail_open();
     let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
+    let inst = Instance { backend, limiter };
     let key = Key::new("k");
-    // A claim for a few requests, then spend it all.
-    assert!(allowed(limiter.as_ref(), &key));
-    assert!(backend.flush().await);
+    // A claim for a few requests, then spend it all: the next one waits.
+    assert!(allowed(&inst, &key).await);
+    assert!(inst.backend.flush().await);
     let mut spent = 0;
-    while allowed(limiter.as_ref(), &key) {
+    while matches!(inst.limiter.acquire(&key, 1), Acquire::Ready(Ok(o)) if o.step.allowed) {
         spent += 1;
         assert!(spent < 600, "the claim never ran out");
     }
     // Redis hangs; the next flush goes out and waits.
     server.stop();
     let flusher = {
-        let backend = backend.clone();
+        let backend = inst.backend.clone();
         tokio::spawn(async move { backend.flush().await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let degraded = |limiter: &dyn Limiter| match limiter.acquire(&key, 1) {
-        Acquire::Ready(Ok(o)) => (o.step.allowed, o.degraded),
-        other => panic!("{other:?}"),
-    };
     clock.advance(Duration::from_millis(10));
-    assert_eq!(
-        degraded(limiter.as_ref()),
-        (false, false),
+    assert!(
+        matches!(inst.limiter.acquire(&key, 1), Acquire::Pending(_)),
         "within a command timeout: waits for a claim"
     );
     clock.advance(Duration::from_millis(60));
-    assert_eq!(
-        degraded(limiter.as_ref()),
-        (true, true),
-        "past it: fail open decides"
-    );
+    match inst.limiter.acquire(&key, 1) {
+        Acquire::Ready(Ok(o)) => assert_eq!(
+            (o.step.allowed, o.degraded),
+            (true, true),
+            "past it: fail open decides"
+        ),
+        other => panic!("past a command timeout the policy decides at once: {other:?}"),
+    }
     server.resume();
     assert!(
         flusher.await.unwrap(),

@@ -7,38 +7,43 @@
 -- ARGV: instance id, expiry (ms, set when a field is added), limit, weight
 -- of the previous interval (x1000, 0 for a fixed window), writer's span
 -- (absolute), fleet size the writer knows, credit per instance, sequence
--- number of this flush; then per key: field, count, hold, demand, and the
--- fleet count the writer last heard (a floor should Redis have lost data).
+-- number of this flush, overdraft per key and interval; then per key: field, count, hold, demand, the
+-- fleet count the writer last heard (a floor should Redis have lost data),
+-- and the cost of the writer's requests waiting for this answer (need).
 --
--- Each field holds `@<first span>` then `,<id>=<seq>:<count>:<claim>:<span>:<demand>`
--- entries, one per instance. The reply is one string per key:
--- `<fleet count>:<claim>:<limit now>:<instances>:<previous total>:<estimate>:<rate>`
+-- Each field holds `@<first span>:<overdraft>` then
+-- `,<id>=<seq>:<count>:<claim>:<span>:<demand>` entries, one per instance. The reply is one string per key:
+-- `<fleet count>:<claim>:<limit now>:<instances>:<previous total>:<estimate>:<rate>:<free>`
 -- (estimate: the fleet count with every other entry brought forward by its
--- demand over the spans since it was written; rate: the others' demand), or
+-- demand over the spans since it was written; rate: the others' demand;
+-- free: what no instance holds a claim on after this one's), or
 -- `S` when this instance already wrote a later flush (a late flush never
 -- overwrites a newer count).
 local inst, ttl = ARGV[1], ARGV[2]
 local limit, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
 local span, fleet, credit, seq = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local n = (#ARGV - 8) / 5
+local overdraft = tonumber(ARGV[9])
+local n = (#ARGV - 9) / 6
 local fields = {}
-for i = 1, n do fields[i] = ARGV[4 + 5 * i] end
+for i = 1, n do fields[i] = ARGV[4 + 6 * i] end
 local current = redis.call('HMGET', KEYS[1], unpack(fields))
 local previous = {}
 if weight > 0 then previous = redis.call('HMGET', KEYS[2], unpack(fields)) end
 local out, update = {}, {}
 for i = 1, n do
-  local base = 4 + 5 * i
+  local base = 4 + 6 * i
   local cum, hold, demand = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-  local known = tonumber(ARGV[base + 4])
-  local first, stale = span, false
+  local known, need = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
+  local first, stale, overdrawn = span, false, 0
   local others, spent, claimed, wanted, count = {}, cum, 0, demand, 0
   local estimate, rate = cum, 0
   local value = current[i]
   if value then
     for entry in string.gmatch(value, '[^,]+') do
       if string.sub(entry, 1, 1) == '@' then
-        first = tonumber(string.sub(entry, 2))
+        local f, o = string.match(entry, '^@(%d+):?(%d*)$')
+        first = tonumber(f)
+        if o ~= '' then overdrawn = tonumber(o) end
       else
         local id, eseq, ecum, eclaim, espan, edemand =
           string.match(entry, '^([^=]+)=(%d+):(%d+):(%d+):(%d+):(%d+)$')
@@ -58,9 +63,8 @@ for i = 1, n do
             wanted = wanted + edemand
           else
             -- Expired: its owner stopped spending it, but may have spent
-            -- all of it without a write that got here, and may spend one
-            -- credit again (meter.rs, `ceiling`).
-            claimed = claimed + math.max(math.max(ecum, eclaim), ecum + credit)
+            -- all of it without a write that got here.
+            claimed = claimed + math.max(ecum, eclaim)
           end
         end
       end
@@ -86,14 +90,37 @@ for i = 1, n do
     local pool = now_limit - spent
     local share = 0
     if wanted > 0 then share = math.floor(pool * demand / wanted) end
-    local grant = math.max(0, math.min(free, share, 3 * demand))
+    -- Claims made on demand seen take at most half of what is free, and
+    -- leave one unit per instance known unclaimed (while the fleet has that
+    -- much): requests waiting for an answer get what they need from what is
+    -- free, whatever the shares say, however the traffic moves. Not once
+    -- the key's demand is more than twice what is left (a key over its
+    -- quota), nor while no other instance is known: then what is free goes
+    -- by the shares.
+    local spare = free
+    local others_known = math.max(fleet - 1, count)
+    if wanted <= 2 * pool and others_known > 0 then
+      spare = math.min(free - math.min(pool, others_known + 1), math.floor(free / 2))
+    end
+    local grant = math.max(0, math.min(free, math.max(need, math.min(spare, share, 3 * demand))))
+    -- Waiting requests the free part cannot cover, while the fleet has not
+    -- spent the limit (the rest is claimed by instances that may not spend
+    -- it): a small overdraft per key and interval covers them (flush.rs:
+    -- the bound counts it).
+    if need > grant then
+      local extra = math.min(need - grant, overdraft - overdrawn, pool - grant)
+      if extra > 0 then
+        grant = grant + extra
+        overdrawn = overdrawn + extra
+      end
+    end
     local claim = math.max(hold, cum + grant)
-    local list = '@' .. first .. ',' .. inst .. '=' .. seq .. ':' .. cum .. ':' .. claim .. ':' .. span .. ':' .. demand
+    local list = '@' .. first .. ':' .. overdrawn .. ',' .. inst .. '=' .. seq .. ':' .. cum .. ':' .. claim .. ':' .. span .. ':' .. demand
     for j = 1, #others do list = list .. ',' .. others[j] end
     update[#update + 1] = fields[i]
     update[#update + 1] = list
     out[i] = spent .. ':' .. claim .. ':' .. now_limit .. ':' .. (count + 1) .. ':' .. prev
-      .. ':' .. math.max(estimate, spent) .. ':' .. rate
+      .. ':' .. math.max(estimate, spent) .. ':' .. rate .. ':' .. math.max(0, free - grant)
   end
 end
 if #update > 0 then

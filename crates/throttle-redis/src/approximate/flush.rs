@@ -1,47 +1,67 @@
 //! The flush protocol: claims on what the fleet has left.
 //!
-//! At every span end (and early, when a key runs out of claim) an instance
-//! writes, for each key it saw since its last flush, its cumulative count
-//! for the interval, the most it may admit before the reply arrives (its
-//! *hold*) and its demand (requests per span, denied ones included). One
-//! script call per bucket hash does up to [`FLUSH_CHUNK`] keys atomically
-//! (`flush.lua`); for each key it computes, from every instance's entry:
+//! At every span end an instance writes, for each key it saw since its last
+//! span-end write (and each key still holding a claim), its cumulative
+//! count for the interval, the most it may admit before the reply arrives
+//! (its *hold*), its demand (requests per span, denied ones included) and
+//! its *need*: the cost of the requests waiting for this answer. An early
+//! flush (a request found no claim while the fleet had room) writes the
+//! keys that asked, within the early-flush gap. One script call per bucket
+//! hash does up to [`FLUSH_CHUNK`] keys atomically (`flush.lua`); for each
+//! key it computes, from every instance's entry:
 //!
 //! ```text
 //! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
 //! pool   = limit - sum of all counts
 //! free   = limit - sum of the other instances' live claims - my count - reserve
 //! share  = pool x my demand / sum of live demands
-//! claim  = max(hold, my count + max(0, min(free, share, 3 x my demand)))
+//! spare  = min(free - min(pool, others known + 1), free / 2)   while demand <= 2 x pool
+//!          and another instance is known; free otherwise
+//! grant  = min(free, max(need, min(spare, share, 3 x my demand)))
+//!          + overdraft, if need > grant and pool > grant:
+//!            up to max(1, MAX / (8 x N)) per key and interval, fleet-wide
+//! claim  = max(hold, my count + grant)
 //! ```
 //!
 //! and stores `claim` with this instance's entry. An instance admits a key
 //! only up to its claim, which holds for the span it was granted in and the
 //! next; other instances' scripts count a claim as taken until its writer's
 //! span is two past it (one span of clock skew tolerated), then as the
-//! larger of the claim and its count plus one credit (its owner may have
-//! spent the claim without a write that arrived, and may re-credit). So at every script run the claims of the fleet
-//! fit in `limit`, and the fleet admits no more than `limit` except for
-//! **credits**: before an instance has an entry for a key in an interval it
-//! may admit `credit = max(1, MAX / (4 x fleet x N))` on its own. During a
-//! key's first two spans the script reserves a credit for every instance it
-//! knows of that has not written the key yet; after that, an instance that
-//! sees the key for the first time spends a credit no claim covered.
+//! larger of the claim and its count (its owner may have spent the claim
+//! without a write that arrived). A request past its instance's claim
+//! while the window has room waits for the early flush it asks for
+//! (bounded by the command timeout, then the failure policy decides);
+//! the `spare` rule keeps part of what is free for such requests, so that
+//! claims sized to one instance's demand never leave a request elsewhere
+//! without room while the fleet has it. What is still claimed elsewhere (a
+//! client whose traffic just moved away from an instance that holds a
+//! claim) is covered by the small **overdraft**. So at every script run
+//! the claims of the fleet fit in `limit` plus the overdraft, and the
+//! fleet admits no more than that except for **credits**: before an
+//! instance has an entry for a key in an interval it may admit
+//! `credit = MAX / (8 x fleet x N)` (rounded down: none below eight
+//! requests per instance and span, where a key's first request waits) on
+//! its own. During a key's first two spans the script reserves a credit
+//! for every instance it knows of that has not written the key yet; after
+//! that, an instance that sees the key for the first time spends a credit
+//! no claim covered.
 //!
 //! Worst case per interval (fixed window, clocks within one span of each
-//! other, Redis keeping its data): `MAX + (I - 1) x max(1, MAX / (4 x N))`,
-//! where `I` is the number of instances serving the key (the credit at its
-//! largest: an instance that has not learnt the fleet's size yet counts a
-//! fleet of one). The demand-weighted share moves the
-//! unspent quota towards where the traffic is at every flush; the cap of
-//! three spans of demand leaves the rest free for instances that start seeing
-//! the key.
+//! other, Redis keeping its data):
+//! `MAX + max(1, MAX / (8 x N)) + (I - 1) x MAX / (8 x N)`, where `I` is
+//! the number of instances serving the key (the credit at its largest: an
+//! instance that has not learnt the fleet's size yet counts a fleet of
+//! one). It is no looser than the bound before requests could wait,
+//! `MAX + (I - 1) x max(1, MAX / (4 x N))`, for two instances or more (and
+//! the quota plus one below `8 x N`). The
+//! demand-weighted share moves the unspent quota towards where the traffic
+//! is at every flush; the cap of three spans of demand leaves the rest free
+//! for instances that start seeing the key.
 //!
 //! A flush is idempotent (absolute counts), and each carries a sequence
 //! number: the script refuses a write older than the entry it would replace,
 //! so a flush that timed out and runs late never overwrites a newer count.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -70,6 +90,28 @@ impl Drop for Flights<'_> {
     fn drop(&mut self) {
         self.meter.flights_ended(self.buckets);
     }
+}
+
+/// Tells the requests waiting for a bucket's flush that it is over, when
+/// dropped.
+struct Answered<'a> {
+    rule: &'a ApproxRule,
+    bucket: u64,
+    number: u64,
+}
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        self.rule.answered(self.bucket, self.number);
+    }
+}
+
+/// What the flush of one bucket did.
+struct Part {
+    /// Entries written.
+    written: usize,
+    /// Whether it reached Redis (nothing to write: whether it was up).
+    ok: bool,
 }
 
 /// The flush script (see `flush.lua`).
@@ -108,6 +150,11 @@ pub(super) struct Write {
     pub(super) demand: u32,
     /// The fleet's count as this instance last heard it.
     pub(super) known: u32,
+    /// The cost of the requests waiting for this write's answer: the claim
+    /// covers at least this much if the fleet has it free.
+    pub(super) need: u32,
+    /// Whether a request asked for this write (an early flush).
+    pub(super) asked: bool,
 }
 
 /// A script's answer for one key.
@@ -122,10 +169,12 @@ struct Reply {
     /// their demand.
     estimate: u32,
     rate: u32,
+    /// What no instance holds a claim on once this claim is granted.
+    free: u32,
 }
 
 impl Reply {
-    /// `spent:claim:limit:instances:prev:estimate:rate`; `None` for `S` (a later flush of
+    /// `spent:claim:limit:instances:prev:estimate:rate:free`; `None` for `S` (a later flush of
     /// this instance is already there) or anything unexpected.
     fn parse(s: &str) -> Option<Self> {
         let mut it = s.split(':').map(|v| v.parse::<i64>().ok());
@@ -138,6 +187,7 @@ impl Reply {
             prev: next()?,
             estimate: next()?,
             rate: next()?,
+            free: next()?,
         })
     }
 }
@@ -148,12 +198,26 @@ impl ApproxRule {
     /// nothing new to say, it is carried to the flush after its block lifts,
     /// which asks for a claim with the demand seen meanwhile (so the first
     /// requests of the next interval need no early flush).
-    fn writes_of(&self, key: &Key, st: &mut SpanState, now: u64, out: &mut Vec<Write>) -> bool {
+    fn writes_of(
+        &self,
+        key: &Key,
+        st: &mut SpanState,
+        now: u64,
+        early: bool,
+        out: &mut Vec<Write>,
+    ) -> bool {
         let meter = self.store.meter();
         meter.roll(st, now);
         if now < st.blocked_until && st.local == st.flushed && st.pending == 0 {
             return true;
         }
+        if early && !st.has(flag::WANTS) && st.waiting == 0 {
+            // An early flush writes the keys that asked for it; the others
+            // wait for the span's end (their claims hold until then, and a
+            // moment's demand would shrink them).
+            return true;
+        }
+        let asked = st.has(flag::WANTS);
         st.flags &= !(flag::LISTED | flag::WANTS);
         if st.pending > 0 {
             out.push(Write {
@@ -164,21 +228,39 @@ impl ApproxRule {
                 hold: st.pending,
                 demand: 0,
                 known: st.prev_fleet,
+                need: 0,
+                asked: false,
             });
         }
-        if st.local != st.flushed || st.seen > 0 || (st.claim_valid() && st.claim > st.local) {
+        // (A key with recent demand and no entry in this interval yet, just
+        // rolled into it while it held a claim: it asks for a claim in the
+        // new interval now, so that its next request need not wait.)
+        let asks = st.rate8 > 0 && !st.has(flag::ENTRY);
+        if st.local != st.flushed
+            || st.seen > 0
+            || asks
+            || (st.claim_valid() && st.claim > st.local)
+        {
             // A rule that is going away (its limiter dropped, or the backend
             // shutting down) asks for nothing and gives its claim back.
             let closing =
                 self.retired.load(Ordering::Relaxed) || self.shared.closing.load(Ordering::Relaxed);
-            let demand = if closing { 0 } else { meter.demand(st, now) };
+            let demand = if closing {
+                0
+            } else {
+                meter.smoothed_demand(st, now, early)
+            };
             // While the write is out, this instance spends at most a little
             // more than it has (a flight takes milliseconds): the old claim
-            // is not carried into the new one.
+            // is not carried into the new one. Nothing seen since the last
+            // write: all of it goes back (a request that comes later waits
+            // for a claim).
             let credit = meter.credit();
-            // (Nothing seen since the last write: one credit kept, which the
-            // other instances count for it anyway; the rest goes back.)
-            let margin = if closing { 0 } else { credit.max(demand / 8) };
+            let margin = if closing || demand == 0 {
+                0
+            } else {
+                credit.max(demand / 8)
+            };
             let hold = st.ceiling(credit).min(st.local.saturating_add(margin));
             if st.claim_valid() {
                 st.claim = st.claim.min(hold);
@@ -191,9 +273,16 @@ impl ApproxRule {
                 hold,
                 demand,
                 known: sat32(st.heard()),
+                need: if closing { 0 } else { st.waiting },
+                asked,
             });
-            st.seen = 0;
-            st.since = now;
+            st.waiting = 0;
+            if !early {
+                // The demand is counted from one span-end write to the
+                // next: an early write in between does not cut it short.
+                st.seen = 0;
+                st.since = now;
+            }
         }
         false
     }
@@ -203,105 +292,37 @@ impl ApproxRule {
     /// reached Redis. Costs one script call per bucket and 1,000 keys, and
     /// work in proportion to the keys written, not to the keys tracked.
     pub(crate) async fn flush(&self) -> bool {
-        // One flush of a rule at a time, and the lists taken under it: a
-        // shutdown that finds them empty waits for the flush that took
-        // them, and a flush dropped while waiting takes nothing.
-        let _one = self.flushing.lock().await;
-        let keys = self.take_listed(u64::MAX);
-        self.write(&keys).await
+        self.write_buckets(u64::MAX, false).await
     }
 
-    /// The early flush: writes the listed keys of the buckets where a key
-    /// ran out of claim before its span ended (the calls to those buckets
-    /// are made anyway; their other keys ride along and renew their claims).
+    /// The early flush: writes the keys that ran out of claim before their
+    /// span ended (one call per bucket they are in, whatever their number).
     pub(crate) async fn flush_asked(&self) -> bool {
-        let _one = self.flushing.lock().await;
         let buckets = self.take_asked();
         if buckets == 0 {
             return true;
         }
-        let keys = self.take_listed(buckets);
-        self.write(&keys).await
+        self.write_buckets(buckets, true).await
     }
 
-    async fn write(&self, keys: &[Key]) -> bool {
+    /// Writes the listed keys of `buckets` (bit `b`), each bucket apart: a
+    /// bucket whose node hangs delays only its own keys and the requests
+    /// waiting for them.
+    async fn write_buckets(&self, buckets: u64, early: bool) -> bool {
         let now = self.redis.local_now();
-        let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
-        for key in keys {
-            let carried = self
-                .store
-                .update(key, |st| self.writes_of(key, st, now, &mut writes));
-            if carried == Some(true) {
-                self.list(key);
-            }
-        }
-        let c = &self.shared.counters;
-        c.pending_keys.store(writes.len() as u64, Ordering::Relaxed);
-        let down = self.store.meter().redis_down.load(Ordering::Relaxed);
-        if writes.is_empty() && down == 0 {
-            return true;
-        }
-        let mut groups: HashMap<(u64, u64), Vec<Write>> = HashMap::new();
-        for w in writes {
-            groups
-                .entry((bucket_of(&w.key), w.interval))
-                .or_default()
-                .push(w);
-        }
         let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let started = Instant::now();
-        let mut calls = Vec::new();
-        let mut written = 0u8;
-        for ((bucket, interval), group) in &groups {
-            written |= 1 << bucket;
-            for chunk in group.chunks(FLUSH_CHUNK) {
-                let (bucket, interval) = (*bucket, *interval);
-                calls.push(async move {
-                    // Marked out for as long as this call is (not the
-                    // whole flush: a hung primary's call must not make the
-                    // others' buckets look overdue).
-                    let _out = Flights::start(self.store.meter(), 1 << bucket, now);
-                    let ok = self.flush_bucket(bucket, interval, chunk, now, seq).await;
-                    (bucket, ok)
-                });
-            }
-        }
-        // A bucket that is down with nothing to write: a real round trip to
-        // its node decides whether it is back (a fail-closed rule writes
-        // nothing).
-        // (A standalone Redis is one node: one ping answers for all.)
-        let unwritten = down & !written;
-        let cluster = self.redis.is_cluster();
-        let pings = (0..BUCKETS)
-            .filter(|b| unwritten & (1 << b) != 0)
-            .take(if cluster { BUCKETS as usize } else { 1 })
-            .map(|b| async move {
-                let ok = self.redis.ping_slot(self.keys.bucket_slot(b)).await;
-                let buckets = if cluster { 1 << b } else { unwritten };
-                (buckets, ok)
-            });
-        let (flushed, pinged) = futures_util::future::join(
-            futures_util::future::join_all(calls),
-            futures_util::future::join_all(pings),
+        let parts = futures_util::future::join_all(
+            (0..BUCKETS)
+                .filter(|b| buckets & (1 << b) != 0)
+                .map(|b| self.write_bucket(b, now, seq, early)),
         )
         .await;
-        let mut now_down = 0u8;
-        for (bucket, ok) in flushed {
-            if !ok {
-                now_down |= 1 << bucket;
-            }
-        }
-        for (buckets, ok) in pinged {
-            if !ok {
-                now_down |= buckets;
-            }
-        }
-        self.store
-            .meter()
-            .redis_down
-            .store(now_down, Ordering::Relaxed);
-        let ok = now_down == 0;
-        if groups.is_empty() {
+        let written: usize = parts.iter().map(|p| p.written).sum();
+        let ok = parts.iter().all(|p| p.ok);
+        let c = &self.shared.counters;
+        c.pending_keys.store(written as u64, Ordering::Relaxed);
+        if written == 0 {
             return ok;
         }
         if ok {
@@ -318,6 +339,76 @@ impl ApproxRule {
             self.shared.forget(self);
         }
         ok
+    }
+
+    /// Writes the listed keys of one bucket and applies the answers; then
+    /// the requests waiting for them decide again (also if it failed).
+    async fn write_bucket(&self, bucket: u64, now: u64, seq: u32, early: bool) -> Part {
+        // One flush of a bucket at a time, and its list taken under it: a
+        // shutdown that finds it empty waits for the flush that took it,
+        // and a flush dropped while waiting takes nothing.
+        let _one = self.flushing[bucket as usize].lock().await;
+        let number = self.taken[bucket as usize].fetch_add(1, Ordering::SeqCst) + 1;
+        let keys = self.take_listed(1 << bucket);
+        // Answered however the write ends (a flush dropped midway too).
+        let _answered = Answered {
+            rule: self,
+            bucket,
+            number,
+        };
+        let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
+        for key in &keys {
+            let carried = self
+                .store
+                .update(key, |st| self.writes_of(key, st, now, early, &mut writes));
+            if carried == Some(true) {
+                self.list(key);
+            }
+        }
+        let meter = self.store.meter();
+        let bit = 1u8 << bucket;
+        let ok = if writes.is_empty() {
+            if meter.redis_down.load(Ordering::Relaxed) & bit == 0 {
+                return Part {
+                    written: 0,
+                    ok: true,
+                };
+            }
+            // Down with nothing to write: a real round trip to its node
+            // decides whether it is back (a fail-closed rule writes nothing).
+            self.redis.ping_slot(self.keys.bucket_slot(bucket)).await
+        } else {
+            // This interval's counts, and the last one's not written yet.
+            let mut intervals: Vec<u64> = writes.iter().map(|w| w.interval).collect();
+            intervals.sort_unstable();
+            intervals.dedup();
+            let groups: Vec<Vec<Write>> = intervals
+                .iter()
+                .map(|&i| writes.iter().filter(|w| w.interval == i).copied().collect())
+                .collect();
+            let calls = groups.iter().flat_map(|group| {
+                group.chunks(FLUSH_CHUNK).map(|chunk| async move {
+                    // Marked out for as long as this call is: an overdue
+                    // call hands its keys to the failure policy.
+                    let _out = Flights::start(meter, bit, now);
+                    self.flush_bucket(bucket, chunk[0].interval, chunk, now, seq)
+                        .await
+                })
+            });
+            futures_util::future::join_all(calls)
+                .await
+                .into_iter()
+                .all(|ok| ok)
+        };
+        if ok {
+            meter.redis_down.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            meter.redis_down.fetch_or(bit, Ordering::Relaxed);
+        }
+        Part {
+            written: writes.len(),
+            ok,
+        }
     }
 
     /// One script call for keys sharing a bucket and interval; applies the
@@ -356,7 +447,8 @@ impl ApproxRule {
             .arg(interval * meter.spans + u64::from(writes[0].span))
             .arg(meter.fleet.size())
             .arg(meter.credit())
-            .arg(seq);
+            .arg(seq)
+            .arg(meter.overdraft());
         let mut field = String::new();
         for w in writes {
             field.clear();
@@ -365,7 +457,8 @@ impl ApproxRule {
                 .arg(w.cum)
                 .arg(w.hold)
                 .arg(w.demand)
-                .arg(w.known);
+                .arg(w.known)
+                .arg(w.need);
         }
         let reply = match self
             .redis
@@ -453,13 +546,30 @@ impl ApproxRule {
                             let end = (w.interval + 1) * self.interval_us;
                             self.cooldown_us.map_or(end, |cd| now + cd)
                         }
-                        Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
+                        // Until the window, as this instance knows it now,
+                        // has room for one more (its room grows with time),
+                        // at most until the span ends.
+                        Window::Sliding(_) => {
+                            let step = meter.window_step(st, now, st.heard(), 1);
+                            let end = meter.span_end(w.interval, u64::from(st.span));
+                            if step.allowed {
+                                0
+                            } else {
+                                (now + step.retry_after_us).min(end)
+                            }
+                        }
                     };
-                } else if r.claim <= st.local {
-                    // Nothing granted: other instances hold the rest, and
-                    // asking again before they flush at their span end
-                    // gives nothing more (a sliding window grows its room
-                    // with time: at the span end).
+                } else if w.asked
+                    && (r.claim <= st.local
+                        || (r.free == 0 && matches!(meter.window, Window::Fixed(_))))
+                {
+                    // Asked for, and nothing (or the last of what was free)
+                    // granted: other instances hold the rest, and asking
+                    // again before they flush at their span end gives
+                    // nothing more (a sliding window grows its room with
+                    // time: at the span end). Meanwhile requests this
+                    // instance has no claim for are denied, not kept
+                    // waiting for a Redis call that would deny them.
                     st.quiet_until = match meter.window {
                         Window::Fixed(_) => {
                             meter.span_end(w.interval, u64::from(st.span)) + meter.span_us() / 5
@@ -501,10 +611,10 @@ mod tests {
 
     #[test]
     fn a_flush_answer_is_one_reply_per_key() {
-        let answer = "12:15:100:3:40:20:9 S 1:2:3:4:5:6:7";
+        let answer = "12:15:100:3:40:20:9:4 S 1:2:3:4:5:6:7:8";
         assert_eq!(
             replies_of(answer).collect::<Vec<_>>(),
-            ["12:15:100:3:40:20:9", "S", "1:2:3:4:5:6:7"]
+            ["12:15:100:3:40:20:9:4", "S", "1:2:3:4:5:6:7:8"]
         );
         assert_eq!(replies_of("").count(), 0);
     }
@@ -512,7 +622,7 @@ mod tests {
     #[test]
     fn replies_parse_and_refusals_do_not() {
         assert_eq!(
-            Reply::parse("12:15:100:3:40:20:9"),
+            Reply::parse("12:15:100:3:40:20:9:4"),
             Some(Reply {
                 spent: 12,
                 claim: 15,
@@ -521,11 +631,12 @@ mod tests {
                 prev: 40,
                 estimate: 20,
                 rate: 9,
+                free: 4,
             })
         );
         assert_eq!(Reply::parse("S"), None);
         assert_eq!(Reply::parse("1:2:3"), None);
         // A limit pushed below zero by the previous interval reads as 0.
-        assert_eq!(Reply::parse("5:5:-3:1:0:5:0").map(|r| r.limit), Some(0));
+        assert_eq!(Reply::parse("5:5:-3:1:0:5:0:0").map(|r| r.limit), Some(0));
     }
 }

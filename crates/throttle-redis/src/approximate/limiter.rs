@@ -15,7 +15,7 @@ use throttle_core::{
 };
 
 use super::flush::{BUCKETS, bucket_of};
-use super::meter::{Fleet, SpanMeter, Window};
+use super::meter::{Asks, Fleet, SpanMeter, Window};
 use super::shared::Shared;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
@@ -48,8 +48,16 @@ pub(crate) struct ApproxRule {
     /// the rule's number in it, so that two layers (or a new router next to
     /// a retired one) never write each other's entries.
     pub(super) instance: String,
-    /// Held by the flush in progress.
-    pub(super) flushing: tokio::sync::Mutex<()>,
+    /// Held by the flush in progress, per bucket.
+    pub(super) flushing: [tokio::sync::Mutex<()>; BUCKETS as usize],
+    /// Per bucket, the number of the last flush that took its list, and of
+    /// the last whose answer is applied (or that failed): a request that
+    /// waits for a claim waits for a flush that took the list after it was
+    /// listed.
+    pub(super) taken: [AtomicU64; BUCKETS as usize],
+    pub(super) answered: [AtomicU64; BUCKETS as usize],
+    /// Woken when a flush's answers are applied.
+    pub(super) answers: Notify,
     /// Flushes and node estimate, as metrics.
     pub(super) metrics: FlushMeter,
 }
@@ -174,7 +182,10 @@ impl ApproxLimiter {
                 shared.instance,
                 shared.next_rule.fetch_add(1, Ordering::Relaxed)
             ),
-            flushing: tokio::sync::Mutex::new(()),
+            flushing: Default::default(),
+            taken: Default::default(),
+            answered: Default::default(),
+            answers: Notify::new(),
         });
         shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
@@ -208,8 +219,11 @@ impl ApproxRule {
                 let now = rule.redis.local_now();
                 let at = *boundary.get_or_insert_with(|| meter.next_boundary(now));
                 if now >= at {
-                    rule.flush().await;
-                    boundary = Some(meter.next_boundary(rule.redis.local_now().max(at)));
+                    // In a task of its own, as every flush here: a bucket
+                    // whose node hangs holds up no other bucket's flush.
+                    boundary = Some(meter.next_boundary(now.max(at)));
+                    let rule = rule.clone();
+                    tokio::spawn(async move { rule.flush().await });
                     continue;
                 }
                 // While Redis cannot be reached, every probe interval too, so
@@ -227,13 +241,12 @@ impl ApproxRule {
                 };
                 let Some(rule) = weak.upgrade() else { return };
                 if woken {
-                    rule.flush_asked().await;
-                    drop(rule);
+                    tokio::spawn(async move { rule.flush_asked().await });
                     // At most one early flush per gap: a burst of new keys
                     // costs Redis a few calls per gap, not one per key.
                     tokio::time::sleep(gap).await;
                 } else if next < at {
-                    rule.flush().await;
+                    tokio::spawn(async move { rule.flush().await });
                 }
             }
         });
@@ -273,12 +286,38 @@ impl ApproxRule {
 
     /// The local decision: no await, no allocation for a known key (a key's
     /// first request in a span appends it to a list that keeps its memory).
-    pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
-        let meter = self.store.meter();
+    /// A request the fleet has room for but this instance has no claim for
+    /// waits for the early flush it asks for.
+    pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Acquire {
         let bucket = bucket_of(key);
+        let (result, asks) = self.decide_now(key, bucket, cost, false, true);
+        if !asks.wait {
+            return Acquire::Ready(result);
+        }
+        // Taken after the key was listed: a flush that takes the list later
+        // writes it.
+        let after = self.taken[bucket as usize].load(Ordering::SeqCst);
+        let this = self.clone();
+        let key = *key;
+        Acquire::Pending(Box::pin(async move {
+            this.wait(key, bucket, cost, after).await
+        }))
+    }
+
+    /// Decides once on the state as it is: `retry` after a wait;
+    /// `redis_ok`: false once a wait ran out of time.
+    fn decide_now(
+        self: &Arc<Self>,
+        key: &Key,
+        bucket: u64,
+        cost: u64,
+        retry: bool,
+        redis_ok: bool,
+    ) -> (Result<Outcome, Unavailable>, Asks) {
+        let meter = self.store.meter();
         let (step, now, asks, redis_ok) = self.store.with_state(key, |st, now| {
-            let redis_ok = meter.bucket_ok(bucket, now);
-            let (step, asks) = meter.decide(st, now, cost, redis_ok);
+            let redis_ok = redis_ok && meter.bucket_ok(bucket, now);
+            let (step, asks) = meter.decide(st, now, cost, redis_ok, retry);
             (step, now, asks, redis_ok)
         });
         if asks.list {
@@ -292,10 +331,14 @@ impl ApproxRule {
                 .fetch_add(1, Ordering::Relaxed);
             self.wake.notify_one();
         }
+        if asks.wait {
+            self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
+            return (Ok(Outcome::new(step, now)), asks);
+        }
         if asks.degraded {
             self.redis.degraded.fetch_add(1, Ordering::Relaxed);
             if meter.closed_when_down {
-                return Err(crate::failure::redis_unavailable());
+                return (Err(crate::failure::redis_unavailable()), asks);
             }
         }
         if !step.allowed {
@@ -306,14 +349,65 @@ impl ApproxRule {
         }
         let mut outcome = Outcome::new(step, now);
         outcome.degraded = asks.degraded;
-        Ok(outcome)
+        (Ok(outcome), asks)
+    }
+
+    /// Waits for the answer of a flush of `bucket` numbered above `after`,
+    /// at most the command timeout (then the failure policy decides), and
+    /// decides again.
+    async fn wait(
+        self: Arc<Self>,
+        key: Key,
+        bucket: u64,
+        cost: u64,
+        after: u64,
+    ) -> Result<Outcome, Unavailable> {
+        let answered = async {
+            loop {
+                let notified = self.answers.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.answered[bucket as usize].load(Ordering::SeqCst) > after {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        // A test clock's driver plays the flushes itself, in its own time.
+        let in_time = if self.redis.config.test_clock.is_some() {
+            answered.await;
+            true
+        } else {
+            tokio::time::timeout(self.redis.config.command_timeout, answered)
+                .await
+                .is_ok()
+        };
+        if !in_time {
+            // Not written: the request no longer waits for it.
+            self.store.update(&key, |st| {
+                st.waiting = st.waiting.saturating_sub(super::meter::sat32(cost));
+            });
+        }
+        self.decide_now(&key, bucket, cost, true, in_time).0
+    }
+
+    /// The flush of `bucket` numbered `number` is over (its answers
+    /// applied, or it failed): the requests waiting for it decide again.
+    pub(super) fn answered(&self, bucket: u64, number: u64) {
+        self.answered[bucket as usize].fetch_max(number, Ordering::SeqCst);
+        self.answers.notify_waiters();
     }
 }
 
 impl Limiter for ApproxLimiter {
     #[inline]
     fn acquire(&self, key: &Key, cost: u64) -> Acquire {
-        Acquire::Ready(ApproxRule::decide(&self.0, key, cost))
+        ApproxRule::decide(&self.0, key, cost)
+    }
+
+    fn is_remote(&self) -> bool {
+        // A request this instance has no claim for waits for a flush.
+        true
     }
 
     fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {

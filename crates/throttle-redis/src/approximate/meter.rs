@@ -37,7 +37,8 @@ pub(crate) struct SpanState {
     pub(super) interval: u64,
     /// Denied locally until then (a flush showed the fleet over the quota).
     pub(super) blocked_until: u64,
-    /// When the demand now in `seen` started being counted (local time).
+    /// When the demand now in `seen` started being counted (local time):
+    /// the last write, or the key's first request.
     pub(super) since: u64,
     /// No early flush before then (the last reply granted nothing).
     pub(super) quiet_until: u64,
@@ -64,6 +65,14 @@ pub(crate) struct SpanState {
     pub(super) span_local: u32,
     /// Sequence number of the last applied reply.
     pub(super) seq: u32,
+    /// The cost of the requests waiting for the next write's answer (the
+    /// instance had no claim for them while the fleet had room): the next
+    /// write asks for at least this much.
+    pub(super) waiting: u32,
+    /// The demand written, smoothed over the writes (requests per span,
+    /// x8): a key seen a span ago is likely seen again, and keeps a claim
+    /// for a few spans after its traffic stops.
+    pub(super) rate8: u16,
     /// Span within the interval now, and of the claim's grant.
     pub(super) span: u16,
     pub(super) grant_span: u16,
@@ -89,12 +98,8 @@ impl SpanState {
             credit
         } else if self.claim_valid() {
             self.claim
-        } else if self.span >= self.grant_span.saturating_add(4) {
-            // An expired claim: Redis keeps one credit for it from the
-            // writer's span `grant + 3` (flush.lua); one span later here, so
-            // that clocks a span apart cannot spend it before it is kept.
-            self.flushed.saturating_add(credit)
         } else {
+            // An expired claim: a request waits for a new one.
             self.flushed
         }
         .max(self.local)
@@ -126,6 +131,10 @@ pub(super) struct Asks {
     /// call); with `fail_closed()` the step is a denial to report as
     /// unavailable.
     pub(super) degraded: bool,
+    /// Not decided: the fleet has room but this instance has no claim for
+    /// it. The request waits for the next write's answer (the early flush
+    /// this asks for) and is decided again then, with `retry`.
+    pub(super) wait: bool,
 }
 
 /// The fleet size a rule has learnt from flush replies: the most instances
@@ -252,13 +261,20 @@ impl SpanMeter {
         self.interval_us / self.spans
     }
 
-    /// What an instance may admit for a key before Redis has heard of it
-    /// (and again once its claim has expired): a quarter of its share of one
-    /// span, at least one request. Small on purpose: it is the one part of
+    /// What an instance may admit for a key before Redis has heard of it: an
+    /// eighth of its share of one span, rounded down (none for a quota of
+    /// less than eight requests per instance and span: the key's first
+    /// requests wait for a claim). Small on purpose: it is the one part of
     /// the fleet's admissions that no claim covers (see `flush.rs`).
     pub(super) fn credit(&self) -> u32 {
-        let share = self.limit / (4 * u64::from(self.fleet.size()) * self.spans);
-        sat32(share.max(1))
+        sat32(self.limit / (8 * u64::from(self.fleet.size()) * self.spans))
+    }
+
+    /// The most a key's requests that wait may get per interval, fleet-wide,
+    /// beyond what no instance holds a claim on: an eighth of a span's share
+    /// of the quota, at least one (see `flush.rs`).
+    pub(super) fn overdraft(&self) -> u64 {
+        (self.limit / (8 * self.spans)).max(1)
     }
 
     /// The requests per span that `st.seen` stands for.
@@ -267,11 +283,35 @@ impl SpanMeter {
             return 0;
         }
         let span = self.span_us();
-        // Over a tenth of a span at least: a first request is not a rate.
-        // (`since` is the first request after the last write, so idle time
-        // before it does not thin the rate.)
-        let elapsed = now_us.saturating_sub(st.since).max(span / 10).max(1);
-        sat32((u128::from(st.seen) * u128::from(span) / u128::from(elapsed)) as u64)
+        // Seen since the last write (`since`), over at most a span (a key
+        // idle for long is not thinned by its idle time). Over less than a
+        // span (an early flush), the first request only opens the window:
+        // the rate is that of the requests after it, over a tenth of a span
+        // at least, and one request per span at the least.
+        let elapsed = now_us.saturating_sub(st.since);
+        let (seen, elapsed) = if elapsed >= span {
+            (st.seen, span)
+        } else {
+            (st.seen - 1, elapsed.max(span / 10).max(1))
+        };
+        sat32((u128::from(seen) * u128::from(span) / u128::from(elapsed)) as u64).max(1)
+    }
+
+    /// The demand to write now (requests per span): what `st.seen` stands
+    /// for, and at least one request while the demand written before,
+    /// halved at each span's write, is not gone (a key seen a span ago is
+    /// likely seen again: it keeps a small claim for a few spans, not a
+    /// large one); in an early flush, at least the demand written before.
+    pub(super) fn smoothed_demand(&self, st: &mut SpanState, now_us: u64, early: bool) -> u32 {
+        let measured = self.demand(st, now_us);
+        if early {
+            // Part of a span only: it does not replace the demand seen over
+            // the spans before.
+            return measured.max(u32::from(st.rate8).div_ceil(8));
+        }
+        let rate8 = (u32::from(st.rate8) + measured.saturating_mul(8).min(u32::from(u16::MAX))) / 2;
+        st.rate8 = rate8 as u16;
+        measured.max(rate8.div_ceil(8).min(1))
     }
 
     /// Moves the state to `now`'s interval and span; returns `now` (never
@@ -301,6 +341,7 @@ impl SpanMeter {
                 prev_fleet,
                 pending,
                 seen: st.seen,
+                rate8: st.rate8,
                 instances: st.instances,
                 seq: st.seq,
                 flags: st.flags & (flag::LISTED | flag::WANTS),
@@ -327,7 +368,7 @@ impl SpanMeter {
 
     /// The window's verdict on a fleet count of `fleet` (and the previous
     /// interval's `prev`) for `cost` more.
-    fn window_step(&self, st: &SpanState, now: u64, fleet: u64, cost: u64) -> Step {
+    pub(super) fn window_step(&self, st: &SpanState, now: u64, fleet: u64, cost: u64) -> Step {
         match self.window {
             Window::Fixed(fw) => {
                 let mut s = FixedWindowState {
@@ -348,28 +389,33 @@ impl SpanMeter {
     }
 
     /// Checks and takes `cost` for a key; says what the rule must do next.
+    /// `retry`: the request waited for a write's answer and is decided
+    /// again (it does not wait twice, nor count twice as demand).
     pub(super) fn decide(
         &self,
         st: &mut SpanState,
         now_us: u64,
         cost: u64,
         redis_ok: bool,
+        retry: bool,
     ) -> (Step, Asks) {
         let now = self.roll(st, now_us);
         let mut asks = Asks::default();
-        if st.seen == 0 {
+        if st.since == 0 {
+            // Never written: its demand counts from its first request.
             st.since = now;
+        }
+        if !retry {
+            st.seen = st.seen.saturating_add(1);
         }
         if now < st.blocked_until {
             // Counted as demand (for the claim asked when the block lifts),
             // nothing else: the denial path stays this short.
-            st.seen = st.seen.saturating_add(1);
             return (
                 self.deny(st.blocked_until - now, st.blocked_until - now),
                 asks,
             );
         }
-        st.seen = st.seen.saturating_add(1);
         if !st.has(flag::LISTED) {
             st.flags |= flag::LISTED;
             asks.list = true;
@@ -382,11 +428,18 @@ impl SpanMeter {
             // fleet is over the limit as last heard.
             step
         } else if redis_ok {
-            // The fleet has room, but this instance's claim does not:
-            // other instances hold it. Ask for a claim now.
-            if !st.has(flag::WANTS) && now >= st.quiet_until {
-                st.flags |= flag::WANTS;
-                asks.early = true;
+            // The fleet has room, but this instance's claim does not cover
+            // the request. Unless a write has just shown that the other
+            // instances hold the rest (or this request already waited),
+            // it waits for a claim: asked now, in an early flush.
+            if !retry && now >= st.quiet_until {
+                if !st.has(flag::WANTS) {
+                    st.flags |= flag::WANTS;
+                    asks.early = true;
+                }
+                st.waiting = st.waiting.saturating_add(sat32(cost));
+                asks.wait = true;
+                return (step, asks);
             }
             let span_end = self.span_end(st.interval, u64::from(st.span));
             self.deny(span_end - now, step.reset_us)
@@ -456,7 +509,14 @@ impl Meter for SpanMeter {
 
     fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
         let redis_ok = (0..8).all(|b| self.bucket_ok(b, now_us));
-        self.decide(st, now_us, cost, redis_ok).0
+        // (Only through the rule's own limiter may a request wait: here it
+        // is decided again at once, as after a wait.)
+        let (step, asks) = self.decide(st, now_us, cost, redis_ok, false);
+        if asks.wait {
+            st.waiting = st.waiting.saturating_sub(sat32(cost));
+            return self.decide(st, now_us, cost, redis_ok, true).0;
+        }
+        step
     }
 
     fn release(&self, st: &mut SpanState, acquired_at_us: u64, cost: u64) {

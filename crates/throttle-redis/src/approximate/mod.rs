@@ -19,9 +19,14 @@
 //! what this instance admitted since) to the same window code the memory
 //! backend uses (`FixedWindow` or `SlidingWindowCounter`), for the answer's
 //! remaining count, reset and retry-after, and admits only within its claim.
-//! Before a key has an entry in an interval an instance may admit a small
-//! credit on its own. A reply showing the fleet at the limit blocks the key
-//! locally (fixed window: until the interval ends or the cooldown lifts).
+//! A request past the claim while the window has room as last heard is not
+//! denied for it: it waits for the early flush it asks for (at most the
+//! command timeout; `Acquire::Pending`), and is decided on the claim that
+//! answer grants. Before a key has an entry in an interval an instance may
+//! admit a small credit on its own (none for quotas of less than four
+//! requests per instance and span). A reply showing the fleet at the limit
+//! blocks the key locally (fixed window: until the interval ends or the
+//! cooldown lifts; sliding counter: until the window has room again).
 //! While Redis cannot be reached a valid claim is still spent; past it, the
 //! rule's failure policy decides: `fail_closed()` refuses, `fail_open()`
 //! decides on the last reply with the other instances brought forward at

@@ -68,10 +68,10 @@ impl ApproximateOptions {
     }
 
     /// The shortest time between two early flushes (default 5 ms). A key
-    /// that runs out of its claim before the span ends asks for one; the
-    /// requests it gets meanwhile are denied (with a retry-after to the span
-    /// end), so a shorter gap means fewer such denials, a longer one fewer
-    /// Redis calls when many keys start at once.
+    /// that runs out of its claim before the span ends while the fleet has
+    /// room asks for one, and the requests it gets meanwhile wait for its
+    /// answer (at most the command timeout), so a shorter gap means shorter
+    /// waits, a longer one fewer Redis calls when many keys start at once.
     #[must_use]
     pub fn early_flush_gap(mut self, gap: Duration) -> Self {
         self.early_flush_gap = gap;

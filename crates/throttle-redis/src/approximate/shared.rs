@@ -62,6 +62,7 @@ impl Shared {
             nodes_estimate_milli: get(&c.nodes_estimate_milli),
             local_denials: get(&c.local_denials),
             early_flushes_asked: get(&c.early_flushes_asked),
+            waited: get(&c.waited),
             max_overshoot: get(&c.max_overshoot),
             dropped: get(&c.dropped),
             redis_ok: self

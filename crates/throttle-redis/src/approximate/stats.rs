@@ -23,6 +23,9 @@ pub struct ApproximateStats {
     /// Early flushes asked for: a key ran out of its claim before its span
     /// ended (a driver with a test clock flushes when this grows).
     pub early_flushes_asked: u64,
+    /// Requests that waited for a flush's answer: the fleet had room, this
+    /// instance had no claim for them.
+    pub waited: u64,
     /// Most a fleet total exceeded the quota in a flush reply.
     pub max_overshoot: u64,
     /// Counts of an interval that ended while Redis was unreachable, given up.
@@ -41,6 +44,7 @@ pub(crate) struct Counters {
     pub(super) nodes_estimate_milli: AtomicU64,
     pub(super) local_denials: AtomicU64,
     pub(super) early_flushes_asked: AtomicU64,
+    pub(super) waited: AtomicU64,
     pub(super) max_overshoot: AtomicU64,
     pub(super) dropped: AtomicU64,
 }

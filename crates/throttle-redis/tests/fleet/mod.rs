@@ -27,8 +27,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use throttle_core::{
-    Acquire, Backend, Clock, Key, Limiter, ManualClock, MemoryBackend, Quota, Rule,
+    Acquire, Backend, Clock, Key, Limiter, ManualClock, MemoryBackend, PendingOutcome, Quota, Rule,
 };
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
@@ -171,11 +172,13 @@ impl Setup {
         }
     }
 
-    /// The published worst case of one interval: the quota plus one credit
-    /// per other instance (credit taken with a fleet of one, its largest).
+    /// The published worst case of one interval: the quota, the overdraft
+    /// waiting requests may get, and one credit per other instance (taken
+    /// with a fleet of one, its largest), both an eighth of a span's share
+    /// (the overdraft at least one).
     pub fn bound(&self) -> u64 {
-        let credit = (self.limit / (4 * u64::from(self.spans))).max(1);
-        self.limit + (self.instances as u64 - 1) * credit
+        let eighth = self.limit / (8 * u64::from(self.spans));
+        self.limit + eighth.max(1) + (self.instances as u64 - 1) * eighth
     }
 }
 
@@ -189,6 +192,73 @@ struct Instance {
     early_asked: u64,
     early_due: Option<u64>,
     last_early: u64,
+    /// Requests waiting for a flush's answer (the instance had no claim
+    /// for a key the fleet had room for).
+    waiting: Vec<Waiting>,
+}
+
+/// A request whose decision waits for a flush.
+struct Waiting {
+    answer: PendingOutcome,
+    key: u64,
+    /// Arrival, from the start of the measurement (true time); `None` for
+    /// a warm-up request, which is not counted.
+    at_us: Option<u64>,
+    /// The perfect limiter's answer, given at arrival.
+    perfect: bool,
+}
+
+/// One key's figures in a scenario.
+#[derive(Debug, Clone, Default)]
+pub struct KeyReport {
+    pub requests: u64,
+    pub admitted: u64,
+    pub reference_admitted: u64,
+    /// Requests the reference admitted and the fleet denied.
+    pub false_denials: u64,
+    /// Admitted per aligned interval, the fleet's (by when it decided) and
+    /// the reference's.
+    pub per_interval: Vec<u64>,
+    pub reference_per_interval: Vec<u64>,
+    /// How long each request that waited for a flush waited (µs).
+    pub waits: Vec<u64>,
+    times: Vec<u64>,
+    reference_times: Vec<u64>,
+}
+
+/// A class of clients' figures in a scenario (see [`Report::class`]).
+#[derive(Debug, Clone, Default)]
+pub struct ClassReport {
+    pub keys: usize,
+    pub requests: u64,
+    pub admitted: u64,
+    pub reference_admitted: u64,
+    pub false_denials: u64,
+    /// The least, over the intervals, of what the class got against the
+    /// reference in that interval (intervals where the reference admitted
+    /// anything).
+    pub worst_interval_got: f64,
+    pub waited: u64,
+    pub wait_p50_us: u64,
+    pub wait_p99_us: u64,
+}
+
+impl ClassReport {
+    /// Requests the reference admitted and the fleet denied, as a share of
+    /// the reference's admissions.
+    pub fn false_denial_share(&self) -> f64 {
+        self.false_denials as f64 / self.reference_admitted.max(1) as f64
+    }
+
+    /// What the class got against the reference, over the whole run.
+    pub fn got(&self) -> f64 {
+        self.admitted as f64 / self.reference_admitted.max(1) as f64
+    }
+
+    /// The share of the class's requests that waited for a flush.
+    pub fn waited_share(&self) -> f64 {
+        self.waited as f64 / self.requests.max(1) as f64
+    }
 }
 
 /// What a scenario measured.
@@ -217,9 +287,64 @@ pub struct Report {
     pub commands: u64,
     pub bytes_in: u64,
     pub seconds: f64,
+    /// Per key.
+    pub keys: HashMap<u64, KeyReport>,
 }
 
 impl Report {
+    /// The figures of the keys `member` picks.
+    pub fn class(&self, member: impl Fn(u64) -> bool) -> ClassReport {
+        let mut c = ClassReport::default();
+        let mut waits = Vec::new();
+        let mut ours: Vec<u64> = Vec::new();
+        let mut perfect: Vec<u64> = Vec::new();
+        for (key, k) in &self.keys {
+            if !member(*key) {
+                continue;
+            }
+            c.keys += 1;
+            c.requests += k.requests;
+            c.admitted += k.admitted;
+            c.reference_admitted += k.reference_admitted;
+            c.false_denials += k.false_denials;
+            waits.extend_from_slice(&k.waits);
+            for (i, (&a, &b)) in k
+                .per_interval
+                .iter()
+                .zip(&k.reference_per_interval)
+                .enumerate()
+            {
+                if ours.len() <= i {
+                    ours.resize(i + 1, 0);
+                    perfect.resize(i + 1, 0);
+                }
+                ours[i] += a;
+                perfect[i] += b;
+            }
+        }
+        // The last interval is cut short by the end of the run (and holds
+        // the decisions of requests that waited past it): left out.
+        let n = perfect.len().saturating_sub(1).max(1).min(perfect.len());
+        c.worst_interval_got = (0..n)
+            .filter(|&i| perfect[i] > 0)
+            .map(|i| ours[i] as f64 / perfect[i] as f64)
+            .fold(f64::INFINITY, f64::min);
+        if !c.worst_interval_got.is_finite() {
+            c.worst_interval_got = 1.0;
+        }
+        waits.sort_unstable();
+        c.waited = waits.len() as u64;
+        let pct = |p: f64| {
+            waits
+                .get(((waits.len() as f64 * p) as usize).min(waits.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0)
+        };
+        c.wait_p50_us = pct(0.50);
+        c.wait_p99_us = pct(0.99);
+        c
+    }
+
     pub fn worst_interval(&self) -> u64 {
         self.per_interval.iter().copied().max().unwrap_or(0)
     }
@@ -283,11 +408,25 @@ fn bytes_in(server: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
+/// An instance's answer to a request: now, or after a flush.
+enum Answer {
+    Now(bool),
+    Wait(PendingOutcome),
+}
+
+fn ask(limiter: &dyn Limiter, key: &Key) -> Answer {
     match limiter.acquire(key, 1) {
-        Acquire::Ready(Ok(o)) => o.step.allowed,
-        Acquire::Ready(Err(_)) => false,
-        Acquire::Pending(_) => panic!("the approximate mode decides locally"),
+        Acquire::Ready(Ok(o)) => Answer::Now(o.step.allowed),
+        Acquire::Ready(Err(_)) => Answer::Now(false),
+        Acquire::Pending(answer) => Answer::Wait(answer),
+    }
+}
+
+/// The reference's answer (a memory limiter: always at once).
+fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
+    match ask(limiter, key) {
+        Answer::Now(allowed) => allowed,
+        Answer::Wait(_) => panic!("the memory backend decides at once"),
     }
 }
 
@@ -338,6 +477,7 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
             early_asked: 0,
             early_due: None,
             last_early: 0,
+            waiting: Vec::new(),
         });
     }
     for inst in &mut fleet {
@@ -349,38 +489,40 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
     let reference = MemoryBackend::with_clock(base.clone())
         .limiter(&rule)
         .unwrap();
+    let intervals = requests.last().map_or(1, |r| r.at_us / interval_us + 1) as usize;
     let mut driver = Driver {
         base: &base,
         fleet,
         span_us,
         early_latency_us: setup.early_latency_us,
         early_gap_us: setup.early_gap_us,
+        start: u64::MAX,
+        interval_us,
+        intervals,
+        keys: HashMap::new(),
     };
     // Warm-up: the timeline starts at T0; measurement starts at the next
     // interval boundary after the warm-up's last request.
     for r in warmup {
         driver.advance(T0 + r.at_us).await;
         let key = Key::from(r.key);
-        allowed(driver.fleet[r.instance].limiter.as_ref(), &key);
-        let _ = reference.acquire(&key, 1);
+        let answer = ask(driver.fleet[r.instance].limiter.as_ref(), &key);
+        let perfect = allowed(reference.as_ref(), &key);
+        driver.answered(r.instance, r.key, None, perfect, answer);
         driver.after_request(r.instance, T0 + r.at_us);
     }
     let last = warmup.last().map_or(T0, |r| T0 + r.at_us);
     let start = (last / interval_us + 1) * interval_us;
     driver.advance(start).await;
+    for inst in &mut driver.fleet {
+        inst.waiting.clear();
+    }
+    driver.start = start;
     server.cli(&["CONFIG", "RESETSTAT"]);
     let bytes_before = bytes_in(&server);
     let mut events = setup.events.clone();
     events.sort_by_key(|e| e.0);
     let mut events = events.into_iter().peekable();
-    let intervals = requests.last().map_or(1, |r| r.at_us / interval_us + 1) as usize;
-    let mut per_interval = vec![0; intervals];
-    let mut reference_per_interval = vec![0; intervals];
-    // Per key: admitted per interval and admission times, ours and the
-    // reference's.
-    let mut keyed: HashMap<u64, PerKey> = HashMap::new();
-    let (mut admitted, mut reference_admitted) = (0, 0);
-    let mut false_denials = 0;
     for r in requests {
         let now = start + r.at_us;
         while let Some(&(at, event)) = events.peek() {
@@ -398,58 +540,60 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
         }
         driver.advance(now).await;
         let key = Key::from(r.key);
-        let ours = allowed(driver.fleet[r.instance].limiter.as_ref(), &key);
+        let answer = ask(driver.fleet[r.instance].limiter.as_ref(), &key);
         let perfect = allowed(reference.as_ref(), &key);
-        let interval = (r.at_us / interval_us) as usize;
-        let k = keyed.entry(r.key).or_insert_with(|| {
-            (
-                vec![0; intervals],
-                vec![0; intervals],
-                Vec::new(),
-                Vec::new(),
-            )
-        });
-        if ours {
-            admitted += 1;
-            k.0[interval] += 1;
-            k.2.push(r.at_us);
-        }
-        if perfect {
-            reference_admitted += 1;
-            k.1[interval] += 1;
-            k.3.push(r.at_us);
-            if !ours {
-                false_denials += 1;
-            }
-        }
+        driver.answered(r.instance, r.key, Some(r.at_us), perfect, answer);
         driver.after_request(r.instance, now);
     }
+    let end = start + requests.last().map_or(0, |r| r.at_us);
+    // Requests still waiting get the flush they wait for.
+    let mut settle = end;
+    while driver.fleet.iter().any(|i| !i.waiting.is_empty()) && settle < end + 4 * span_us {
+        settle += span_us / 10;
+        driver.advance(settle).await;
+    }
+    assert!(
+        driver.fleet.iter().all(|i| i.waiting.is_empty()),
+        "a request waited for a flush that never answered it"
+    );
     if std::env::var("FLEET_STATS").is_ok() {
         for inst in &driver.fleet {
             eprintln!("{:?}", inst.backend.approximate_stats().unwrap());
         }
         eprintln!("{}", server.info("commandstats"));
     }
-    let end = start + requests.last().map_or(0, |r| r.at_us);
     let seconds = (end - start) as f64 / 1e6;
     let commands = server.commands();
     let bytes = bytes_in(&server).saturating_sub(bytes_before);
     if server.is_stopped() {
         server.resume();
     }
+    let keys = driver.keys;
     // Per interval, the worst key's count (and the reference's for it).
+    let mut per_interval = vec![0; intervals];
+    let mut reference_per_interval = vec![0; intervals];
     let (mut worst_sliding, mut reference_worst_sliding, mut shortfall) = (0, 0, 0);
-    for (ours, perfect, times, reference_times) in keyed.values() {
+    let (mut admitted, mut reference_admitted, mut false_denials) = (0, 0, 0);
+    for k in keys.values() {
+        admitted += k.admitted;
+        reference_admitted += k.reference_admitted;
+        false_denials += k.false_denials;
         for i in 0..intervals {
-            shortfall += perfect[i].saturating_sub(ours[i]);
-            if ours[i] > per_interval[i] {
-                per_interval[i] = ours[i];
-                reference_per_interval[i] = perfect[i];
+            let (ours, perfect) = (k.per_interval[i], k.reference_per_interval[i]);
+            shortfall += perfect.saturating_sub(ours);
+            if ours > per_interval[i] {
+                per_interval[i] = ours;
+                reference_per_interval[i] = perfect;
             }
         }
-        worst_sliding = worst_sliding.max(worst_window(times, interval_us));
+        // (Recorded as decided: a request that waited is recorded late.)
+        let mut times = k.times.clone();
+        times.sort_unstable();
+        let mut reference_times = k.reference_times.clone();
+        reference_times.sort_unstable();
+        worst_sliding = worst_sliding.max(worst_window(&times, interval_us));
         reference_worst_sliding =
-            reference_worst_sliding.max(worst_window(reference_times, interval_us));
+            reference_worst_sliding.max(worst_window(&reference_times, interval_us));
     }
     Report {
         name: setup.name,
@@ -468,11 +612,9 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
         commands,
         bytes_in: bytes,
         seconds: seconds.max(1e-6),
+        keys,
     }
 }
-
-/// One key's admissions: per interval (ours, the reference's), and times.
-type PerKey = (Vec<u64>, Vec<u64>, Vec<u64>, Vec<u64>);
 
 struct Driver<'a> {
     base: &'a ManualClock,
@@ -480,6 +622,11 @@ struct Driver<'a> {
     span_us: u64,
     early_latency_us: u64,
     early_gap_us: u64,
+    /// Where measurement starts (true time); `u64::MAX` during the warm-up.
+    start: u64,
+    interval_us: u64,
+    intervals: usize,
+    keys: HashMap<u64, KeyReport>,
 }
 
 impl Driver<'_> {
@@ -519,8 +666,67 @@ impl Driver<'_> {
                 .unwrap()
                 .early_flushes_asked;
             inst.early_asked = asked;
+            self.settle(i);
         }
         self.base.set(until.max(self.base.now_us()));
+    }
+
+    /// Decides the requests of instance `i` that waited for the flush it
+    /// just made.
+    fn settle(&mut self, i: usize) {
+        let waiting = std::mem::take(&mut self.fleet[i].waiting);
+        for mut w in waiting {
+            match (&mut w.answer).now_or_never() {
+                Some(result) => {
+                    let ours = matches!(result, Ok(o) if o.step.allowed);
+                    self.record(w.key, w.at_us, ours, w.perfect, true);
+                }
+                None => self.fleet[i].waiting.push(w),
+            }
+        }
+    }
+
+    /// Records the answer to a request, or keeps it until it is decided.
+    fn answered(&mut self, i: usize, key: u64, at_us: Option<u64>, perfect: bool, answer: Answer) {
+        match answer {
+            Answer::Now(ours) => self.record(key, at_us, ours, perfect, false),
+            Answer::Wait(answer) => self.fleet[i].waiting.push(Waiting {
+                answer,
+                key,
+                at_us,
+                perfect,
+            }),
+        }
+    }
+
+    fn record(&mut self, key: u64, at_us: Option<u64>, ours: bool, perfect: bool, waited: bool) {
+        let Some(at_us) = at_us else { return };
+        // Decided now (true time, from the start).
+        let decided = self.base.now_us().saturating_sub(self.start);
+        let intervals = self.intervals;
+        let k = self.keys.entry(key).or_insert_with(|| KeyReport {
+            per_interval: vec![0; intervals],
+            reference_per_interval: vec![0; intervals],
+            ..KeyReport::default()
+        });
+        k.requests += 1;
+        if waited {
+            k.waits.push(decided - at_us);
+        }
+        if ours {
+            k.admitted += 1;
+            let i = ((decided / self.interval_us) as usize).min(intervals - 1);
+            k.per_interval[i] += 1;
+            k.times.push(decided);
+        }
+        if perfect {
+            k.reference_admitted += 1;
+            k.reference_per_interval[(at_us / self.interval_us) as usize] += 1;
+            k.reference_times.push(at_us);
+            if !ours {
+                k.false_denials += 1;
+            }
+        }
     }
 
     /// After a request: if the instance asked for an early flush, schedules
@@ -621,6 +827,90 @@ pub fn shifted(reqs: Vec<Req>, by_us: u64) -> Vec<Req> {
         .map(|r| Req {
             at_us: r.at_us + by_us,
             ..r
+        })
+        .collect()
+}
+
+/// How a client's requests spread over the instances.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Spread {
+    /// Each request to an instance drawn uniformly.
+    Uniform,
+    /// Each request to an instance drawn by a Zipf law (s = 1) over the
+    /// client's own random ranking of the instances.
+    Zipf,
+    /// One instance at a time, moving to another after `stay_us` on
+    /// average (sticky sessions, connection reuse).
+    Sticky { stay_us: u64 },
+}
+
+impl Spread {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Uniform => "uniform",
+            Self::Zipf => "zipf",
+            Self::Sticky { .. } => "sticky-moving",
+        }
+    }
+}
+
+/// One client: Poisson arrivals at `rate` per second for `secs`, all for
+/// `key`, spread over `instances` as `spread` says.
+pub fn client(
+    rate: f64,
+    secs: f64,
+    instances: usize,
+    spread: Spread,
+    key: u64,
+    rng: &mut Rng,
+) -> Vec<Req> {
+    match spread {
+        Spread::Sticky { stay_us } => {
+            sticky_moving(rate, secs, instances, stay_us as f64, key, rng)
+        }
+        Spread::Uniform | Spread::Zipf => {
+            // The client's own order of the instances.
+            let mut order: Vec<usize> = (0..instances).collect();
+            for i in (1..instances).rev() {
+                order.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            let weights: Vec<f64> = (1..=instances)
+                .map(|r| match spread {
+                    Spread::Zipf => 1.0 / r as f64,
+                    _ => 1.0,
+                })
+                .collect();
+            let mut out = Vec::new();
+            let mut t = 0;
+            let end = (secs * 1e6) as u64;
+            loop {
+                t += rng.exp(1e6 / rate).max(1);
+                if t >= end {
+                    return out;
+                }
+                out.push(Req {
+                    at_us: t,
+                    instance: order[rng.weighted(&weights)],
+                    key,
+                });
+            }
+        }
+    }
+}
+
+/// The requests of `reqs` (one client, sorted) that a perfect limiter of
+/// `setup`'s rule admits, played from an interval boundary: a client that
+/// paces itself and never sends what its quota does not allow.
+pub fn within_quota(setup: &Setup, reqs: &[Req]) -> Vec<Req> {
+    let clock = ManualClock::new(T0);
+    let perfect = MemoryBackend::with_clock(clock.clone())
+        .limiter(&setup.rule())
+        .unwrap();
+    reqs.iter()
+        .copied()
+        .filter(|r| {
+            clock.set(T0 + r.at_us);
+            allowed(perfect.as_ref(), &Key::from(r.key))
         })
         .collect()
 }
