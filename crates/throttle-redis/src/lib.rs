@@ -136,6 +136,12 @@ impl RedisBackend {
         if let Some(version) = redis.server_version().await {
             approximate::check_version(version)?;
         }
+        // Nothing on the request path would tell a local decision that a
+        // node is gone: it is watched (a test clock's driver flushes, and
+        // its flushes' failures say so instead).
+        if redis.config.test_clock.is_none() {
+            conn::Redis::watch(&redis);
+        }
         Ok(Self {
             redis,
             mode: Mode::Approximate(approximate::Shared::new(options)),

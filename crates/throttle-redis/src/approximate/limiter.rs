@@ -60,6 +60,9 @@ pub(crate) struct ApproxRule {
     pub(super) answers: Notify,
     /// Flushes and node estimate, as metrics.
     pub(super) metrics: FlushMeter,
+    /// The cluster hash slot of each bucket's hashes (whose node's breaker
+    /// a decision reads).
+    bucket_slots: [u16; BUCKETS as usize],
 }
 
 /// A limiter of the approximate mode. Dropping it (the router went away)
@@ -162,10 +165,13 @@ impl ApproxLimiter {
             .max_keys(options.max_keys)
             .limiter_for(meter)
             .map_err(|e| e.in_rule(rule.name()))?;
+        let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
+        let bucket_slots = std::array::from_fn(|b| keys.bucket_slot(b as u64));
         let this = Arc::new(ApproxRule {
             metrics: FlushMeter::new(rule.name()),
             rule: rule.clone(),
-            keys: KeyBase::new(&redis.config.key_prefix, rule.name()),
+            keys,
+            bucket_slots,
             redis,
             shared: shared.clone(),
             store,
@@ -316,7 +322,12 @@ impl ApproxRule {
     ) -> (Result<Outcome, Unavailable>, Asks) {
         let meter = self.store.meter();
         let (step, now, asks, redis_ok) = self.store.with_state(key, |st, now| {
-            let redis_ok = redis_ok && meter.bucket_ok(bucket, now);
+            // A node known down (its watch, `conn/watch.rs`) or a flush
+            // that failed or is overdue: the failure policy decides what no
+            // claim covers.
+            let redis_ok = redis_ok
+                && meter.bucket_ok(bucket, now)
+                && !self.redis.is_open(self.bucket_slots[bucket as usize]);
             let (step, asks) = meter.decide(st, now, cost, redis_ok, retry);
             (step, now, asks, redis_ok)
         });

@@ -16,6 +16,7 @@ mod cluster;
 mod node;
 mod slot;
 mod version;
+mod watch;
 
 pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};

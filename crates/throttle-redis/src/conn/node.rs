@@ -24,6 +24,10 @@ pub(crate) struct Node {
     pub(crate) breaker: Breaker,
     /// Whether a probe is running for this node's open breaker.
     pub(crate) probing: AtomicBool,
+    /// Whether a watch subscription runs for this node (`watch.rs`).
+    pub(crate) watched: AtomicBool,
+    /// For the watch's own connection.
+    pub(crate) client: redis::Client,
 }
 
 impl Node {
@@ -57,7 +61,7 @@ impl Node {
         // the request path's calls nor are cut short at the command timeout
         // (their callers bound them by the flush timeout).
         let off_path = ConnectionManager::new_lazy_with_config(
-            client,
+            client.clone(),
             cfg.set_response_timeout(Some(OFF_PATH_RESPONSE_TIMEOUT)),
         )?;
         Ok(Self {
@@ -67,6 +71,8 @@ impl Node {
             conns: conns.into(),
             next: AtomicUsize::new(0),
             probing: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
+            client,
         })
     }
 

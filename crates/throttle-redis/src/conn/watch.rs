@@ -1,0 +1,111 @@
+//! Down signals of the nodes' own, for the modes that decide locally
+//! (approximate): they send Redis nothing on the request path, so no
+//! failed call would tell them that a node went away.
+//!
+//! Per node, a subscription on a connection of its own: Redis pushes
+//! nothing on it, and its stream ends when the connection is lost (the
+//! process died, the node was restarted, the network dropped it), so a
+//! lost node opens its breaker at once. And per node a heartbeat: a `PING`
+//! every probe interval, bounded by the command timeout, so a hung node
+//! (its connections open, nothing answered) opens its breaker within one
+//! command timeout plus one probe interval. The breaker's probe closes it
+//! again once the node answers.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use futures_util::StreamExt;
+
+use super::node::Node;
+use super::{Redis, Route, ping};
+
+/// The channel the watch subscribes to (nothing is published on it).
+const CHANNEL: &str = "throttle:watch";
+
+impl Redis {
+    /// Starts watching every node (the cluster's as its table changes),
+    /// until the backend is dropped. Needs a Tokio runtime; without one
+    /// nothing is watched and the flushes' failures are the down signal.
+    pub(crate) fn watch(this: &Arc<Self>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(this);
+        rt.spawn(async move {
+            loop {
+                let Some(redis) = weak.upgrade() else { return };
+                redis.heartbeat(&weak).await;
+                let interval = redis.config.probe_interval;
+                drop(redis);
+                tokio::time::sleep(interval).await;
+            }
+        });
+    }
+
+    /// One round: subscribes to the nodes not watched yet, pings every
+    /// node whose breaker is closed, opens the breaker of those that do
+    /// not answer within the command timeout.
+    async fn heartbeat(self: &Arc<Self>, weak: &Weak<Self>) {
+        let nodes = self.nodes();
+        for node in &nodes {
+            if !node.watched.swap(true, Ordering::AcqRel) {
+                Self::subscribe(weak, node.clone());
+            }
+        }
+        let patience = self.config.command_timeout;
+        let pings = nodes.iter().map(|node| async move {
+            if !node.breaker.is_open() && !ping(node, patience).await {
+                self.lost(node, "no answer to a heartbeat within the command timeout");
+            }
+        });
+        futures_util::future::join_all(pings).await;
+    }
+
+    /// The primaries (or the one node) commands go to now.
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        match &self.route {
+            Route::Single(node) => vec![node.clone()],
+            Route::Cluster(cluster) => cluster.nodes(),
+        }
+    }
+
+    /// Holds a subscription on `node` for as long as the backend lives,
+    /// and opens its breaker whenever the subscription's connection ends.
+    fn subscribe(weak: &Weak<Self>, node: Arc<Node>) {
+        let weak = weak.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(redis) = weak.upgrade() else { return };
+                let patience = redis.config.connect_timeout + redis.config.command_timeout;
+                let interval = redis.config.probe_interval;
+                drop(redis);
+                let subscribed = tokio::time::timeout(patience, async {
+                    let mut pubsub = node.client.get_async_pubsub().await?;
+                    pubsub.subscribe(CHANNEL).await?;
+                    Ok::<_, redis::RedisError>(pubsub)
+                })
+                .await;
+                if let Ok(Ok(pubsub)) = subscribed {
+                    let mut messages = pubsub.into_on_message();
+                    // Nothing is published: this returns when the
+                    // connection is gone (or, harmlessly, on a message).
+                    while messages.next().await.is_some() {}
+                    let Some(redis) = weak.upgrade() else { return };
+                    redis.lost(&node, "its connection was lost");
+                }
+                // Not connected: the heartbeat and the breaker's probe say
+                // when the node is back; subscribe again meanwhile.
+                tokio::time::sleep(interval).await;
+            }
+        });
+    }
+
+    /// Opens `node`'s breaker (if it was closed) and starts its probe.
+    fn lost(self: &Arc<Self>, node: &Arc<Node>, why: &str) {
+        if node.breaker.trip() {
+            self.breaker_opened.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(node = %node.addr, "throttle: Redis node down ({why}); deciding by failure policy until it answers");
+            Self::probe(self, node.clone());
+        }
+    }
+}
