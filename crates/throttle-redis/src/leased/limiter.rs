@@ -36,6 +36,9 @@ pub(crate) struct LeaseRule {
     pub(super) first_batch: u64,
     /// The most a hot key's batch grows to.
     pub(super) max_batch: u64,
+    /// How long the bucket takes to refill `batch` tokens: the longest a
+    /// drained key waits before asking again.
+    pub(super) refill_us: u64,
     /// Lease calls and tokens, as metrics.
     pub(super) metrics: LeaseMetrics,
 }
@@ -94,6 +97,7 @@ impl LeaseLimiter {
             batch,
             first_batch: (batch / 8).max(1),
             max_batch: batch.max((gcra.capacity() / 64).min(MAX_BATCH)),
+            refill_us: gcra.increment(batch).0,
         });
         shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
@@ -182,6 +186,14 @@ impl LeaseRule {
         (batch * 2).clamp(self.first_batch, self.batch)
     }
 
+    /// The lease of a drained key: what this instance's demand spends
+    /// until the key may ask again, at most its batch. What it would take
+    /// beyond that, another instance may be denied for.
+    fn drained_batch(&self, st: &LeaseState, now: u64) -> u64 {
+        let need = st.demand_per_s(now) * self.refill_us as f64 / 1e6;
+        st.batch.max(1).min(need.ceil() as u64)
+    }
+
     /// What the fleet has left for a key, as far as this instance knows: what
     /// the bucket had left at the key's last lease, plus what it has refilled
     /// since (as if no other instance had taken any), plus the tokens held
@@ -223,14 +235,27 @@ impl LeaseRule {
                 };
                 return (Local::Decided(step, None), now);
             }
+            st.note_demand(now, cost);
+            st.since_lease = st.since_lease.saturating_add(cost);
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
                 let mut step = spend(st, now, cost);
                 step.remaining = self.fleet_remaining(st, now);
-                let next = st.batch;
-                let prefetch = st.tokens < self.low_water(next) && !exhausted && start_fetch(st);
+                let mut next = st.batch;
+                // A drained key fetches only what it is about to run out
+                // of: what it would fetch early, another instance may lack.
+                let low = if st.short {
+                    st.demand_per_s(now).ceil() as u64
+                } else {
+                    self.low_water(next)
+                };
+                let prefetch = st.tokens < low && !exhausted && start_fetch(st);
                 if prefetch {
-                    st.batch = self.grow(next);
+                    if st.short {
+                        next = self.drained_batch(st, now);
+                    } else {
+                        st.batch = self.grow(next);
+                    }
                 }
                 return (Local::Decided(step, prefetch.then_some(next)), now);
             }
@@ -254,8 +279,13 @@ impl LeaseRule {
             // here may go to concurrent requests meanwhile) plus the next
             // batch.
             start_fetch(st);
-            let next = st.batch;
-            st.batch = self.grow(next);
+            let next = if st.short {
+                self.drained_batch(st, now)
+            } else {
+                let next = st.batch;
+                st.batch = self.grow(next);
+                next
+            };
             (
                 Local::Fetch {
                     want: cost + next,
@@ -316,12 +346,16 @@ impl LeaseRule {
                     // has refilled, if sooner), never before this request's
                     // own cost has refilled. The backoff starts at a second
                     // and doubles while the key's asks bring back less than
-                    // it had to deny meanwhile, or a background lease finds
-                    // the bucket drained (it is over its limit: a flood then
+                    // its requests here asked for since its last lease
+                    // (admitted or denied), or a background lease finds the
+                    // bucket drained (it is over its limit: a flood then
                     // costs about one call per batch refill per instance); a
-                    // request's ask that brings more halves it, so a client
+                    // request's ask that covers them halves it, so a client
                     // pacing at the rate gets each token as it comes.
-                    let granted_enough = cost > 0 && granted >= cost && granted > st.denied;
+                    let granted_enough = cost > 0
+                        && granted >= cost
+                        && granted > st.denied
+                        && granted >= st.since_lease;
                     st.backoff = if granted_enough {
                         st.backoff.saturating_sub(1)
                     } else {
@@ -333,7 +367,9 @@ impl LeaseRule {
                 } else {
                     st.backoff = 0;
                 }
+                st.short = short;
                 st.denied = 0;
+                st.since_lease = 0;
                 st.tokens += granted;
                 if cost == 0 {
                     return Step::default();
@@ -525,8 +561,14 @@ impl LeaseRule {
             return false;
         }
         let idle = now.saturating_sub(st.used_at);
-        let keep = self.keep_us(st.tokens);
         let surplus = self.shared.options.keep_surplus_for.as_micros() as u64;
+        let mut keep = self.keep_us(st.tokens);
+        if st.short {
+            // A drained key's lease was sized to this instance's demand:
+            // what that demand spends soon stays (a return and a new lease
+            // would cost two calls to move them nowhere).
+            keep = keep.max(st.spend_us(st.tokens).min(surplus));
+        }
         all || idle > keep.max(surplus) || (idle > keep && now < st.full_at)
     }
 

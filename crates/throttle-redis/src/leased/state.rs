@@ -27,6 +27,51 @@ pub(crate) struct LeaseState {
     pub(super) denied: u64,
     /// A drained key asks again after `2^backoff` seconds at most.
     pub(super) backoff: u8,
+    /// The key's last lease came back short: the bucket is drained, and
+    /// what one instance holds another may be denied for. Leases are then
+    /// sized to this instance's demand and taken only when its tokens have
+    /// run out.
+    pub(super) short: bool,
+    /// The cost requested here, decayed with a time constant of
+    /// [`DEMAND_US`] (requests denied here count too): this instance's
+    /// demand for the key.
+    pub(super) demand: f64,
+    /// When `demand` was last brought up to date.
+    pub(super) demand_at: u64,
+    /// Cost requested here (admitted or denied) since the last lease.
+    pub(super) since_lease: u64,
+}
+
+/// The time constant of a key's demand estimate.
+pub(super) const DEMAND_US: u64 = 10_000_000;
+
+impl LeaseState {
+    /// Counts `cost` requested at `now` in the demand estimate.
+    pub(super) fn note_demand(&mut self, now: u64, cost: u64) {
+        self.demand = self.demand_at_time(now) + cost as f64;
+        self.demand_at = self.demand_at.max(now);
+    }
+
+    /// The decayed demand as of `now`.
+    fn demand_at_time(&self, now: u64) -> f64 {
+        let dt = now.saturating_sub(self.demand_at) as f64;
+        self.demand * (-dt / DEMAND_US as f64).exp()
+    }
+
+    /// How long this instance's demand, as of its last request, takes to
+    /// spend `tokens` (`u64::MAX` without demand).
+    pub(super) fn spend_us(&self, tokens: u64) -> u64 {
+        if self.demand > 0.0 {
+            (tokens as f64 * DEMAND_US as f64 / self.demand) as u64
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// This instance's demand for the key, in cost per second, as of `now`.
+    pub(super) fn demand_per_s(&self, now: u64) -> f64 {
+        self.demand_at_time(now) * 1e6 / DEMAND_US as f64
+    }
 }
 
 /// The largest backoff exponent (the wait is also capped by a batch's
