@@ -279,13 +279,14 @@ async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, se
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_instances_give_clients_at_twice_their_quota_what_a_perfect_bucket_gives() {
-    // 100 a minute (a bucket of 100), the default batch of 50 and low water
-    // of 10; four clients of each spread, each at 200 a minute for three
-    // minutes.
-    let run = six_instances(Quota::per_minute(100), LeaseOptions::default(), 4, 180).await;
-    run.print("leased, 6 instances, 100/min, clients at 2x for 3 min");
-    // Before drained keys leased by their demand: 0.913, 0.867 and 0.963 of
-    // a perfect bucket, at 0.218 Redis calls per request.
+    // 60 a minute (a bucket of 60), the default batch of 50 and low water
+    // of 10; four clients of each spread, each at 120 a minute for five
+    // simulated minutes.
+    let run = six_instances(Quota::per_minute(60), LeaseOptions::default(), 4, 300).await;
+    run.print("leased, 6 instances, 60/min, clients at 2x for 5 min");
+    // Before drained keys leased by their demand: 0.877 (uniform), 0.856
+    // (Zipf) and 0.955 (sticky) of a perfect bucket, at 0.243 Redis calls
+    // per request.
     for (spread, c) in SPREADS.iter().zip(&run.classes) {
         assert!(
             c.ratio() >= 0.95,
@@ -297,10 +298,35 @@ async fn six_instances_give_clients_at_twice_their_quota_what_a_perfect_bucket_g
         // over a perfect bucket, in any window.
         assert!(c.excess <= (INSTANCES * 60) as i64, "{spread:?}: {c:?}");
     }
-    // At most half as many calls again as before (0.218 x 1.5).
+    // At most half as many calls again as before (0.243 x 1.5).
     assert!(
-        run.calls_per_request() <= 0.327,
+        run.calls_per_request() <= 0.364,
         "{:.4} calls per request",
         run.calls_per_request()
     );
+}
+
+/// The same over other quotas and lengths (a longer run: `--ignored`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn six_instances_over_other_quotas() {
+    for (name, quota, secs) in [
+        ("100/min for 3 min", Quota::per_minute(100), 180),
+        ("100/min for 5 min", Quota::per_minute(100), 300),
+        ("100/min for 10 min", Quota::per_minute(100), 600),
+        ("300/min for 2 min", Quota::per_minute(300), 120),
+        (
+            "100 per 10 s for 1 min",
+            Quota::new(100, Duration::from_secs(10)),
+            60,
+        ),
+        (
+            "1,000 per 10 s for 1 min",
+            Quota::new(1_000, Duration::from_secs(10)),
+            60,
+        ),
+    ] {
+        let run = six_instances(quota, LeaseOptions::default(), 4, secs).await;
+        run.print(&format!("leased, 6 instances, {name}, clients at 2x"));
+    }
 }

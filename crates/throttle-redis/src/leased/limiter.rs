@@ -365,7 +365,9 @@ impl LeaseRule {
                     again_at = local_now + own.max(refill.min(backoff));
                     st.exhausted_until = again_at;
                 } else {
-                    st.backoff = 0;
+                    // A drained key that got a whole lease may be drained
+                    // again soon: its backoff halves rather than resets.
+                    st.backoff = if st.short { st.backoff / 2 } else { 0 };
                 }
                 st.short = short;
                 st.denied = 0;
@@ -567,7 +569,7 @@ impl LeaseRule {
             // A drained key's lease was sized to this instance's demand:
             // what that demand spends soon stays (a return and a new lease
             // would cost two calls to move them nowhere).
-            keep = keep.max(st.spend_us(st.tokens).min(surplus));
+            keep = keep.max(st.spend_us(st.tokens + 2).min(surplus));
         }
         all || idle > keep.max(surplus) || (idle > keep && now < st.full_at)
     }
