@@ -186,9 +186,10 @@ impl LeaseRule {
         (batch * 2).clamp(self.first_batch, self.batch)
     }
 
-    /// The lease of a drained key: what this instance's demand spends
-    /// until the key may ask again, at most its batch. What it would take
-    /// beyond that, another instance may be denied for.
+    /// The lease of a drained key: what this instance's demand spends in
+    /// a batch's refill time (the longest a drained key waits before it
+    /// asks again), at most its batch. What it would take beyond that,
+    /// another instance may be denied for meanwhile.
     fn drained_batch(&self, st: &LeaseState, now: u64) -> u64 {
         let need = st.demand_per_s(now) * self.refill_us as f64 / 1e6;
         st.batch.max(1).min(need.ceil() as u64)
@@ -242,12 +243,16 @@ impl LeaseRule {
                 let mut step = spend(st, now, cost);
                 step.remaining = self.fleet_remaining(st, now);
                 let mut next = st.batch;
-                // A drained key fetches only what it is about to run out
-                // of: what it would fetch early, another instance may lack.
+                // A drained key fetches only once it is about to run out
+                // (fewer tokens than a second of its demand here, and never
+                // above the low-water mark, which the overshoot bound
+                // counts): what it would fetch early, another instance may
+                // lack.
+                let low = self.low_water(next);
                 let low = if st.short {
-                    st.demand_per_s(now).ceil() as u64
+                    low.min(st.demand_per_s(now).ceil() as u64)
                 } else {
-                    self.low_water(next)
+                    low
                 };
                 let prefetch = st.tokens < low && !exhausted && start_fetch(st);
                 if prefetch {

@@ -152,3 +152,44 @@ pub(super) fn start_fetch(st: &mut LeaseState) -> bool {
     st.fetching = Some(Arc::new(Notify::new()));
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demand_is_the_cost_requested_over_the_time_constant() {
+        let mut st = LeaseState::default();
+        // One request a second for a minute: about one per second.
+        for i in 0..60u64 {
+            st.note_demand(i * 1_000_000, 1);
+        }
+        let rate = st.demand_per_s(59_000_000);
+        assert!((rate - 1.0).abs() < 0.1, "{rate}");
+        // About a second per token at that rate, as of the last request.
+        let per_token = st.spend_us(1);
+        assert!((900_000..1_100_000).contains(&per_token), "{per_token}");
+    }
+
+    #[test]
+    fn demand_fades_when_the_key_stops_coming() {
+        let mut st = LeaseState::default();
+        st.note_demand(0, 10);
+        let at_once = st.demand_per_s(0);
+        // One time constant later, a factor e less.
+        let later = st.demand_per_s(DEMAND_US);
+        assert!((at_once / later - std::f64::consts::E).abs() < 1e-9);
+        // A request seen out of order (an earlier instant) does not move
+        // the estimate's time back.
+        st.note_demand(DEMAND_US, 1);
+        st.note_demand(DEMAND_US / 2, 1);
+        assert_eq!(st.demand_at, DEMAND_US);
+    }
+
+    #[test]
+    fn no_demand_never_spends() {
+        let st = LeaseState::default();
+        assert_eq!(st.demand_per_s(1_000), 0.0);
+        assert_eq!(st.spend_us(5), u64::MAX);
+    }
+}
