@@ -51,9 +51,20 @@ pub enum WhenEmpty {
 /// key's return and go back after [`keep_surplus_for`].
 ///
 /// A drained key denies locally until it asks again: once its backoff has
-/// passed (a second, doubling while its asks bring back no more than it
-/// denied meanwhile, up to a batch's refill time), never before its own
-/// cost has refilled.
+/// passed (a second, doubling while its asks bring back less than its
+/// requests here asked for since its last lease, up to a batch's refill
+/// time; halved, not reset, when a lease comes back whole), never before
+/// its own cost has refilled.
+///
+/// While a key is drained (its last lease came back short), tokens go by
+/// demand rather than by who asks first: each instance leases only what
+/// its own demand for the key (cost requested here, admitted or denied,
+/// decayed over 10 s) spends in a batch's refill time, at most a batch;
+/// it fetches only once fewer tokens are left than a second of that
+/// demand (at most the low-water mark); and an idle key keeps, past
+/// [`return_after`], the tokens its demand spends within two more
+/// requests' time (at most [`keep_surplus_for`]), rather than give them
+/// back and lease them again.
 ///
 /// # Bounds
 ///
@@ -81,8 +92,15 @@ pub enum WhenEmpty {
 ///
 /// Denials a perfect global bucket would not make: while one instance's
 /// key finds the bucket drained, tokens other instances hold (at most
-/// `(N - 1) x (b + l)`) are not available to it; those the bucket still
-/// lacks come back after the wait above, and surplus ones deprive no one.
+/// `(N - 1) x (b + l)`, and with the drained key's leases sized to each
+/// instance's demand, far fewer) are not available to it; those the
+/// bucket still lacks come back after the wait above, and surplus ones
+/// deprive no one. Measured (6 instances, 60 per minute, four clients each
+/// at twice the quota for 5 minutes, Poisson arrivals, spread over the
+/// instances uniformly, by a Zipf law, or sticking to one and moving):
+/// 0.962, 0.957 and 0.953 of what a perfect bucket admits (0.877, 0.856
+/// and 0.955 with leases by batch), at 0.236 Redis calls per request
+/// (0.243).
 /// A drained key over its limit is admitted in clumps (one ask per
 /// backoff) rather than token by token: the count matches a perfect
 /// bucket's, the requests chosen differ. Measured with the traffic models
