@@ -106,11 +106,11 @@ pub enum WhenEmpty {
 /// bucket's, the requests chosen differ. Measured with the traffic models
 /// in `BENCHMARKS.md`: none for a key within its quota, a client pacing at
 /// the rate through 4 copies admitted 110 where a perfect bucket admits
-/// 110, a key over its quota 0.97x of a perfect bucket's count.
+/// 110, a key over its quota 0.98x of a perfect bucket's count.
 ///
 /// Redis calls: about one per batch. For a key at 1 request per second on
 /// each of 4 instances (batch 50, 10 minutes): 0.027 to 0.038 per request
-/// within its quota (300 per minute to 100 per second), 0.046 to 0.072
+/// within its quota (300 per minute to 100 per second), 0.046 to 0.049
 /// over it (100 per minute).
 ///
 /// `X-RateLimit-Remaining` (the `remaining` of an allowed answer) is this
