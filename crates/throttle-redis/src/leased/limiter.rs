@@ -19,7 +19,7 @@ use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 use super::options::{MAX_BATCH, WhenEmpty};
 use super::shared::Shared;
-use super::state::{Lease, LeaseMeter, LeaseState, Local, MAX_BACKOFF, spend, start_fetch};
+use super::state::{Lease, LeaseMeter, LeaseState, Local, spend, start_fetch};
 
 /// One rule in the leased mode.
 pub(crate) struct LeaseRule {
@@ -186,15 +186,6 @@ impl LeaseRule {
         (batch * 2).clamp(self.first_batch, self.batch)
     }
 
-    /// The lease of a drained key: what this instance's demand spends in
-    /// a batch's refill time (the longest a drained key waits before it
-    /// asks again), at most its batch. What it would take beyond that,
-    /// another instance may be denied for meanwhile.
-    fn drained_batch(&self, st: &LeaseState, now: u64) -> u64 {
-        let need = st.demand_per_s(now) * self.refill_us as f64 / 1e6;
-        st.batch.max(1).min(need.ceil() as u64)
-    }
-
     /// What the fleet has left for a key, as far as this instance knows: what
     /// the bucket had left at the key's last lease, plus what it has refilled
     /// since (as if no other instance had taken any), plus the tokens held
@@ -236,28 +227,17 @@ impl LeaseRule {
                 };
                 return (Local::Decided(step, None), now);
             }
-            st.note_demand(now, cost);
-            st.since_lease = st.since_lease.saturating_add(cost);
+            st.note_request(now, cost);
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
                 let mut step = spend(st, now, cost);
                 step.remaining = self.fleet_remaining(st, now);
                 let mut next = st.batch;
-                // A drained key fetches only once it is about to run out
-                // (fewer tokens than a second of its demand here, and never
-                // above the low-water mark, which the overshoot bound
-                // counts): what it would fetch early, another instance may
-                // lack.
-                let low = self.low_water(next);
-                let low = if st.short {
-                    low.min(st.demand_per_s(now).ceil() as u64)
-                } else {
-                    low
-                };
+                let low = st.fetch_below(now, self.low_water(next));
                 let prefetch = st.tokens < low && !exhausted && start_fetch(st);
                 if prefetch {
                     if st.short {
-                        next = self.drained_batch(st, now);
+                        next = st.drained_lease(now, self.refill_us);
                     } else {
                         st.batch = self.grow(next);
                     }
@@ -285,7 +265,7 @@ impl LeaseRule {
             // batch.
             start_fetch(st);
             let next = if st.short {
-                self.drained_batch(st, now)
+                st.drained_lease(now, self.refill_us)
             } else {
                 let next = st.batch;
                 st.batch = self.grow(next);
@@ -346,37 +326,14 @@ impl LeaseRule {
                     waiters = st.fetching.take();
                 }
                 st.full_at = full_at;
+                let backoff = st.after_lease(short, cost, granted);
                 if short {
                     // Asked again once its backoff has passed (or a batch
                     // has refilled, if sooner), never before this request's
-                    // own cost has refilled. The backoff starts at a second
-                    // and doubles while the key's asks bring back less than
-                    // its requests here asked for since its last lease
-                    // (admitted or denied), or a background lease finds the
-                    // bucket drained (it is over its limit: a flood then
-                    // costs about one call per batch refill per instance); a
-                    // request's ask that covers them halves it, so a client
-                    // pacing at the rate gets each token as it comes.
-                    let granted_enough = cost > 0
-                        && granted >= cost
-                        && granted > st.denied
-                        && granted >= st.since_lease;
-                    st.backoff = if granted_enough {
-                        st.backoff.saturating_sub(1)
-                    } else {
-                        (st.backoff + 1).min(MAX_BACKOFF)
-                    };
-                    let backoff = 1_000_000u64 << st.backoff;
+                    // own cost has refilled.
                     again_at = local_now + own.max(refill.min(backoff));
                     st.exhausted_until = again_at;
-                } else {
-                    // A drained key that got a whole lease may be drained
-                    // again soon: its backoff halves rather than resets.
-                    st.backoff = if st.short { st.backoff / 2 } else { 0 };
                 }
-                st.short = short;
-                st.denied = 0;
-                st.since_lease = 0;
                 st.tokens += granted;
                 if cost == 0 {
                     return Step::default();
@@ -569,13 +526,7 @@ impl LeaseRule {
         }
         let idle = now.saturating_sub(st.used_at);
         let surplus = self.shared.options.keep_surplus_for.as_micros() as u64;
-        let mut keep = self.keep_us(st.tokens);
-        if st.short {
-            // A drained key's lease was sized to this instance's demand:
-            // what that demand spends soon stays (a return and a new lease
-            // would cost two calls to move them nowhere).
-            keep = keep.max(st.spend_us(st.tokens + 2).min(surplus));
-        }
+        let keep = st.keep_idle_us(self.keep_us(st.tokens), surplus);
         all || idle > keep.max(surplus) || (idle > keep && now < st.full_at)
     }
 
