@@ -211,7 +211,10 @@ impl LeaseRule {
     /// one) doubles further, up to `max_batch`; the low-water mark scales
     /// with the batch. Tokens given back because the key went idle halve it
     /// (see [`LeaseRule::give_back`]).
-    fn local(&self, key: &Key, cost: u64) -> (Local, u64) {
+    ///
+    /// `counted`: the request is already in the key's demand (it waited for
+    /// a batch and looks again); each request counts there once.
+    fn local(&self, key: &Key, cost: u64, counted: bool) -> (Local, u64) {
         let capacity = self.gcra.capacity();
         let period_us = self.gcra.period_us();
         self.store.with_state(key, |st, now| {
@@ -227,7 +230,9 @@ impl LeaseRule {
                 };
                 return (Local::Decided(step, None), now);
             }
-            st.note_request(now, cost);
+            if !counted {
+                st.note_request(now, cost);
+            }
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
                 let mut step = spend(st, now, cost);
@@ -464,7 +469,7 @@ impl LeaseRule {
         self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
         for _ in 0..8 {
             notified.await;
-            match self.local(&key, cost) {
+            match self.local(&key, cost, true) {
                 (Local::Decided(step, prefetch), now) => {
                     if let Some(batch) = prefetch {
                         self.prefetch(key, batch);
@@ -581,7 +586,7 @@ impl LeaseRule {
 impl Limiter for LeaseLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Acquire {
         let rule = &self.0;
-        match rule.local(key, cost) {
+        match rule.local(key, cost, false) {
             (Local::Decided(step, prefetch), now) => {
                 if let Some(batch) = prefetch {
                     rule.prefetch(*key, batch);
