@@ -186,6 +186,18 @@ impl LeaseRule {
         (batch * 2).clamp(self.first_batch, self.batch)
     }
 
+    /// The size of the lease a key takes next: a drained key's is what its
+    /// demand here spends (see [`LeaseState::drained_lease`]); any other
+    /// key's is its batch, which then grows (see [`LeaseRule::grow`]).
+    fn next_lease(&self, st: &mut LeaseState, now: u64) -> u64 {
+        if st.short {
+            return st.drained_lease(now, self.refill_us);
+        }
+        let next = st.batch;
+        st.batch = self.grow(next);
+        next
+    }
+
     /// What the fleet has left for a key, as far as this instance knows: what
     /// the bucket had left at the key's last lease, plus what it has refilled
     /// since (as if no other instance had taken any), plus the tokens held
@@ -237,17 +249,10 @@ impl LeaseRule {
             if st.tokens >= cost {
                 let mut step = spend(st, now, cost);
                 step.remaining = self.fleet_remaining(st, now);
-                let mut next = st.batch;
-                let low = st.fetch_below(now, self.low_water(next));
+                let low = st.fetch_below(now, self.low_water(st.batch));
                 let prefetch = st.tokens < low && !exhausted && start_fetch(st);
-                if prefetch {
-                    if st.short {
-                        next = st.drained_lease(now, self.refill_us);
-                    } else {
-                        st.batch = self.grow(next);
-                    }
-                }
-                return (Local::Decided(step, prefetch.then_some(next)), now);
+                let next = prefetch.then(|| self.next_lease(st, now));
+                return (Local::Decided(step, next), now);
             }
             if exhausted {
                 st.denied = st.denied.saturating_add(1);
@@ -269,13 +274,7 @@ impl LeaseRule {
             // here may go to concurrent requests meanwhile) plus the next
             // batch.
             start_fetch(st);
-            let next = if st.short {
-                st.drained_lease(now, self.refill_us)
-            } else {
-                let next = st.batch;
-                st.batch = self.grow(next);
-                next
-            };
+            let next = self.next_lease(st, now);
             (
                 Local::Fetch {
                     want: cost + next,
