@@ -53,8 +53,8 @@ pub enum WhenEmpty {
 /// A drained key denies locally until it asks again: once its backoff has
 /// passed (a second, doubling while its asks bring back less than its
 /// requests here asked for since its last lease, up to a batch's refill
-/// time; halved, not reset, when a lease comes back whole), never before
-/// its own cost has refilled.
+/// time; when a lease comes back whole, its exponent halves rather than
+/// resets: 16 s becomes 4 s), never before its own cost has refilled.
 ///
 /// While a key is drained (its last lease came back short), tokens go by
 /// demand rather than by who asks first: each instance leases only what

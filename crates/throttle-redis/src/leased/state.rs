@@ -64,7 +64,8 @@ impl LeaseState {
     /// about one call per batch refill per instance. A request's ask that
     /// covers them halves it, so a client pacing at the rate gets each
     /// token as it comes. A drained key that gets a whole lease may be
-    /// drained again soon: its backoff halves rather than resets.
+    /// drained again soon: the exponent of its backoff halves rather than
+    /// resets (a wait of 16 s becomes 4 s, not 8 s or 1 s).
     pub(super) fn after_lease(&mut self, short: bool, cost: u64, granted: u64) -> u64 {
         if short {
             let covered =
@@ -312,7 +313,8 @@ mod tests {
         // One request since; an ask that brings it: halved.
         st.note_request(61_000_000, 1);
         assert_eq!(st.after_lease(true, 1, 1), 2_000_000);
-        // A whole lease after the bucket was drained: halved, not reset.
+        // A whole lease after the bucket was drained: the exponent halved
+        // (8 s becomes 2 s), not reset.
         st.after_lease(true, 0, 0);
         st.after_lease(true, 0, 0);
         assert_eq!(st.backoff, 3);
