@@ -3,9 +3,12 @@
 //! to one instance and moving, next to a perfect global token bucket fed
 //! the same requests at the same instants. What it measures: admitted over
 //! what the perfect bucket admits, per traffic class; Redis script calls
-//! per request (counted by the server); and the worst overshoot in a
-//! sliding window, against the bound of one batch plus the low-water mark
-//! per instance.
+//! per request (counted by the server); and the worst window over what a
+//! perfect bucket allows there. Clients at twice their quota cannot come
+//! near the bound of one batch plus the low-water mark per instance (they
+//! send about `rate x width` more than a window allows; the trickle-then-
+//! burst test in `leased.rs` shows the bound): here, a window over a
+//! perfect bucket's allowance means tokens counted twice.
 
 mod support;
 
@@ -80,7 +83,8 @@ struct Class {
     admitted: u64,
     /// Admitted by the perfect bucket.
     ideal: u64,
-    /// Worst sliding window over a perfect bucket, over the class's keys.
+    /// Worst sliding window over a perfect bucket, over the class's keys
+    /// (negative: every window admitted less than it allows).
     excess: i64,
 }
 
@@ -224,7 +228,10 @@ async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, se
         .map(|c| Key::new(format!("client-{c}")))
         .collect();
     let mut times = vec![Vec::new(); clients.len()];
-    let mut classes = [Class::default(); 3];
+    let mut classes = [Class {
+        excess: i64::MIN,
+        ..Class::default()
+    }; 3];
     let calls_before = server.command_count("evalsha") + server.command_count("eval");
     let mut ticks: Vec<u64> = (0..INSTANCES as u64)
         .map(|i| 1_000_000 + i * 163_000)
@@ -261,7 +268,10 @@ async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, se
         returned += st.returned;
     }
     let admitted: u64 = classes.iter().map(|c| c.admitted).sum();
-    let held = leased_n - returned - admitted;
+    let held = leased_n
+        .checked_sub(returned)
+        .and_then(|kept| kept.checked_sub(admitted))
+        .expect("admitted or given back more than was leased: tokens counted twice");
     for (client, times) in times.iter().enumerate() {
         let c = &mut classes[clients[client]];
         c.excess = c.excess.max(worst_excess(times, burst, limit, period));
@@ -294,9 +304,10 @@ async fn six_instances_give_clients_at_twice_their_quota_what_a_perfect_bucket_g
             c.admitted,
             c.ideal
         );
-        // Never more than one batch plus the low-water mark per instance
-        // over a perfect bucket, in any window.
-        assert!(c.excess <= (INSTANCES * 60) as i64, "{spread:?}: {c:?}");
+        // No window above a perfect bucket's allowance (see the module
+        // docs: the overshoot bound, 6 x (50 + 10), is out of these
+        // clients' reach, so it would not catch a regression).
+        assert!(c.excess <= 0, "{spread:?}: {c:?}");
     }
     // At most half as many calls again as before (0.243 x 1.5).
     assert!(
