@@ -10,30 +10,17 @@
 //! burst test in `leased.rs` shows the bound): here, a window over a
 //! perfect bucket's allowance means tokens counted twice.
 
+mod leased_common;
 mod support;
 
 use std::time::Duration;
 
+use leased_common::{T0, check, leased, worst_excess};
 use support::RedisServer;
-use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
-use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
+use throttle_core::{Key, ManualClock, Quota, Rule};
+use throttle_redis::LeaseOptions;
 
-const T0: u64 = 1_700_000_000_000_000;
 const INSTANCES: usize = 6;
-
-async fn leased(server: &RedisServer, clock: &ManualClock, options: LeaseOptions) -> RedisBackend {
-    let config = RedisConfig::standalone(server.url())
-        .clock_for_tests(clock.clone())
-        .command_timeout(Duration::from_millis(500));
-    RedisBackend::leased(config, options).await.unwrap()
-}
-
-async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
-    match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r.unwrap().step.allowed,
-        Acquire::Pending(f) => f.await.unwrap().step.allowed,
-    }
-}
 
 /// A xorshift generator: the same timeline on every run.
 struct Rng(u64);
@@ -139,23 +126,6 @@ impl Run {
             self.leased, self.returned, self.held
         );
     }
-}
-
-/// Admitted in the worst window of each width, over what a perfect bucket
-/// allows there (`burst + rate x width`).
-fn worst_excess(times: &[u64], burst: u64, limit: u64, period: u64) -> i64 {
-    let mut worst = i64::MIN;
-    for width in [0, period / 100, period / 10, period, 3 * period] {
-        let allowed = (burst + width * limit / period) as i64;
-        let mut lo = 0;
-        for hi in 0..times.len() {
-            while times[hi] - times[lo] > width {
-                lo += 1;
-            }
-            worst = worst.max((hi - lo + 1) as i64 - allowed);
-        }
-    }
-    worst
 }
 
 /// `per_class` clients of each spread, each sending Poisson requests at
