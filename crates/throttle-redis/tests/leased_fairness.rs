@@ -133,7 +133,10 @@ impl Run {
 /// (each its own backend on one redis-server), next to a perfect bucket.
 /// Each instance's give-back timer fires every second at its own phase, as
 /// the background task does; background leases are awaited after each
-/// request (a round trip is far shorter than the gap to the next).
+/// request (a round trip is far shorter than the gap to the next). They
+/// are awaited with `flush()`, which also gives back the instance's due
+/// tokens: an instance that serves a request gives back more often than
+/// its timer alone would (see BENCHMARKS.md for what that changes).
 async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, secs: u64) -> Run {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
