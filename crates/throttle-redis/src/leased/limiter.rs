@@ -190,7 +190,7 @@ impl LeaseRule {
     /// demand here spends (see [`LeaseState::drained_lease`]); any other
     /// key's is its batch, which then grows (see [`LeaseRule::grow`]).
     fn next_lease(&self, st: &mut LeaseState, now: u64) -> u64 {
-        if st.short {
+        if st.drained {
             return st.drained_lease(now, self.refill_us);
         }
         let next = st.batch;

@@ -31,7 +31,7 @@ pub(crate) struct LeaseState {
     /// what one instance holds another may be denied for. Leases are then
     /// sized to this instance's demand and taken only when its tokens have
     /// run out.
-    pub(super) short: bool,
+    pub(super) drained: bool,
     /// The cost requested here, decayed with a time constant of
     /// [`DEMAND_US`] (requests denied here count too): this instance's
     /// demand for the key.
@@ -75,12 +75,12 @@ impl LeaseState {
             } else {
                 (self.backoff + 1).min(MAX_BACKOFF)
             };
-        } else if self.short {
+        } else if self.drained {
             self.backoff /= 2;
         } else {
             self.backoff = 0;
         }
-        self.short = short;
+        self.drained = short;
         self.denied = 0;
         self.since_lease = 0;
         1_000_000u64 << self.backoff
@@ -102,7 +102,7 @@ impl LeaseState {
     /// which the overshoot bound counts): what it fetched early, another
     /// instance may lack.
     pub(super) fn fetch_below(&self, now: u64, low_water: u64) -> u64 {
-        if self.short {
+        if self.drained {
             low_water.min(self.demand_per_s(now).ceil() as u64)
         } else {
             low_water
@@ -115,7 +115,7 @@ impl LeaseState {
     /// two more requests, up to `surplus_us` (a return and a new lease
     /// would cost two calls to move them nowhere).
     pub(super) fn keep_idle_us(&self, keep_us: u64, surplus_us: u64) -> u64 {
-        if self.short {
+        if self.drained {
             keep_us.max(self.spend_us(self.tokens + 2).min(surplus_us))
         } else {
             keep_us
@@ -124,12 +124,12 @@ impl LeaseState {
 
     /// Counts `cost` requested at `now` in the demand estimate.
     fn note_demand(&mut self, now: u64, cost: u64) {
-        self.demand = self.demand_at_time(now) + cost as f64;
+        self.demand = self.decayed_demand(now) + cost as f64;
         self.demand_at = self.demand_at.max(now);
     }
 
     /// The decayed demand as of `now`.
-    fn demand_at_time(&self, now: u64) -> f64 {
+    fn decayed_demand(&self, now: u64) -> f64 {
         let dt = now.saturating_sub(self.demand_at) as f64;
         self.demand * (-dt / DEMAND_US as f64).exp()
     }
@@ -146,7 +146,7 @@ impl LeaseState {
 
     /// This instance's demand for the key, in cost per second, as of `now`.
     pub(super) fn demand_per_s(&self, now: u64) -> f64 {
-        self.demand_at_time(now) * 1e6 / DEMAND_US as f64
+        self.decayed_demand(now) * 1e6 / DEMAND_US as f64
     }
 }
 
@@ -289,7 +289,7 @@ mod tests {
     fn a_drained_key_fetches_once_it_is_about_to_run_out() {
         let mut st = one_per_second(50);
         assert_eq!(st.fetch_below(59_000_000, 10), 10, "not drained: low water");
-        st.short = true;
+        st.drained = true;
         // A second of demand (just over one request, rounded up).
         assert_eq!(st.fetch_below(59_000_000, 10), 2);
         // A hot drained key: still never above the low-water mark.
@@ -319,7 +319,7 @@ mod tests {
         st.after_lease(true, 0, 0);
         assert_eq!(st.backoff, 3);
         st.after_lease(false, 1, 9);
-        assert_eq!((st.backoff, st.short), (1, false));
+        assert_eq!((st.backoff, st.drained), (1, false));
         st.after_lease(false, 1, 9);
         assert_eq!(st.backoff, 0);
     }
@@ -329,7 +329,7 @@ mod tests {
         let mut st = one_per_second(50);
         st.tokens = 4;
         assert_eq!(st.keep_idle_us(1_000_000, 10_000_000), 1_000_000);
-        st.short = true;
+        st.drained = true;
         // Four tokens and two more requests at about one a second.
         let keep = st.keep_idle_us(1_000_000, 10_000_000);
         assert!((5_500_000..6_500_000).contains(&keep), "{keep}");
