@@ -29,8 +29,8 @@ pub(crate) struct LeaseState {
     pub(super) backoff: u8,
     /// The key's last lease came back short: the bucket is drained, and
     /// what one instance holds another may be denied for. Leases are then
-    /// sized to this instance's demand and taken only when its tokens have
-    /// run out.
+    /// sized to this instance's demand and taken once its tokens are about
+    /// to run out (see [`LeaseState::fetch_below`]).
     pub(super) drained: bool,
     /// The cost requested here, decayed with a time constant of
     /// [`DEMAND_US`] (requests denied here count too): this instance's
