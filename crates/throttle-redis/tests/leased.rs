@@ -7,30 +7,16 @@
 //! per instance costing at most 0.1 Redis calls per request (within its
 //! quota or over it), and a `Remaining` that counts the fleet.
 
+mod leased_common;
 mod support;
 
 use std::time::Duration;
 
+use leased_common::{T0, check, leased, worst_excess};
 use support::RedisServer;
 use throttle_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
-use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
-
-const T0: u64 = 1_700_000_000_000_000;
-
-async fn leased(server: &RedisServer, clock: &ManualClock, options: LeaseOptions) -> RedisBackend {
-    let config = RedisConfig::standalone(server.url())
-        .clock_for_tests(clock.clone())
-        .command_timeout(Duration::from_millis(500));
-    RedisBackend::leased(config, options).await.unwrap()
-}
-
-async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
-    match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r.unwrap().step.allowed,
-        Acquire::Pending(f) => f.await.unwrap().step.allowed,
-    }
-}
+use throttle_redis::{LeaseOptions, RedisBackend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_overshoot_by_at_most_one_batch_each() {
@@ -296,23 +282,6 @@ async fn a_cost_above_the_bucket_is_denied_alone_without_asking_redis() {
         clock.set(T0 + i * 1_000_000);
         assert!(check(limiter.as_ref(), &key).await, "request {i}");
     }
-}
-
-/// Admitted in the worst window of each width, over what a perfect bucket
-/// allows there (`burst + rate x width`).
-fn worst_excess(times: &[u64], burst: u64, limit: u64, period: u64) -> i64 {
-    let mut worst = i64::MIN;
-    for width in [0, period / 100, period / 10, period, 3 * period] {
-        let allowed = (burst + width * limit / period) as i64;
-        let mut lo = 0;
-        for hi in 0..times.len() {
-            while times[hi] - times[lo] > width {
-                lo += 1;
-            }
-            worst = worst.max((hi - lo + 1) as i64 - allowed);
-        }
-    }
-    worst
 }
 
 /// What [`burst_after_trickle`] measured.

@@ -19,7 +19,7 @@ use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 use super::options::{MAX_BATCH, WhenEmpty};
 use super::shared::Shared;
-use super::state::{Lease, LeaseMeter, LeaseState, Local, MAX_BACKOFF, spend, start_fetch};
+use super::state::{Lease, LeaseMeter, LeaseState, Local, spend, start_fetch};
 
 /// One rule in the leased mode.
 pub(crate) struct LeaseRule {
@@ -36,6 +36,9 @@ pub(crate) struct LeaseRule {
     pub(super) first_batch: u64,
     /// The most a hot key's batch grows to.
     pub(super) max_batch: u64,
+    /// How long the bucket takes to refill `batch` tokens: the longest a
+    /// drained key waits before asking again.
+    pub(super) refill_us: u64,
     /// Lease calls and tokens, as metrics.
     pub(super) metrics: LeaseMetrics,
 }
@@ -94,6 +97,7 @@ impl LeaseLimiter {
             batch,
             first_batch: (batch / 8).max(1),
             max_batch: batch.max((gcra.capacity() / 64).min(MAX_BATCH)),
+            refill_us: gcra.increment(batch).0,
         });
         shared.rules.add(&this);
         if this.redis.config.test_clock.is_none() {
@@ -182,6 +186,18 @@ impl LeaseRule {
         (batch * 2).clamp(self.first_batch, self.batch)
     }
 
+    /// The size of the lease a key takes next: a drained key's is what its
+    /// demand here spends (see [`LeaseState::drained_lease`]); any other
+    /// key's is its batch, which then grows (see [`LeaseRule::grow`]).
+    fn next_lease(&self, st: &mut LeaseState, now: u64) -> u64 {
+        if st.drained {
+            return st.drained_lease(now, self.refill_us);
+        }
+        let next = st.batch;
+        st.batch = self.grow(next);
+        next
+    }
+
     /// What the fleet has left for a key, as far as this instance knows: what
     /// the bucket had left at the key's last lease, plus what it has refilled
     /// since (as if no other instance had taken any), plus the tokens held
@@ -207,7 +223,10 @@ impl LeaseRule {
     /// one) doubles further, up to `max_batch`; the low-water mark scales
     /// with the batch. Tokens given back because the key went idle halve it
     /// (see [`LeaseRule::give_back`]).
-    fn local(&self, key: &Key, cost: u64) -> (Local, u64) {
+    ///
+    /// `counted`: the request is already in the key's demand (it waited for
+    /// a batch and looks again); each request counts there once.
+    fn local(&self, key: &Key, cost: u64, counted: bool) -> (Local, u64) {
         let capacity = self.gcra.capacity();
         let period_us = self.gcra.period_us();
         self.store.with_state(key, |st, now| {
@@ -223,16 +242,17 @@ impl LeaseRule {
                 };
                 return (Local::Decided(step, None), now);
             }
+            if !counted {
+                st.note_request(now, cost);
+            }
             let exhausted = now < st.exhausted_until;
             if st.tokens >= cost {
                 let mut step = spend(st, now, cost);
                 step.remaining = self.fleet_remaining(st, now);
-                let next = st.batch;
-                let prefetch = st.tokens < self.low_water(next) && !exhausted && start_fetch(st);
-                if prefetch {
-                    st.batch = self.grow(next);
-                }
-                return (Local::Decided(step, prefetch.then_some(next)), now);
+                let low = st.fetch_below(now, self.low_water(st.batch));
+                let prefetch = st.tokens < low && !exhausted && start_fetch(st);
+                let next = prefetch.then(|| self.next_lease(st, now));
+                return (Local::Decided(step, next), now);
             }
             if exhausted {
                 st.denied = st.denied.saturating_add(1);
@@ -254,8 +274,7 @@ impl LeaseRule {
             // here may go to concurrent requests meanwhile) plus the next
             // batch.
             start_fetch(st);
-            let next = st.batch;
-            st.batch = self.grow(next);
+            let next = self.next_lease(st, now);
             (
                 Local::Fetch {
                     want: cost + next,
@@ -311,29 +330,14 @@ impl LeaseRule {
                     waiters = st.fetching.take();
                 }
                 st.full_at = full_at;
+                let backoff = st.after_lease(short, cost, granted);
                 if short {
                     // Asked again once its backoff has passed (or a batch
                     // has refilled, if sooner), never before this request's
-                    // own cost has refilled. The backoff starts at a second
-                    // and doubles while the key's asks bring back less than
-                    // it had to deny meanwhile, or a background lease finds
-                    // the bucket drained (it is over its limit: a flood then
-                    // costs about one call per batch refill per instance); a
-                    // request's ask that brings more halves it, so a client
-                    // pacing at the rate gets each token as it comes.
-                    let granted_enough = cost > 0 && granted >= cost && granted > st.denied;
-                    st.backoff = if granted_enough {
-                        st.backoff.saturating_sub(1)
-                    } else {
-                        (st.backoff + 1).min(MAX_BACKOFF)
-                    };
-                    let backoff = 1_000_000u64 << st.backoff;
+                    // own cost has refilled.
                     again_at = local_now + own.max(refill.min(backoff));
                     st.exhausted_until = again_at;
-                } else {
-                    st.backoff = 0;
                 }
-                st.denied = 0;
                 st.tokens += granted;
                 if cost == 0 {
                     return Step::default();
@@ -464,7 +468,7 @@ impl LeaseRule {
         self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
         for _ in 0..8 {
             notified.await;
-            match self.local(&key, cost) {
+            match self.local(&key, cost, true) {
                 (Local::Decided(step, prefetch), now) => {
                     if let Some(batch) = prefetch {
                         self.prefetch(key, batch);
@@ -525,8 +529,8 @@ impl LeaseRule {
             return false;
         }
         let idle = now.saturating_sub(st.used_at);
-        let keep = self.keep_us(st.tokens);
         let surplus = self.shared.options.keep_surplus_for.as_micros() as u64;
+        let keep = st.keep_idle_us(self.keep_us(st.tokens), surplus);
         all || idle > keep.max(surplus) || (idle > keep && now < st.full_at)
     }
 
@@ -581,7 +585,7 @@ impl LeaseRule {
 impl Limiter for LeaseLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Acquire {
         let rule = &self.0;
-        match rule.local(key, cost) {
+        match rule.local(key, cost, false) {
             (Local::Decided(step, prefetch), now) => {
                 if let Some(batch) = prefetch {
                     rule.prefetch(*key, batch);

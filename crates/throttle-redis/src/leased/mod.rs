@@ -16,6 +16,15 @@
 //! while for the key's return. `remaining` is the fleet's estimate (the
 //! bucket at the last lease, refilled since, plus what is held here).
 //!
+//! A drained key (its last lease came back short: the bucket is empty and
+//! every instance wants more) is shared by demand instead: each instance
+//! estimates what it is asked for the key (cost requested, admitted or
+//! denied, decayed over 10 s), leases only what that demand spends in a
+//! batch's refill time, fetches only once it is about to run out, and
+//! keeps what its demand will spend soon rather than give it back and
+//! lease it again. What one instance would have held beyond its own
+//! demand stays in the bucket for the instance that lacks it.
+//!
 //! Redis sees about one call per batch (a key at 1 request per second on
 //! each of 4 instances: under 0.1 per request). Worst-case overshoot in any
 //! window is one batch plus the low-water mark per instance: tokens leased

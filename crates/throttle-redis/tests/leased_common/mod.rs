@@ -1,0 +1,53 @@
+//! What the leased-mode test binaries (`leased`, `leased_fairness`) share:
+//! a leased backend on a test clock, a check that waits for its answer, and
+//! the worst sliding window over a perfect bucket.
+
+#![allow(unreachable_pub)]
+
+use std::time::Duration;
+
+use throttle_core::{Acquire, Key, Limiter, ManualClock};
+use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
+
+use crate::support::RedisServer;
+
+/// The test clock's start (Unix microseconds).
+pub const T0: u64 = 1_700_000_000_000_000;
+
+/// A leased backend on `server`, reading time from `clock`.
+pub async fn leased(
+    server: &RedisServer,
+    clock: &ManualClock,
+    options: LeaseOptions,
+) -> RedisBackend {
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock.clone())
+        .command_timeout(Duration::from_millis(500));
+    RedisBackend::leased(config, options).await.unwrap()
+}
+
+/// Whether one request of cost 1 is admitted (waiting for a lease if one
+/// is needed).
+pub async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
+    match limiter.acquire(key, 1) {
+        Acquire::Ready(r) => r.unwrap().step.allowed,
+        Acquire::Pending(f) => f.await.unwrap().step.allowed,
+    }
+}
+
+/// Admitted in the worst window of each width, over what a perfect bucket
+/// allows there (`burst + rate x width`).
+pub fn worst_excess(times: &[u64], burst: u64, limit: u64, period: u64) -> i64 {
+    let mut worst = i64::MIN;
+    for width in [0, period / 100, period / 10, period, 3 * period] {
+        let allowed = (burst + width * limit / period) as i64;
+        let mut lo = 0;
+        for hi in 0..times.len() {
+            while times[hi] - times[lo] > width {
+                lo += 1;
+            }
+            worst = worst.max((hi - lo + 1) as i64 - allowed);
+        }
+    }
+    worst
+}
