@@ -70,6 +70,7 @@ TITLES = {
     "sticky-3x": "sticky, moving (3x)",
     "bursty": "bursty (150 at once)",
 }
+BUSY_LATE_MS = 20.0  # a driver this late at p99 was starved of CPU: says so
 BURST = 150  # requests of one burst
 BURST_EVERY = 30.0  # seconds between a bursty client's bursts
 STICKY_DWELL = (3.0, 7.0)  # a sticky client stays on one copy this long (uniform)
@@ -164,14 +165,17 @@ def cmd_load(args: argparse.Namespace) -> int:
     say(f"load: {len(plan)} requests from {len(clients)} clients over {duration:.0f} s on "
         f"{len(ports)} copies" + (f", starting in {wait:.0f} s" if wait > 2 else "") + f" ({how})")
     t0 = time.time()
+    load_before = os.getloadavg()
     records = fleet.run_scenario(sc, args.host, ports)
+    load_after = os.getloadavg()
     say(f"load: done in {time.time() - t0:.0f} s")
     metrics = scrape_metrics(args.metrics_ports)
     write_json(args.json, {
         "kind": "load", "mode": args.mode, "algorithm": args.algorithm, "failure": args.failure,
         "quota": args.quota, "period_s": args.period, "ports": ports, "quick": args.quick,
         "duration_s": duration, "seed": args.seed, "start": start, "notes": sc.notes,
-        "clients": clients, "metrics": metrics,
+        "clients": clients, "metrics": metrics, "cpus": os.cpu_count(),
+        "loadavg_before": load_before, "loadavg_after": load_after,
         "records": [asdict(r) for r in records],
     })
     return 0
@@ -443,7 +447,13 @@ def analyse_load(data: dict, wait_ms: float) -> dict:
             "wait_p50": q(wl, 0.50), "wait_p99": q(wl, 0.99),
             "wait_extra_p50": q(wx, 0.50), "wait_extra_p99": q(wx, 0.99),
         }
+    # Lateness of the classes that never queue behind their own requests (a
+    # burst's requests go out one after another on each connection).
+    late = [(r["sent"] - r["scheduled"]) * 1000.0 for r in recs
+            if r["error"] is None and r["role"] != "bursty"]
     return {"classes": out, "copy_median_ms": med, "requests": len(recs),
+            "late_p50": q(late, 0.5), "late_p99": q(late, 0.99),
+            "late_max": max(late) if late else None,
             "redis_calls": sum(m.get("throttle_redis_calls_total", 0.0)
                                for m in data.get("metrics", [])),
             "flushes": sum(m.get("throttle_redis_flushes_total", 0.0)
@@ -581,6 +591,16 @@ def report_load(data: dict, args: argparse.Namespace) -> list[str]:
         print(f"- {n}")
     print(f"- {a['requests']} requests; each copy's median latency (ms): "
           + ", ".join(f"{a['copy_median_ms'][c]:.2f}" for c in sorted(a["copy_median_ms"])))
+    lb, la = data.get("loadavg_before"), data.get("loadavg_after")
+    print(f"- the driver's lateness against the schedule, all but bursty (ms): p50 {fmt(a['late_p50'], 2)}, "
+          f"p99 {fmt(a['late_p99'], 1)}, max {fmt(a['late_max'], 1)}"
+          + (f"; load average {lb[0]:.1f} before, {la[0]:.1f} after (1 min; "
+             f"{data.get('cpus')} CPUs)" if lb and la else ""))
+    if (a["late_p99"] or 0.0) > BUSY_LATE_MS:
+        print(f"- **WARNING: the machine was busy** (1 request in 100 went out more than "
+              f"{BUSY_LATE_MS:.0f} ms late): the latency and \"waited\" figures include the "
+              f"driver's and the copies' waits for a CPU; the admission figures do not depend "
+              f"on it (the perfect limiter is fed the actual send times)")
     if a["redis_calls"]:
         print(f"- Redis calls (all copies, from /metrics): {a['redis_calls']:.0f}, "
               f"{a['redis_calls'] / max(1, a['requests']):.3f} per request; flushes "
