@@ -78,6 +78,51 @@ ZIPF_S = 1.0  # weight of the copy of rank k: 1 / k^s
 
 
 # --------------------------------------------------------------------------
+# Sending: benches/fleet's worker, also reading the gateway's Server-Timing
+
+# (scenario, seq) -> the gateway's own time for the request, in ms, from the
+# `Server-Timing: gateway;dur=<ms>` header of a gateway run with
+# --server-timing (absent otherwise).
+SERVER_MS: dict[tuple[str, int], float] = {}
+
+
+class TimedWorker(fleet.Worker):
+    """fleet.Worker whose exchange also keeps the Server-Timing duration
+    (the same exchange otherwise, line for line)."""
+
+    def _exchange(self, rec: Record) -> None:
+        assert self.conn is not None
+        t0 = time.monotonic()
+        rec.sent = time.time()
+        self.conn.request("GET", "/", headers={"Connection": "keep-alive"})
+        resp = self.conn.getresponse()
+        resp.read()
+        rec.status = resp.status
+        rec.latency_ms = (time.monotonic() - t0) * 1000.0
+        timing = resp.getheader("server-timing") or ""
+        if "dur=" in timing:
+            try:
+                SERVER_MS[(rec.scenario, rec.seq)] = float(
+                    timing.split("dur=")[1].split(";")[0].split(",")[0])
+            except ValueError:
+                pass
+        if resp.will_close:
+            self._close()
+
+
+fleet.Worker = TimedWorker  # run_scenario looks the class up at call time
+
+
+def dump(records: list[Record]) -> list[dict]:
+    out = []
+    for r in records:
+        d = asdict(r)
+        d["server_ms"] = SERVER_MS.get((r.scenario, r.seq))
+        out.append(d)
+    return out
+
+
+# --------------------------------------------------------------------------
 # Traffic
 
 
@@ -176,7 +221,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         "duration_s": duration, "seed": args.seed, "start": start, "notes": sc.notes,
         "clients": clients, "metrics": metrics, "cpus": os.cpu_count(),
         "loadavg_before": load_before, "loadavg_after": load_after,
-        "records": [asdict(r) for r in records],
+        "records": dump(records),
     })
     return 0
 
@@ -238,7 +283,7 @@ def cmd_failclosed(args: argparse.Namespace) -> int:
         "algorithm": args.algorithm, "quota": args.quota, "period_s": args.period,
         "ports": ports, "signal_at": sent_signal.get("at"), "every_s": every,
         "span_s": span, "signal_phase_s": (sent_signal.get("at", 0.0) % span),
-        "metrics": metrics, "records": [asdict(r) for r in records],
+        "metrics": metrics, "records": dump(records),
     })
     return 0
 
@@ -384,16 +429,21 @@ def is_error(r: dict) -> bool:
     return r["status"] not in (200, 429)
 
 
-def analyse_load(data: dict, wait_ms: float) -> dict:
+def analyse_load(data: dict, wait_ms: float | None) -> dict:
     quota, period = data["quota"], data["period_s"]
     recs = data["records"]
     ideal = perfect_admits(recs, data["algorithm"], quota, period)
-    # Each copy's median latency (all classes): "waited" is slower than that
-    # by more than wait_ms.
+    # "Waited": the gateway's own time (Server-Timing) above its copy's
+    # median (all classes) by more than wait_ms; the client's latency when
+    # the gateway gave no Server-Timing.
+    timed = any(r.get("server_ms") is not None for r in recs)
+    basis = "server_ms" if timed else "latency_ms"
+    if wait_ms is None:
+        wait_ms = 0.5 if timed else 2.0
     med: dict[int, float] = {}
     for c in {r["copy"] for r in recs}:
-        lat = [r["latency_ms"] for r in recs if r["copy"] == c and r["latency_ms"] is not None]
-        med[c] = statistics.median(lat) if lat else 0.0
+        v = [r[basis] for r in recs if r["copy"] == c and r.get(basis) is not None]
+        med[c] = statistics.median(v) if v else 0.0
     # Per client and aligned minute: fleet admitted and perfect admitted.
     fleet_min: dict[tuple[str, int], int] = {}
     ideal_min: dict[tuple[str, int], int] = {}
@@ -423,10 +473,11 @@ def analyse_load(data: dict, wait_ms: float) -> dict:
                                                        and fleet_min[k] > worst):
                 worst, worst_key, worst_ratio = fleet_min[k], k, fleet_min[k] / bound
         lat = [r["latency_ms"] for r in rs if r["latency_ms"] is not None]
-        waited = [r for r in rs if r["latency_ms"] is not None
-                  and r["latency_ms"] > med[r["copy"]] + wait_ms]
-        wl = [r["latency_ms"] for r in waited]
-        wx = [r["latency_ms"] - med[r["copy"]] for r in waited]
+        gw = [r["server_ms"] for r in rs if r.get("server_ms") is not None]
+        measured = [r for r in rs if r.get(basis) is not None]
+        waited = [r for r in measured if r[basis] > med[r["copy"]] + wait_ms]
+        wl = [r[basis] for r in waited]
+        wc = [r["latency_ms"] for r in waited]
         out[cls] = {
             "clients": count, "mult": mult,
             "requests": len(rs), "admitted": len(ok),
@@ -443,15 +494,18 @@ def analyse_load(data: dict, wait_ms: float) -> dict:
             "errors": len(errs), "error_kinds": kinds,
             "retries": sum(1 for r in rs if r["retried_after"]),
             "lat_p50": q(lat, 0.50), "lat_p99": q(lat, 0.99), "lat_max": max(lat) if lat else None,
-            "waited": len(waited), "waited_share": len(waited) / len(lat) if lat else 0.0,
+            "gw_p50": q(gw, 0.50), "gw_p99": q(gw, 0.99), "gw_max": max(gw) if gw else None,
+            "waited": len(waited), "measured": len(measured),
+            "waited_share": len(waited) / len(measured) if measured else 0.0,
             "wait_p50": q(wl, 0.50), "wait_p99": q(wl, 0.99),
-            "wait_extra_p50": q(wx, 0.50), "wait_extra_p99": q(wx, 0.99),
+            "wait_client_p50": q(wc, 0.50), "wait_client_p99": q(wc, 0.99),
         }
     # Lateness of the classes that never queue behind their own requests (a
     # burst's requests go out one after another on each connection).
     late = [(r["sent"] - r["scheduled"]) * 1000.0 for r in recs
             if r["error"] is None and r["role"] != "bursty"]
-    return {"classes": out, "copy_median_ms": med, "requests": len(recs),
+    return {"classes": out, "copy_median_ms": med, "requests": len(recs), "timed": timed,
+            "wait_ms": wait_ms,
             "late_p50": q(late, 0.5), "late_p99": q(late, 0.99),
             "late_max": max(late) if late else None,
             "redis_calls": sum(m.get("throttle_redis_calls_total", 0.0)
@@ -503,7 +557,16 @@ def analyse_failclosed(data: dict) -> dict:
     }
 
 
-def load_row_names(quota: int) -> list[tuple[str, str]]:
+def load_row_names(quota: int, timed: bool) -> list[tuple[str, str]]:
+    if not timed:
+        return _rows(quota)[:-4] + [
+            ("waited", "waited (latency above the copy's median + W ms)"),
+            ("wait", "waited: latency p50 / p99 ms"),
+        ]
+    return _rows(quota)
+
+
+def _rows(quota: int) -> list[tuple[str, str]]:
     return [
         ("clients", "clients"),
         ("load", "load (of the quota)"),
@@ -515,9 +578,11 @@ def load_row_names(quota: int) -> list[tuple[str, str]]:
         ("beyond", "admitted beyond the perfect limiter"),
         ("worst", f"worst aligned minute, one client (quota {quota})"),
         ("errors", "5xx / errors (no answer)"),
-        ("lat", "latency p50 / p99 ms"),
-        ("waited", "waited (slower than the copy's median + W ms)"),
-        ("wait", "waited: latency p50 / p99 ms"),
+        ("lat", "latency p50 / p99 ms (client)"),
+        ("gw", "gateway time p50 / p99 ms (Server-Timing)"),
+        ("waited", "waited (gateway time above the copy's median + W ms)"),
+        ("wait", "waited: gateway time p50 / p99 ms"),
+        ("waitc", "waited: latency p50 / p99 ms (client)"),
     ]
 
 
@@ -549,10 +614,14 @@ def cell(c: dict, row: str, cls: str, quota: int) -> str:
         return str(c["errors"]) + (f" {c['error_kinds']}" if c["errors"] else "")
     if row == "lat":
         return f"{fmt(c['lat_p50'], 2)} / {fmt(c['lat_p99'], 2)}"
+    if row == "gw":
+        return f"{fmt(c['gw_p50'], 3)} / {fmt(c['gw_p99'], 3)}"
     if row == "waited":
-        return share(c["waited"], c["requests"], 1)
+        return share(c["waited"], c["measured"], 1)
     if row == "wait":
         return f"{fmt(c['wait_p50'], 2)} / {fmt(c['wait_p99'], 2)}"
+    if row == "waitc":
+        return f"{fmt(c['wait_client_p50'], 2)} / {fmt(c['wait_client_p99'], 2)}"
     raise KeyError(row)
 
 
@@ -589,8 +658,10 @@ def report_load(data: dict, args: argparse.Namespace) -> list[str]:
     print()
     for n in data["notes"]:
         print(f"- {n}")
-    print(f"- {a['requests']} requests; each copy's median latency (ms): "
-          + ", ".join(f"{a['copy_median_ms'][c]:.2f}" for c in sorted(a["copy_median_ms"])))
+    print(f"- {a['requests']} requests; each copy's median "
+          + ("gateway time (Server-Timing" if a["timed"] else "latency (client; no Server-Timing")
+          + ", ms): " + ", ".join(f"{a['copy_median_ms'][c]:.3f}"
+                                  for c in sorted(a["copy_median_ms"])))
     lb, la = data.get("loadavg_before"), data.get("loadavg_after")
     print(f"- the driver's lateness against the schedule, all but bursty (ms): p50 {fmt(a['late_p50'], 2)}, "
           f"p99 {fmt(a['late_p99'], 1)}, max {fmt(a['late_max'], 1)}"
@@ -606,11 +677,11 @@ def report_load(data: dict, args: argparse.Namespace) -> list[str]:
               f"{a['redis_calls'] / max(1, a['requests']):.3f} per request; flushes "
               f"{a['flushes']:.0f}")
     print()
-    rows = load_row_names(data["quota"])
+    rows = load_row_names(data["quota"], a["timed"])
     print("| | " + " | ".join(TITLES[c] for c in cls_names) + " |")
     print("|---|" + "---:|" * len(cls_names))
     for key, title in rows:
-        title = title.replace("W ms", f"{args.wait_ms:g} ms")
+        title = title.replace("W ms", f"{a['wait_ms']:g} ms")
         print(f"| {title} | " + " | ".join(cell(a["classes"][c], key, c, data["quota"]) for c in cls_names) + " |")
     print()
     worst_at = {c: a["classes"][c]["worst_minute_at"] for c in cls_names}
@@ -709,8 +780,9 @@ def main() -> int:
 
     p = sub.add_parser("report", help="print the report of load/failclosed JSON files")
     p.add_argument("files", nargs="+")
-    p.add_argument("--wait-ms", type=float, default=2.0,
-                   help="a request slower than its copy's median by more than this waited")
+    p.add_argument("--wait-ms", type=float,
+                   help="a request slower than its copy's median by more than this waited "
+                        "(default 0.5 on the gateway's Server-Timing, 2 on the client's latency)")
     p.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
     p.add_argument("--max-under", type=float, default=0.005,
                    help="goal: under-quota false denials at most this share")

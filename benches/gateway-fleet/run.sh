@@ -26,9 +26,12 @@
 #   FAILCLOSED_PHASE seconds into a 6 s span at which the signal is sent
 #                  (default 3)
 #   WAIT_MS        a request this much slower than its copy's median
-#                  "waited" (default 2)
+#                  "waited" (default 0.5 ms on the gateway's Server-Timing,
+#                  2 ms on the client's latency)
 #   ALIGN          1: start the load so that it covers full aligned minutes
 #   SEED, COPIES (default 6), QUOTA (default 50)
+#   SERVER_TIMING  0: do not pass --server-timing (a gateway without it);
+#                  "waited" is then judged on the client's latency
 #   GATEWAY_BIN    a gateway executable to run instead of building one
 #   RELEASE        0: build and run the debug gateway (default 1)
 #   OUT            folder for the JSON records (default: a new one in /tmp)
@@ -57,13 +60,14 @@ FAILCLOSED=${FAILCLOSED:-1}
 FAILCLOSED_KIND=${FAILCLOSED_KIND:-approximate}
 FAILCLOSED_SECS=${FAILCLOSED_SECS:-8}
 FAILCLOSED_PHASE=${FAILCLOSED_PHASE:-3}
-WAIT_MS=${WAIT_MS:-2}
+WAIT_MS=${WAIT_MS:-}
 ALIGN=${ALIGN:-0}
 SEED=${SEED:-1}
 COPIES=${COPIES:-6}
 QUOTA=${QUOTA:-50}
 RELEASE=${RELEASE:-1}
 KEEP_LOGS=${KEEP_LOGS:-0}
+SERVER_TIMING=${SERVER_TIMING:-1}
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "gateway-fleet: $*"; exit 2; }
@@ -215,7 +219,7 @@ start_copies() { # $1 config file, $2 name for the logs
         port=$(free_port)
         mport=$(free_port)
         "$BIN" --config "$1" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" \
-            >"$WORK/$2-copy$i.log" 2>&1 &
+            "${timing[@]}" >"$WORK/$2-copy$i.log" 2>&1 &
         SERVER_PIDS+=($!)
         PORTS+=("$port")
         METRICS_PORTS+=("$mport")
@@ -250,6 +254,9 @@ run_driver() { # the driver in the background, waited for: a TERM reaches the tr
     DRIVER_PID=""
     return "$rc"
 }
+
+timing=(--server-timing)
+[ "$SERVER_TIMING" = 0 ] && timing=()
 
 rc=0
 files=()
@@ -292,7 +299,8 @@ if [ "$FAILCLOSED" = 1 ]; then
 fi
 
 # --- 3. the report --------------------------------------------------------------
-report=(report --wait-ms "$WAIT_MS")
+report=(report)
+[ -n "$WAIT_MS" ] && report+=(--wait-ms "$WAIT_MS")
 [ "$CHECK" = 1 ] && report+=(--check)
 [ -f "$OUT/load.json" ] || die "no load records"
 existing=()
