@@ -439,7 +439,7 @@ def analyse_load(data: dict, wait_ms: float | None) -> dict:
     timed = any(r.get("server_ms") is not None for r in recs)
     basis = "server_ms" if timed else "latency_ms"
     if wait_ms is None:
-        wait_ms = 0.5 if timed else 2.0
+        wait_ms = 0.2 if timed else 2.0
     med: dict[int, float] = {}
     for c in {r["copy"] for r in recs}:
         v = [r[basis] for r in recs if r["copy"] == c and r.get(basis) is not None]
@@ -782,7 +782,7 @@ def main() -> int:
     p.add_argument("files", nargs="+")
     p.add_argument("--wait-ms", type=float,
                    help="a request slower than its copy's median by more than this waited "
-                        "(default 0.5 on the gateway's Server-Timing, 2 on the client's latency)")
+                        "(default 0.2 on the gateway's Server-Timing, 2 on the client's latency)")
     p.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
     p.add_argument("--max-under", type=float, default=0.005,
                    help="goal: under-quota false denials at most this share")

@@ -26,7 +26,7 @@
 #   FAILCLOSED_PHASE seconds into a 6 s span at which the signal is sent
 #                  (default 3)
 #   WAIT_MS        a request this much slower than its copy's median
-#                  "waited" (default 0.5 ms on the gateway's Server-Timing,
+#                  "waited" (default 0.2 ms on the gateway's Server-Timing,
 #                  2 ms on the client's latency)
 #   ALIGN          1: start the load so that it covers full aligned minutes
 #   SEED, COPIES (default 6), QUOTA (default 50)
