@@ -22,13 +22,16 @@
 //! ```
 //!
 //! Options: `--config FILE` (default `examples/gateway.toml`), `--listen
-//! ADDR` and `--metrics-listen ADDR` (override the file's).
+//! ADDR` and `--metrics-listen ADDR` (override the file's), and
+//! `--server-timing` (a `Server-Timing` header on every response: how long
+//! the gateway took over it).
 
 mod metrics;
 mod reload;
 mod server;
 #[cfg(test)]
 mod tests;
+mod timing;
 mod tls;
 
 use std::net::SocketAddr;
@@ -47,6 +50,7 @@ struct Args {
     config: PathBuf,
     listen: Option<SocketAddr>,
     metrics_listen: Option<SocketAddr>,
+    server_timing: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -54,6 +58,7 @@ fn args() -> Result<Args, String> {
         config: PathBuf::from("examples/gateway.toml"),
         listen: None,
         metrics_listen: None,
+        server_timing: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -74,9 +79,11 @@ fn args() -> Result<Args, String> {
                         .map_err(|_| format!("--metrics-listen: {v:?} is not an address"))?,
                 );
             }
+            "--server-timing" => args.server_timing = true,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (use --config FILE, --listen ADDR, --metrics-listen ADDR)"
+                    "unknown argument {other:?} (use --config FILE, --listen ADDR, --metrics-listen ADDR, \
+                     --server-timing)"
                 ));
             }
         }
@@ -189,9 +196,13 @@ async fn main() -> ExitCode {
         stop_signal().await;
         let _ = stop_tx.send(true);
     });
+    let mut router = app(layer);
+    if args.server_timing {
+        router = router.layer(axum::middleware::from_fn(timing::server_timing));
+    }
     server::serve(
         listener,
-        app(layer),
+        router,
         config.server,
         tls,
         stop,
