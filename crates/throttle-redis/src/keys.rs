@@ -27,7 +27,7 @@ impl KeyBase {
 
     /// The cluster hash slot of a bucket's hashes (every interval's).
     pub(crate) fn bucket_slot(&self, bucket: u64) -> u16 {
-        crate::conn::slot_of(self.bucket(bucket, 0).as_bytes())
+        crate::slot::slot_of(self.bucket(bucket, 0).as_bytes())
     }
 
     /// The cluster hash slot of every key of `key`: the CRC16 of the hash
@@ -36,10 +36,10 @@ impl KeyBase {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let head = self.head.as_bytes();
         let tag_start = head.iter().position(|&b| b == b'{').map_or(0, |i| i + 1);
-        let mut crc = crate::conn::crc16(0, &head[tag_start..]);
-        crc = crate::conn::crc16(crc, if key.is_digest() { b"h" } else { b"r" });
+        let mut crc = crate::slot::crc16(0, &head[tag_start..]);
+        crc = crate::slot::crc16(crc, if key.is_digest() { b"h" } else { b"r" });
         for &b in key.as_bytes() {
-            crc = crate::conn::crc16(crc, &[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+            crc = crate::slot::crc16(crc, &[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
         }
         crc % 16_384
     }
@@ -60,7 +60,7 @@ mod tests {
     use throttle_core::Key;
 
     use super::KeyBase;
-    use crate::conn::slot_of;
+    use crate::slot::slot_of;
 
     #[test]
     fn slots_are_those_of_the_keys_written() {

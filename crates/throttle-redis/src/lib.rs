@@ -56,6 +56,7 @@
 
 mod approximate;
 mod breaker;
+mod call_failure;
 mod config;
 mod conn;
 mod exact;
@@ -67,6 +68,7 @@ mod registry;
 mod reply;
 mod scripts;
 mod shutdown;
+mod slot;
 
 use std::sync::Arc;
 

@@ -73,7 +73,7 @@ mod on {
     use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
     use super::*;
-    use crate::conn::Failure;
+    use crate::call_failure::Failure;
 
     /// The backend's call and error counters.
     #[derive(Debug)]
@@ -205,7 +205,7 @@ mod on {
 mod off {
     use std::time::Duration;
 
-    use crate::conn::Failure;
+    use crate::call_failure::Failure;
 
     #[derive(Debug)]
     pub(crate) struct CallMeter;

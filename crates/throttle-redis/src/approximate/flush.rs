@@ -207,7 +207,11 @@ impl ApproxRule {
         out: &mut Vec<Write>,
     ) -> bool {
         let meter = self.store.meter();
-        meter.roll(st, now);
+        let (_, dropped) = meter.roll(st, now);
+        self.shared
+            .counters
+            .dropped
+            .fetch_add(dropped, Ordering::Relaxed);
         if now < st.blocked_until && st.local == st.flushed && st.pending == 0 {
             return true;
         }

@@ -159,7 +159,6 @@ impl ApproxLimiter {
             flight_since: Default::default(),
             overdue_after_us: redis.config.command_timeout.as_micros() as u64,
             fleet: Fleet::default(),
-            shared: shared.clone(),
         };
         let store = MemoryBackend::with_clock(redis.local_clock())
             .max_keys(options.max_keys)
@@ -331,6 +330,12 @@ impl ApproxRule {
             let (step, asks) = meter.decide(st, now, cost, redis_ok, retry);
             (step, now, asks, redis_ok)
         });
+        if asks.dropped > 0 {
+            self.shared
+                .counters
+                .dropped
+                .fetch_add(asks.dropped, Ordering::Relaxed);
+        }
         if asks.list {
             self.list(key);
         }

@@ -1,14 +1,11 @@
 //! The local decision: a pure state machine over one key's counts and the
 //! claim the last flush reply granted this instance.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
 };
-
-use super::shared::Shared;
 
 /// The window code the fleet estimate is fed to (for the decision's
 /// remaining count, reset and retry-after, the same figures the memory
@@ -135,6 +132,9 @@ pub(super) struct Asks {
     /// it. The request waits for the next write's answer (the early flush
     /// this asks for) and is decided again then, with `retry`.
     pub(super) wait: bool,
+    /// Counts given up as the key rolled to a new interval (for the
+    /// rule's statistics).
+    pub(super) dropped: u64,
 }
 
 /// The fleet size a rule has learnt from flush replies: the most instances
@@ -200,7 +200,6 @@ pub(crate) struct SpanMeter {
     /// The command timeout, in µs.
     pub(super) overdue_after_us: u64,
     pub(super) fleet: Fleet,
-    pub(super) shared: Arc<Shared>,
 }
 
 impl SpanMeter {
@@ -315,14 +314,15 @@ impl SpanMeter {
     }
 
     /// Moves the state to `now`'s interval and span; returns `now` (never
-    /// before the state's interval, should the clock step back).
-    pub(crate) fn roll(&self, st: &mut SpanState, now_us: u64) -> u64 {
+    /// before the state's interval, should the clock step back) and the
+    /// counts given up (of an interval that ended unwritten).
+    pub(crate) fn roll(&self, st: &mut SpanState, now_us: u64) -> (u64, u64) {
         let now_us = now_us.max(st.interval * self.interval_us);
         let w = now_us / self.interval_us;
+        let mut dropped = 0;
         if w > st.interval {
-            let dropped = &self.shared.counters.dropped;
             // Two intervals old and never written: given up.
-            dropped.fetch_add(u64::from(st.pending), Ordering::Relaxed);
+            dropped += u64::from(st.pending);
             let unwritten = st.local.saturating_sub(st.flushed);
             let (pending, prev_fleet) = if w == st.interval + 1 {
                 (
@@ -331,7 +331,7 @@ impl SpanMeter {
                 )
             } else {
                 // Counts of an interval long over: too late to matter.
-                dropped.fetch_add(u64::from(unwritten), Ordering::Relaxed);
+                dropped += u64::from(unwritten);
                 (0, 0)
             };
             *st = SpanState {
@@ -353,7 +353,7 @@ impl SpanMeter {
             st.span = span;
             st.span_local = 0;
         }
-        now_us
+        (now_us, dropped)
     }
 
     pub(super) fn deny(&self, retry_after_us: u64, reset_us: u64) -> Step {
@@ -399,8 +399,11 @@ impl SpanMeter {
         redis_ok: bool,
         retry: bool,
     ) -> (Step, Asks) {
-        let now = self.roll(st, now_us);
-        let mut asks = Asks::default();
+        let (now, dropped) = self.roll(st, now_us);
+        let mut asks = Asks {
+            dropped,
+            ..Asks::default()
+        };
         if st.since == 0 {
             // Never written: its demand counts from its first request.
             st.since = now;
@@ -539,10 +542,158 @@ impl Meter for SpanMeter {
 
 #[cfg(test)]
 mod tests {
-    use super::SpanState;
+    //! The per-key transitions as pure code: no Redis, no clock but the
+    //! instants passed in.
+
+    use super::{SpanMeter, SpanState, Window, flag};
+    use throttle_core::Quota;
+    use throttle_core::algorithm::FixedWindow;
+
+    const T: u64 = 1_800_000_000_000_000;
+    const SPAN: u64 = 1_000_000;
+
+    /// 1,000 per 10 s in ten spans, fail closed while Redis is away.
+    fn meter() -> SpanMeter {
+        let q = Quota::new(1_000, std::time::Duration::from_secs(10));
+        SpanMeter {
+            window: Window::Fixed(FixedWindow::new(q).unwrap()),
+            limit: 1_000,
+            interval_us: 10 * SPAN,
+            spans: 10,
+            strict_when_down: false,
+            closed_when_down: true,
+            configured_fleet: 1,
+            redis_down: Default::default(),
+            flight_since: Default::default(),
+            overdue_after_us: 50_000,
+            fleet: Default::default(),
+        }
+    }
 
     #[test]
     fn per_key_state_stays_under_96_bytes() {
         assert!(std::mem::size_of::<SpanState>() <= 88);
+    }
+
+    #[test]
+    fn a_new_key_spends_its_credit_then_waits_for_a_claim() {
+        let m = meter();
+        let mut st = SpanState::default();
+        assert_eq!(m.credit(), 12, "an eighth of a span's share, fleet of one");
+        for i in 0..12 {
+            let (step, asks) = m.decide(&mut st, T + i, 1, true, false);
+            assert!(step.allowed && !asks.wait, "request {i}");
+        }
+        let (_, asks) = m.decide(&mut st, T + 20, 1, true, false);
+        assert!(asks.wait && asks.early, "the 13th waits and asks: {asks:?}");
+        assert_eq!((st.local, st.waiting), (12, 1));
+        assert!(st.has(flag::WANTS));
+        // Asked once: the next one waits for the same flush.
+        let (_, asks) = m.decide(&mut st, T + 21, 1, true, false);
+        assert!(asks.wait && !asks.early);
+        assert_eq!(st.waiting, 2);
+    }
+
+    #[test]
+    fn a_claim_is_spent_then_a_request_waits_and_is_denied_after_its_wait() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.claim = 30;
+        st.flushed = 0;
+        for _ in 0..30 {
+            assert!(m.decide(&mut st, T + 10, 1, true, false).0.allowed);
+        }
+        let (_, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        assert!(asks.wait);
+        // The answer granted nothing more: decided again, denied, told to
+        // come back at the span end.
+        let (step, asks) = m.decide(&mut st, T + 10, 1, true, true);
+        assert!(!step.allowed && !asks.wait);
+        assert_eq!(step.retry_after_us, SPAN - 10);
+    }
+
+    #[test]
+    fn a_quiet_key_is_denied_without_waiting() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.quiet_until = T + SPAN;
+        let (step, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        assert!(!step.allowed && !asks.wait && !asks.early);
+    }
+
+    #[test]
+    fn a_fleet_at_the_limit_as_heard_denies_at_once() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.spent = 1_000;
+        let (step, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        assert!(!step.allowed && !asks.wait && !asks.degraded);
+    }
+
+    #[test]
+    fn without_redis_a_fail_closed_key_without_a_claim_is_refused() {
+        let m = meter();
+        let mut st = SpanState::default();
+        // Even within its credit: a new key follows the failure policy.
+        let (step, asks) = m.decide(&mut st, T, 1, false, false);
+        assert!(!step.allowed && asks.degraded && !asks.wait);
+    }
+
+    #[test]
+    fn a_valid_claim_is_spent_while_redis_is_away() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.claim = 5;
+        let (step, asks) = m.decide(&mut st, T + 10, 1, false, false);
+        assert!(step.allowed && !asks.degraded);
+    }
+
+    #[test]
+    fn rolling_to_the_next_interval_keeps_what_is_unwritten() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY | flag::LISTED;
+        (st.local, st.flushed, st.spent) = (40, 30, 700);
+        let (now, dropped) = m.roll(&mut st, T + 10 * SPAN + 5);
+        assert_eq!((now, dropped), (T + 10 * SPAN + 5, 0));
+        assert_eq!((st.pending, st.local, st.claim), (40, 0, 0));
+        assert_eq!(
+            st.prev_fleet, 710,
+            "heard: the reply plus what was admitted since"
+        );
+        assert!(!st.has(flag::ENTRY) && st.has(flag::LISTED));
+        // Two intervals on, unwritten counts are given up.
+        let (_, dropped) = m.roll(&mut st, T + 30 * SPAN);
+        assert_eq!(dropped, 40);
+    }
+
+    #[test]
+    fn demand_counts_from_one_span_end_write_to_the_next() {
+        let m = meter();
+        let mut st = SpanState {
+            since: T,
+            seen: 20,
+            ..SpanState::default()
+        };
+        // An early write half a span in: the first request opens the
+        // window, the rest is a rate; the smoothing is not touched.
+        assert_eq!(m.smoothed_demand(&mut st, T + SPAN / 2, true), 38);
+        assert_eq!(st.rate8, 0);
+        // At the span end: the span's count, and the smoothing moves.
+        assert_eq!(m.smoothed_demand(&mut st, T + SPAN, false), 20);
+        assert_eq!(st.rate8, 80);
+        // Nothing seen a span later: a key seen recently keeps demand 1.
+        st.seen = 0;
+        assert_eq!(m.smoothed_demand(&mut st, T + 2 * SPAN, false), 1);
+        assert_eq!(st.rate8, 40);
     }
 }

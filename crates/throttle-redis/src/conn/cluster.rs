@@ -13,8 +13,8 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use throttle_core::ConfigError;
 
 use super::node::Node;
-use super::slot::SLOTS;
 use crate::config::RedisConfig;
+use crate::slot::SLOTS;
 
 /// A slot no known primary serves.
 const UNROUTED: u16 = u16::MAX;

@@ -8,13 +8,13 @@ use std::time::Duration;
 use redis::{FromRedisValue, IntoConnectionInfo};
 use throttle_core::{Clock, ConfigError};
 
+pub(crate) use crate::call_failure::Failure;
 use crate::config::{RedisConfig, Target};
 use crate::metrics::CallMeter;
 
 mod call;
 mod cluster;
 mod node;
-mod slot;
 mod version;
 mod watch;
 
@@ -22,7 +22,6 @@ pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};
 use node::Node;
 
-pub(crate) use slot::{crc16, slot_of};
 use version::parse_version;
 
 /// Counters of a Redis backend, for dashboards and for trusting it.
@@ -44,25 +43,6 @@ pub struct RedisStats {
     /// Exact mode: checks denied without a Redis call, for a key Redis had
     /// shown over its limit and whose wait was not over.
     pub denied_locally: u64,
-}
-
-/// What went wrong with a call.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    Timeout,
-    Error(redis::RedisError),
-    /// A cluster slot no known primary serves (the table is being read).
-    Unrouted,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Timeout => f.write_str("redis command timed out"),
-            Self::Error(e) => write!(f, "redis error: {e}"),
-            Self::Unrouted => f.write_str("no known cluster primary serves the slot"),
-        }
-    }
 }
 
 /// Where commands go: the one node of a standalone Redis, or the primary
