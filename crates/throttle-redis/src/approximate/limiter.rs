@@ -295,13 +295,13 @@ impl ApproxRule {
     /// waits for the early flush it asks for.
     pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Acquire {
         let bucket = bucket_of(key);
+        // Read before the key is listed: the flush the request waits for is
+        // one numbered above this that has written the key.
+        let after = self.taken[bucket as usize].load(Ordering::SeqCst);
         let (result, asks) = self.decide_now(key, bucket, cost, false, true);
         if !asks.wait {
             return Acquire::Ready(result);
         }
-        // Taken after the key was listed: a flush that takes the list later
-        // writes it.
-        let after = self.taken[bucket as usize].load(Ordering::SeqCst);
         let this = self.clone();
         let key = *key;
         Acquire::Pending(Box::pin(async move {
@@ -368,9 +368,10 @@ impl ApproxRule {
         (Ok(outcome), asks)
     }
 
-    /// Waits for the answer of a flush of `bucket` numbered above `after`,
-    /// at most the command timeout (then the failure policy decides), and
-    /// decides again.
+    /// Waits for the answer of a flush of `bucket` numbered above `after`
+    /// that wrote the key (a flush that had taken the list before the key
+    /// was listed leaves it asking), at most the command timeout (then the
+    /// failure policy decides), and decides again.
     async fn wait(
         self: Arc<Self>,
         key: Key,
@@ -383,7 +384,9 @@ impl ApproxRule {
                 let notified = self.answers.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                if self.answered[bucket as usize].load(Ordering::SeqCst) > after {
+                if self.answered[bucket as usize].load(Ordering::SeqCst) > after
+                    && !self.asking(&key)
+                {
                     return;
                 }
                 notified.await;
@@ -405,6 +408,13 @@ impl ApproxRule {
             });
         }
         self.decide_now(&key, bucket, cost, true, in_time).0
+    }
+
+    /// Whether `key` still asks for a write (no flush has taken it since).
+    fn asking(&self, key: &Key) -> bool {
+        self.store
+            .update(key, |st| st.has(super::meter::flag::WANTS))
+            .unwrap_or(false)
     }
 
     /// The flush of `bucket` numbered `number` is over (its answers
