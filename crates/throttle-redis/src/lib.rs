@@ -7,10 +7,14 @@
 //! - **Approximate** ([`RedisBackend::approximate`]): counted and decided
 //!   locally, each instance's cumulative counts flushed at every span end,
 //!   each instance admitting only within the claim its last flush was
-//!   granted; Redis is never on the request path. Worst case per interval:
-//!   the quota plus one small credit per other instance; measured 1.000x to
-//!   1.05x under uniform, skewed, sticky-and-moving, bursty and churning
-//!   traffic (the fleet scenario suite).
+//!   granted; a request past its claim while the fleet has room waits for
+//!   an early flush (one round trip, at most the command timeout) instead
+//!   of being denied, and otherwise Redis is not on the request path. Worst
+//!   case per interval: the quota plus a small overdraft and one small
+//!   credit per other instance; measured 1.000x to 1.05x under uniform,
+//!   skewed, sticky-and-moving, bursty and churning traffic, with clients
+//!   under their quota denied on none of their requests in most runs (the
+//!   fleet scenario suite).
 //! - **Leased** ([`RedisBackend::leased`]): tokens taken from a Redis token
 //!   bucket in batches sized to each key and spent locally; about one Redis
 //!   call per batch (under 0.1 per request for a key at 1 request per
@@ -123,7 +127,9 @@ impl RedisBackend {
     }
 
     /// The approximate mode: decided locally, counts flushed to Redis at
-    /// every span end; Redis is never on the request path.
+    /// every span end; Redis is on the request path only for a request
+    /// that waits for a claim (`Acquire::Pending`, at most the command
+    /// timeout).
     ///
     /// Flushes run in the background at every span boundary (with a test
     /// clock set, only when [`flush`](Self::flush) is called). Call
