@@ -87,9 +87,19 @@ impl Redis {
                 .await;
                 if let Ok(Ok(pubsub)) = subscribed {
                     let mut messages = pubsub.into_on_message();
-                    // Nothing is published: this returns when the
-                    // connection is gone (or, harmlessly, on a message).
-                    while messages.next().await.is_some() {}
+                    // Nothing is published: the stream ends when the
+                    // connection is gone. Looked at every probe interval
+                    // too, so that a dropped backend closes its connection.
+                    loop {
+                        tokio::select! {
+                            message = messages.next() => if message.is_none() { break },
+                            () = tokio::time::sleep(interval) => {
+                                if weak.strong_count() == 0 {
+                                    return;
+                                }
+                            }
+                        }
+                    }
                     let Some(redis) = weak.upgrade() else { return };
                     redis.lost(&node, "its connection was lost");
                 }
