@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use leased_common::{T0, check, leased, worst_excess};
+use leased_common::{T0, check, give_backs_until, leased, worst_excess};
 use support::RedisServer;
 use throttle_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
@@ -503,15 +503,7 @@ async fn low_rate(quota: Quota, poisson: bool, secs: u64) -> LowRate {
     };
     for (t, i) in reqs {
         // The give-back timers due before this request.
-        loop {
-            let (j, &tick) = ticks.iter().enumerate().min_by_key(|(_, t)| **t).unwrap();
-            if tick > t {
-                break;
-            }
-            clock.set(T0 + tick);
-            fleet[j].0.flush().await;
-            ticks[j] += 1_000_000;
-        }
+        give_backs_until(&clock, &fleet, &mut ticks, t).await;
         clock.set(T0 + t);
         let (backend, limiter) = &fleet[i];
         let got = check(limiter.as_ref(), &key).await;

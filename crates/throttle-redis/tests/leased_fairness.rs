@@ -15,7 +15,7 @@ mod support;
 
 use std::time::Duration;
 
-use leased_common::{T0, check, leased, worst_excess};
+use leased_common::{T0, check, give_backs_until, leased, worst_excess};
 use support::RedisServer;
 use throttle_core::{Key, ManualClock, Quota, Rule};
 use throttle_redis::LeaseOptions;
@@ -210,15 +210,7 @@ async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, se
         .map(|i| 1_000_000 + i * 163_000)
         .collect();
     for &(t, client, instance) in &reqs {
-        loop {
-            let (j, &tick) = ticks.iter().enumerate().min_by_key(|(_, t)| **t).unwrap();
-            if tick > t {
-                break;
-            }
-            clock.set(T0 + tick);
-            fleet[j].0.flush().await;
-            ticks[j] += 1_000_000;
-        }
+        give_backs_until(&clock, &fleet, &mut ticks, t).await;
         clock.set(T0 + t);
         let (backend, limiter) = &fleet[instance];
         let got = check(limiter.as_ref(), &keys[client]).await;
@@ -290,10 +282,13 @@ async fn six_instances_give_clients_at_twice_their_quota_what_a_perfect_bucket_g
     );
 }
 
-/// The same over other quotas and lengths (a longer run: `--ignored`).
+/// The same over other quotas and lengths: a longer run, with
+/// `THROTTLE_FLEET_LONG=1` (as the fleet scenario suite's long runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
 async fn six_instances_over_other_quotas() {
+    if !std::env::var("THROTTLE_FLEET_LONG").is_ok_and(|v| v == "1") {
+        return;
+    }
     for (name, quota, secs) in [
         ("100/min for 3 min", Quota::per_minute(100), 180),
         ("100/min for 5 min", Quota::per_minute(100), 300),

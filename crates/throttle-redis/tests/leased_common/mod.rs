@@ -1,6 +1,7 @@
 //! What the leased-mode test binaries (`leased`, `leased_fairness`) share:
-//! a leased backend on a test clock, a check that waits for its answer, and
-//! the worst sliding window over a perfect bucket.
+//! a leased backend on a test clock, a check that waits for its answer, the
+//! instances' give-back timers, and the worst sliding window over a perfect
+//! bucket.
 
 #![allow(unreachable_pub)]
 
@@ -32,6 +33,25 @@ pub async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
     match limiter.acquire(key, 1) {
         Acquire::Ready(r) => r.unwrap().step.allowed,
         Acquire::Pending(f) => f.await.unwrap().step.allowed,
+    }
+}
+
+/// Plays the one-second give-back timers of `fleet` due by `t` (from
+/// `T0`), in time order; `ticks[i]` is instance `i`'s next one.
+pub async fn give_backs_until<L>(
+    clock: &ManualClock,
+    fleet: &[(RedisBackend, L)],
+    ticks: &mut [u64],
+    t: u64,
+) {
+    loop {
+        let (j, &tick) = ticks.iter().enumerate().min_by_key(|(_, t)| **t).unwrap();
+        if tick > t {
+            return;
+        }
+        clock.set(T0 + tick);
+        fleet[j].0.flush().await;
+        ticks[j] += 1_000_000;
     }
 }
 
