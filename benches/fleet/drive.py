@@ -195,8 +195,13 @@ class Worker(threading.Thread):
         resp.read()
         rec.status = resp.status
         rec.latency_ms = (time.monotonic() - t0) * 1000.0
+        self._answered(rec, resp)
         if resp.will_close:
             self._close()
+
+    def _answered(self, rec: Record, resp) -> None:
+        """What a subclass reads of an answer besides its status (nothing
+        here)."""
 
 
 def run_scenario(sc: Scenario, host: str, ports: list[int]) -> list[Record]:

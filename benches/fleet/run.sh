@@ -45,28 +45,15 @@ KEEP_LOGS=${KEEP_LOGS:-0}
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "fleet: $*"; exit 1; }
+# shellcheck source=benches/fleet/common.sh
+. benches/fleet/common.sh
 
 case $MODE in exact | approximate | leased) ;; *) die "THROTTLE_MODE=$MODE: use exact, approximate or leased" ;; esac
 [[ $COPIES =~ ^[1-9][0-9]?$ ]] || die "COPIES=$COPIES: use 1 to 99"
-command -v redis-server >/dev/null 2>&1 || die "needs redis-server"
-command -v redis-cli >/dev/null 2>&1 || die "needs redis-cli"
-command -v python3 >/dev/null 2>&1 || die "needs python3 (3.11 or later)"
-python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
-    die "needs python3 3.11 or later (found $(python3 --version 2>&1))"
+need_tools
 
 # --- build --------------------------------------------------------------------
-if [ -n "${AXUM_REDIS_BIN:-}" ]; then
-    BIN=$AXUM_REDIS_BIN
-    [ -x "$BIN" ] || die "AXUM_REDIS_BIN=$BIN is not an executable"
-    say "using the prebuilt $BIN (AXUM_REDIS_BIN; not building)"
-else
-    profile=(--release)
-    [ "$RELEASE" = 0 ] && profile=()
-    say "building examples/axum_redis.rs (${profile[*]:-debug})"
-    BIN=$(cargo build "${profile[@]}" --example axum_redis --message-format=json-render-diagnostics |
-        sed -n 's/.*"executable":"\([^"]*axum_redis\)".*/\1/p' | tail -n 1)
-    [ -x "$BIN" ] || die "could not find the axum_redis executable"
-fi
+build_example axum_redis AXUM_REDIS_BIN
 
 # --- processes and cleanup ----------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fleet.XXXXXX")

@@ -71,6 +71,8 @@ SERVER_TIMING=${SERVER_TIMING:-1}
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "gateway-fleet: $*"; exit 2; }
+# shellcheck source=benches/fleet/common.sh
+. benches/fleet/common.sh
 
 allowed() { # the algorithms a backend kind counts (and the perfect limiter knows)
     case $1 in
@@ -90,25 +92,10 @@ case $FAILURE in open | closed | local) ;; *) die "FAILURE=$FAILURE: use open, c
 [[ $QUOTA =~ ^[1-9][0-9]*$ ]] || die "QUOTA=$QUOTA: a positive whole number"
 [[ $FAILCLOSED_SECS =~ ^[1-9]$|^[12][0-9]$|^30$ ]] || die "FAILCLOSED_SECS=$FAILCLOSED_SECS: 1 to 30"
 [[ $FAILCLOSED_PHASE =~ ^[0-5](\.[0-9]+)?$ ]] || die "FAILCLOSED_PHASE=$FAILCLOSED_PHASE: 0 to 5.9"
-command -v redis-server >/dev/null 2>&1 || die "needs redis-server"
-command -v redis-cli >/dev/null 2>&1 || die "needs redis-cli"
-command -v python3 >/dev/null 2>&1 || die "needs python3 (3.11 or later)"
-python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
-    die "needs python3 3.11 or later (found $(python3 --version 2>&1))"
+need_tools
 
 # --- build --------------------------------------------------------------------
-if [ -n "${GATEWAY_BIN:-}" ]; then
-    BIN=$GATEWAY_BIN
-    [ -x "$BIN" ] || die "GATEWAY_BIN=$BIN is not an executable"
-    say "using the prebuilt $BIN (GATEWAY_BIN; not building)"
-else
-    profile=(--release)
-    [ "$RELEASE" = 0 ] && profile=()
-    say "building examples/gateway (${profile[*]:-debug})"
-    BIN=$(cargo build "${profile[@]}" --example gateway --message-format=json-render-diagnostics |
-        sed -n 's/.*"executable":"\([^"]*gateway\)".*/\1/p' | tail -n 1)
-    [ -x "$BIN" ] || die "could not find the gateway executable"
-fi
+build_example gateway GATEWAY_BIN
 
 # --- processes and cleanup ----------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gateway-fleet.XXXXXX")

@@ -1,0 +1,31 @@
+# shellcheck shell=bash
+# What the fleet benches' run.sh scripts share (sourced, not run): the
+# tools they need and building the example they start copies of. Expects
+# `say` and `die` from the script that sources it.
+
+# redis-server, redis-cli and python3 3.11 or later.
+need_tools() {
+    command -v redis-server >/dev/null 2>&1 || die "needs redis-server"
+    command -v redis-cli >/dev/null 2>&1 || die "needs redis-cli"
+    command -v python3 >/dev/null 2>&1 || die "needs python3 (3.11 or later)"
+    python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
+        die "needs python3 3.11 or later (found $(python3 --version 2>&1))"
+}
+
+# Sets BIN to example $1's executable: the prebuilt one named by the
+# variable $2 if set, else built (release unless RELEASE=0).
+build_example() {
+    local name=$1 var=$2
+    if [ -n "${!var:-}" ]; then
+        BIN=${!var}
+        [ -x "$BIN" ] || die "$var=$BIN is not an executable"
+        say "using the prebuilt $BIN ($var; not building)"
+        return
+    fi
+    local profile=(--release)
+    [ "${RELEASE:-1}" = 0 ] && profile=()
+    say "building example $name (${profile[*]:-debug})"
+    BIN=$(cargo build "${profile[@]}" --example "$name" --message-format=json-render-diagnostics |
+        sed -n "s/.*\"executable\":\"\([^\"]*$name\)\".*/\1/p" | tail -n 1)
+    [ -x "$BIN" ] || die "could not find the $name executable"
+}
