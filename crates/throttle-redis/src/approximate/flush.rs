@@ -215,7 +215,7 @@ impl ApproxRule {
         if now < st.blocked_until && st.local == st.flushed && st.pending == 0 {
             return true;
         }
-        if early && !st.has(flag::WANTS) && st.waiting == 0 {
+        if early && !st.has(flag::WANTS) && st.need == 0 {
             // An early flush writes the keys that asked for it; the others
             // wait for the span's end (their claims hold until then, and a
             // moment's demand would shrink them).
@@ -277,10 +277,10 @@ impl ApproxRule {
                 hold,
                 demand,
                 known: sat32(st.heard()),
-                need: if closing { 0 } else { st.waiting },
+                need: if closing { 0 } else { st.need },
                 asked,
             });
-            st.waiting = 0;
+            st.need = 0;
             if !early {
                 // The demand is counted from one span-end write to the
                 // next: an early write in between does not cut it short.

@@ -404,7 +404,7 @@ impl ApproxRule {
         if !in_time {
             // Not written: the request no longer waits for it.
             self.store.update(&key, |st| {
-                st.waiting = st.waiting.saturating_sub(super::meter::sat32(cost));
+                st.need = st.need.saturating_sub(super::meter::sat32(cost));
             });
         }
         self.decide_now(&key, bucket, cost, true, in_time).0

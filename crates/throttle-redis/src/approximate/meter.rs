@@ -65,7 +65,7 @@ pub(crate) struct SpanState {
     /// The cost of the requests waiting for the next write's answer (the
     /// instance had no claim for them while the fleet had room): the next
     /// write asks for at least this much.
-    pub(super) waiting: u32,
+    pub(super) need: u32,
     /// The demand written, smoothed over the writes (requests per span,
     /// x8): a key seen a span ago is likely seen again, and keeps a claim
     /// for a few spans after its traffic stops.
@@ -440,7 +440,7 @@ impl SpanMeter {
                     st.flags |= flag::WANTS;
                     asks.early = true;
                 }
-                st.waiting = st.waiting.saturating_add(sat32(cost));
+                st.need = st.need.saturating_add(sat32(cost));
                 asks.wait = true;
                 return (step, asks);
             }
@@ -516,7 +516,7 @@ impl Meter for SpanMeter {
         // is decided again at once, as after a wait.)
         let (step, asks) = self.decide(st, now_us, cost, redis_ok, false);
         if asks.wait {
-            st.waiting = st.waiting.saturating_sub(sat32(cost));
+            st.need = st.need.saturating_sub(sat32(cost));
             return self.decide(st, now_us, cost, redis_ok, true).0;
         }
         step
@@ -586,12 +586,12 @@ mod tests {
         }
         let (_, asks) = m.decide(&mut st, T + 20, 1, true, false);
         assert!(asks.wait && asks.early, "the 13th waits and asks: {asks:?}");
-        assert_eq!((st.local, st.waiting), (12, 1));
+        assert_eq!((st.local, st.need), (12, 1));
         assert!(st.has(flag::WANTS));
         // Asked once: the next one waits for the same flush.
         let (_, asks) = m.decide(&mut st, T + 21, 1, true, false);
         assert!(asks.wait && !asks.early);
-        assert_eq!(st.waiting, 2);
+        assert_eq!(st.need, 2);
     }
 
     #[test]
