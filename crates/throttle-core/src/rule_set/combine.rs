@@ -9,6 +9,86 @@ use crate::decision::{Allowed, Charged, Decision, Demand, Denied, Refused, Shado
 
 use super::RuleSet;
 
+/// The rules' answers to one request, folded into one decision: the only
+/// place that says how answers combine, for the one-demand path, the
+/// synchronous loop and the asynchronous rest of a check alike.
+///
+/// Every enforced rule must allow; of the refusals, the first in rule
+/// order is the one reported; a shadow rule's denial (or
+/// failure) is recorded in the decision, never enforced. `N` is how many
+/// answers are held without allocating.
+pub(super) struct Tally<const N: usize> {
+    /// `(index in the demands, outcome)` of every allowed answer (its cost
+    /// taken) and of every shadow rule's denial (nothing taken).
+    held: SmallVec<[(usize, Outcome); N]>,
+    /// The shadow rules that denied.
+    shadow: ShadowDenials,
+    /// The first enforced refusal: `(index in the demands, answer)`.
+    refusal: Option<(usize, Result<Outcome, Unavailable>)>,
+}
+
+impl<const N: usize> Tally<N> {
+    /// No answer yet.
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        Self {
+            held: SmallVec::new(),
+            shadow: ShadowDenials::default(),
+            refusal: None,
+        }
+    }
+
+    /// Adds `demands[i]`'s answer, `result`, from rule `rule` of `set`.
+    #[inline(always)]
+    pub(super) fn add(
+        &mut self,
+        set: &RuleSet,
+        i: usize,
+        rule: usize,
+        result: Result<Outcome, Unavailable>,
+    ) {
+        match result {
+            Ok(o) if o.step.allowed => self.held.push((i, o)),
+            result if set.rules[rule].shadow => {
+                self.shadow.insert(rule);
+                self.held.push((i, shadow_outcome(result)));
+            }
+            // The refusal reported is the first in rule order.
+            result => {
+                if self.refusal.as_ref().is_none_or(|(j, _)| i < *j) {
+                    self.refusal = Some((i, result));
+                }
+            }
+        }
+    }
+
+    /// Weighs the allowed answers in rule order: the first of equally tight
+    /// rules is then the first in rule order, not in asking order.
+    pub(super) fn in_rule_order(&mut self) {
+        self.held.sort_unstable_by_key(|(i, _)| *i);
+    }
+
+    /// Whether an enforced rule has refused: nothing more need be asked.
+    #[inline(always)]
+    pub(super) fn refused(&self) -> bool {
+        self.refusal.is_some()
+    }
+
+    /// The decision on `demands`. A refusal first gives back what the
+    /// allowed answers took (the only effect of the fold), so that a denied
+    /// request does not use up the other dimensions' quota.
+    #[inline(always)]
+    pub(super) fn decide<K: Keep>(self, set: &RuleSet, demands: &[Demand]) -> K {
+        match self.refusal {
+            Some((i, result)) => {
+                set.give_back(demands, &self.held);
+                K::keep(set.refusal(&demands[i], result), &[])
+            }
+            None => K::keep(set.allowed(demands, &self.held, self.shadow), &self.held),
+        }
+    }
+}
+
 /// What a check hands back: a decision, or a decision and its charges.
 pub(super) trait Keep: Send + 'static {
     fn keep(decision: Decision, held: &[(usize, Outcome)]) -> Self;
@@ -36,6 +116,15 @@ impl Keep for Charged {
 }
 
 impl RuleSet {
+    /// Gives back what the allowed answers in `held` took.
+    pub(super) fn give_back(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
+        for (i, o) in held {
+            if o.step.allowed {
+                self.release(&demands[*i], o);
+            }
+        }
+    }
+
     pub(super) fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
         let rule = d.rule;
         match result {
@@ -88,7 +177,7 @@ impl RuleSet {
 
     /// An allowed decision reporting `d`'s rule, which answered `o`.
     #[inline]
-    pub(super) fn allowed_by(
+    fn allowed_by(
         &self,
         d: &Demand,
         o: Outcome,
