@@ -3,12 +3,13 @@
 
 use std::any::Any;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
+pub use crate::answer::Pending;
+pub use crate::rule::MeterVisitor;
+
 use crate::algorithm::Step;
-use crate::{ConfigError, Key, Rule};
+use crate::{Answer, ConfigError, Key, Rule};
 
 /// Where counts live. A backend turns each rule into a [`Limiter`] once, when
 /// the layer is built; that is where the rule is checked against what the
@@ -34,14 +35,14 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 pub trait Limiter: Any + Send + Sync + 'static {
     /// Checks `cost` for `key` and takes it when it fits.
     ///
-    /// A local backend answers [`Acquire::Ready`] without awaiting or
-    /// allocating; a remote one may answer [`Acquire::Pending`].
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire;
+    /// A local backend answers [`Answer::Ready`] without awaiting or
+    /// allocating; a remote one may answer [`Answer::Pending`].
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>>;
 
     /// Gives back `cost` that an allowed `acquire` took (its `outcome`),
     /// because another rule of the same request denied it. Best effort and
     /// never blocking.
-    fn release(&self, key: &Key, cost: u64, outcome: &Outcome);
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome);
 
     /// A limiter for `rule` (this one's rule reloaded with another quota,
     /// cost or failure policy, same name and algorithm) that keeps this
@@ -58,26 +59,6 @@ pub trait Limiter: Any + Send + Sync + 'static {
     /// so a request one of them denies costs no round trip and no refund.
     fn is_remote(&self) -> bool {
         false
-    }
-}
-
-/// A boxed, sendable future of an [`Outcome`], for remote backends.
-pub type PendingOutcome = Pin<Box<dyn Future<Output = Result<Outcome, Unavailable>> + Send>>;
-
-/// The answer of [`Limiter::acquire`]: now, or later.
-pub enum Acquire {
-    /// The decision is made.
-    Ready(Result<Outcome, Unavailable>),
-    /// The decision needs a round trip.
-    Pending(PendingOutcome),
-}
-
-impl fmt::Debug for Acquire {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Ready(r) => f.debug_tuple("Ready").field(r).finish(),
-            Self::Pending(_) => f.write_str("Pending(..)"),
-        }
     }
 }
 

@@ -1,8 +1,5 @@
 //! Decisions: what a check of a request's rules says.
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -19,7 +16,7 @@ use crate::{Rule, RuleSet};
 /// ([`RuleSet::bind`] refuses others), so the set is one `u64`.
 ///
 /// ```
-/// use throttle_core::ShadowDenials;
+/// use throttle_core::decision::ShadowDenials;
 ///
 /// let none = ShadowDenials::default();
 /// assert!(none.is_empty());
@@ -143,7 +140,7 @@ pub enum Decision {
     /// A rule denied the request; no other rule keeps its cost.
     Denied(Denied),
     /// A fail-closed rule could not be checked.
-    Unavailable(Refused),
+    Refused(Refused),
 }
 
 impl Decision {
@@ -164,26 +161,8 @@ pub struct Demand {
     pub cost: u64,
 }
 
-/// A decision now, or one that needs a round trip. `T` is a [`Decision`]
-/// ([`RuleSet::check`]) or a [`Charged`] ([`RuleSet::check_charged`]).
-pub enum Check<T = Decision> {
-    /// Decided without waiting.
-    Ready(T),
-    /// Decided by a remote backend.
-    Pending(Pin<Box<dyn Future<Output = T> + Send>>),
-}
-
-impl<T: fmt::Debug> fmt::Debug for Check<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Ready(d) => f.debug_tuple("Ready").field(d).finish(),
-            Self::Pending(_) => f.write_str("Pending(..)"),
-        }
-    }
-}
-
 /// A decision with what each allowed demand took, so that a cost can be
-/// given back later ([`RuleSet::release`]): what a layer needs to settle a
+/// given back later ([`RuleSet::refund`]): what a layer needs to settle a
 /// cost once the response is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Charged {

@@ -4,7 +4,7 @@
 //! integration crates build on it.
 //!
 //! ```
-//! use throttle_core::{Check, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+//! use throttle_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 //!
 //! let mut rules = RuleSet::new();
 //! let backend = MemoryBackend::default();
@@ -14,33 +14,36 @@
 //! let key = Key::new("acme");
 //! let demands = [Demand { rule: tenant, key, cost: 1 }, Demand { rule: search, key, cost: 1 }];
 //! match rules.check(&demands) {
-//!     Check::Ready(Decision::Allowed(a)) => assert_eq!(rules.rule(a.rule).name(), "search"), // fewest left
+//!     Answer::Ready(Decision::Allowed(a)) => assert_eq!(rules.rule(a.rule).name(), "search"), // fewest left
 //!     other => panic!("{other:?}"),
 //! }
 //! # Ok::<(), throttle_core::ConfigError>(())
 //! ```
 
 pub mod algorithm;
-mod backend;
-mod clock;
-mod decision;
+mod answer;
+pub mod backend;
+pub mod clock;
+pub mod decision;
 mod error;
 mod key;
-mod memory;
+pub mod limits;
+pub mod memory;
 mod quota;
 mod rule;
-mod rule_set;
+pub mod rule_set;
 pub mod sim;
 mod tier;
 
-pub use algorithm::{Algorithm, Meter, Step};
-pub use backend::{Acquire, Backend, Limiter, Outcome, PendingOutcome, Unavailable};
-pub use clock::{Clock, ManualClock, SystemClock, WallClock, unix_now_us};
-pub use decision::{Allowed, Charged, Check, Decision, Demand, Denied, Refused, ShadowDenials};
+pub use algorithm::Algorithm;
+pub use answer::Answer;
+pub use backend::Backend;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Allowed, Decision, Demand, Denied, Refused};
 pub use error::ConfigError;
-pub use key::{Key, MAX_KEY_LEN};
-pub use memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryLimiter, MemoryStats};
-pub use quota::{MAX_LIMIT, MAX_PERIOD, MIN_PERIOD, Quota};
-pub use rule::{FailurePolicy, MAX_RULE_NAME_LEN, MeterVisitor, Rule};
-pub use rule_set::{Carried, RuleSet};
-pub use tier::{MAX_TIERS, Tiers};
+pub use key::Key;
+pub use memory::MemoryBackend;
+pub use quota::Quota;
+pub use rule::{FailurePolicy, Rule};
+pub use rule_set::RuleSet;
+pub use tier::Tiers;

@@ -12,26 +12,27 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
-use throttle_core::{Acquire, Key, Limiter, Quota, Rule};
+use throttle_core::backend::Limiter;
+use throttle_core::{Answer, Key, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
 /// What a new key's first request gets.
 #[derive(Debug, PartialEq)]
-enum Answer {
+enum Got {
     Admitted,
     Denied,
     Refused,
 }
 
-async fn answer(limiter: &dyn Limiter, key: &Key) -> Answer {
+async fn answer(limiter: &dyn Limiter, key: &Key) -> Got {
     let result = match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r,
-        Acquire::Pending(waiting) => waiting.await,
+        Answer::Ready(r) => r,
+        Answer::Pending(waiting) => waiting.await,
     };
     match result {
-        Ok(o) if o.step.allowed => Answer::Admitted,
-        Ok(_) => Answer::Denied,
-        Err(_) => Answer::Refused,
+        Ok(o) if o.step.allowed => Got::Admitted,
+        Ok(_) => Got::Denied,
+        Err(_) => Got::Refused,
     }
 }
 
@@ -56,9 +57,9 @@ async fn new_keys_until_refused(limiter: &dyn Limiter, first: u64, within: Durat
     let mut admitted = 0;
     for i in first.. {
         match answer(limiter, &Key::from(i)).await {
-            Answer::Refused => return admitted,
-            Answer::Admitted => admitted += 1,
-            Answer::Denied => panic!("a new key denied with the fleet empty"),
+            Got::Refused => return admitted,
+            Got::Admitted => admitted += 1,
+            Got::Denied => panic!("a new key denied with the fleet empty"),
         }
         assert!(
             Instant::now() < deadline,
@@ -76,7 +77,7 @@ async fn a_killed_redis_closes_new_keys_before_any_flush_fails() {
     // Served while Redis is up, on the new-key credit.
     assert_eq!(
         answer(limiter.as_ref(), &Key::new("before")).await,
-        Answer::Admitted
+        Got::Admitted
     );
     // (The watch's subscription is made in the background.)
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -98,7 +99,7 @@ async fn a_hung_redis_closes_new_keys_within_a_heartbeat() {
     let (backend, limiter) = fail_closed(&server).await;
     assert_eq!(
         answer(limiter.as_ref(), &Key::new("before")).await,
-        Answer::Admitted
+        Got::Admitted
     );
     server.stop();
     let admitted = new_keys_until_refused(limiter.as_ref(), 0, Duration::from_secs(5)).await;
@@ -112,7 +113,7 @@ async fn a_hung_redis_closes_new_keys_within_a_heartbeat() {
 async fn wait_until_served(limiter: &dyn Limiter) {
     let woke = Instant::now();
     for i in 1_000_000u64.. {
-        if answer(limiter, &Key::from(i)).await == Answer::Admitted {
+        if answer(limiter, &Key::from(i)).await == Got::Admitted {
             println!("served again {:?} after Redis came back", woke.elapsed());
             return;
         }

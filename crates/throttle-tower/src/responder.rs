@@ -35,7 +35,7 @@ pub enum Rejection<'a> {
         status: StatusCode,
     },
     /// A fail-closed rule's backend could not be reached.
-    Unavailable {
+    Refused {
         /// What went wrong.
         refused: &'a Refused,
         /// The rule that could not be checked.
@@ -328,7 +328,7 @@ impl Responder for HttpResponder {
                     headers,
                 )
             }
-            Rejection::Unavailable { rule, .. } => {
+            Rejection::Refused { rule, .. } => {
                 let mut headers = HeaderBlock::default();
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
                 let message = "The rate limiter is unavailable. Please retry later.";

@@ -5,9 +5,10 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use super::MemoryLimiter;
 use crate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter};
 use crate::backend::{Limiter, Outcome};
-use crate::{Key, MemoryLimiter, SystemClock};
+use crate::{Key, SystemClock};
 
 /// How a rule's limiter is asked: the memory backend's own limiters (on the
 /// system clock, for the algorithms whose state is plain data) are called

@@ -5,8 +5,9 @@ mod store;
 
 use std::sync::Arc;
 
+use crate::Answer;
 use crate::algorithm::Meter;
-use crate::backend::{Acquire, Backend, Limiter, Outcome};
+use crate::backend::{Backend, Limiter, Outcome, Unavailable};
 use crate::rule::MeterVisitor;
 use crate::{Clock, ConfigError, Key, Rule, SystemClock};
 
@@ -176,12 +177,12 @@ impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
 
 impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
     #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
-        Acquire::Ready(Ok(self.check(key, cost)))
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        Answer::Ready(Ok(self.check(key, cost)))
     }
 
-    fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        self.store.release(key, outcome.at_us, cost);
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.store.refund(key, outcome.at_us, cost);
     }
 
     fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {

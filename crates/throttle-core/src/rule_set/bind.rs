@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Acquire, Limiter, Outcome};
+use crate::Answer;
+use crate::backend::{Limiter, Outcome, Unavailable};
 use crate::decision::ShadowDenials;
 use crate::memory::Engine;
 use crate::{Backend, ConfigError, Key, Quota, Rule};
@@ -68,9 +69,9 @@ impl Bound {
 
     /// Asks `key`'s limiter for `cost`.
     #[inline]
-    pub(super) fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    pub(super) fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         match self.local(key, cost) {
-            Some(o) => Acquire::Ready(Ok(o)),
+            Some(o) => Answer::Ready(Ok(o)),
             None => self.limiter(key).acquire(key, cost),
         }
     }

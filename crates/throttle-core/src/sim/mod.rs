@@ -1,4 +1,4 @@
-//! A small traffic simulator: drives any [`Meter`](crate::Meter) with a
+//! A small traffic simulator: drives any [`Meter`](crate::algorithm::Meter) with a
 //! synthetic timeline for one key and measures what got through. Used by
 //! the property tests, to produce the figures quoted in the documentation,
 //! and by the laboratory (`cargo run --example lab`), which draws what

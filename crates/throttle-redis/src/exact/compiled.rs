@@ -2,11 +2,12 @@
 //! touches, the arguments it sends and how its replies read.
 
 use redis::Script;
+use throttle_core::algorithm::Step;
 use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, Meter, SlidingWindowCounter,
     SlidingWindowCounterState, SlidingWindowLog,
 };
-use throttle_core::{Algorithm, ConfigError, Rule, Step};
+use throttle_core::{Algorithm, ConfigError, Rule};
 
 use crate::conn::Eval;
 use crate::reply::Reply;

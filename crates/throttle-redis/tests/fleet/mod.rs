@@ -28,9 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use throttle_core::{
-    Acquire, Backend, Clock, Key, Limiter, ManualClock, MemoryBackend, PendingOutcome, Quota, Rule,
-};
+use throttle_core::backend::{Limiter, Outcome, Pending, Unavailable};
+use throttle_core::{Answer, Backend, Clock, Key, ManualClock, MemoryBackend, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
 use crate::support::RedisServer;
@@ -199,7 +198,7 @@ struct Instance {
 
 /// A request whose decision waits for a flush.
 struct Waiting {
-    answer: PendingOutcome,
+    answer: Pending<Result<Outcome, Unavailable>>,
     key: u64,
     /// Arrival, from the start of the measurement (true time); `None` for
     /// a warm-up request, which is not counted.
@@ -409,24 +408,24 @@ fn bytes_in(server: &RedisServer) -> u64 {
 }
 
 /// An instance's answer to a request: now, or after a flush.
-enum Answer {
+enum Reply {
     Now(bool),
-    Wait(PendingOutcome),
+    Wait(Pending<Result<Outcome, Unavailable>>),
 }
 
-fn ask(limiter: &dyn Limiter, key: &Key) -> Answer {
+fn ask(limiter: &dyn Limiter, key: &Key) -> Reply {
     match limiter.acquire(key, 1) {
-        Acquire::Ready(Ok(o)) => Answer::Now(o.step.allowed),
-        Acquire::Ready(Err(_)) => Answer::Now(false),
-        Acquire::Pending(answer) => Answer::Wait(answer),
+        Answer::Ready(Ok(o)) => Reply::Now(o.step.allowed),
+        Answer::Ready(Err(_)) => Reply::Now(false),
+        Answer::Pending(answer) => Reply::Wait(answer),
     }
 }
 
 /// The reference's answer (a memory limiter: always at once).
 fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
     match ask(limiter, key) {
-        Answer::Now(allowed) => allowed,
-        Answer::Wait(_) => panic!("the memory backend decides at once"),
+        Reply::Now(allowed) => allowed,
+        Reply::Wait(_) => panic!("the memory backend decides at once"),
     }
 }
 
@@ -687,10 +686,10 @@ impl Driver<'_> {
     }
 
     /// Records the answer to a request, or keeps it until it is decided.
-    fn answered(&mut self, i: usize, key: u64, at_us: Option<u64>, perfect: bool, answer: Answer) {
+    fn answered(&mut self, i: usize, key: u64, at_us: Option<u64>, perfect: bool, answer: Reply) {
         match answer {
-            Answer::Now(ours) => self.record(key, at_us, ours, perfect, false),
-            Answer::Wait(answer) => self.fleet[i].waiting.push(Waiting {
+            Reply::Now(ours) => self.record(key, at_us, ours, perfect, false),
+            Reply::Wait(answer) => self.fleet[i].waiting.push(Waiting {
                 answer,
                 key,
                 at_us,

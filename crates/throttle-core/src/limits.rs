@@ -1,0 +1,11 @@
+//! The bounds the core enforces, each checked when a rule or key is made
+//! (the error names the field).
+
+pub use crate::key::MAX_KEY_LEN;
+pub use crate::memory::DEFAULT_MAX_KEYS;
+pub use crate::quota::{MAX_LIMIT, MAX_PERIOD, MIN_PERIOD};
+pub use crate::rule::MAX_RULE_NAME_LEN;
+pub use crate::tier::MAX_TIER_QUOTAS;
+
+/// How many rules of a policy may be shadow rules (the first ones).
+pub const MAX_SHADOW_RULES: usize = crate::decision::ShadowDenials::MAX_RULES;
