@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use http::request::Parts;
 use throttle_core::{Backend, Key, Quota};
 use throttle_tower::{
-    ClientAddr, Extracted, Global, Header, IpPrefix, Jwt, KeyExtractor, MissingKey, PeerSource,
-    Policy, Responder, ThrottleLayer, UserAgentHash,
+    AllOf, ClientAddr, Extracted, Global, Header, IpPrefix, Jwt, KeyExtractor, MissingKey,
+    PeerSource, Policy, Responder, ThrottleLayer, UserAgentHash,
 };
 
 use crate::error::ConfigFileError;
@@ -68,7 +68,7 @@ pub fn policy<I: Integration>(
         if rule.shadow {
             bound = bound.shadow();
         }
-        policy = policy.rule(bound, Dyn(extractor(config, rule, file, integration)?));
+        policy = policy.rule(bound, extractor(config, rule, file, integration)?);
     }
     Ok(policy)
 }
@@ -130,11 +130,11 @@ fn part<I: Integration>(
                 "tls-fingerprint keys need throttle-config's `tls` feature",
             ));
         }
-        KeySpec::Composite(parts) => Box::new(AllOf(
+        KeySpec::Composite(parts) => Box::new(AllOf::new(
             parts
                 .iter()
                 .map(|p| part(config, p, rule, file, integration))
-                .collect::<Result<_, _>>()?,
+                .collect::<Result<Vec<_>, _>>()?,
         )),
     })
 }
@@ -252,72 +252,5 @@ impl KeyExtractor for OnlyRoutes {
 
     fn kind(&self) -> std::borrow::Cow<'static, str> {
         self.key.kind()
-    }
-}
-
-/// A composite key of any number of parts (every part must be found), as
-/// the tuples build it.
-struct AllOf(Vec<Box<dyn KeyExtractor>>);
-
-impl KeyExtractor for AllOf {
-    fn extract(&self, req: &Parts) -> Extracted {
-        let mut keys = Vec::with_capacity(self.0.len());
-        for part in &self.0 {
-            match part.extract(req) {
-                Extracted::Key(k) => keys.push(k),
-                other => return other,
-            }
-        }
-        // Digest parts are marked so a raw part can't imitate one.
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * keys.len());
-        for key in &keys {
-            parts.push(if key.is_digest() { b"h" } else { b"r" });
-            parts.push(key.as_bytes());
-        }
-        Extracted::Key(Key::from_parts(&parts))
-    }
-
-    fn validate(&self) -> Result<(), throttle_core::ConfigError> {
-        self.0.iter().try_for_each(|p| p.validate())
-    }
-
-    fn on_missing(&self) -> MissingKey {
-        // As the tuples: a missing part is the client's (400), unless every
-        // part can only be missing through a server misconfiguration.
-        let all: Vec<MissingKey> = self.0.iter().map(|p| p.on_missing()).collect();
-        match all.first() {
-            Some(first @ MissingKey::Reject(s))
-                if s.is_server_error() && all.iter().all(|m| m == first) =>
-            {
-                *first
-            }
-            _ => MissingKey::default(),
-        }
-    }
-
-    fn kind(&self) -> std::borrow::Cow<'static, str> {
-        let kinds: Vec<_> = self.0.iter().map(|p| p.kind()).collect();
-        kinds.join("+").into()
-    }
-}
-
-/// A boxed extractor, as a policy takes one.
-struct Dyn(Box<dyn KeyExtractor>);
-
-impl KeyExtractor for Dyn {
-    fn extract(&self, req: &Parts) -> Extracted {
-        self.0.extract(req)
-    }
-
-    fn validate(&self) -> Result<(), throttle_core::ConfigError> {
-        self.0.validate()
-    }
-
-    fn on_missing(&self) -> MissingKey {
-        self.0.on_missing()
-    }
-
-    fn kind(&self) -> std::borrow::Cow<'static, str> {
-        self.0.kind()
     }
 }
