@@ -55,6 +55,7 @@ mod error;
 mod file;
 mod load;
 mod model;
+pub mod reload;
 
 pub use backend::BuiltBackend;
 pub use build::Integration;
