@@ -6,9 +6,10 @@
 //!
 //! Serves `GET /search`, `GET /items/{id}`, `POST /checkout` and a fallback
 //! (200 with a small JSON body) under the file's rules, reloads the file
-//! when it changes (`throttle_config::reload`), bounds what slow and idle clients hold (`[server]`),
-//! and stops cleanly on SIGINT or SIGTERM. An invalid file makes it exit
-//! with status 2 and the error (file, line, column, rule, field).
+//! when it changes (`throttle_config::reload`), bounds what slow and idle
+//! clients hold (`[server]`), and stops cleanly on SIGINT or SIGTERM. An
+//! invalid file makes it exit with status 2 and the error (file, line,
+//! column, rule, field).
 //!
 //! With `[metrics] listen` set, Prometheus text is served at `/metrics`
 //! there. With `[tls]` it serves HTTPS (HTTP/1.1) instead of HTTP, and
