@@ -26,7 +26,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use throttle_core::{Backend, Carried};
+use throttle_core::Backend;
+use throttle_core::rule_set::Carried;
 use throttle_tower::{Reloaded, ThrottleLayer};
 
 use crate::build::{self, Integration};

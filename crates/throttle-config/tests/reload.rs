@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 use http::request::Parts;
 use throttle_config::reload::{ReloadEvent, Reloader};
 use throttle_config::{GatewayConfig, HeaderStyle, Integration};
-use throttle_core::{Carried, MemoryBackend};
+use throttle_core::MemoryBackend;
+use throttle_core::rule_set::Carried;
 use throttle_tower::{Global, HttpResponder, KeyExtractor};
 
 /// A server whose peer address is a `SocketAddr` extension.

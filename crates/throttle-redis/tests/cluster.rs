@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use support::RedisCluster;
-use throttle_core::{Acquire, Key, Limiter, Outcome, Quota, Rule, Unavailable};
+use throttle_core::{Answer, Key, Quota, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
 async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool) {
     match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => (r, false),
-        Acquire::Pending(f) => (f.await, true),
+        Answer::Ready(r) => (r, false),
+        Answer::Pending(f) => (f.await, true),
     }
 }
 

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
-use throttle_core::{Acquire, Key, Limiter, Quota, Rule};
+use throttle_core::{Answer, Key, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
 /// What a new key's first request gets.
@@ -25,8 +26,8 @@ enum Answer {
 
 async fn answer(limiter: &dyn Limiter, key: &Key) -> Answer {
     let result = match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r,
-        Acquire::Pending(waiting) => waiting.await,
+        Answer::Ready(r) => r,
+        Answer::Pending(waiting) => waiting.await,
     };
     match result {
         Ok(o) if o.step.allowed => Answer::Admitted,

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
-use throttle_core::{Acquire, Key, Limiter, Outcome, Quota, Rule, Unavailable};
+use throttle_core::{Answer, Key, Quota, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_redis::{RedisBackend, RedisConfig};
 
 const TIMEOUT: Duration = Duration::from_millis(50);
@@ -30,8 +31,8 @@ fn config(server: &RedisServer) -> RedisConfig {
 async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool, Duration) {
     let t = Instant::now();
     match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => (r, false, t.elapsed()),
-        Acquire::Pending(f) => (f.await, true, t.elapsed()),
+        Answer::Ready(r) => (r, false, t.elapsed()),
+        Answer::Pending(f) => (f.await, true, t.elapsed()),
     }
 }
 

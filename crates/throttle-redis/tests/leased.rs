@@ -15,7 +15,8 @@ use std::time::Duration;
 use leased_common::{T0, check, give_backs_until, leased, worst_excess};
 use support::RedisServer;
 use throttle_core::algorithm::{Gcra, GcraState, Meter};
-use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
+use throttle_core::{Answer, Key, ManualClock, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{LeaseOptions, RedisBackend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,8 +234,8 @@ async fn the_lease_script_takes_what_the_rust_bucket_would() {
         // largest j <= cost + 1 that fits, and nothing when cost does not.
         let expected = gcra.acquire(&mut state.clone(), now, 1).allowed;
         let got = match limiter.acquire(&Key::new("k"), 1) {
-            Acquire::Ready(r) => r.unwrap().step.allowed,
-            Acquire::Pending(f) => f.await.unwrap().step.allowed,
+            Answer::Ready(r) => r.unwrap().step.allowed,
+            Answer::Pending(f) => f.await.unwrap().step.allowed,
         };
         assert_eq!(got, expected, "at {now}");
         if expected {
@@ -245,8 +246,8 @@ async fn the_lease_script_takes_what_the_rust_bucket_would() {
                 gcra.acquire(&mut state, now, 1);
                 // That token now sits in the local batch: spend it next.
                 let again = match limiter.acquire(&Key::new("k"), 1) {
-                    Acquire::Ready(r) => r.unwrap(),
-                    Acquire::Pending(f) => f.await.unwrap(),
+                    Answer::Ready(r) => r.unwrap(),
+                    Answer::Pending(f) => f.await.unwrap(),
                 };
                 assert!(again.step.allowed, "the leased token is spent locally");
             }
@@ -268,8 +269,8 @@ async fn a_cost_above_the_bucket_is_denied_alone_without_asking_redis() {
     let key = Key::new("k");
     let calls = server.command_count("evalsha");
     let big = match limiter.acquire(&key, 1_000) {
-        Acquire::Ready(r) => r.unwrap(),
-        Acquire::Pending(_) => panic!("an impossible cost needs no Redis call"),
+        Answer::Ready(r) => r.unwrap(),
+        Answer::Pending(_) => panic!("an impossible cost needs no Redis call"),
     };
     assert!(!big.step.allowed);
     assert_eq!(
@@ -583,10 +584,10 @@ async fn a_key_over_its_quota_at_one_request_per_second_per_instance_costs_littl
     }
 }
 
-async fn outcome(limiter: &dyn Limiter, key: &Key) -> throttle_core::Outcome {
+async fn outcome(limiter: &dyn Limiter, key: &Key) -> throttle_core::backend::Outcome {
     match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r.unwrap(),
-        Acquire::Pending(f) => f.await.unwrap(),
+        Answer::Ready(r) => r.unwrap(),
+        Answer::Pending(f) => f.await.unwrap(),
     }
 }
 

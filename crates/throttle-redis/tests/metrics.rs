@@ -21,7 +21,8 @@ use metrics::{
 };
 use metrics_util::registry::{AtomicStorage, Registry};
 use support::RedisServer;
-use throttle_core::{Acquire, Limiter, ManualClock, Quota, Rule};
+use throttle_core::{Answer, ManualClock, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::metrics::{
     BREAKER_OPEN, BREAKER_OPENED, ERRORS, FLUSH_SECONDS, FLUSHES, LEASE_CALLS, LEASE_TOKENS,
     NODES_ESTIMATE,
@@ -96,7 +97,7 @@ fn config(server: &RedisServer) -> RedisConfig {
 
 async fn check(limiter: &dyn Limiter) {
     let key = throttle_core::Key::new("k");
-    if let Acquire::Pending(f) = limiter.acquire(&key, 1) {
+    if let Answer::Pending(f) = limiter.acquire(&key, 1) {
         let _ = f.await;
     }
 }

@@ -416,7 +416,7 @@ impl Responder for GrpcResponder {
                     &Status::with_error_details(code_for_http_status(status), message, details),
                 );
             }
-            Rejection::Unavailable { rule, refused } => {
+            Rejection::Refused { rule, refused } => {
                 headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
                 headers.insert(
                     GRPC_RETRY_PUSHBACK_MS.clone(),
@@ -626,13 +626,13 @@ mod tests {
         bound.bind(&[(&rule, "peer-ip")]);
         let refused = throttle_core::Refused {
             rule: 0,
-            error: throttle_core::Unavailable::new("down"),
+            error: throttle_core::backend::Unavailable::new("down"),
         };
         let req = grpc_request("application/grpc");
         let reject = |r: &GrpcResponder| {
             r.reject(
                 &req,
-                Rejection::Unavailable {
+                Rejection::Refused {
                     refused: &refused,
                     rule: &rule,
                 },

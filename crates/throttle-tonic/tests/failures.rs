@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use support::{GreeterClient, details, expect_code, meta, say_hello};
-use throttle_core::{Acquire, Limiter, Outcome, Unavailable};
+use throttle_core::Answer;
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_tonic::{
     Backend, ConfigError, Global, Key, KeyExtractorExt, MemoryBackend, PeerIp, Policy, Quota, Rule,
     ThrottleLayer,
@@ -87,11 +88,11 @@ impl Backend for Down {
 }
 
 impl Limiter for Down {
-    fn acquire(&self, _key: &Key, _cost: u64) -> Acquire {
-        Acquire::Ready(Err(Unavailable::new("connection refused")))
+    fn acquire(&self, _key: &Key, _cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        Answer::Ready(Err(Unavailable::new("connection refused")))
     }
 
-    fn release(&self, _key: &Key, _cost: u64, _outcome: &Outcome) {}
+    fn refund(&self, _key: &Key, _cost: u64, _outcome: &Outcome) {}
 }
 
 #[tokio::test]

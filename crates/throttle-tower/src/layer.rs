@@ -2,7 +2,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use throttle_core::{Backend, Carried, ConfigError, RuleSet};
+use throttle_core::{Backend, ConfigError, RuleSet};
+use throttle_core::rule_set::Carried;
 use tower_layer::Layer;
 
 use crate::engine::Engine;

@@ -99,7 +99,7 @@ impl Limit {
     /// own failures: `refund_when(|s| s.is_server_error())`.
     ///
     /// The refund goes through the same path as the refund of a request
-    /// another rule denied ([`RuleSet::release`](throttle_core::RuleSet::release)),
+    /// another rule denied ([`RuleSet::refund`](throttle_core::RuleSet::refund)),
     /// so its precision is the backend's: exact in memory and in the exact
     /// mode, best effort where a window has moved on since the check (a
     /// window algorithm's refund of a request checked in the previous window

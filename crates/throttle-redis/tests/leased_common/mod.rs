@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use throttle_core::{Acquire, Key, Limiter, ManualClock};
+use throttle_core::{Answer, Key, ManualClock};
+use throttle_core::backend::Limiter;
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
 
 use crate::support::RedisServer;
@@ -31,8 +32,8 @@ pub async fn leased(
 /// is needed).
 pub async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
     match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r.unwrap().step.allowed,
-        Acquire::Pending(f) => f.await.unwrap().step.allowed,
+        Answer::Ready(r) => r.unwrap().step.allowed,
+        Answer::Pending(f) => f.await.unwrap().step.allowed,
     }
 }
 
