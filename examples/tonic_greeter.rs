@@ -17,11 +17,27 @@
 //! whose details are a `google.rpc.RetryInfo` (when to retry) and a
 //! `google.rpc.QuotaFailure` (subject `ip:peer-ip`). The address is
 //! `127.0.0.1:50051` unless `THROTTLE_LISTEN` says otherwise.
+//!
+//! With `--config FILE` the limits (and the address, its `listen`) come
+//! from a configuration file in the gateway's format instead, through
+//! `throttle_tonic::from_config`: `ip` keys are the peer's address, a
+//! route is a full gRPC method (`routes = ["/helloworld.Greeter/SayHello"]`).
+//! `examples/tonic_greeter.toml` is the same 5 calls a minute:
+//!
+//! ```text
+//! cargo run --example tonic_greeter -- --config examples/tonic_greeter.toml
+//! ```
+//!
+//! An invalid file makes it exit with status 2 and the error (file, line,
+//! column, rule, field); `THROTTLE_LISTEN` still overrides `listen`.
 //! `.ci/tonic-example-contract` checks all of this with Python's `grpcio`.
 
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_config::GatewayConfig;
+use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer, from_config};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -31,17 +47,72 @@ mod greeter;
 use greeter::MyGreeter;
 use greeter::helloworld::greeter_server::GreeterServer;
 
+/// `--config FILE`, if given.
+fn config_arg() -> Result<Option<PathBuf>, String> {
+    let mut it = std::env::args().skip(1);
+    let mut config = None;
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--config" => config = Some(it.next().ok_or("--config needs a value")?.into()),
+            other => return Err(format!("unknown argument {other:?} (use --config FILE)")),
+        }
+    }
+    Ok(config)
+}
+
+/// The layer and the address: from the file, or the built-in 5 calls a
+/// minute per peer IP.
+async fn layer_and_address(
+    config: Option<PathBuf>,
+) -> Result<(ThrottleLayer, String), Box<dyn std::error::Error>> {
+    let listen = std::env::var("THROTTLE_LISTEN").ok();
+    let Some(path) = config else {
+        // 5 calls per 60 seconds per peer IP, all 5 available at once.
+        let quota = Quota::new(5, Duration::from_secs(60)).with_burst(5);
+        let policy = Policy::new().rule(Rule::new("ip", quota).token_bucket(), PeerIp::default());
+        // QuotaFailure's subject reads "ip:peer-ip": PeerIp names its kind.
+        let layer = ThrottleLayer::new(policy, MemoryBackend::default())?;
+        return Ok((
+            layer,
+            listen.unwrap_or_else(|| "127.0.0.1:50051".to_owned()),
+        ));
+    };
+    let file = path.display().to_string();
+    let config = GatewayConfig::load(&path)?;
+    let backend = config.backend.build(&file).await?;
+    let layer = from_config::layer(&config, &file, backend.as_backend())?;
+    let addr = listen
+        .or(config.listen.map(|l| l.to_string()))
+        .unwrap_or_else(|| "127.0.0.1:50051".to_owned());
+    Ok((layer, addr))
+}
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = std::env::var("THROTTLE_LISTEN").unwrap_or_else(|_| "127.0.0.1:50051".to_owned());
+async fn main() -> ExitCode {
+    let (layer, addr) = match config_arg() {
+        Ok(config) => match layer_and_address(config).await {
+            Ok(found) => found,
+            Err(e) => {
+                eprintln!("tonic_greeter: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        Err(e) => {
+            eprintln!("tonic_greeter: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match serve(layer, &addr).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tonic_greeter: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
-    // 5 calls per 60 seconds per peer IP, all 5 available at once.
-    let quota = Quota::new(5, Duration::from_secs(60)).with_burst(5);
-    let policy = Policy::new().rule(Rule::new("ip", quota).token_bucket(), PeerIp::default());
-    // QuotaFailure's subject reads "ip:peer-ip": PeerIp names its kind.
-    let layer = ThrottleLayer::new(policy, MemoryBackend::default())?;
-
-    let listener = tokio::net::TcpListener::bind(&addr).await?;
+async fn serve(layer: ThrottleLayer, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on {} (gRPC)", listener.local_addr()?);
     Server::builder()
         .layer(layer)

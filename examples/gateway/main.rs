@@ -6,9 +6,10 @@
 //!
 //! Serves `GET /search`, `GET /items/{id}`, `POST /checkout` and a fallback
 //! (200 with a small JSON body) under the file's rules, reloads the file
-//! when it changes, bounds what slow and idle clients hold (`[server]`),
-//! and stops cleanly on SIGINT or SIGTERM. An invalid file makes it exit
-//! with status 2 and the error (file, line, column, rule, field).
+//! when it changes (`throttle_config::reload`), bounds what slow and idle
+//! clients hold (`[server]`), and stops cleanly on SIGINT or SIGTERM. An
+//! invalid file makes it exit with status 2 and the error (file, line,
+//! column, rule, field).
 //!
 //! With `[metrics] listen` set, Prometheus text is served at `/metrics`
 //! there. With `[tls]` it serves HTTPS (HTTP/1.1) instead of HTTP, and
@@ -27,7 +28,6 @@
 //! the gateway took over it).
 
 mod metrics;
-mod reload;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -43,6 +43,7 @@ use axum::Router;
 use axum::extract::Path;
 use axum::routing::{get, post};
 use throttle_axum::from_config;
+use throttle_config::reload::Reloader;
 use throttle_config::{BuiltBackend, GatewayConfig};
 use tokio::sync::watch;
 
@@ -184,13 +185,21 @@ async fn main() -> ExitCode {
     }
 
     let (stop_tx, stop) = watch::channel(false);
-    let watcher = tokio::spawn(reload::watch(
+    // Reload on change: an invalid file is reported, the rules stay.
+    let reloader = Reloader::new(
         args.config.clone(),
-        layer.clone(),
-        backend.clone(),
         config.clone(),
+        layer.clone(),
+        backend.as_backend(),
+        from_config::Axum,
+    );
+    let mut stopped = stop.clone();
+    let watcher = tokio::spawn(reloader.watch(
         Duration::from_millis(250),
-        stop.clone(),
+        async move {
+            let _ = stopped.changed().await;
+        },
+        |event| eprintln!("gateway: {event}"),
     ));
     tokio::spawn(async move {
         stop_signal().await;

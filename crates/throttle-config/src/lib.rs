@@ -44,16 +44,21 @@
 //! period_secs = 60
 //! ```
 //!
-//! The integration crates turn a [`GatewayConfig`] into a layer; this
-//! crate knows nothing of HTTP.
+//! [`build::policy`] and [`build::layer`] turn a [`GatewayConfig`] into
+//! rules for any server: the server's [`Integration`] says where the peer
+//! address is and what a route is (`throttle-axum` and `throttle-tonic`
+//! have one each, behind their `config` feature).
 
 mod backend;
+pub mod build;
 mod error;
 mod file;
 mod load;
 mod model;
+pub mod reload;
 
 pub use backend::BuiltBackend;
+pub use build::Integration;
 pub use error::ConfigFileError;
 pub use load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIER_KEYS};
 pub use model::{

@@ -82,6 +82,8 @@
 mod arena;
 mod denial;
 mod extract;
+#[cfg(feature = "config")]
+pub mod from_config;
 mod responder;
 
 pub use extract::{GrpcMethod, GrpcService, Metadata, PeerIp, TonicPeer};

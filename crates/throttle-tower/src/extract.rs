@@ -144,10 +144,10 @@ macro_rules! composite {
                     };
                 )+
                 // Digest parts are marked so a raw part can't imitate one.
-                let tagged = [$(($name.is_digest(), $name)),+];
+                let tagged = [$($name),+];
                 let mut parts: [&[u8]; 2 * [$(stringify!($name)),+].len()] = [&[]; 2 * [$(stringify!($name)),+].len()];
-                for (i, (digest, key)) in tagged.iter().enumerate() {
-                    parts[2 * i] = if *digest { b"h" } else { b"r" };
+                for (i, key) in tagged.iter().enumerate() {
+                    parts[2 * i] = tag(key);
                     parts[2 * i + 1] = key.as_bytes();
                 }
                 Extracted::Key(Key::from_parts(&parts))
@@ -171,6 +171,141 @@ macro_rules! composite {
 
 composite!(A, B);
 composite!(A, B, C);
+
+/// See [`AllOf::MAX_PARTS`].
+const MAX_PARTS: usize = 8;
+
+/// The tag that marks a part of a composite key as a digest (`h`) or raw
+/// material (`r`), so a raw part can't imitate a digest one.
+#[inline]
+fn tag(key: &Key) -> &'static [u8] {
+    if key.is_digest() { b"h" } else { b"r" }
+}
+
+/// A composite key of parts chosen at run time (from a configuration file,
+/// say), every one of which must be found: the key of `AllOf::new([a, b])`
+/// is the key of the pair `(a, b)`, and so on for up to
+/// [`AllOf::MAX_PARTS`] parts. Extracting one allocates nothing.
+///
+/// Parts of different types are boxed (`Box<dyn KeyExtractor>`, the
+/// default). A part that skips the rule or is missing makes the whole skip
+/// or miss. A missing key is rejected with 400 (the client's), unless every
+/// part can only be missing through the same server misconfiguration (the
+/// peer address of [`ClientAddr`](crate::ClientAddr), say: 500).
+///
+/// ```
+/// use throttle_tower::{AllOf, Header, KeyExtractor, UserAgentHash};
+///
+/// let parts: Vec<Box<dyn KeyExtractor>> = vec![Box::new(Header::new("x-net")), Box::new(UserAgentHash)];
+/// let any = AllOf::new(parts);
+/// let pair = (Header::new("x-net"), UserAgentHash);
+/// let req = http::Request::get("/").header("x-net", "a").header("user-agent", "b").body(()).unwrap();
+/// let (req, ()) = req.into_parts();
+/// assert_eq!(any.extract(&req), pair.extract(&req));
+/// assert_eq!(any.kind(), "header:x-net+user-agent-hash");
+/// ```
+pub struct AllOf<E = Box<dyn KeyExtractor>> {
+    parts: Box<[E]>,
+}
+
+impl<E: KeyExtractor> AllOf<E> {
+    /// The most parts a composite key may have (checked when the layer is
+    /// built).
+    pub const MAX_PARTS: usize = MAX_PARTS;
+
+    /// The composite of `parts`, in order.
+    pub fn new(parts: impl IntoIterator<Item = E>) -> Self {
+        Self {
+            parts: parts.into_iter().collect(),
+        }
+    }
+
+    /// The parts, in order.
+    pub fn parts(&self) -> &[E] {
+        &self.parts
+    }
+}
+
+impl<E> fmt::Debug for AllOf<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AllOf({} parts)", self.parts.len())
+    }
+}
+
+impl<E: KeyExtractor> KeyExtractor for AllOf<E> {
+    fn extract(&self, req: &Parts) -> Extracted {
+        let n = self.parts.len();
+        if n == 0 || n > Self::MAX_PARTS {
+            // Refused by `validate`: never limit by a key built otherwise.
+            return Extracted::Missing;
+        }
+        let mut keys = [Key::global(); MAX_PARTS];
+        for (slot, part) in keys.iter_mut().zip(self.parts.iter()) {
+            match part.extract(req) {
+                Extracted::Key(k) => *slot = k,
+                other => return other,
+            }
+        }
+        // The tuples' encoding: a tag, then the part, for each part.
+        let mut encoded: [&[u8]; 2 * MAX_PARTS] = [&[]; 2 * MAX_PARTS];
+        for (i, key) in keys[..n].iter().enumerate() {
+            encoded[2 * i] = tag(key);
+            encoded[2 * i + 1] = key.as_bytes();
+        }
+        Extracted::Key(Key::from_parts(&encoded[..2 * n]))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=Self::MAX_PARTS).contains(&self.parts.len()) {
+            return Err(ConfigError::new(
+                "key.parts",
+                format!(
+                    "a composite key has 1 to {} parts (got {})",
+                    Self::MAX_PARTS,
+                    self.parts.len()
+                ),
+            ));
+        }
+        self.parts.iter().try_for_each(KeyExtractor::validate)
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        let mut all = self.parts.iter().map(KeyExtractor::on_missing);
+        match all.next() {
+            Some(first @ MissingKey::Reject(s))
+                if s.is_server_error() && all.all(|m| m == first) =>
+            {
+                first
+            }
+            _ => MissingKey::default(),
+        }
+    }
+
+    fn kind(&self) -> Cow<'static, str> {
+        let kinds: Vec<_> = self.parts.iter().map(KeyExtractor::kind).collect();
+        kinds.join("+").into()
+    }
+}
+
+/// A boxed extractor is one (for policies built at run time).
+impl KeyExtractor for Box<dyn KeyExtractor> {
+    #[inline]
+    fn extract(&self, req: &Parts) -> Extracted {
+        (**self).extract(req)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        (**self).validate()
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        (**self).on_missing()
+    }
+
+    fn kind(&self) -> Cow<'static, str> {
+        (**self).kind()
+    }
+}
 
 /// One key for every request: a global limit.
 #[derive(Debug, Clone, Copy, Default)]
@@ -389,6 +524,40 @@ mod tests {
         };
         assert_ne!(k1, k2);
         assert_eq!(pair.extract(&one), Extracted::Missing);
+    }
+
+    #[test]
+    fn all_of_keys_like_the_tuples() {
+        let req = parts(
+            http::Request::get("/")
+                .header("a", "x")
+                .header("b", "y".repeat(100))
+                .header("c", "z"),
+        );
+        let boxed = |n: &str| -> Box<dyn KeyExtractor> { Box::new(Header::new(n)) };
+        let two = AllOf::new([boxed("a"), boxed("b")]);
+        assert_eq!(
+            two.extract(&req),
+            (Header::new("a"), Header::new("b")).extract(&req)
+        );
+        let three = AllOf::new([Header::new("a"), Header::new("b"), Header::new("c")]);
+        assert_eq!(
+            three.extract(&req),
+            (Header::new("a"), Header::new("b"), Header::new("c")).extract(&req)
+        );
+        assert_eq!(three.kind(), "header:a+header:b+header:c");
+        let missing = AllOf::new([Header::new("a"), Header::new("nope")]);
+        assert_eq!(missing.extract(&req), Extracted::Missing);
+        assert_eq!(missing.on_missing(), MissingKey::default());
+        assert!(AllOf::<Global>::new([]).validate().is_err());
+        let nine = AllOf::new([Global; AllOf::<Global>::MAX_PARTS + 1]);
+        assert_eq!(nine.validate().unwrap_err().field(), "key.parts");
+        assert_eq!(nine.extract(&req), Extracted::Missing);
+        assert!(
+            AllOf::new([Global; AllOf::<Global>::MAX_PARTS])
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

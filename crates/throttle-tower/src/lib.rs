@@ -46,7 +46,7 @@ mod service;
 
 pub use body::ThrottleBody;
 pub use extract::{
-    Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or, UserAgentHash,
+    AllOf, Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or, UserAgentHash,
 };
 pub use future::ResponseFuture;
 pub use ip::{ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource};
