@@ -10,7 +10,8 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use support::{client, client_from, serve, unix_secs};
-use throttle_axum::{ClientIp, Header, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
+use throttle_axum::key::Header;
+use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
 
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, world!" }))

@@ -11,9 +11,8 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use support::{HttpClient, client_from, serve};
-use throttle_axum::{
-    ClientIp, ForwardedHeader, MemoryBackend, Policy, Quota, Rule, ThrottleLayer, UserAgentHash,
-};
+use throttle_axum::key::{ForwardedHeader, UserAgentHash};
+use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 
 const PROXY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const INNER_PROXY: &str = "127.0.0.3";

@@ -18,7 +18,9 @@ use axum::routing::get;
 use http::{HeaderMap, StatusCode};
 use redis_support::RedisServer;
 use support::{Reply, client};
-use throttle_axum::{Backend, Header, Limit, ManualClock, MemoryBackend, Policy, Quota, Rule};
+use throttle_axum::core::{Backend, ManualClock};
+use throttle_axum::key::Header;
+use throttle_axum::{Limit, MemoryBackend, Policy, Quota, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
 
 const T0: u64 = 1_800_000_000_000_000;

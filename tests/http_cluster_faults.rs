@@ -24,7 +24,7 @@ use redis_support::RedisCluster;
 use support::{HttpClient, client_from};
 use throttle_axum::Key;
 use throttle_redis::RedisConfig;
-use throttle_tower::IpPrefix;
+use throttle_tower::key::IpPrefix;
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s (shorter
 /// spans give smaller claims, which bursts use up while the first flush to

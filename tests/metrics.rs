@@ -12,8 +12,9 @@ use axum::routing::get;
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::{client_from, serve};
+use throttle_axum::key::Global;
 use throttle_axum::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
-use throttle_axum::{ClientIp, Global, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 
 /// One metric of a snapshot: name, labels, value.
 type Metric = (String, Vec<(String, String)>, DebugValue);

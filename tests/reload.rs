@@ -15,7 +15,10 @@ use axum::routing::get;
 use http::StatusCode;
 use redis_support::RedisServer;
 use support::{HttpClient, client, serve};
-use throttle_axum::{Backend, Carried, Global, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::core::Backend;
+use throttle_axum::core::rule_set::Carried;
+use throttle_axum::key::Global;
+use throttle_axum::{MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use throttle_redis::{RedisBackend, RedisConfig};
 
 fn policy(limit: u64, fixed: bool) -> Policy {

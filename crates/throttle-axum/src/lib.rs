@@ -4,7 +4,7 @@
 //! ```no_run
 //! use std::net::SocketAddr;
 //! use axum::{Router, routing::get};
-//! use throttle_axum::{ClientIp, Header, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
+//! use throttle_axum::prelude::*;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,8 +27,10 @@
 //! rounded up), `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
 //! `X-RateLimit-Reset` (Unix epoch seconds) and a JSON body naming the
 //! dimension; allowed responses carry the same `X-RateLimit-*` headers (see
-//! [`HttpResponder`]). Everything in `throttle-tower` and `throttle-core`
-//! that a user needs is re-exported here.
+//! [`responder::HttpResponder`]). Everything in `throttle-tower` and
+//! `throttle-core` that a user needs is re-exported here: the names a policy
+//! is written with in [`prelude`], the rest in modules ([`key`], [`core`],
+//! [`responder`], [`limits`], [`headers`], [`metrics`]).
 //!
 //! [axum]: https://docs.rs/axum
 
@@ -37,26 +39,19 @@ mod extract;
 pub mod from_config;
 
 pub use extract::{ClientIp, ConnectInfoPeer, Route};
-// The same list in throttle-axum and throttle-tonic: one crate per
-// integration is all a user needs (plus `redis` for the Redis backends).
-pub use throttle_core::decision::ShadowDenials;
-pub use throttle_core::rule_set::Carried;
-pub use throttle_core::{
-    Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
-    ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock, Tiers,
-};
 #[cfg(feature = "redis")]
 pub use throttle_redis as redis;
-pub use throttle_tower::{
-    ClientAddr, Extension, Extracted, ForwardedHeader, Global, Header, HttpResponder, IpPrefix,
-    KeyExtractor, KeyExtractorExt, Limit, MAX_FORWARDED_ENTRIES, MissingKey, PeerSource, Policy,
-    Rejection, Reloaded, Responder, Throttle, ThrottleBody, UserAgentHash,
-};
-#[cfg(feature = "jwt")]
-pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
-pub use throttle_tower::{headers, metrics};
+use throttle_tower::HttpResponder;
+pub use throttle_tower::integration::*;
+
+/// What a policy is written with, for `use throttle_axum::prelude::*`:
+/// [`throttle_tower::prelude`], the layer and axum's extractors.
+pub mod prelude {
+    pub use crate::{ClientIp, Route, ThrottleLayer};
+    pub use throttle_tower::prelude::*;
+}
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON
-/// ([`HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom
+/// ([`responder::HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom
 /// answer.
 pub type ThrottleLayer = throttle_tower::ThrottleLayer<HttpResponder>;

@@ -7,10 +7,11 @@ use std::net::IpAddr;
 
 use http::request::Parts;
 use throttle_core::{Backend, Key, Quota};
-use throttle_tower::{
-    AllOf, ClientAddr, Extracted, Global, Header, IpPrefix, Jwt, KeyExtractor, MissingKey,
-    PeerSource, Policy, Responder, ThrottleLayer, UserAgentHash,
+use throttle_tower::key::{
+    AllOf, ClientAddr, Extracted, Global, Header, IpPrefix, Jwt, PeerSource, UserAgentHash,
 };
+use throttle_tower::responder::Responder;
+use throttle_tower::{KeyExtractor, MissingKey, Policy, ThrottleLayer};
 
 use crate::error::ConfigFileError;
 use crate::model::{GatewayConfig, KeySpec, RuleConfig};

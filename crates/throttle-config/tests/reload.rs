@@ -12,7 +12,8 @@ use throttle_config::reload::{ReloadEvent, Reloader};
 use throttle_config::{GatewayConfig, HeaderStyle, Integration};
 use throttle_core::MemoryBackend;
 use throttle_core::rule_set::Carried;
-use throttle_tower::{Global, HttpResponder, KeyExtractor};
+use throttle_tower::key::Global;
+use throttle_tower::{HttpResponder, KeyExtractor};
 
 /// A server whose peer address is a `SocketAddr` extension.
 struct Plain;

@@ -15,7 +15,8 @@ use http_body_util::Empty;
 use support::RedisServer;
 use throttle_core::{Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
-use throttle_tower::{Global, HttpResponder, Policy, ThrottleLayer};
+use throttle_tower::key::Global;
+use throttle_tower::{HttpResponder, Policy, ThrottleLayer};
 use tower::{Layer, ServiceExt};
 
 const INSTANCES: usize = 4;

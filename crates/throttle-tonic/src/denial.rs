@@ -18,7 +18,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, RetryInfo, StatusExt};
 
 use crate::arena;
-use crate::responder::ERROR_DOMAIN;
+use crate::grpc_responder::ERROR_DOMAIN;
 
 /// The denial message: `Quota exceeded for <rule>. Please retry after <n> seconds.`
 const MESSAGE: [&str; 3] = ["Quota exceeded for ", ". Please retry after ", " seconds."];

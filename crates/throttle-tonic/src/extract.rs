@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::extract::ConnectInfo;
 use http::request::Parts;
 use throttle_core::{ConfigError, Key};
-use throttle_tower::{ClientAddr, Extracted, Header, KeyExtractor, PeerSource};
+use throttle_tower::KeyExtractor;
+use throttle_tower::key::{ClientAddr, Extracted, Header, PeerSource};
 use tonic::transport::server::TcpConnectInfo;
 
-use crate::responder::is_grpc;
+use crate::grpc_responder::is_grpc;
 
 static WARNED_NO_PEER: AtomicBool = AtomicBool::new(false);
 
@@ -192,7 +193,7 @@ impl KeyExtractor for GrpcService {
 
 /// The value of a request metadata entry (e.g. `x-api-key`), as raw bytes;
 /// gRPC metadata travels as HTTP/2 headers, so this is
-/// [`Header`](throttle_tower::Header) with gRPC's rules for names. A missing
+/// [`Header`](throttle_tower::key::Header) with gRPC's rules for names. A missing
 /// or empty entry has no key: the call is answered `INVALID_ARGUMENT`
 /// unless the rule says otherwise (e.g.
 /// `MissingKey::Reject(StatusCode::UNAUTHORIZED)` for `UNAUTHENTICATED`).
@@ -302,7 +303,7 @@ impl PeerSource for TonicPeer {
 /// The peer's IP address, from the connection ([`TonicPeer`]), or, when the
 /// peer is a trusted proxy, the address it forwarded for; grouped by prefix
 /// like `throttle_axum::ClientIp` (IPv4 `/32` and IPv6 `/64` unless told
-/// otherwise, IPv4-mapped IPv6 counted as IPv4; see [`IpPrefix`](crate::IpPrefix)). Both
+/// otherwise, IPv4-mapped IPv6 counted as IPv4; see [`IpPrefix`](crate::key::IpPrefix)). Both
 /// are [`ClientAddr`] and give an address the same key.
 ///
 /// With no proxy trusted (the default) metadata such as `x-forwarded-for`
@@ -327,7 +328,7 @@ pub type PeerIp = ClientAddr<TonicPeer>;
 mod tests {
     use std::net::IpAddr;
 
-    use throttle_tower::IpPrefix;
+    use throttle_tower::key::IpPrefix;
 
     use super::*;
 

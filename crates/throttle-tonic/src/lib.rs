@@ -5,7 +5,7 @@
 //! into `UNAVAILABLE` and lose every detail of).
 //!
 //! ```no_run
-//! use throttle_tonic::{GrpcMethod, MemoryBackend, Metadata, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+//! use throttle_tonic::prelude::*;
 //! use tonic::service::Routes;
 //! use tonic::transport::Server;
 //!
@@ -68,7 +68,7 @@
 //! layer; to limit by an identity that an auth interceptor verifies, add the
 //! interceptor as a layer in front of this one
 //! (`Server::builder().layer(tonic::service::InterceptorLayer::new(auth)).layer(throttle)`)
-//! and key the rule with [`Extension`].
+//! and key the rule with [`Extension`](crate::key::Extension).
 //!
 //! Streaming calls are limited once, when they start: a denied stream ends
 //! before its first message, an allowed one is never cut off midway.
@@ -84,31 +84,30 @@ mod denial;
 mod extract;
 #[cfg(feature = "config")]
 pub mod from_config;
-mod responder;
+mod grpc_responder;
 
 pub use extract::{GrpcMethod, GrpcService, Metadata, PeerIp, TonicPeer};
-pub use responder::{
-    ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS, GrpcProtocol, GrpcResponder, code_for_http_status,
-    is_grpc,
-};
-// The same list in throttle-axum and throttle-tonic: one crate per
-// integration is all a user needs (plus `redis` for the Redis backends).
-pub use throttle_core::decision::ShadowDenials;
-pub use throttle_core::rule_set::Carried;
-pub use throttle_core::{
-    Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
-    ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock, Tiers,
-};
+pub use grpc_responder::GrpcResponder;
 #[cfg(feature = "redis")]
 pub use throttle_redis as redis;
-pub use throttle_tower::{
-    ClientAddr, Extension, Extracted, ForwardedHeader, Global, Header, HttpResponder, IpPrefix,
-    KeyExtractor, KeyExtractorExt, Limit, MAX_FORWARDED_ENTRIES, MissingKey, PeerSource, Policy,
-    Rejection, Reloaded, Responder, Throttle, ThrottleBody, UserAgentHash,
-};
-#[cfg(feature = "jwt")]
-pub use throttle_tower::{Jwt, MAX_TOKEN_LEN};
-pub use throttle_tower::{headers, metrics};
+pub use throttle_tower::integration::*;
+
+/// The gRPC side of an answer: the error domain of `ErrorInfo`, the
+/// pushback trailer, the protocol a request speaks, and the HTTP-to-gRPC
+/// status map.
+pub mod grpc {
+    pub use crate::grpc_responder::{
+        ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS, GrpcProtocol, GrpcResponder, code_for_http_status,
+        is_grpc,
+    };
+}
+
+/// What a policy is written with, for `use throttle_tonic::prelude::*`:
+/// [`throttle_tower::prelude`], the layer and tonic's extractors.
+pub mod prelude {
+    pub use crate::{GrpcMethod, GrpcService, Metadata, PeerIp, ThrottleLayer};
+    pub use throttle_tower::prelude::*;
+}
 
 /// The throttle layer for tonic, answering gRPC calls with gRPC statuses and
 /// plain HTTP requests with HTTP 429 ([`GrpcResponder`]). Use

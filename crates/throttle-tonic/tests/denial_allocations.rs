@@ -23,9 +23,9 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use http::{HeaderValue, Request, Response};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use throttle_tonic::core::ManualClock;
 use throttle_tonic::{
-    GrpcMethod, KeyExtractor, Limit, ManualClock, MemoryBackend, PeerIp, Policy, Quota, Rule,
-    ThrottleLayer,
+    GrpcMethod, KeyExtractor, Limit, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer,
 };
 use tower::{Layer, Service, service_fn};
 

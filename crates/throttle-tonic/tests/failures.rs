@@ -13,9 +13,10 @@ use hyper_util::rt::TokioIo;
 use support::{GreeterClient, details, expect_code, meta, say_hello};
 use throttle_core::Answer;
 use throttle_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_tonic::core::Backend;
+use throttle_tonic::key::Global;
 use throttle_tonic::{
-    Backend, ConfigError, Global, Key, KeyExtractorExt, MemoryBackend, PeerIp, Policy, Quota, Rule,
-    ThrottleLayer,
+    ConfigError, Key, KeyExtractorExt, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer,
 };
 use tokio::net::{UnixListener, UnixStream};
 use tokio_stream::wrappers::UnixListenerStream;

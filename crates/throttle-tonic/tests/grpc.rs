@@ -13,9 +13,10 @@ use support::{
     EchoClient, GreeterClient, SAY_HELLO, channel, channel_from, details, expect_code, meta,
     meta_u64, say_hello, serve, unix_secs,
 };
+use throttle_tonic::key::Extension;
 use throttle_tonic::{
-    Extension, GrpcMethod, GrpcResponder, GrpcService, Key, Limit, MemoryBackend, Metadata,
-    MissingKey, PeerIp, Policy, Quota, Rule, ThrottleLayer,
+    GrpcMethod, GrpcResponder, GrpcService, Key, Limit, MemoryBackend, Metadata, MissingKey,
+    PeerIp, Policy, Quota, Rule, ThrottleLayer,
 };
 use tokio_stream::StreamExt;
 use tonic::Code;

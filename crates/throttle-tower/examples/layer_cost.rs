@@ -28,10 +28,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header::CONTENT_TYPE};
+use throttle_tower::core::Allowed;
 use throttle_tower::headers::SuccessHeaders;
+use throttle_tower::key::{ClientAddr, Header};
+use throttle_tower::responder::{Rejection, Responder};
 use throttle_tower::{
-    Allowed, ClientAddr, Header, HttpResponder, KeyExtractor, MemoryBackend, Policy, Quota,
-    Rejection, Responder, Rule, ThrottleLayer,
+    HttpResponder, KeyExtractor, MemoryBackend, Policy, Quota, Rule, ThrottleLayer,
 };
 use tower::{Layer, Service, ServiceExt, service_fn};
 

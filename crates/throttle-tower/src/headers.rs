@@ -1,6 +1,6 @@
 //! Rate-limit header plumbing: the header names, the block of headers an
 //! answer carries, numbers as header values without allocating, and the
-//! `X-RateLimit-*` trio. What a custom [`Responder`](crate::Responder)
+//! `X-RateLimit-*` trio. What a custom [`Responder`](crate::responder::Responder)
 //! builds its answers from.
 
 use std::time::Duration;

@@ -12,7 +12,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 use throttle_core::{ConfigError, Key};
 
-use crate::{Extracted, KeyExtractor, MissingKey};
+use crate::extract::Extracted;
+use crate::{KeyExtractor, MissingKey};
 
 /// The longest bearer token that is looked at; a longer one is
 /// [`Extracted::Missing`] without being decoded, so a client cannot make
@@ -53,7 +54,8 @@ pub const MAX_TOKEN_LEN: usize = 8 * 1024;
 /// at start-up then.
 ///
 /// ```
-/// use throttle_tower::{Extracted, Jwt, Key, KeyExtractor};
+/// use throttle_tower::{Key, KeyExtractor};
+/// use throttle_tower::key::{Extracted, Jwt};
 ///
 /// let by_user = Jwt::hs256(b"a secret of at least 32 bytes!!!").audience(["api"]);
 /// assert!(by_user.validate().is_ok());

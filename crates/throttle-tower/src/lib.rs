@@ -1,5 +1,5 @@
 //! Tower middleware of throttle: [`ThrottleLayer`], its service and response
-//! future, the [`KeyExtractor`] and [`Responder`] traits, the extractors that
+//! future, the [`KeyExtractor`] and [`Responder`](crate::responder::Responder) traits, the extractors that
 //! need only `http`, and the HTTP 429 responder.
 //!
 //! Most users add an integration crate instead (`throttle-axum`,
@@ -8,7 +8,8 @@
 //! ```
 //! use std::convert::Infallible;
 //! use http::{Request, Response, StatusCode};
-//! use throttle_tower::{Header, HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+//! use throttle_tower::key::Header;
+//! use throttle_tower::{HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 //! use tower::{Layer, Service, ServiceExt, service_fn};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -41,24 +42,63 @@ mod jwt;
 mod layer;
 pub mod metrics;
 mod policy;
-mod responder;
+pub mod responder;
 mod service;
 
 pub use body::ThrottleBody;
-pub use extract::{
-    AllOf, Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or, UserAgentHash,
-};
+pub use extract::{KeyExtractor, KeyExtractorExt};
 pub use future::ResponseFuture;
-pub use ip::{ClientAddr, ForwardedHeader, IpPrefix, MAX_FORWARDED_ENTRIES, PeerSource};
-#[cfg(feature = "jwt")]
-pub use jwt::{Jwt, MAX_TOKEN_LEN};
 pub use layer::{Reloaded, ThrottleLayer};
 pub use policy::{CostFn, Limit, MissingKey, Policy, RefundFn};
-pub use responder::{HttpResponder, Rejection, Responder};
+pub use responder::HttpResponder;
 pub use service::Throttle;
-pub use throttle_core::decision::ShadowDenials;
-pub use throttle_core::rule_set::Carried;
-pub use throttle_core::{
-    Algorithm, Allowed, Backend, ConfigError, Decision, Denied, FailurePolicy, Key, MemoryBackend,
-    Quota, Refused, Rule, Tiers,
-};
+pub use throttle_core::{ConfigError, Key, MemoryBackend, Quota, Rule};
+
+/// The core crate, for what the roots leave out: decisions
+/// ([`core::Decision`], [`core::decision`]), algorithms, tiers, failure
+/// policies, clocks, and the backend trait for backend authors.
+pub use throttle_core as core;
+
+/// Key extractors: who a rule limits. The integration crates add their own
+/// (the client IP, the route, gRPC methods and metadata).
+pub mod key {
+    pub use crate::extract::{
+        AllOf, Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or,
+        UserAgentHash,
+    };
+    pub use crate::ip::{ClientAddr, ForwardedHeader, IpPrefix, PeerSource};
+    #[cfg(feature = "jwt")]
+    pub use crate::jwt::Jwt;
+}
+
+/// The bounds the layer enforces on what a request carries.
+pub mod limits {
+    pub use crate::ip::MAX_FORWARDED_ENTRIES;
+    #[cfg(feature = "jwt")]
+    pub use crate::jwt::MAX_TOKEN_LEN;
+}
+
+/// What a policy is written with, for `use throttle_tower::prelude::*`. The
+/// integration crates' preludes add their layer and their own extractors to
+/// it.
+pub mod prelude {
+    pub use crate::key::{
+        AllOf, ClientAddr, Extension, ForwardedHeader, Global, Header, IpPrefix, PeerSource,
+        UserAgentHash,
+    };
+    pub use crate::{KeyExtractor, KeyExtractorExt, Limit, MissingKey, Policy};
+    pub use throttle_core::{
+        Algorithm, ConfigError, Decision, FailurePolicy, Key, MemoryBackend, Quota, Rule, Tiers,
+    };
+}
+
+/// What an integration crate re-exports at its root, besides its layer and
+/// extractors: one list for `throttle-axum` and `throttle-tonic`.
+#[doc(hidden)]
+pub mod integration {
+    pub use crate::{
+        ConfigError, CostFn, Key, KeyExtractor, KeyExtractorExt, Limit, MemoryBackend, MissingKey,
+        Policy, Quota, RefundFn, Reloaded, ResponseFuture, Rule, Throttle, ThrottleBody,
+    };
+    pub use crate::{core, headers, key, limits, metrics, responder};
+}

@@ -13,9 +13,8 @@ use std::net::SocketAddr;
 
 use http::request::Parts;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use throttle_tower::{
-    AllOf, ClientAddr, Extracted, Global, Header, Key, KeyExtractor, UserAgentHash,
-};
+use throttle_tower::key::{AllOf, ClientAddr, Extracted, Global, Header, UserAgentHash};
+use throttle_tower::{Key, KeyExtractor};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;

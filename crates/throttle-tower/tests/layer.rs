@@ -14,7 +14,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Backend, ConfigError, Key, ManualClock, MemoryBackend, Quota, Rule};
-use throttle_tower::{Global, Header, HttpResponder, Limit, MissingKey, Policy, ThrottleLayer};
+use throttle_tower::key::{Global, Header};
+use throttle_tower::{HttpResponder, Limit, MissingKey, Policy, ThrottleLayer};
 use tower::{Layer, Service, ServiceExt};
 
 type Layered = ThrottleLayer<HttpResponder>;

@@ -13,8 +13,9 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use throttle_core::algorithm::Step;
 use throttle_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_core::{Answer, Backend, ConfigError, Key, MemoryBackend, Quota, Rule};
+use throttle_tower::key::{Global, Header};
 use throttle_tower::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
-use throttle_tower::{Global, Header, HttpResponder, Policy, ThrottleLayer};
+use throttle_tower::{HttpResponder, Policy, ThrottleLayer};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 type Layered = ThrottleLayer<HttpResponder>;

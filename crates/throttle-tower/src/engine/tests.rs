@@ -8,7 +8,8 @@ use http::request::Parts;
 use throttle_core::{Answer, ManualClock, MemoryBackend, Quota, Rule};
 
 use super::{Engine, Next, Prepared};
-use crate::{Global, HttpResponder, Policy};
+use crate::key::Global;
+use crate::{HttpResponder, Policy};
 
 fn parts() -> Parts {
     Request::get("/").body(()).unwrap().into_parts().0

@@ -11,7 +11,8 @@ use throttle_core::{ConfigError, Key};
 
 use super::forwarded::{self, ForwardedHeader, MAX_FORWARDED_ENTRIES};
 use super::prefix::IpPrefix;
-use crate::{Extracted, KeyExtractor, MissingKey};
+use crate::extract::Extracted;
+use crate::{KeyExtractor, MissingKey};
 
 /// Where a server put the connection's peer address in the request.
 ///
@@ -80,7 +81,8 @@ where
 /// ```
 /// use std::net::SocketAddr;
 /// use http::request::Parts;
-/// use throttle_tower::{ClientAddr, Extracted, ForwardedHeader, IpPrefix, KeyExtractor};
+/// use throttle_tower::KeyExtractor;
+/// use throttle_tower::key::{ClientAddr, Extracted, ForwardedHeader, IpPrefix};
 ///
 /// // A server that puts the peer address in the extensions (axum and tonic
 /// // have theirs: `throttle_axum::ClientIp`, `throttle_tonic::PeerIp`).
