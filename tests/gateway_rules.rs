@@ -6,8 +6,6 @@
 //! Every quota is per hour on a token bucket or a sliding log, so nothing
 //! refills while a test runs; the Redis backends read a manual clock.
 
-#[path = "../crates/throttle-redis/tests/support/mod.rs"]
-mod redis_support;
 mod support;
 
 use std::net::SocketAddr;
@@ -16,10 +14,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::{HeaderMap, StatusCode};
-use redis_support::RedisServer;
 use support::{Reply, client};
 use throttle_axum::{Backend, Header, Limit, ManualClock, MemoryBackend, Policy, Quota, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 const T0: u64 = 1_800_000_000_000_000;
 

@@ -10,8 +10,6 @@
 //! over.
 
 mod faults;
-#[path = "../crates/throttle-redis/tests/support/mod.rs"]
-mod redis_support;
 mod support;
 
 use std::collections::BTreeMap;
@@ -20,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use faults::{Fail, Mode, Seen, TIMEOUT, app, away, burst, promise, recovery};
-use redis_support::RedisCluster;
 use support::{HttpClient, client_from};
 use throttle_axum::Key;
 use throttle_redis::RedisConfig;
+use throttle_test_support::RedisCluster;
 use throttle_tower::IpPrefix;
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s (shorter

@@ -6,8 +6,6 @@
 //! without refusing), and recovery within 2 s of Redis answering.
 
 mod faults;
-#[path = "../crates/throttle-redis/tests/support/mod.rs"]
-mod redis_support;
 mod support;
 
 use std::net::Ipv4Addr;
@@ -15,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use faults::{Fail, Mode, app, away, burst, promise, recovery};
-use redis_support::RedisServer;
 use support::{HttpClient, client_from};
 use throttle_redis::RedisConfig;
+use throttle_test_support::RedisServer;
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s.
 const SPANS: u32 = 60;

@@ -3,14 +3,12 @@
 //! node estimate follows the fleet, configuration errors name their field.
 //! Precision under realistic traffic is `scenarios.rs`'s job.
 
-mod support;
-
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use support::RedisServer;
 use throttle_core::{Acquire, Clock, Key, Limiter, ManualClock, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 const T0: u64 = 1_700_000_000_000_000;
 

@@ -3,15 +3,13 @@
 //! promoted, after which limits hold again; a hung primary leaves the keys
 //! of the others to Redis, in the exact and the approximate mode.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::RedisCluster;
 use throttle_core::{Acquire, Key, Limiter, Outcome, Quota, Rule, Unavailable};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_test_support::RedisCluster;
 
 async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool) {
     match limiter.acquire(key, 1) {

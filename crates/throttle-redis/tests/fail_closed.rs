@@ -6,14 +6,12 @@
 //! on what decided (no flush had failed yet), not on how long it took
 //! (that is a published figure, `benches/gateway-fleet`).
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
 use throttle_core::{Acquire, Key, Limiter, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 /// What a new key's first request gets.
 #[derive(Debug, PartialEq)]

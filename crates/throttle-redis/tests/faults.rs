@@ -3,15 +3,13 @@
 //! fails closed), add at most one command timeout to a request and only
 //! until the breaker opens, and return to Redis when it is back.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
 use throttle_core::{Acquire, Key, Limiter, Outcome, Quota, Rule, Unavailable};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 /// Slack on top of the command timeout for a loaded machine; a hung Redis

@@ -8,15 +8,13 @@
 //! quota or over it), and a `Remaining` that counts the fleet.
 
 mod leased_common;
-mod support;
-
 use std::time::Duration;
 
 use leased_common::{T0, check, give_backs_until, leased, worst_excess};
-use support::RedisServer;
 use throttle_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend};
+use throttle_test_support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_overshoot_by_at_most_one_batch_each() {

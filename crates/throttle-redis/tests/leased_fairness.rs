@@ -11,14 +11,12 @@
 //! perfect bucket's allowance means tokens counted twice.
 
 mod leased_common;
-mod support;
-
 use std::time::Duration;
 
 use leased_common::{T0, check, give_backs_until, leased, worst_excess};
-use support::RedisServer;
 use throttle_core::{Key, ManualClock, Quota, Rule};
 use throttle_redis::LeaseOptions;
+use throttle_test_support::RedisServer;
 
 const INSTANCES: usize = 6;
 

@@ -10,8 +10,6 @@
 //! rule's name.
 #![cfg(feature = "metrics")]
 
-mod support;
-
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -20,13 +18,13 @@ use metrics::{
     Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
 };
 use metrics_util::registry::{AtomicStorage, Registry};
-use support::RedisServer;
 use throttle_core::{Acquire, Limiter, ManualClock, Quota, Rule};
 use throttle_redis::metrics::{
     BREAKER_OPEN, BREAKER_OPENED, ERRORS, FLUSH_SECONDS, FLUSHES, LEASE_CALLS, LEASE_TOKENS,
     NODES_ESTIMATE,
 };
 use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 /// A recorder over a registry of atomics, read without resetting.
 struct Live(Arc<Registry<Key, AtomicStorage>>);

@@ -6,8 +6,6 @@
 //! long ones and prints the table that BENCHMARKS.md records.
 
 mod fleet;
-mod support;
-
 use std::time::Duration;
 
 use fleet::{Event, Report, Req, Rng, Setup, long, merge, round_robin, run, shifted};

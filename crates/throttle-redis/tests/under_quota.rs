@@ -16,8 +16,6 @@
 //! per case and prints the table that BENCHMARKS.md records.
 
 mod fleet;
-mod support;
-
 use std::time::Duration;
 
 use fleet::{ClassReport, Report, Rng, Setup, Spread, client, long, merge};

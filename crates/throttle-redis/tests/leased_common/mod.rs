@@ -10,7 +10,7 @@ use std::time::Duration;
 use throttle_core::{Acquire, Key, Limiter, ManualClock};
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
 
-use crate::support::RedisServer;
+use throttle_test_support::RedisServer;
 
 /// The test clock's start (Unix microseconds).
 pub const T0: u64 = 1_700_000_000_000_000;
