@@ -1,6 +1,13 @@
 //! The workspace's test harness, shared by the test binaries of every crate
 //! (as a dev-dependency) instead of copied or included by path.
+//!
+//! * [`redis_server`]: real `redis-server` processes on free ports that a
+//!   test starts, stops, kills and restarts ([`RedisServer`]).
+//! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
+//!   waits ([`RedisCluster`]).
 
+pub mod cluster;
 pub mod redis_server;
 
-pub use redis_server::*;
+pub use cluster::RedisCluster;
+pub use redis_server::RedisServer;
