@@ -10,7 +10,6 @@
 //! over.
 
 mod faults;
-mod support;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -18,10 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use faults::{Fail, Mode, Seen, TIMEOUT, app, away, burst, promise, recovery};
-use support::{HttpClient, client_from};
 use throttle_axum::Key;
 use throttle_redis::RedisConfig;
 use throttle_test_support::RedisCluster;
+use throttle_test_support::http::{HttpClient, client_from};
 use throttle_tower::IpPrefix;
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s (shorter

@@ -6,16 +6,15 @@
 //! without refusing), and recovery within 2 s of Redis answering.
 
 mod faults;
-mod support;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use faults::{Fail, Mode, app, away, burst, promise, recovery};
-use support::{HttpClient, client_from};
 use throttle_redis::RedisConfig;
 use throttle_test_support::RedisServer;
+use throttle_test_support::http::{HttpClient, client_from};
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s.
 const SPANS: u32 = 60;

@@ -4,17 +4,15 @@
 //! validate is refused while the old rules keep running. On the memory
 //! backend and the Redis exact mode.
 
-mod support;
-
 use std::net::SocketAddr;
 
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use support::{HttpClient, client, serve};
 use throttle_axum::{Backend, Carried, Global, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
+use throttle_test_support::http::{HttpClient, client, serve};
 
 fn policy(limit: u64, fixed: bool) -> Policy {
     let rule = Rule::new("all", Quota::per_minute(limit));

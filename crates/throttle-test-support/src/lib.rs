@@ -5,8 +5,12 @@
 //!   test starts, stops, kills and restarts ([`RedisServer`]).
 //! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
 //!   waits ([`RedisCluster`]).
+//! * `http` (feature `http`): axum apps served on free ports and a real
+//!   HTTP/1.1 client.
 
 pub mod cluster;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod redis_server;
 
 pub use cluster::RedisCluster;
