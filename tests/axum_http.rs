@@ -8,7 +8,8 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use throttle_axum::{ClientIp, Header, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
-use throttle_test_support::http::{client, client_from, serve, unix_secs};
+use throttle_test_support::http::{client, client_from, serve};
+use throttle_test_support::unix_secs;
 
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, world!" }))

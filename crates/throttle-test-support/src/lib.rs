@@ -15,3 +15,12 @@ pub mod redis_server;
 
 pub use cluster::RedisCluster;
 pub use redis_server::RedisServer;
+
+/// Seconds since the Unix epoch (for checking reset times in headers and
+/// metadata).
+pub fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
