@@ -7,8 +7,12 @@
 //!   waits ([`RedisCluster`]).
 //! * `http` (feature `http`): axum apps served on free ports and a real
 //!   HTTP/1.1 client.
+//! * `grpc` (feature `grpc`): the tonic tests' services behind a
+//!   `ThrottleLayer` on free ports, tonic clients and status details.
 
 pub mod cluster;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod redis_server;

@@ -19,13 +19,13 @@ use tonic_types::{ErrorInfo, QuotaFailure, RetryInfo, StatusExt};
 /// `helloworld.Greeter`, generated from `proto/helloworld.proto`.
 #[allow(unreachable_pub, missing_docs, clippy::all)]
 pub mod helloworld {
-    include!("../../proto/gen/helloworld.rs");
+    include!("../../throttle-tonic/proto/gen/helloworld.rs");
 }
 
 /// `echo.Echo` (every kind of call), generated from `proto/echo.proto`.
 #[allow(unreachable_pub, missing_docs, clippy::all)]
 pub mod echo {
-    include!("../../proto/gen/echo.rs");
+    include!("../../throttle-tonic/proto/gen/echo.rs");
 }
 
 use echo::Tick;
