@@ -9,8 +9,9 @@ use http::StatusCode;
 use throttle_test_support::grpc::echo::Tick;
 use throttle_test_support::grpc::{
     EchoClient, GreeterClient, SAY_HELLO, channel, channel_from, details, expect_code, meta,
-    meta_u64, say_hello, serve, unix_secs,
+    meta_u64, say_hello, serve,
 };
+use throttle_test_support::unix_secs;
 use throttle_tonic::{
     Extension, GrpcMethod, GrpcResponder, GrpcService, Key, Limit, MemoryBackend, Metadata,
     MissingKey, PeerIp, Policy, Quota, Rule, ThrottleLayer,

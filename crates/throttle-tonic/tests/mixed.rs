@@ -9,8 +9,9 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use throttle_test_support::grpc::{
-    GreeterClient, channel, details, expect_code, http1, meta, meta_u64, say_hello,
+    GreeterClient, channel, details, expect_code, meta, meta_u64, say_hello,
 };
+use throttle_test_support::http as http1;
 use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::Code;
 
