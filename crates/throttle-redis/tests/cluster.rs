@@ -7,16 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use throttle_core::{Acquire, Key, Limiter, Outcome, Quota, Rule, Unavailable};
+use throttle_core::{Key, Limiter, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
-use throttle_test_support::RedisCluster;
-
-async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool) {
-    match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => (r, false),
-        Acquire::Pending(f) => (f.await, true),
-    }
-}
+use throttle_test_support::{RedisCluster, check};
 
 /// The Redis key of a fixed-window rule's key, as the backend writes it.
 fn redis_key(rule: &str, key: &Key) -> String {

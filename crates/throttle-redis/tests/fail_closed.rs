@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use throttle_core::{Acquire, Key, Limiter, Quota, Rule};
+use throttle_core::{Key, Limiter, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
-use throttle_test_support::RedisServer;
+use throttle_test_support::{RedisServer, check};
 
 /// What a new key's first request gets.
 #[derive(Debug, PartialEq)]
@@ -22,10 +22,7 @@ enum Answer {
 }
 
 async fn answer(limiter: &dyn Limiter, key: &Key) -> Answer {
-    let result = match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r,
-        Acquire::Pending(waiting) => waiting.await,
-    };
+    let (result, _) = check(limiter, key).await;
     match result {
         Ok(o) if o.step.allowed => Answer::Admitted,
         Ok(_) => Answer::Denied,

@@ -1,6 +1,8 @@
 //! The workspace's test harness, shared by the test binaries of every crate
 //! (as a dev-dependency) instead of copied or included by path.
 //!
+//! * [`check`]: a limiter's answer, awaited when pending or taken when
+//!   ready.
 //! * [`redis_server`]: real `redis-server` processes on free ports that a
 //!   test starts, stops, kills and restarts ([`RedisServer`]).
 //! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
@@ -10,6 +12,7 @@
 //! * `grpc` (feature `grpc`): the tonic tests' services behind a
 //!   `ThrottleLayer` on free ports, tonic clients and status details.
 
+pub mod check;
 pub mod cluster;
 #[cfg(feature = "grpc")]
 pub mod grpc;
@@ -17,6 +20,7 @@ pub mod grpc;
 pub mod http;
 pub mod redis_server;
 
+pub use check::{allowed, check, check_cost, outcome};
 pub use cluster::RedisCluster;
 pub use redis_server::RedisServer;
 

@@ -1,15 +1,13 @@
 //! What the leased-mode test binaries (`leased`, `leased_fairness`) share:
-//! a leased backend on a test clock, a check that waits for its answer, the
-//! instances' give-back timers, and the worst sliding window over a perfect
-//! bucket.
+//! a leased backend on a test clock, the instances' give-back timers, and
+//! the worst sliding window over a perfect bucket.
 
 #![allow(unreachable_pub)]
 
 use std::time::Duration;
 
-use throttle_core::{Acquire, Key, Limiter, ManualClock};
+use throttle_core::ManualClock;
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
-
 use throttle_test_support::RedisServer;
 
 /// The test clock's start (Unix microseconds).
@@ -25,15 +23,6 @@ pub async fn leased(
         .clock_for_tests(clock.clone())
         .command_timeout(Duration::from_millis(500));
     RedisBackend::leased(config, options).await.unwrap()
-}
-
-/// Whether one request of cost 1 is admitted (waiting for a lease if one
-/// is needed).
-pub async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
-    match limiter.acquire(key, 1) {
-        Acquire::Ready(r) => r.unwrap().step.allowed,
-        Acquire::Pending(f) => f.await.unwrap().step.allowed,
-    }
 }
 
 /// Plays the one-second give-back timers of `fleet` due by `t` (from
