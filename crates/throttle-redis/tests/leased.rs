@@ -7,14 +7,12 @@
 //! per instance costing at most 0.1 Redis calls per request (within its
 //! quota or over it), and a `Remaining` that counts the fleet.
 
-mod leased_common;
-
 use std::time::Duration;
 
-use leased_common::{T0, give_backs_until, leased, worst_excess};
 use throttle_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend};
+use throttle_test_support::leased::{T0, give_backs_until, leased, worst_excess};
 use throttle_test_support::{RedisServer, allowed, outcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,13 +10,11 @@
 //! burst test in `leased.rs` shows the bound): here, a window over a
 //! perfect bucket's allowance means tokens counted twice.
 
-mod leased_common;
-
 use std::time::Duration;
 
-use leased_common::{T0, give_backs_until, leased, worst_excess};
 use throttle_core::{Key, ManualClock, Quota, Rule};
 use throttle_redis::LeaseOptions;
+use throttle_test_support::leased::{T0, give_backs_until, leased, worst_excess};
 use throttle_test_support::{RedisServer, allowed};
 
 const INSTANCES: usize = 6;

@@ -5,10 +5,11 @@
 //! throttle-redis --test scenarios -- --nocapture --test-threads 1` runs the
 //! long ones and prints the table that BENCHMARKS.md records.
 
-mod fleet;
 use std::time::Duration;
 
-use fleet::{Event, Report, Req, Rng, Setup, long, merge, round_robin, run, shifted};
+use throttle_test_support::fleet::{
+    self, Event, Report, Req, Rng, Setup, long, merge, round_robin, run, shifted,
+};
 
 const TEN_S: Duration = Duration::from_secs(10);
 const MINUTE: Duration = Duration::from_secs(60);

@@ -14,10 +14,16 @@
 
 pub mod check;
 pub mod cluster;
+#[cfg(feature = "redis")]
+pub mod fleet;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "faults")]
+pub mod http_faults;
+#[cfg(feature = "redis")]
+pub mod leased;
 pub mod redis_server;
 
 pub use check::{allowed, check, check_cost, outcome};

@@ -13,7 +13,7 @@ use http::StatusCode;
 use throttle_axum::{ClientIp, Policy, Quota, Rule, ThrottleLayer};
 use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 
-use throttle_test_support::http::{HttpClient, serve};
+use crate::http::{HttpClient, serve};
 
 /// The command timeout; the tolerance on a request's time is twice this.
 pub const TIMEOUT: Duration = Duration::from_millis(250);

@@ -33,7 +33,7 @@ use throttle_core::{
 };
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
-use throttle_test_support::RedisServer;
+use crate::RedisServer;
 
 /// Where the shared clock starts: an aligned, realistic Unix time.
 pub const T0: u64 = 1_800_000_000_000_000;

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use crate::RedisServer;
 use throttle_core::ManualClock;
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
-use throttle_test_support::RedisServer;
 
 /// The test clock's start (Unix microseconds).
 pub const T0: u64 = 1_700_000_000_000_000;
