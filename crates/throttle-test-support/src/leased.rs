@@ -2,8 +2,6 @@
 //! a leased backend on a test clock, the instances' give-back timers, and
 //! the worst sliding window over a perfect bucket.
 
-#![allow(unreachable_pub)]
-
 use std::time::Duration;
 
 use crate::RedisServer;

@@ -11,6 +11,14 @@
 //!   HTTP/1.1 client.
 //! * `grpc` (feature `grpc`): the tonic tests' services behind a
 //!   `ThrottleLayer` on free ports, tonic clients and status details.
+//! * `fleet` and `leased` (feature `redis`): the approximate-mode fleet
+//!   scenario driver and the leased-mode helpers the throttle-redis tests
+//!   share.
+//! * `http_faults` (feature `faults`): the HTTP fault suites' apps per mode
+//!   and failure policy, concurrent bursts and the policies' promises.
+//!
+//! Crates take only the features they need, so a test build of one does
+//! not compile tonic or axum for nothing.
 
 pub mod check;
 pub mod cluster;
