@@ -1,5 +1,5 @@
 //! The approximate mode under the traffic real load balancers produce: the
-//! fleet scenario suite (see `fleet/mod.rs`) with its goals asserted.
+//! fleet scenario suite (`throttle_test_support::fleet`) with its goals asserted.
 //!
 //! Short versions run in CI; `THROTTLE_FLEET_LONG=1 cargo test -p
 //! throttle-redis --test scenarios -- --nocapture --test-threads 1` runs the

@@ -1,6 +1,6 @@
-//! Self-test of the Redis test harness in `tests/support`: real servers are
-//! started on free ports, stopped, resumed, killed and restarted, and a real
-//! cluster fails over. If the harness lies, these fail.
+//! Self-test of the Redis harness (`redis_server`, `cluster`): real servers
+//! are started on free ports, stopped, resumed, killed and restarted, and a
+//! real cluster fails over. If the harness lies, these fail.
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
