@@ -33,6 +33,8 @@ pub mod http_faults;
 #[cfg(feature = "redis")]
 pub mod leased;
 pub mod redis_server;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use check::{allowed, check, check_cost, outcome};
 pub use cluster::RedisCluster;
