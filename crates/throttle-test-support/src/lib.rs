@@ -1,7 +1,7 @@
 //! The workspace's test harness, shared by the test binaries of every crate
 //! (as a dev-dependency) instead of copied or included by path.
 //!
-//! * [`check`]: a limiter's answer, awaited when pending or taken when
+//! * [`check`](mod@check): a limiter's answer, awaited when pending or taken when
 //!   ready.
 //! * [`redis_server`]: real `redis-server` processes on free ports that a
 //!   test starts, stops, kills and restarts ([`RedisServer`]).
