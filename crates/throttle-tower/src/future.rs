@@ -13,9 +13,9 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
+use crate::engine::{Engine, Next, Settle};
 use crate::headers::SuccessHeaders;
-use crate::layer::{Settle, Shared};
-use crate::responder::{Rejection, Responder};
+use crate::responder::Responder;
 
 type Pending = Pin<Box<dyn Future<Output = Decision> + Send>>;
 type PendingCharged = Pin<Box<dyn Future<Output = Charged> + Send>>;
@@ -48,7 +48,7 @@ struct Checking<S, ReqBody, R> {
     check: PendingCheck,
     service: S,
     request: Request<ReqBody>,
-    shared: Arc<Shared<R>>,
+    shared: Arc<Engine<R>>,
 }
 
 /// Waiting for a leaky bucket's turn.
@@ -79,83 +79,6 @@ pin_project! {
     }
 }
 
-/// What a decision leads to.
-enum Next {
-    Call(SuccessHeaders),
-    Delay(SuccessHeaders, Duration),
-    Reject(Response<Bytes>),
-}
-
-fn next<R: Responder>(shared: &Shared<R>, parts: &Parts, decision: Decision) -> Next {
-    match decision {
-        Decision::Unlimited => Next::Call(SuccessHeaders::none()),
-        Decision::Allowed(allowed) => {
-            let mut headers = if allowed.shadow {
-                // Only shadow rules applied: clients are not told of them.
-                SuccessHeaders::none()
-            } else {
-                let rule = shared.rules.rule(allowed.rule);
-                shared.responder.allowed(parts, &allowed, rule)
-            };
-            if !allowed.shadow_denied.is_empty() {
-                headers = shadow_report(shared, &allowed, headers);
-            }
-            if allowed.delay.is_zero() {
-                Next::Call(headers)
-            } else {
-                Next::Delay(headers, allowed.delay)
-            }
-        }
-        Decision::Denied(denied) => {
-            let rule = shared.rules.rule(denied.rule);
-            Next::Reject(shared.responder.reject(
-                parts,
-                Rejection::Limited {
-                    denied: &denied,
-                    rule,
-                },
-            ))
-        }
-        Decision::Unavailable(refused) => {
-            let rule = shared.rules.rule(refused.rule);
-            tracing::warn!(rule = rule.name(), error = %refused.error, "fail-closed rule could not be checked");
-            Next::Reject(shared.responder.reject(
-                parts,
-                Rejection::Unavailable {
-                    refused: &refused,
-                    rule,
-                },
-            ))
-        }
-    }
-}
-
-/// Reports shadow denials: a tracing event (rule names, never the key) and,
-/// when the policy asks for it, the `X-RateLimit-Shadow` header.
-#[cold]
-fn shadow_report<R>(
-    shared: &Shared<R>,
-    allowed: &throttle_core::Allowed,
-    headers: SuccessHeaders,
-) -> SuccessHeaders {
-    let names = || {
-        allowed
-            .shadow_denied
-            .iter()
-            .map(|i| shared.rules.rule(i).name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    tracing::debug!(target: "throttle::shadow", rules = %names(), "shadow rule would have denied the request");
-    if !shared.shadow_header {
-        return headers;
-    }
-    match http::HeaderValue::try_from(names()) {
-        Ok(value) => headers.with(crate::headers::X_RATELIMIT_SHADOW.clone(), value),
-        Err(_) => headers,
-    }
-}
-
 impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
     pub(crate) fn rejected(response: Response<Bytes>) -> Self {
         Self {
@@ -179,7 +102,7 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
         check: PendingCheck,
         service: S,
         request: Request<ReqBody>,
-        shared: Arc<Shared<R>>,
+        shared: Arc<Engine<R>>,
     ) -> Self {
         Self {
             state: State::Check {
@@ -218,13 +141,13 @@ where
     /// The future for a decision made in `call`: the inner call, a
     /// rejection, or a delay (leaky bucket) with the ready service moved in.
     pub(crate) fn decided(
-        shared: &Shared<R>,
+        shared: &Engine<R>,
         service: &mut S,
         parts: Parts,
         body: ReqBody,
         decision: Decision,
     ) -> Self {
-        match next(shared, &parts, decision) {
+        match shared.next(&parts, decision) {
             Next::Call(headers) => Self {
                 state: State::Call {
                     future: service.call(Request::from_parts(parts, body)),
@@ -290,7 +213,7 @@ where
                         ..
                     } = *pending;
                     let (parts, body) = request.into_parts();
-                    match next(&shared, &parts, decision) {
+                    match shared.next(&parts, decision) {
                         Next::Call(headers) => {
                             *this.headers = headers;
                             *this.settle = settle;

@@ -31,6 +31,7 @@
 //! ```
 
 mod body;
+mod engine;
 mod extract;
 mod future;
 pub mod headers;

@@ -9,8 +9,8 @@ use throttle_core::Check;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
+use crate::engine::{Engine, Prepared, Settle};
 use crate::future::{PendingCheck, ResponseFuture};
-use crate::layer::{Prepared, Settle, Shared};
 use crate::responder::Responder;
 
 /// The service [`ThrottleLayer`](crate::ThrottleLayer) wraps around another:
@@ -22,11 +22,11 @@ use crate::responder::Responder;
 pub struct Throttle<S, R> {
     inner: S,
     /// The layer's current rules (replaced whole by a reload).
-    shared: Arc<ArcSwap<Shared<R>>>,
+    shared: Arc<ArcSwap<Engine<R>>>,
 }
 
 impl<S, R> Throttle<S, R> {
-    pub(crate) fn new(inner: S, shared: Arc<ArcSwap<Shared<R>>>) -> Self {
+    pub(crate) fn new(inner: S, shared: Arc<ArcSwap<Engine<R>>>) -> Self {
         Self { inner, shared }
     }
 
@@ -61,7 +61,7 @@ impl<S: Clone, R> Throttle<S, R> {
         check: PendingCheck,
         parts: http::request::Parts,
         body: ReqBody,
-        shared: Arc<Shared<R>>,
+        shared: Arc<Engine<R>>,
     ) -> ResponseFuture<F, S, ReqBody, R> {
         // The inner call happens after an await: take the service that was
         // polled ready and leave a fresh clone in its place.

@@ -1,5 +1,6 @@
 //! The embedded default backend: bounded, sharded, in-process.
 
+mod direct;
 mod store;
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use crate::backend::{Acquire, Backend, Limiter, Outcome};
 use crate::rule::MeterVisitor;
 use crate::{Clock, ConfigError, Key, Rule, SystemClock};
 
+pub(crate) use direct::Engine;
 pub use store::MemoryStats;
 use store::Store;
 

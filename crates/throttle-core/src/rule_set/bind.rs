@@ -1,0 +1,233 @@
+//! Binding rules to their backends, and binding them again on a reload.
+
+use std::sync::Arc;
+
+use crate::backend::{Acquire, Limiter, Outcome};
+use crate::decision::ShadowDenials;
+use crate::memory::Engine;
+use crate::{Backend, ConfigError, Key, Quota, Rule};
+
+use super::RuleSet;
+
+pub(super) struct Bound {
+    pub(super) rule: Arc<Rule>,
+    pub(super) limiter: Arc<dyn Limiter>,
+    /// How `limiter` is asked.
+    pub(super) engine: Engine,
+    /// `rule.quota()` and its capacity, for a rule without tiers.
+    pub(super) quota: Quota,
+    pub(super) limit: u64,
+    /// `limiter.is_remote()`, asked once.
+    pub(super) remote: bool,
+    /// `rule.is_shadow()`.
+    pub(super) shadow: bool,
+    /// One limiter per distinct tier quota, in `rule.tier_set()` order
+    /// (the default limiter again where a tier's quota is the rule's).
+    pub(super) tiers: Option<TierLimiters>,
+}
+
+/// One limiter per distinct tier quota of a rule.
+type TierLimiters = Arc<[Arc<dyn Limiter>]>;
+
+impl Clone for Bound {
+    fn clone(&self) -> Self {
+        Self {
+            rule: self.rule.clone(),
+            limiter: self.limiter.clone(),
+            engine: self.engine.clone(),
+            quota: self.quota,
+            limit: self.limit,
+            remote: self.remote,
+            shadow: self.shadow,
+            tiers: self.tiers.clone(),
+        }
+    }
+}
+
+impl Bound {
+    /// The limiter of `key`'s tier: one branch for a rule without tiers.
+    #[inline]
+    pub(super) fn limiter(&self, key: &Key) -> &dyn Limiter {
+        if let Some(tiers) = &self.tiers
+            && let Some(i) = self.rule.tier_set().and_then(|t| t.tier_of(key))
+        {
+            return &*tiers[i];
+        }
+        &*self.limiter
+    }
+
+    /// The answer for `cost` of a memory limiter called directly (see
+    /// [`Engine`]), or `None`: ask [`limiter`](Self::limiter).
+    #[inline(always)]
+    pub(super) fn local(&self, key: &Key, cost: u64) -> Option<Outcome> {
+        if self.tiers.is_some() {
+            return None;
+        }
+        self.engine.local(key, cost)
+    }
+
+    /// Asks `key`'s limiter for `cost`.
+    #[inline]
+    pub(super) fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+        match self.local(key, cost) {
+            Some(o) => Acquire::Ready(Ok(o)),
+            None => self.limiter(key).acquire(key, cost),
+        }
+    }
+
+    /// `key`'s quota and capacity under this rule.
+    #[inline]
+    pub(super) fn quota(&self, key: &Key) -> (Quota, u64) {
+        if self.tiers.is_none() {
+            return (self.quota, self.limit);
+        }
+        let q = self.rule.quota_for(key);
+        (q, self.rule.capacity_of(q))
+    }
+}
+
+/// What a reload did with one rule's counts ([`RuleSet::bind_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carried {
+    /// The rule is unchanged: same limiter, same counts.
+    Same,
+    /// Same name and algorithm, another quota (or cost, or failure
+    /// policy): the counts carried over; the new quota applies from the
+    /// next request.
+    Requoted,
+    /// New, or its algorithm changed: it starts from nothing (a Redis
+    /// mode's counts live in Redis under the rule's name, and are read
+    /// again).
+    Fresh,
+}
+
+impl RuleSet {
+    /// An empty rule set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Validates `rule`, binds it to `backend` and appends it; returns its
+    /// index. Rule names must be unique within a set.
+    pub fn bind(&mut self, rule: Rule, backend: &dyn Backend) -> Result<usize, ConfigError> {
+        rule.validate()?;
+        self.check_unique(&rule)?;
+        let limiter = backend.limiter(&rule)?;
+        let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
+        self.push(rule, limiter, tiers)
+    }
+
+    fn check_unique(&self, rule: &Rule) -> Result<(), ConfigError> {
+        if self.rules.iter().any(|b| b.rule.name() == rule.name()) {
+            return Err(
+                ConfigError::new("name", "is used by another rule of the policy")
+                    .in_rule(rule.name()),
+            );
+        }
+        Ok(())
+    }
+
+    /// One limiter per distinct tier quota of `rule` (the rule's own
+    /// `limiter` where a tier's quota is the rule's), or `None`.
+    fn tier_limiters(
+        rule: &Rule,
+        limiter: &Arc<dyn Limiter>,
+        backend: &dyn Backend,
+    ) -> Result<Option<TierLimiters>, ConfigError> {
+        Ok(match rule.tier_set() {
+            None => None,
+            Some(tiers) => {
+                let mut bound = Vec::with_capacity(tiers.quotas().len());
+                let n = tiers.quotas().len();
+                for (i, q) in tiers.quotas().iter().enumerate() {
+                    bound.push(if *q == rule.quota() {
+                        limiter.clone()
+                    } else {
+                        backend.limiter(&rule.for_tier(*q)).map_err(|e| {
+                            ConfigError::new(
+                                "tiers",
+                                format!(
+                                    "quota {} of {n} ({} per {:?}): {} {}",
+                                    i + 1,
+                                    q.limit(),
+                                    q.period(),
+                                    e.field(),
+                                    e.reason()
+                                ),
+                            )
+                            .in_rule(rule.name())
+                        })?
+                    });
+                }
+                Some(Arc::from(bound))
+            }
+        })
+    }
+
+    fn push(
+        &mut self,
+        rule: Rule,
+        limiter: Arc<dyn Limiter>,
+        tiers: Option<TierLimiters>,
+    ) -> Result<usize, ConfigError> {
+        self.check_unique(&rule)?;
+        if rule.is_shadow() && self.rules.len() >= ShadowDenials::MAX_RULES {
+            return Err(ConfigError::new(
+                "shadow",
+                format!(
+                    "only the first {} rules of a policy may be shadow rules",
+                    ShadowDenials::MAX_RULES
+                ),
+            )
+            .in_rule(rule.name()));
+        }
+        let mut rules: Vec<Bound> = self.rules.to_vec();
+        rules.push(Bound {
+            remote: limiter.is_remote(),
+            shadow: rule.is_shadow(),
+            quota: rule.quota(),
+            limit: rule.capacity(),
+            rule: Arc::new(rule),
+            engine: Engine::new(&limiter),
+            limiter,
+            tiers,
+        });
+        self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
+        self.rules = rules.into();
+        Ok(self.rules.len() - 1)
+    }
+
+    /// Like [`bind`](Self::bind) for a rule set replacing `previous` (a
+    /// reload): a rule `previous` holds unchanged keeps its limiter, so its
+    /// counts carry on; one with the same name and algorithm but another
+    /// quota, cost or failure policy asks the old limiter for one that
+    /// keeps its counts ([`Limiter::requota`]); anything else is bound
+    /// afresh. A kept rule keeps its previous backend: pass the same one.
+    pub fn bind_after(
+        &mut self,
+        rule: Rule,
+        backend: &dyn Backend,
+        previous: &RuleSet,
+    ) -> Result<(usize, Carried), ConfigError> {
+        rule.validate()?;
+        let old = previous
+            .rules
+            .iter()
+            .find(|b| b.rule.name() == rule.name() && b.rule.algorithm() == rule.algorithm());
+        if let Some(b) = old
+            && *b.rule == rule
+        {
+            let (limiter, tiers) = (b.limiter.clone(), b.tiers.clone());
+            return Ok((self.push(rule, limiter, tiers)?, Carried::Same));
+        }
+        // (Tier limiters are bound afresh: a tier's counts carry over only
+        // while the rule stays the same.)
+        let (limiter, carried) = match old.and_then(|b| b.limiter.requota(&rule)) {
+            Some(limiter) => (limiter, Carried::Requoted),
+            None => (backend.limiter(&rule)?, Carried::Fresh),
+        };
+        let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
+        let index = self.push(rule, limiter, tiers)?;
+        Ok((index, carried))
+    }
+}

@@ -1,0 +1,146 @@
+//! Checking a request's demands against the bound rules.
+
+use smallvec::SmallVec;
+
+use crate::backend::{Acquire, Outcome, Unavailable};
+use crate::decision::{Charged, Check, Demand};
+
+use super::RuleSet;
+use super::combine::{Keep, Tally};
+
+impl RuleSet {
+    /// Checks `demands` (at most one per rule, in rule order) and takes their
+    /// cost if all allow. Rules decided locally are asked first, in order,
+    /// then the remote ones: a request a local rule denies costs no round
+    /// trip (and no refund of a remote charge).
+    pub fn check(&self, demands: &[Demand]) -> Check {
+        match demands {
+            [d] => self.one(d),
+            _ => self.run(demands),
+        }
+    }
+
+    /// Like [`check`](Self::check), and also hands back what each allowed
+    /// demand took ([`Charged::taken`]), for a cost to be given back once
+    /// the request's outcome is known ([`release`](Self::release)).
+    pub fn check_charged(&self, demands: &[Demand]) -> Check<Charged> {
+        match demands {
+            [d] => self.one(d),
+            _ => self.run(demands),
+        }
+    }
+
+    /// A check of one demand, the common case: no order to work out,
+    /// nothing to give back, nothing to combine.
+    #[inline]
+    fn one<K: Keep>(&self, d: &Demand) -> Check<K> {
+        let bound = &self.rules[d.rule];
+        if let Some(o) = bound.local(&d.key, d.cost) {
+            return Check::Ready(self.settle_one(d, Ok(o)));
+        }
+        match bound.limiter(&d.key).acquire(&d.key, d.cost) {
+            Acquire::Ready(result) => Check::Ready(self.settle_one(d, result)),
+            Acquire::Pending(first) => {
+                let (set, d) = (self.clone(), *d);
+                Check::Pending(Box::pin(async move { set.settle_one(&d, first.await) }))
+            }
+        }
+    }
+
+    /// The decision on the single demand `d`, whose rule answered `result`.
+    #[inline(always)]
+    fn settle_one<K: Keep>(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> K {
+        let mut tally = Tally::<1>::new();
+        tally.add(self, 0, d.rule, result);
+        tally.decide(self, std::slice::from_ref(d))
+    }
+
+    // Kept out of `check`, so the one-demand path stays small.
+    #[inline(never)]
+    fn run<K: Keep>(&self, demands: &[Demand]) -> Check<K> {
+        let mut tally = Tally::<8>::new();
+        let remote = |d: &Demand| self.rules[d.rule].remote;
+        let order: SmallVec<[usize; 8]> = if self.reorder {
+            (0..demands.len())
+                .filter(|&i| !remote(&demands[i]))
+                .chain((0..demands.len()).filter(|&i| remote(&demands[i])))
+                .collect()
+        } else {
+            (0..demands.len()).collect()
+        };
+        for (at, &i) in order.iter().enumerate() {
+            let d = &demands[i];
+            match self.rules[d.rule].acquire(&d.key, d.cost) {
+                Acquire::Ready(result) => {
+                    tally.add(self, i, d.rule, result);
+                    if tally.refused() {
+                        break;
+                    }
+                }
+                Acquire::Pending(first) => {
+                    let set = self.clone();
+                    let demands = demands.to_vec();
+                    let rest = order[at + 1..].to_vec();
+                    return Check::Pending(Box::pin(async move {
+                        set.finish(demands, tally, i, first, rest).await
+                    }));
+                }
+            }
+        }
+        Check::Ready(tally.decide(self, demands))
+    }
+
+    /// The asynchronous rest of a check: `tally` holds the answers so far,
+    /// `demands[first_at]` is pending as `first`, the demands at `rest` (in
+    /// asking order) are not asked yet. Asks those at once so their round
+    /// trips overlap.
+    async fn finish<K: Keep>(
+        self,
+        demands: Vec<Demand>,
+        mut tally: Tally<8>,
+        first_at: usize,
+        first: crate::backend::PendingOutcome,
+        rest: Vec<usize>,
+    ) -> K {
+        let mut pending = vec![(first_at, first)];
+        let mut answered = Vec::new();
+        for j in rest {
+            let d = &demands[j];
+            let bound = &self.rules[d.rule];
+            match bound.acquire(&d.key, d.cost) {
+                Acquire::Ready(r) => {
+                    let stop = !bound.shadow && !matches!(r, Ok(o) if o.step.allowed);
+                    answered.push((j, r));
+                    if stop {
+                        break;
+                    }
+                }
+                Acquire::Pending(f) => pending.push((j, f)),
+            }
+        }
+        let (at, futs): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
+        answered.extend(
+            at.into_iter()
+                .zip(futures_util::future::join_all(futs).await),
+        );
+        for (j, r) in answered {
+            tally.add(&self, j, demands[j].rule, r);
+        }
+        // After a wait the answers are weighed in rule order (the first
+        // refusal, and the first of equally tight allowed rules, in rule
+        // order), not in the order they were asked.
+        tally.in_rule_order();
+        tally.decide(&self, &demands)
+    }
+
+    /// Gives back the cost that `demand` took in a check that allowed it
+    /// (`outcome` is what its rule decided then). For costs that depend on
+    /// how the request went: the layer's response-aware limits use it once
+    /// the inner service has answered. Best effort and never blocking, like
+    /// [`Limiter::release`](crate::Limiter::release).
+    pub fn release(&self, demand: &Demand, outcome: &Outcome) {
+        self.rules[demand.rule]
+            .limiter(&demand.key)
+            .release(&demand.key, demand.cost, outcome);
+    }
+}

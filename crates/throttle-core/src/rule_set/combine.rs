@@ -1,0 +1,215 @@
+//! Combining the rules' answers into one decision.
+
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::backend::{Outcome, Unavailable};
+use crate::decision::{Allowed, Charged, Decision, Demand, Denied, Refused, ShadowDenials};
+
+use super::RuleSet;
+
+/// The rules' answers to one request, folded into one decision: the only
+/// place that says how answers combine, for the one-demand path, the
+/// synchronous loop and the asynchronous rest of a check alike.
+///
+/// Every enforced rule must allow; of the refusals, the first in rule
+/// order is the one reported; a shadow rule's denial (or
+/// failure) is recorded in the decision, never enforced. `N` is how many
+/// answers are held without allocating.
+pub(super) struct Tally<const N: usize> {
+    /// `(index in the demands, outcome)` of every allowed answer (its cost
+    /// taken) and of every shadow rule's denial (nothing taken).
+    held: SmallVec<[(usize, Outcome); N]>,
+    /// The shadow rules that denied.
+    shadow: ShadowDenials,
+    /// The first enforced refusal: `(index in the demands, answer)`.
+    refusal: Option<(usize, Result<Outcome, Unavailable>)>,
+}
+
+impl<const N: usize> Tally<N> {
+    /// No answer yet.
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        Self {
+            held: SmallVec::new(),
+            shadow: ShadowDenials::default(),
+            refusal: None,
+        }
+    }
+
+    /// Adds `demands[i]`'s answer, `result`, from rule `rule` of `set`.
+    #[inline(always)]
+    pub(super) fn add(
+        &mut self,
+        set: &RuleSet,
+        i: usize,
+        rule: usize,
+        result: Result<Outcome, Unavailable>,
+    ) {
+        match result {
+            Ok(o) if o.step.allowed => self.held.push((i, o)),
+            result if set.rules[rule].shadow => {
+                self.shadow.insert(rule);
+                self.held.push((i, shadow_outcome(result)));
+            }
+            // The refusal reported is the first in rule order.
+            result => {
+                if self.refusal.as_ref().is_none_or(|(j, _)| i < *j) {
+                    self.refusal = Some((i, result));
+                }
+            }
+        }
+    }
+
+    /// Weighs the allowed answers in rule order: the first of equally tight
+    /// rules is then the first in rule order, not in asking order.
+    pub(super) fn in_rule_order(&mut self) {
+        self.held.sort_unstable_by_key(|(i, _)| *i);
+    }
+
+    /// Whether an enforced rule has refused: nothing more need be asked.
+    #[inline(always)]
+    pub(super) fn refused(&self) -> bool {
+        self.refusal.is_some()
+    }
+
+    /// The decision on `demands`. A refusal first gives back what the
+    /// allowed answers took (the only effect of the fold), so that a denied
+    /// request does not use up the other dimensions' quota.
+    #[inline(always)]
+    pub(super) fn decide<K: Keep>(self, set: &RuleSet, demands: &[Demand]) -> K {
+        match self.refusal {
+            Some((i, result)) => {
+                set.give_back(demands, &self.held);
+                K::keep(set.refusal(&demands[i], result), &[])
+            }
+            None => K::keep(set.allowed(demands, &self.held, self.shadow), &self.held),
+        }
+    }
+}
+
+/// What a check hands back: a decision, or a decision and its charges.
+pub(super) trait Keep: Send + 'static {
+    fn keep(decision: Decision, held: &[(usize, Outcome)]) -> Self;
+}
+
+impl Keep for Decision {
+    #[inline]
+    fn keep(decision: Decision, _: &[(usize, Outcome)]) -> Self {
+        decision
+    }
+}
+
+impl Keep for Charged {
+    fn keep(decision: Decision, held: &[(usize, Outcome)]) -> Self {
+        let taken = if decision.is_allowed() {
+            held.iter()
+                .filter(|(_, o)| o.step.allowed)
+                .copied()
+                .collect()
+        } else {
+            SmallVec::new()
+        };
+        Self { decision, taken }
+    }
+}
+
+impl RuleSet {
+    /// Gives back what the allowed answers in `held` took.
+    pub(super) fn give_back(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
+        for (i, o) in held {
+            if o.step.allowed {
+                self.release(&demands[*i], o);
+            }
+        }
+    }
+
+    pub(super) fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
+        let rule = d.rule;
+        match result {
+            Ok(Outcome { step, at_us, .. }) => {
+                let (quota, limit) = self.rules[rule].quota(&d.key);
+                Decision::Denied(Denied {
+                    at_us,
+                    limit,
+                    quota,
+                    remaining: step.remaining,
+                    retry_after: Duration::from_micros(step.retry_after_us.max(1)),
+                    reset: Duration::from_micros(step.reset_us),
+                    rule,
+                })
+            }
+            Err(error) => Decision::Unavailable(Refused { rule, error }),
+        }
+    }
+
+    pub(super) fn allowed(
+        &self,
+        demands: &[Demand],
+        held: &[(usize, Outcome)],
+        shadow_denied: ShadowDenials,
+    ) -> Decision {
+        // (index in `demands`, outcome, from a shadow rule)
+        let mut tightest: Option<(usize, Outcome, bool)> = None;
+        let mut delay_us = 0;
+        for &(i, o) in held {
+            let shadow = self.rules[demands[i].rule].shadow;
+            if !shadow {
+                // A shadow rule never shapes traffic either.
+                delay_us = delay_us.max(o.step.delay_us);
+            }
+            // An enforced rule speaks before a shadow one, and a rule
+            // decided by its backend speaks for the fleet: it is preferred
+            // over one decided by a failure policy.
+            let rank = |o: &Outcome, shadow: bool| (shadow, o.degraded, o.step.remaining);
+            if tightest.is_none_or(|(_, t, ts)| rank(&o, shadow) < rank(&t, ts)) {
+                tightest = Some((i, o, shadow));
+            }
+        }
+        match tightest {
+            None => Decision::Unlimited,
+            Some((i, o, shadow)) => {
+                self.allowed_by(&demands[i], o, shadow, delay_us, shadow_denied)
+            }
+        }
+    }
+
+    /// An allowed decision reporting `d`'s rule, which answered `o`.
+    #[inline]
+    fn allowed_by(
+        &self,
+        d: &Demand,
+        o: Outcome,
+        shadow: bool,
+        delay_us: u64,
+        shadow_denied: ShadowDenials,
+    ) -> Decision {
+        let (quota, limit) = self.rules[d.rule].quota(&d.key);
+        Decision::Allowed(Allowed {
+            limit,
+            quota,
+            remaining: o.step.remaining,
+            reset: Duration::from_micros(o.step.reset_us),
+            delay: Duration::from_micros(delay_us),
+            at_us: o.at_us,
+            rule: d.rule,
+            degraded: o.degraded,
+            shadow,
+            shadow_denied,
+        })
+    }
+}
+
+/// What a shadow rule's denial (or failure) leaves for the report: an
+/// outcome that took nothing.
+pub(super) fn shadow_outcome(result: Result<Outcome, Unavailable>) -> Outcome {
+    match result {
+        Ok(o) => o,
+        Err(_) => Outcome {
+            step: crate::Step::default(),
+            at_us: crate::unix_now_us(),
+            degraded: true,
+        },
+    }
+}

@@ -1,0 +1,102 @@
+//! The rule set's own tests: what the memory fast path decides.
+
+use std::time::Duration;
+
+use super::*;
+use crate::memory::Engine;
+use crate::{Algorithm, ManualClock, MemoryBackend};
+use crate::{Check, Decision, Demand, Key, Quota};
+
+/// What a decision says, without the instants (which the system clock
+/// moves between two rule sets).
+fn figures(check: Check) -> (bool, usize, u64, u64) {
+    let Check::Ready(decision) = check else {
+        panic!("the memory backend decides at once")
+    };
+    match decision {
+        Decision::Allowed(a) => (true, a.rule, a.limit, a.remaining),
+        Decision::Denied(d) => (false, d.rule, d.limit, d.remaining),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The delay of the second of two requests at once to a leaky bucket.
+fn second_delay(rule: Rule) -> Duration {
+    let mut set = RuleSet::new();
+    set.bind(rule, &MemoryBackend::with_clock(ManualClock::new(0)))
+        .unwrap();
+    let demand = [Demand {
+        rule: 0,
+        key: Key::new("k"),
+        cost: 1,
+    }];
+    let _ = set.check(&demand);
+    match set.check(&demand) {
+        Check::Ready(Decision::Allowed(a)) => a.delay,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_lone_shadow_rule_never_delays() {
+    let rule = Rule::new("lb", Quota::per_second(1).with_burst(3)).leaky_bucket();
+    assert_eq!(second_delay(rule.clone()), Duration::from_secs(1));
+    assert_eq!(second_delay(rule.shadow()), Duration::ZERO);
+}
+
+#[test]
+fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
+    for algorithm in Algorithm::ALL {
+        let rule = Rule::new("r", Quota::per_hour(3)).algorithm_is(algorithm);
+        let mut direct = RuleSet::new();
+        direct
+            .bind(rule.clone(), &MemoryBackend::default())
+            .unwrap();
+        let engine = &direct.rules[0].engine;
+        let expected = match algorithm {
+            Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+                matches!(engine, Engine::Bucket(_))
+            }
+            Algorithm::FixedWindow => matches!(engine, Engine::Window(_)),
+            Algorithm::SlidingWindowCounter => matches!(engine, Engine::Counter(_)),
+            _ => matches!(engine, Engine::Other),
+        };
+        assert!(expected, "{algorithm:?}");
+
+        let mut by_trait = RuleSet::new();
+        by_trait.bind(rule, &MemoryBackend::default()).unwrap();
+        by_trait.rules = by_trait
+            .rules
+            .iter()
+            .map(|b| Bound {
+                engine: Engine::Other,
+                ..b.clone()
+            })
+            .collect();
+        let demand = [Demand {
+            rule: 0,
+            key: Key::new("k"),
+            cost: 1,
+        }];
+        let seen: Vec<_> = (0..5).map(|_| figures(direct.check(&demand))).collect();
+        for (i, s) in seen.iter().enumerate() {
+            assert_eq!(
+                figures(by_trait.check(&demand)),
+                *s,
+                "{algorithm:?} check {i}"
+            );
+        }
+        assert_eq!(
+            seen.iter().filter(|s| s.0).count(),
+            3,
+            "{algorithm:?}: {seen:?}"
+        );
+    }
+    // Another clock goes through the trait.
+    let mut manual = RuleSet::new();
+    let backend = MemoryBackend::with_clock(ManualClock::new(0));
+    manual
+        .bind(Rule::new("r", Quota::per_hour(3)), &backend)
+        .unwrap();
+    assert!(matches!(manual.rules[0].engine, Engine::Other));
+}
