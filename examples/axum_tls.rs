@@ -20,10 +20,8 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use axum::{Extension, Router, routing::get};
-use throttle_axum::{
-    ClientIp, Global, KeyExtractorExt, MemoryBackend, Policy, Quota, Rule, ThrottleLayer,
-    UserAgentHash,
-};
+use throttle_axum::{ClientIp, KeyExtractorExt, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::key::{Global, UserAgentHash};
 use throttle_tls::axum::{TlsListener, make_service};
 use throttle_tls::tokio_rustls::rustls::{
     ServerConfig,

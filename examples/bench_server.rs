@@ -63,10 +63,10 @@ use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 use throttle_axum::headers::SuccessHeaders;
-use throttle_axum::{
-    Allowed, ClientIp, Header, HttpResponder, MemoryBackend, Policy, Quota, Rejection, Responder,
-    Rule, ThrottleLayer,
-};
+use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::core::Allowed;
+use throttle_axum::key::Header;
+use throttle_axum::responder::{HttpResponder, Rejection, Responder};
 use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::{GovernorError, GovernorLayer};

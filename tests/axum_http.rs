@@ -7,7 +7,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use throttle_axum::{ClientIp, Header, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
+use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
+use throttle_axum::key::Header;
 use throttle_test_support::http::{client, client_from, serve};
 use throttle_test_support::unix_secs;
 

@@ -8,9 +8,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use throttle_axum::{
-    ClientIp, ForwardedHeader, MemoryBackend, Policy, Quota, Rule, ThrottleLayer, UserAgentHash,
-};
+use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::key::{ForwardedHeader, UserAgentHash};
 use throttle_test_support::http::{HttpClient, client_from, serve};
 
 const PROXY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);

@@ -21,7 +21,7 @@ use throttle_test_support::http::{HttpClient, client_from};
 use throttle_test_support::http_faults::{
     Fail, Mode, Seen, TIMEOUT, app, away, burst, promise, recovery,
 };
-use throttle_tower::IpPrefix;
+use throttle_tower::key::IpPrefix;
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s (shorter
 /// spans give smaller claims, which bursts use up while the first flush to

@@ -10,7 +10,8 @@ use axum::routing::get;
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use throttle_axum::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
-use throttle_axum::{ClientIp, Global, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_axum::key::Global;
 use throttle_test_support::http::{client_from, serve};
 
 /// One metric of a snapshot: name, labels, value.

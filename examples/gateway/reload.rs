@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use throttle_axum::{Carried, HttpResponder, ThrottleLayer, from_config};
+use throttle_axum::{ThrottleLayer, from_config};
+use throttle_axum::core::rule_set::Carried;
+use throttle_axum::responder::HttpResponder;
 use throttle_config::{BuiltBackend, GatewayConfig, HeaderStyle};
 use tokio::sync::watch;
 

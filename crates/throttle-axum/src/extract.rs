@@ -7,7 +7,8 @@ use axum::extract::{ConnectInfo, MatchedPath};
 use http::StatusCode;
 use http::request::Parts;
 use throttle_core::{ConfigError, Key};
-use throttle_tower::{ClientAddr, Extracted, KeyExtractor, MissingKey, PeerSource};
+use throttle_tower::{KeyExtractor, MissingKey};
+use throttle_tower::key::{ClientAddr, Extracted, PeerSource};
 
 static WARNED_NO_CONNECT_INFO: AtomicBool = AtomicBool::new(false);
 static WARNED_NO_MATCHED_PATH: AtomicBool = AtomicBool::new(false);
@@ -56,7 +57,8 @@ impl PeerSource for ConnectInfoPeer {
 /// naming the rule (`RATE_LIMIT_KEY_MISSING`), never passed unlimited.
 ///
 /// ```
-/// use throttle_axum::{ClientIp, ForwardedHeader};
+/// use throttle_axum::ClientIp;
+/// use throttle_axum::key::ForwardedHeader;
 /// let per_address = ClientIp::default();
 /// let per_subnet = ClientIp::default().ipv4_prefix(24).ipv6_prefix(56);
 /// let behind_our_balancers = ClientIp::default().trusted_proxies(["10.0.0.0/8"]);

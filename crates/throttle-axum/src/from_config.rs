@@ -6,10 +6,8 @@ use std::net::IpAddr;
 use throttle_config::{ConfigFileError, GatewayConfig, HeaderStyle, KeySpec, RuleConfig};
 
 use throttle_core::{Backend, Key, Quota};
-use throttle_tower::{
-    Extracted, Global, Header, HttpResponder, IpPrefix, Jwt, KeyExtractor, MissingKey, Policy,
-    UserAgentHash,
-};
+use throttle_tower::{HttpResponder, KeyExtractor, MissingKey, Policy};
+use throttle_tower::key::{Extracted, Global, Header, IpPrefix, Jwt, UserAgentHash};
 
 use crate::{ClientIp, Route, ThrottleLayer};
 

@@ -55,7 +55,7 @@ mod model;
 
 pub use backend::BuiltBackend;
 pub use error::ConfigFileError;
-pub use load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIERS};
+pub use load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIER_KEYS};
 pub use model::{
     BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec,
     RuleConfig, ServerConfig, TlsConfig, TlsIdentity,

@@ -21,7 +21,7 @@ use crate::model::{
 pub const MAX_RULES: usize = 256;
 
 /// The most tiers one rule may hold.
-pub const MAX_TIERS: usize = 10_000;
+pub const MAX_TIER_KEYS: usize = 10_000;
 
 /// The most parts of a composite key.
 pub const MAX_KEY_PARTS: usize = 4;
@@ -551,12 +551,12 @@ impl Loader<'_> {
     }
 
     fn rule(&self, raw: &file::Rule, tables: Tables) -> Result<RuleConfig> {
-        let limit = self.int("limit", &raw.limit, 1, throttle_core::MAX_LIMIT as i64)? as u64;
+        let limit = self.int("limit", &raw.limit, 1, throttle_core::limits::MAX_LIMIT as i64)? as u64;
         let period = self.int(
             "period_secs",
             &raw.period_secs,
             1,
-            throttle_core::MAX_PERIOD.as_secs() as i64,
+            throttle_core::limits::MAX_PERIOD.as_secs() as i64,
         )? as u64;
         let mut quota = Quota::new(limit, Duration::from_secs(period));
         let algorithm = match raw.algorithm.as_ref() {
@@ -589,7 +589,7 @@ impl Loader<'_> {
                 ));
             }
             quota =
-                quota.with_burst(self.int("burst", b, 1, throttle_core::MAX_LIMIT as i64)? as u64);
+                quota.with_burst(self.int("burst", b, 1, throttle_core::limits::MAX_LIMIT as i64)? as u64);
         }
         let mut rule = Rule::new(raw.name.get_ref(), quota).algorithm_is(algorithm);
         if let Some(c) = &raw.cost {
@@ -656,14 +656,14 @@ impl Loader<'_> {
         };
         let mut tiers = Vec::new();
         if let Some(map) = &raw.tiers {
-            if map.get_ref().len() > MAX_TIERS {
-                return Err(self.err("tiers", map.span(), format!("at most {MAX_TIERS} keys")));
+            if map.get_ref().len() > MAX_TIER_KEYS {
+                return Err(self.err("tiers", map.span(), format!("at most {MAX_TIER_KEYS} keys")));
             }
             for (key, limit) in map.get_ref() {
                 if key.is_empty() {
                     return Err(self.err("tiers", map.span(), "a tier's key must not be empty"));
                 }
-                let limit = self.int("tiers", limit, 1, throttle_core::MAX_LIMIT as i64)? as u64;
+                let limit = self.int("tiers", limit, 1, throttle_core::limits::MAX_LIMIT as i64)? as u64;
                 let mut q = Quota::new(limit, quota.period());
                 if let Some(b) = quota.explicit_burst() {
                     // The burst scales with the tier's limit.

@@ -34,14 +34,14 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 pub trait Limiter: Any + Send + Sync + 'static {
     /// Checks `cost` for `key` and takes it when it fits.
     ///
-    /// A local backend answers [`Acquire::Ready`] without awaiting or
-    /// allocating; a remote one may answer [`Acquire::Pending`].
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire;
+    /// A local backend answers [`Answer::Ready`] without awaiting or
+    /// allocating; a remote one may answer [`Answer::Pending`].
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>>;
 
     /// Gives back `cost` that an allowed `acquire` took (its `outcome`),
     /// because another rule of the same request denied it. Best effort and
     /// never blocking.
-    fn release(&self, key: &Key, cost: u64, outcome: &Outcome);
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome);
 
     /// A limiter for `rule` (this one's rule reloaded with another quota,
     /// cost or failure policy, same name and algorithm) that keeps this
@@ -62,14 +62,14 @@ pub trait Limiter: Any + Send + Sync + 'static {
 }
 
 /// A boxed, sendable future of an [`Outcome`], for remote backends.
-pub type PendingOutcome = Pin<Box<dyn Future<Output = Result<Outcome, Unavailable>> + Send>>;
+pub type Pending<Result<Outcome, Unavailable>> = Pin<Box<dyn Future<Output = Result<Outcome, Unavailable>> + Send>>;
 
 /// The answer of [`Limiter::acquire`]: now, or later.
 pub enum Acquire {
     /// The decision is made.
     Ready(Result<Outcome, Unavailable>),
     /// The decision needs a round trip.
-    Pending(PendingOutcome),
+    Pending(Pending<Result<Outcome, Unavailable>>),
 }
 
 impl fmt::Debug for Acquire {

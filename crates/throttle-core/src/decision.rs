@@ -19,7 +19,7 @@ use crate::{Rule, RuleSet};
 /// ([`RuleSet::bind`] refuses others), so the set is one `u64`.
 ///
 /// ```
-/// use throttle_core::ShadowDenials;
+/// use throttle_core::decision::ShadowDenials;
 ///
 /// let none = ShadowDenials::default();
 /// assert!(none.is_empty());
@@ -166,14 +166,14 @@ pub struct Demand {
 
 /// A decision now, or one that needs a round trip. `T` is a [`Decision`]
 /// ([`RuleSet::check`]) or a [`Charged`] ([`RuleSet::check_charged`]).
-pub enum Check<T = Decision> {
+pub enum Answer<T = Decision> {
     /// Decided without waiting.
     Ready(T),
     /// Decided by a remote backend.
     Pending(Pin<Box<dyn Future<Output = T> + Send>>),
 }
 
-impl<T: fmt::Debug> fmt::Debug for Check<T> {
+impl<T: fmt::Debug> fmt::Debug for Answer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Ready(d) => f.debug_tuple("Ready").field(d).finish(),
@@ -183,7 +183,7 @@ impl<T: fmt::Debug> fmt::Debug for Check<T> {
 }
 
 /// A decision with what each allowed demand took, so that a cost can be
-/// given back later ([`RuleSet::release`]): what a layer needs to settle a
+/// given back later ([`RuleSet::refund`]): what a layer needs to settle a
 /// cost once the response is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Charged {

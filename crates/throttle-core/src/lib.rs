@@ -4,7 +4,7 @@
 //! integration crates build on it.
 //!
 //! ```
-//! use throttle_core::{Check, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+//! use throttle_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 //!
 //! let mut rules = RuleSet::new();
 //! let backend = MemoryBackend::default();
@@ -14,7 +14,7 @@
 //! let key = Key::new("acme");
 //! let demands = [Demand { rule: tenant, key, cost: 1 }, Demand { rule: search, key, cost: 1 }];
 //! match rules.check(&demands) {
-//!     Check::Ready(Decision::Allowed(a)) => assert_eq!(rules.rule(a.rule).name(), "search"), // fewest left
+//!     Answer::Ready(Decision::Allowed(a)) => assert_eq!(rules.rule(a.rule).name(), "search"), // fewest left
 //!     other => panic!("{other:?}"),
 //! }
 //! # Ok::<(), throttle_core::ConfigError>(())
@@ -34,7 +34,7 @@ pub mod sim;
 mod tier;
 
 pub use algorithm::{Algorithm, Meter, Step};
-pub use backend::{Acquire, Backend, Limiter, Outcome, PendingOutcome, Unavailable};
+pub use backend::{Acquire, Backend, Limiter, Outcome, Pending<Result<Outcome, Unavailable>>, Unavailable};
 pub use clock::{Clock, ManualClock, SystemClock, WallClock, unix_now_us};
 pub use decision::{Allowed, Charged, Check, Decision, Demand, Denied, Refused, ShadowDenials};
 pub use error::ConfigError;
@@ -43,4 +43,4 @@ pub use memory::{DEFAULT_MAX_KEYS, MemoryBackend, MemoryLimiter, MemoryStats};
 pub use quota::{MAX_LIMIT, MAX_PERIOD, MIN_PERIOD, Quota};
 pub use rule::{FailurePolicy, MAX_RULE_NAME_LEN, MeterVisitor, Rule};
 pub use rule_set::{Carried, RuleSet};
-pub use tier::{MAX_TIERS, Tiers};
+pub use tier::{MAX_TIER_QUOTAS, Tiers};

@@ -153,7 +153,7 @@ impl Rule {
     ///
     /// A key is compared with what the rule's extractor produces (a
     /// header's value as is, an IP address masked to its prefix), byte for
-    /// byte. Each distinct quota (at most [`MAX_TIERS`](crate::MAX_TIERS))
+    /// byte. Each distinct quota (at most [`MAX_TIER_QUOTAS`](crate::MAX_TIER_QUOTAS))
     /// is validated like the rule's own, with errors naming the rule and
     /// `tiers`, and compiled into counters of its own when the rule is
     /// bound; the headers and denials of a key report its tier's quota.

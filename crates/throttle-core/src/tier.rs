@@ -10,7 +10,7 @@ use crate::{ConfigError, Key, Quota};
 /// The most distinct quotas a rule's tiers may use (the rule's own quota,
 /// the default, not counted). Each distinct quota is compiled once, when the
 /// rule is bound, into a limiter of its own.
-pub const MAX_TIERS: usize = 64;
+pub const MAX_TIER_QUOTAS: usize = 64;
 
 type SelectFn = dyn Fn(&Key) -> Quota + Send + Sync;
 
@@ -71,11 +71,11 @@ impl Tiers {
     /// Checks the count of distinct quotas; the quotas themselves are
     /// checked by the rule, like its own.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if self.quotas.len() > MAX_TIERS {
+        if self.quotas.len() > MAX_TIER_QUOTAS {
             return Err(ConfigError::new(
                 "tiers",
                 format!(
-                    "may use at most {MAX_TIERS} distinct quotas (got {})",
+                    "may use at most {MAX_TIER_QUOTAS} distinct quotas (got {})",
                     self.quotas.len()
                 ),
             ));

@@ -9,10 +9,8 @@ use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, SlidingWindowCounter,
     SlidingWindowCounterState, SlidingWindowLog, SlidingWindowLogState,
 };
-use throttle_core::{
-    Allowed, Check, Clock, Decision, Demand, Denied, Key, ManualClock, MemoryBackend, Meter, Quota,
-    Rule, RuleSet, Step, sim,
-};
+use throttle_core::{Allowed, Answer, Clock, Decision, Demand, Denied, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet, sim};
+use throttle_core::algorithm::{Meter, Step};
 
 const MS: u64 = 1_000;
 const S: u64 = 1_000_000;
@@ -143,12 +141,12 @@ fn fixed_window_release_gives_cost_back_in_the_same_window_only() {
     let fw = fixed(5);
     let mut st = FixedWindowState::default();
     assert!(fw.acquire(&mut st, T0 + 10, 5).allowed);
-    fw.release(&mut st, T0 + 10, 2);
+    fw.refund(&mut st, T0 + 10, 2);
     assert_eq!(fw.acquire(&mut st, T0 + 20, 2), step(true, 0, S - 20, 0));
     assert!(!probe(&fw, &st, T0 + 20, 1).allowed);
     // Cost taken in a window that has ended is not given to the new one.
     assert!(fw.acquire(&mut st, T0 + S, 5).allowed);
-    fw.release(&mut st, T0 + 20, 2);
+    fw.refund(&mut st, T0 + 20, 2);
     assert!(!probe(&fw, &st, T0 + S + 1, 1).allowed);
 }
 
@@ -232,12 +230,12 @@ fn sliding_log_release_gives_cost_back() {
     let mut st = SlidingWindowLogState::default();
     assert!(log.acquire(&mut st, T0, 1).allowed);
     assert!(log.acquire(&mut st, T0 + 10, 2).allowed);
-    log.release(&mut st, T0 + 10, 2);
+    log.refund(&mut st, T0 + 10, 2);
     assert_eq!(st.total, 1);
     assert_eq!(st.entries.len(), 1);
     assert_eq!(log.acquire(&mut st, T0 + 20, 2), step(true, 0, S, 0));
     // Part of a merged entry can be given back.
-    log.release(&mut st, T0 + 20, 1);
+    log.refund(&mut st, T0 + 20, 1);
     assert_eq!(st.total, 2);
     assert_eq!(probe(&log, &st, T0 + 30, 1), step(true, 0, S, 0));
 }
@@ -366,12 +364,12 @@ fn sliding_counter_release_gives_cost_back_in_the_same_window_only() {
     let swc = counter(10);
     let mut st = SlidingWindowCounterState::default();
     assert!(swc.acquire(&mut st, T0, 10).allowed);
-    swc.release(&mut st, T0, 4);
+    swc.refund(&mut st, T0, 4);
     assert_eq!(
         swc.acquire(&mut st, T0 + 1, 4),
         step(true, 0, counter_reset(S - 1, 10), 0)
     );
-    swc.release(&mut st, T0 - 1, 4);
+    swc.refund(&mut st, T0 - 1, 4);
     assert!(!probe(&swc, &st, T0 + 2, 1).allowed);
 }
 
@@ -452,9 +450,9 @@ fn token_bucket_release_gives_cost_back() {
     let mut st = GcraState::default();
     assert!(tb.acquire(&mut st, T0, 1).allowed);
     assert!(tb.acquire(&mut st, T0, 3).allowed);
-    tb.release(&mut st, T0, 3);
+    tb.refund(&mut st, T0, 3);
     assert_eq!(probe(&tb, &st, T0, 3), step(true, 0, S, 0));
-    tb.release(&mut st, T0, 1);
+    tb.refund(&mut st, T0, 1);
     // Back to a bucket that behaves like a fresh one.
     assert!(tb.idle_at(&st) <= T0);
     assert_eq!(probe(&tb, &st, T0, 4), step(true, 0, S, 0));
@@ -621,7 +619,7 @@ fn leaky_bucket_cost_above_capacity_and_release() {
     let mut st = GcraState::default();
     assert_eq!(lb.acquire(&mut st, T0, 4), step(false, 3, 0, S));
     assert!(lb.acquire(&mut st, T0, 3).allowed);
-    lb.release(&mut st, T0, 2);
+    lb.refund(&mut st, T0, 2);
     let s = probe(&lb, &st, T0, 2);
     assert_eq!((s.allowed, s.delay_us, s.remaining), (true, 250 * MS, 0));
 }
@@ -733,16 +731,16 @@ fn window_algorithms_reject_a_burst() {
 // Rule set on the memory backend
 // ---------------------------------------------------------------------------
 
-fn allowed(check: Check) -> Allowed {
+fn allowed(check: Answer) -> Allowed {
     match check {
-        Check::Ready(Decision::Allowed(a)) => a,
+        Answer::Ready(Decision::Allowed(a)) => a,
         other => panic!("expected an allowance, got {other:?}"),
     }
 }
 
-fn denied(check: Check) -> Denied {
+fn denied(check: Answer) -> Denied {
     match check {
-        Check::Ready(Decision::Denied(d)) => d,
+        Answer::Ready(Decision::Denied(d)) => d,
         other => panic!("expected a denial, got {other:?}"),
     }
 }
@@ -921,14 +919,14 @@ fn no_demand_means_unlimited() {
     rules
         .bind(Rule::new("ip", Quota::per_minute(1)), &backend)
         .unwrap();
-    let Check::Ready(decision) = rules.check(&[]) else {
+    let Answer::Ready(decision) = rules.check(&[]) else {
         panic!("a local check completes at once");
     };
     assert_eq!(decision, Decision::Unlimited);
     assert!(decision.is_allowed());
     assert!(matches!(
         RuleSet::new().check(&[]),
-        Check::Ready(Decision::Unlimited)
+        Answer::Ready(Decision::Unlimited)
     ));
 }
 
@@ -957,7 +955,7 @@ fn tracks_at_most_max_keys<M: Meter>(
     keys: u64,
     per_tick: u64,
     tick: Duration,
-) -> throttle_core::MemoryStats {
+) -> throttle_core::memory::MemoryStats {
     let clock = ManualClock::new(T0);
     let backend = MemoryBackend::with_clock(clock.clone())
         .shards(16)

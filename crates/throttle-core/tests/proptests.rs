@@ -10,7 +10,8 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use throttle_core::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog};
 use throttle_core::sim::{self, Event, Run};
-use throttle_core::{Meter, Quota, Step};
+use throttle_core::Quota;
+use throttle_core::algorithm::{Meter, Step};
 
 /// 2023-11-14T22:00:00Z in microseconds; timelines start a random offset
 /// after it, so windows are not aligned with the first request.

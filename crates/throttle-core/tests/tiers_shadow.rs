@@ -3,26 +3,24 @@
 
 use std::time::Duration;
 
-use throttle_core::{
-    Allowed, Check, Decision, Demand, Denied, Key, MAX_TIERS, ManualClock, MemoryBackend, Quota,
-    Rule, RuleSet,
-};
+use throttle_core::{Allowed, Answer, Decision, Demand, Denied, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet};
+use throttle_core::limits::MAX_TIER_QUOTAS;
 
-fn decide(check: Check) -> Decision {
+fn decide(check: Answer) -> Decision {
     match check {
-        Check::Ready(d) => d,
-        Check::Pending(_) => panic!("the memory backend decides at once"),
+        Answer::Ready(d) => d,
+        Answer::Pending(_) => panic!("the memory backend decides at once"),
     }
 }
 
-fn allowed(check: Check) -> Allowed {
+fn allowed(check: Answer) -> Allowed {
     match decide(check) {
         Decision::Allowed(a) => a,
         other => panic!("expected allowed, got {other:?}"),
     }
 }
 
-fn denied(check: Check) -> Denied {
+fn denied(check: Answer) -> Denied {
     match decide(check) {
         Decision::Denied(d) => d,
         other => panic!("expected denied, got {other:?}"),
@@ -112,11 +110,11 @@ fn bad_tiers_are_named() {
         .tiers([("k", Quota::per_minute(4))]));
     assert_eq!(field, "tiers");
     assert!(msg.contains("cost"), "{msg}");
-    let many = (1..=MAX_TIERS as u64 + 1).map(|n| (Key::from(n), Quota::per_minute(n)));
+    let many = (1..=MAX_TIER_QUOTAS as u64 + 1).map(|n| (Key::from(n), Quota::per_minute(n)));
     let (_, field, msg) = err(Rule::new("t", q).tiers(many));
     assert_eq!(field, "tiers");
     assert!(msg.contains("at most 64"), "{msg}");
-    let enough = (1..=MAX_TIERS as u64).map(|n| (Key::from(n), Quota::per_minute(n)));
+    let enough = (1..=MAX_TIER_QUOTAS as u64).map(|n| (Key::from(n), Quota::per_minute(n)));
     Rule::new("t", q).tiers(enough).validate().unwrap();
 }
 
@@ -210,7 +208,7 @@ fn charges_come_back_through_release_in_their_tier() {
         cost: 1,
     }];
     for _ in 0..10 {
-        let Check::Ready(charged) = rules.check_charged(&d) else {
+        let Answer::Ready(charged) = rules.check_charged(&d) else {
             panic!()
         };
         let Decision::Allowed(a) = charged.decision else {
@@ -219,13 +217,13 @@ fn charges_come_back_through_release_in_their_tier() {
         assert_eq!((a.limit, a.remaining), (3, 2));
         assert_eq!(charged.taken.len(), 1);
         let (i, outcome) = charged.taken[0];
-        rules.release(&d[i], &outcome);
+        rules.refund(&d[i], &outcome);
     }
     // A denied check took nothing.
     for _ in 0..3 {
         allowed(rules.check(&d));
     }
-    let Check::Ready(charged) = rules.check_charged(&d) else {
+    let Answer::Ready(charged) = rules.check_charged(&d) else {
         panic!()
     };
     assert!(!charged.decision.is_allowed() && charged.taken.is_empty());

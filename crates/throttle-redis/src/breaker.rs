@@ -3,14 +3,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::metrics::BreakerMeter;
+use crate::metrics::BreakerMetrics;
 
 #[derive(Debug)]
 pub(crate) struct Breaker {
     threshold: u32,
     failures: AtomicU32,
     open: AtomicBool,
-    meter: BreakerMeter,
+    meter: BreakerMetrics,
 }
 
 impl Breaker {
@@ -21,7 +21,7 @@ impl Breaker {
             threshold,
             failures: AtomicU32::new(0),
             open: AtomicBool::new(false),
-            meter: BreakerMeter::new(node),
+            meter: BreakerMetrics::new(node),
         }
     }
 

@@ -4,9 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use throttle_core::{
-    Acquire, ConfigError, FailurePolicy, Key, Limiter, MemoryBackend, Outcome, Rule, Unavailable,
-};
+use throttle_core::{Answer, ConfigError, FailurePolicy, Key, MemoryBackend, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 
 use crate::conn::Redis;
 
@@ -69,7 +68,7 @@ pub(crate) fn degraded(
 ) -> Result<Outcome, Unavailable> {
     redis.degraded.fetch_add(1, Ordering::Relaxed);
     let local_outcome = match local.map(|l| l.acquire(key, cost)) {
-        Some(Acquire::Ready(Ok(o))) => Some(o),
+        Some(Answer::Ready(Ok(o))) => Some(o),
         _ => None,
     };
     match (rule.failure_policy(), local_outcome) {

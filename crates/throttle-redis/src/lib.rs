@@ -76,7 +76,8 @@ mod slot;
 
 use std::sync::Arc;
 
-use throttle_core::{Backend, ConfigError, Limiter, Rule};
+use throttle_core::{Backend, ConfigError, Rule};
+use throttle_core::backend::Limiter;
 
 pub use approximate::{ApproximateOptions, ApproximateStats};
 pub use config::{MAX_PREFIX_LEN, RedisConfig};
@@ -128,7 +129,7 @@ impl RedisBackend {
 
     /// The approximate mode: decided locally, counts flushed to Redis at
     /// every span end; Redis is on the request path only for a request
-    /// that waits for a claim (`Acquire::Pending`, at most the command
+    /// that waits for a claim (`Answer::Pending`, at most the command
     /// timeout).
     ///
     /// Flushes run in the background at every span boundary (with a test

@@ -77,14 +77,14 @@ mod on {
 
     /// The backend's call and error counters.
     #[derive(Debug)]
-    pub(crate) struct CallMeter {
+    pub(crate) struct CallMetrics {
         calls: Counter,
         timeouts: Counter,
         errors: Counter,
         unrouted: Counter,
     }
 
-    impl CallMeter {
+    impl CallMetrics {
         pub(crate) fn new() -> Self {
             describe();
             Self {
@@ -112,12 +112,12 @@ mod on {
 
     /// One node's breaker gauge and openings.
     #[derive(Debug)]
-    pub(crate) struct BreakerMeter {
+    pub(crate) struct BreakerMetrics {
         open: Gauge,
         opened: Counter,
     }
 
-    impl BreakerMeter {
+    impl BreakerMetrics {
         /// For the node at `node` (`host:port`). The gauge moves by one
         /// (not set): two backends on one node share its series, and
         /// one's closing must not hide the other's open breaker.
@@ -142,14 +142,14 @@ mod on {
 
     /// An approximate rule's flushes and node estimate.
     #[derive(Debug)]
-    pub(crate) struct FlushMeter {
+    pub(crate) struct FlushMetrics {
         ok: Counter,
         failed: Counter,
         seconds: Histogram,
         nodes: Gauge,
     }
 
-    impl FlushMeter {
+    impl FlushMetrics {
         pub(crate) fn new(rule: &str) -> Self {
             let rule = rule.to_owned();
             Self {
@@ -208,9 +208,9 @@ mod off {
     use crate::call_failure::Failure;
 
     #[derive(Debug)]
-    pub(crate) struct CallMeter;
+    pub(crate) struct CallMetrics;
 
-    impl CallMeter {
+    impl CallMetrics {
         pub(crate) fn new() -> Self {
             Self
         }
@@ -219,9 +219,9 @@ mod off {
     }
 
     #[derive(Debug)]
-    pub(crate) struct BreakerMeter;
+    pub(crate) struct BreakerMetrics;
 
-    impl BreakerMeter {
+    impl BreakerMetrics {
         pub(crate) fn new(_: &str) -> Self {
             Self
         }
@@ -230,9 +230,9 @@ mod off {
     }
 
     #[derive(Debug)]
-    pub(crate) struct FlushMeter;
+    pub(crate) struct FlushMetrics;
 
-    impl FlushMeter {
+    impl FlushMetrics {
         pub(crate) fn new(_: &str) -> Self {
             Self
         }

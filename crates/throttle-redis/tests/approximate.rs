@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use throttle_core::{Acquire, Clock, Key, Limiter, ManualClock, Quota, Rule};
+use throttle_core::{Answer, Clock, Key, ManualClock, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
 
@@ -46,8 +47,8 @@ async fn instance(server: &RedisServer, clock: impl Clock, rule: &Rule, spans: u
 /// flush task would, then the request is decided.
 async fn allowed(inst: &Instance, key: &Key) -> bool {
     match inst.limiter.acquire(key, 1) {
-        Acquire::Ready(Ok(o)) => o.step.allowed,
-        Acquire::Pending(mut waiting) => {
+        Answer::Ready(Ok(o)) => o.step.allowed,
+        Answer::Pending(mut waiting) => {
             inst.backend.flush_asked().await;
             match (&mut waiting).now_or_never() {
                 Some(Ok(o)) => o.step.allowed,
@@ -492,7 +493,7 @@ async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() 
     assert!(allowed(&inst, &key).await);
     assert!(inst.backend.flush().await);
     let mut spent = 0;
-    while matches!(inst.limiter.acquire(&key, 1), Acquire::Ready(Ok(o)) if o.step.allowed) {
+    while matches!(inst.limiter.acquire(&key, 1), Answer::Ready(Ok(o)) if o.step.allowed) {
         spent += 1;
         assert!(spent < 600, "the claim never ran out");
     }
@@ -505,12 +506,12 @@ async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() 
     tokio::time::sleep(Duration::from_millis(100)).await;
     clock.advance(Duration::from_millis(10));
     assert!(
-        matches!(inst.limiter.acquire(&key, 1), Acquire::Pending(_)),
+        matches!(inst.limiter.acquire(&key, 1), Answer::Pending(_)),
         "within a command timeout: waits for a claim"
     );
     clock.advance(Duration::from_millis(60));
     match inst.limiter.acquire(&key, 1) {
-        Acquire::Ready(Ok(o)) => assert_eq!(
+        Answer::Ready(Ok(o)) => assert_eq!(
             (o.step.allowed, o.degraded),
             (true, true),
             "past it: fail open decides"

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use throttle_core::{Key, Limiter, Quota, Rule};
+use throttle_core::{Key, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 use throttle_test_support::{RedisCluster, check};
 

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use throttle_core::{Acquire, Backend, Key, Limiter, ManualClock, Quota, Rule};
+use throttle_core::{Answer, Backend, Key, ManualClock, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
 
@@ -12,8 +13,8 @@ const T0: u64 = 1_800_000_000_000_000;
 
 async fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
     match limiter.acquire(key, 1) {
-        Acquire::Pending(f) => f.await.expect("redis answered").step.allowed,
-        Acquire::Ready(r) => {
+        Answer::Pending(f) => f.await.expect("redis answered").step.allowed,
+        Answer::Ready(r) => {
             let o = r.expect("decided");
             assert!(!o.degraded);
             o.step.allowed

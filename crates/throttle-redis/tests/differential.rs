@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use throttle_core::algorithm::{FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog};
-use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
+use throttle_core::{Answer, Key, ManualClock, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
 
@@ -64,10 +65,10 @@ async fn compare<M: Meter>(server_url: String, rule: Rule, meter: M, seed: u64) 
         let cost = 1 + rng.below(3);
         let expected = meter.acquire(&mut state, now, cost);
         let outcome = match limiter.acquire(&key, cost) {
-            Acquire::Pending(f) => f.await.expect("redis answered"),
+            Answer::Pending(f) => f.await.expect("redis answered"),
             // The deny cache answering for a key Redis showed over its
             // limit: held to the same model.
-            Acquire::Ready(r) => {
+            Answer::Ready(r) => {
                 cached += 1;
                 r.expect("decided, not unavailable")
             }
@@ -191,8 +192,8 @@ async fn concurrent_checks_are_batched_and_still_exact() {
         let calls_before = server.command_count("evalsha");
         let checks: Vec<_> = (0..500)
             .map(|_| match limiter.acquire(&Key::new("hot"), 1) {
-                Acquire::Pending(f) => f,
-                Acquire::Ready(r) => panic!("{r:?}"),
+                Answer::Pending(f) => f,
+                Answer::Ready(r) => panic!("{r:?}"),
             })
             .collect();
         let outcomes = futures_util::future::join_all(checks).await;

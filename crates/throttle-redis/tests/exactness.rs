@@ -13,7 +13,8 @@ use http_body_util::Empty;
 use throttle_core::{Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
-use throttle_tower::{Global, HttpResponder, Policy, ThrottleLayer};
+use throttle_tower::{HttpResponder, Policy, ThrottleLayer};
+use throttle_tower::key::Global;
 use tower::{Layer, ServiceExt};
 
 const INSTANCES: usize = 4;

@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use throttle_core::{Key, Limiter, Quota, Rule};
+use throttle_core::{Key, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 use throttle_test_support::{RedisServer, check};
 

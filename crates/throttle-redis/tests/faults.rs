@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use throttle_core::{Key, Limiter, Outcome, Quota, Rule, Unavailable};
+use throttle_core::{Key, Quota, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::{RedisServer, check};
 

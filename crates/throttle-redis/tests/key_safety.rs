@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use throttle_core::{Acquire, Key, Limiter, Quota, Rule};
+use throttle_core::{Answer, Key, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
 
@@ -51,8 +52,8 @@ async fn hostile_keys_stay_apart_and_inside_their_hash_tag() {
         let key = Key::new(m);
         for attempt in 0..2 {
             let o = match limiter.acquire(&key, 1) {
-                Acquire::Pending(f) => f.await.unwrap(),
-                Acquire::Ready(r) => panic!("{r:?}"),
+                Answer::Pending(f) => f.await.unwrap(),
+                Answer::Ready(r) => panic!("{r:?}"),
             };
             // First use of every key is allowed: nobody else's count is in it.
             assert_eq!(

@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use throttle_core::algorithm::{Gcra, GcraState, Meter};
-use throttle_core::{Acquire, Key, Limiter, ManualClock, Quota, Rule};
+use throttle_core::{Answer, Key, ManualClock, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{LeaseOptions, RedisBackend};
 use throttle_test_support::leased::{T0, give_backs_until, leased, worst_excess};
 use throttle_test_support::{RedisServer, allowed, outcome};
@@ -259,8 +260,8 @@ async fn a_cost_above_the_bucket_is_denied_alone_without_asking_redis() {
     let key = Key::new("k");
     let calls = server.command_count("evalsha");
     let big = match limiter.acquire(&key, 1_000) {
-        Acquire::Ready(r) => r.unwrap(),
-        Acquire::Pending(_) => panic!("an impossible cost needs no Redis call"),
+        Answer::Ready(r) => r.unwrap(),
+        Answer::Pending(_) => panic!("an impossible cost needs no Redis call"),
     };
     assert!(!big.step.allowed);
     assert_eq!(

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use throttle_core::{Acquire, Backend, Key, Limiter, Quota, Rule};
+use throttle_core::{Answer, Backend, Key, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
 
@@ -32,7 +33,7 @@ async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
     let (_server, backend, limiter) = exact_token_bucket().await;
     let key = Key::new("198.51.100.7");
 
-    let Acquire::Pending(mut lone) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(mut lone) = limiter.acquire(&key, 1) else {
         panic!("an exact check waits for Redis");
     };
     // Polled once, the lone check has sent its call and waits for the reply.
@@ -44,7 +45,7 @@ async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
     })
     .await;
     // Its call is out: this one queues for the next.
-    let Acquire::Pending(queued) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(queued) = limiter.acquire(&key, 1) else {
         panic!("an exact check waits for Redis");
     };
     drop(lone);
@@ -67,12 +68,12 @@ async fn a_lone_check_dropped_before_its_first_poll_gives_the_role_back() {
     let (_server, backend, limiter) = exact_token_bucket().await;
     let key = Key::new("198.51.100.8");
 
-    let Acquire::Pending(never_polled) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(never_polled) = limiter.acquire(&key, 1) else {
         panic!("an exact check waits for Redis");
     };
     drop(never_polled);
 
-    let Acquire::Pending(next) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(next) = limiter.acquire(&key, 1) else {
         panic!("an exact check waits for Redis");
     };
     let outcome = tokio::time::timeout(Duration::from_secs(30), next)

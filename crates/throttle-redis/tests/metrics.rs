@@ -18,7 +18,8 @@ use metrics::{
     Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
 };
 use metrics_util::registry::{AtomicStorage, Registry};
-use throttle_core::{Limiter, ManualClock, Quota, Rule};
+use throttle_core::{ManualClock, Quota, Rule};
+use throttle_core::backend::Limiter;
 use throttle_redis::metrics::{
     BREAKER_OPEN, BREAKER_OPENED, ERRORS, FLUSH_SECONDS, FLUSHES, LEASE_CALLS, LEASE_TOKENS,
     NODES_ESTIMATE,

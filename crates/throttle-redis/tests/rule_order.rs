@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use throttle_core::{Check, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+use throttle_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 use throttle_redis::{RedisBackend, RedisConfig};
 use throttle_test_support::RedisServer;
 
 async fn decide(rules: &RuleSet, demands: &[Demand]) -> Decision {
     match rules.check(demands) {
-        Check::Ready(d) => d,
-        Check::Pending(f) => f.await,
+        Answer::Ready(d) => d,
+        Answer::Pending(f) => f.await,
     }
 }
 

@@ -1,5 +1,5 @@
-//! Resolving a check: a limiter answers [`Acquire::Ready`] when it can
-//! decide locally and [`Acquire::Pending`] when it has to ask its backend;
+//! Resolving a check: a limiter answers [`Answer::Ready`] when it can
+//! decide locally and [`Answer::Pending`] when it has to ask its backend;
 //! these await the pending answer or take the ready one.
 //!
 //! ```ignore
@@ -7,7 +7,8 @@
 //! assert!(allowed(&limiter, &key).await);
 //! ```
 
-use throttle_core::{Acquire, Key, Limiter, Outcome, Unavailable};
+use throttle_core::{Answer, Key};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 
 /// One request of cost 1 on `key`: the answer, and whether it was pending
 /// (the limiter asked its backend rather than deciding locally).
@@ -22,8 +23,8 @@ pub async fn check_cost(
     cost: u64,
 ) -> (Result<Outcome, Unavailable>, bool) {
     match limiter.acquire(key, cost) {
-        Acquire::Ready(r) => (r, false),
-        Acquire::Pending(f) => (f.await, true),
+        Answer::Ready(r) => (r, false),
+        Answer::Pending(f) => (f.await, true),
     }
 }
 

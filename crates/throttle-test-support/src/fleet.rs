@@ -26,9 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use throttle_core::{
-    Acquire, Backend, Clock, Key, Limiter, ManualClock, MemoryBackend, PendingOutcome, Quota, Rule,
-};
+use throttle_core::{Answer, Backend, Clock, Key, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_core::backend::{Limiter, Pending};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
 use crate::RedisServer;
@@ -217,7 +216,7 @@ struct Instance {
 
 /// A request whose decision waits for a flush.
 struct Waiting {
-    answer: PendingOutcome,
+    answer: Pending<Result<Outcome, Unavailable>>,
     key: u64,
     /// Arrival, from the start of the measurement (true time); `None` for
     /// a warm-up request, which is not counted.
@@ -461,14 +460,14 @@ fn bytes_in(server: &RedisServer) -> u64 {
 /// An instance's answer to a request: now, or after a flush.
 enum Answer {
     Now(bool),
-    Wait(PendingOutcome),
+    Wait(Pending<Result<Outcome, Unavailable>>),
 }
 
 fn ask(limiter: &dyn Limiter, key: &Key) -> Answer {
     match limiter.acquire(key, 1) {
-        Acquire::Ready(Ok(o)) => Answer::Now(o.step.allowed),
-        Acquire::Ready(Err(_)) => Answer::Now(false),
-        Acquire::Pending(answer) => Answer::Wait(answer),
+        Answer::Ready(Ok(o)) => Answer::Now(o.step.allowed),
+        Answer::Ready(Err(_)) => Answer::Now(false),
+        Answer::Pending(answer) => Answer::Wait(answer),
     }
 }
 

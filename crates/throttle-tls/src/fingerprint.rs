@@ -1,7 +1,8 @@
 //! The fingerprint as a request extension, and the key extractor over it.
 
 use http::request::Parts;
-use throttle_tower::{Extracted, Key, KeyExtractor};
+use throttle_tower::{Key, KeyExtractor};
+use throttle_tower::key::Extracted;
 
 use crate::{Ja4, TlsConnectInfo};
 
@@ -41,7 +42,7 @@ impl Fingerprint {
 /// ```
 /// use throttle_axum::ClientIp;
 /// use throttle_tls::TlsFingerprint;
-/// use throttle_tower::Header;
+/// use throttle_tower::key::Header;
 /// let unauthenticated = (
 ///     ClientIp::default().ipv4_prefix(24),
 ///     TlsFingerprint::ja4(),

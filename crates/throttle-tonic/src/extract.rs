@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::extract::ConnectInfo;
 use http::request::Parts;
 use throttle_core::{ConfigError, Key};
-use throttle_tower::{ClientAddr, Extracted, Header, KeyExtractor, PeerSource};
+use throttle_tower::KeyExtractor;
+use throttle_tower::key::{ClientAddr, Extracted, Header, PeerSource};
 use tonic::transport::server::TcpConnectInfo;
 
 use crate::responder::is_grpc;
@@ -192,7 +193,7 @@ impl KeyExtractor for GrpcService {
 
 /// The value of a request metadata entry (e.g. `x-api-key`), as raw bytes;
 /// gRPC metadata travels as HTTP/2 headers, so this is
-/// [`Header`](throttle_tower::Header) with gRPC's rules for names. A missing
+/// [`Header`](throttle_tower::key::Header) with gRPC's rules for names. A missing
 /// or empty entry has no key: the call is answered `INVALID_ARGUMENT`
 /// unless the rule says otherwise (e.g.
 /// `MissingKey::Reject(StatusCode::UNAUTHORIZED)` for `UNAUTHENTICATED`).
@@ -327,7 +328,7 @@ pub type PeerIp = ClientAddr<TonicPeer>;
 mod tests {
     use std::net::IpAddr;
 
-    use throttle_tower::IpPrefix;
+    use throttle_tower::key::IpPrefix;
 
     use super::*;
 

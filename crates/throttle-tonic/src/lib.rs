@@ -91,10 +91,9 @@ pub use responder::{
 };
 // The same list in throttle-axum and throttle-tonic: one crate per
 // integration is all a user needs (plus `redis` for the Redis backends).
-pub use throttle_core::{
-    Algorithm, Allowed, Backend, Carried, Clock, ConfigError, Decision, Denied, FailurePolicy, Key,
-    ManualClock, MemoryBackend, Quota, Refused, Rule, ShadowDenials, SystemClock, Tiers,
-};
+pub use throttle_core::{Algorithm, Allowed, Backend, Clock, ConfigError, Decision, Denied, FailurePolicy, Key, ManualClock, MemoryBackend, Quota, Refused, Rule, SystemClock, Tiers};
+pub use throttle_core::rule_set::Carried;
+pub use throttle_core::decision::ShadowDenials;
 #[cfg(feature = "redis")]
 pub use throttle_redis as redis;
 pub use throttle_tower::{

@@ -14,7 +14,8 @@ use throttle_tower::headers::{
     SuccessHeaders, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number,
     retry_after_secs,
 };
-use throttle_tower::{HttpResponder, Rejection, Responder};
+use throttle_tower::HttpResponder;
+use throttle_tower::responder::{Rejection, Responder};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -34,7 +35,7 @@ const GRPC_CONTENT_TYPE: HeaderValue = HeaderValue::from_static("application/grp
 /// Which gRPC wire protocol a request speaks, from its `content-type`.
 ///
 /// ```
-/// use throttle_tonic::GrpcProtocol;
+/// use throttle_tonic::grpc::GrpcProtocol;
 ///
 /// let req = http::Request::post("/helloworld.Greeter/SayHello")
 ///     .header("content-type", "application/grpc-web+proto")
@@ -173,7 +174,8 @@ pub fn is_grpc(req: &Parts) -> bool {
 /// The answers are the ones tonic-types builds, byte for byte.
 ///
 /// ```
-/// use throttle_tonic::{GrpcResponder, HttpResponder};
+/// use throttle_tonic::GrpcResponder;
+/// use throttle_tonic::responder::HttpResponder;
 ///
 /// let responder = GrpcResponder::new()
 ///     .key_kind("tenant", "api-key") // instead of the extractor's kind
@@ -416,7 +418,7 @@ impl Responder for GrpcResponder {
                     &Status::with_error_details(code_for_http_status(status), message, details),
                 );
             }
-            Rejection::Unavailable { rule, refused } => {
+            Rejection::Refused { rule, refused } => {
                 headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
                 headers.insert(
                     GRPC_RETRY_PUSHBACK_MS.clone(),
@@ -626,13 +628,13 @@ mod tests {
         bound.bind(&[(&rule, "peer-ip")]);
         let refused = throttle_core::Refused {
             rule: 0,
-            error: throttle_core::Unavailable::new("down"),
+            error: throttle_core::backend::Unavailable::new("down"),
         };
         let req = grpc_request("application/grpc");
         let reject = |r: &GrpcResponder| {
             r.reject(
                 &req,
-                Rejection::Unavailable {
+                Rejection::Refused {
                     refused: &refused,
                     rule: &rule,
                 },

@@ -23,10 +23,8 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use http::{HeaderValue, Request, Response};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use throttle_tonic::{
-    GrpcMethod, KeyExtractor, Limit, ManualClock, MemoryBackend, PeerIp, Policy, Quota, Rule,
-    ThrottleLayer,
-};
+use throttle_tonic::{GrpcMethod, KeyExtractor, Limit, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_tonic::core::ManualClock;
 use tower::{Layer, Service, service_fn};
 
 // Counts every allocation of the process (the workspace forbids the

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use throttle_core::{Acquire, Limiter, Outcome, Unavailable};
+use throttle_core::Answer;
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_test_support::grpc::{GreeterClient, details, expect_code, meta, say_hello};
-use throttle_tonic::{
-    Backend, ConfigError, Global, Key, KeyExtractorExt, MemoryBackend, PeerIp, Policy, Quota, Rule,
-    ThrottleLayer,
-};
+use throttle_tonic::{ConfigError, Key, KeyExtractorExt, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_tonic::core::Backend;
+use throttle_tonic::key::Global;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::Code;
@@ -87,11 +87,11 @@ impl Backend for Down {
 }
 
 impl Limiter for Down {
-    fn acquire(&self, _key: &Key, _cost: u64) -> Acquire {
-        Acquire::Ready(Err(Unavailable::new("connection refused")))
+    fn acquire(&self, _key: &Key, _cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        Answer::Ready(Err(Unavailable::new("connection refused")))
     }
 
-    fn release(&self, _key: &Key, _cost: u64, _outcome: &Outcome) {}
+    fn refund(&self, _key: &Key, _cost: u64, _outcome: &Outcome) {}
 }
 
 #[tokio::test]

@@ -12,10 +12,8 @@ use throttle_test_support::grpc::{
     meta_u64, say_hello, serve,
 };
 use throttle_test_support::unix_secs;
-use throttle_tonic::{
-    Extension, GrpcMethod, GrpcResponder, GrpcService, Key, Limit, MemoryBackend, Metadata,
-    MissingKey, PeerIp, Policy, Quota, Rule, ThrottleLayer,
-};
+use throttle_tonic::{GrpcMethod, GrpcResponder, GrpcService, Key, Limit, MemoryBackend, Metadata, MissingKey, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_tonic::key::Extension;
 use tokio_stream::StreamExt;
 use tonic::Code;
 

@@ -29,10 +29,10 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header::CONTENT_TYPE};
 use throttle_tower::headers::SuccessHeaders;
-use throttle_tower::{
-    Allowed, ClientAddr, Header, HttpResponder, KeyExtractor, MemoryBackend, Policy, Quota,
-    Rejection, Responder, Rule, ThrottleLayer,
-};
+use throttle_tower::{HttpResponder, KeyExtractor, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_tower::core::Allowed;
+use throttle_tower::key::{ClientAddr, Header};
+use throttle_tower::responder::{Rejection, Responder};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 /// The HTTP responder without success headers.

@@ -43,7 +43,8 @@ impl From<Key> for Extracted {
 ///
 /// ```
 /// use http::request::Parts;
-/// use throttle_tower::{Extracted, Key, KeyExtractor};
+/// use throttle_tower::{Key, KeyExtractor};
+/// use throttle_tower::key::Extracted;
 ///
 /// let by_tenant = |req: &Parts| req.uri.path().strip_prefix("/t/").map(Key::new);
 /// let (parts, ()) = http::Request::get("/t/acme").body(()).unwrap().into_parts();
@@ -91,7 +92,8 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// Uses `fallback` when this extractor finds no key material.
     ///
     /// ```
-    /// use throttle_tower::{Global, Header, KeyExtractorExt};
+    /// use throttle_tower::KeyExtractorExt;
+    /// use throttle_tower::key::{Global, Header};
     /// let by_key_or_everyone = Header::new("x-api-key").or(Global);
     /// # let _ = by_key_or_everyone;
     /// ```
@@ -251,7 +253,8 @@ impl KeyExtractor for Header {
 /// `UserAgentHash.or(Global)`.
 ///
 /// ```
-/// use throttle_tower::{Extracted, KeyExtractor, UserAgentHash};
+/// use throttle_tower::KeyExtractor;
+/// use throttle_tower::key::{Extracted, UserAgentHash};
 ///
 /// let req = |ua: &str| http::Request::get("/").header("user-agent", ua).body(()).unwrap().into_parts().0;
 /// let a = UserAgentHash.extract(&req("curl/8.5.0"));
@@ -295,7 +298,8 @@ impl KeyExtractor for UserAgentHash {
 /// [`Extracted::Missing`], never a key derived from unverified input.
 ///
 /// ```
-/// use throttle_tower::{Extension, Key};
+/// use throttle_tower::Key;
+/// use throttle_tower::key::Extension;
 ///
 /// #[derive(Clone)]
 /// struct UserId(u64);

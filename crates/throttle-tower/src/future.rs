@@ -8,7 +8,8 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use throttle_core::{Charged, Decision, Demand};
+use throttle_core::{Decision, Demand};
+use throttle_core::decision::Charged;
 use tokio::time::Sleep;
 use tower_service::Service;
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
-use throttle_core::{Allowed, unix_now_us};
+use throttle_core::Allowed;
+use throttle_core::clock::unix_now_us;
 
 /// `X-RateLimit-Limit`.
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");

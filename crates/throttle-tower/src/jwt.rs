@@ -53,7 +53,8 @@ pub const MAX_TOKEN_LEN: usize = 8 * 1024;
 /// at start-up then.
 ///
 /// ```
-/// use throttle_tower::{Extracted, Jwt, Key, KeyExtractor};
+/// use throttle_tower::{Key, KeyExtractor};
+/// use throttle_tower::key::{Extracted, Jwt};
 ///
 /// let by_user = Jwt::hs256(b"a secret of at least 32 bytes!!!").audience(["api"]);
 /// assert!(by_user.validate().is_ok());

@@ -2,7 +2,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use throttle_core::{Backend, Carried, ConfigError, RuleSet};
+use throttle_core::{Backend, ConfigError, RuleSet};
+use throttle_core::rule_set::Carried;
 use tower_layer::Layer;
 
 use crate::engine::Engine;
@@ -20,7 +21,8 @@ use crate::service::Throttle;
 /// 429, `throttle_tonic::ThrottleLayer` answers gRPC `RESOURCE_EXHAUSTED`).
 ///
 /// ```
-/// use throttle_tower::{Global, HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+/// use throttle_tower::{HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+/// use throttle_tower::key::Global;
 ///
 /// let policy = Policy::new().rule(Rule::new("global", Quota::per_second(1_000)), Global);
 /// let layer = ThrottleLayer::<HttpResponder>::new(policy, MemoryBackend::default())?;
@@ -81,8 +83,9 @@ impl<R: Responder> ThrottleLayer<R> {
     /// rules stay.
     ///
     /// ```
-    /// use throttle_tower::{Global, HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
-    /// use throttle_tower::Carried;
+    /// use throttle_tower::{HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+    /// use throttle_tower::key::Global;
+    /// use throttle_tower::core::rule_set::Carried;
     ///
     /// let backend = MemoryBackend::default();
     /// let policy = |n| Policy::new().rule(Rule::new("global", Quota::per_second(n)), Global);

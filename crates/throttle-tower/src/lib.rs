@@ -56,7 +56,6 @@ pub use layer::{Reloaded, ThrottleLayer};
 pub use policy::{CostFn, Limit, MissingKey, Policy, RefundFn};
 pub use responder::{HttpResponder, Rejection, Responder};
 pub use service::Throttle;
-pub use throttle_core::{
-    Algorithm, Allowed, Backend, Carried, ConfigError, Decision, Denied, FailurePolicy, Key,
-    MemoryBackend, Quota, Refused, Rule, ShadowDenials, Tiers,
-};
+pub use throttle_core::{Algorithm, Allowed, Backend, ConfigError, Decision, Denied, FailurePolicy, Key, MemoryBackend, Quota, Refused, Rule, Tiers};
+pub use throttle_core::rule_set::Carried;
+pub use throttle_core::decision::ShadowDenials;

@@ -7,7 +7,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `throttle_decisions_total` | counter | `rule`, `outcome` | one per rule asked per request; `outcome` is one of [`Outcome`]'s labels |
+//! | `throttle_decisions_total` | counter | `rule`, `outcome` | one per rule asked per request; `outcome` is one of [`DecisionLabel`]'s labels |
 //! | `throttle_near_limit_total` | counter | `rule` | allowed decisions that left 20 % of the limit or less (80 % used, as envoy's ratelimit counts `near_limit`) |
 //! | `throttle_limit` | gauge | `rule` | the rule's capacity (the `X-RateLimit-Limit` it reports) |
 //!
@@ -26,7 +26,8 @@
 
 use std::sync::Arc;
 
-use throttle_core::{Acquire, Backend, ConfigError, Key, Limiter, Outcome as Verdict, Rule};
+use throttle_core::{Answer, Backend, ConfigError, Key, Rule};
+use throttle_core::backend::{Limiter, Outcome};
 
 /// Counter of decisions, labelled `rule` and `outcome`.
 pub const DECISIONS: &str = "throttle_decisions_total";
@@ -38,7 +39,7 @@ pub const LIMIT: &str = "throttle_limit";
 /// The `outcome` label of [`DECISIONS`]: what one rule made of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Outcome {
+pub enum DecisionLabel {
     /// The rule's backend allowed the request (`allowed`).
     Allowed,
     /// The rule denied the request (`denied`), by its backend or by its
@@ -56,7 +57,7 @@ pub enum Outcome {
     Unavailable,
 }
 
-impl Outcome {
+impl DecisionLabel {
     /// Every outcome, in label order.
     pub const ALL: [Self; 5] = [
         Self::Allowed,
@@ -81,11 +82,11 @@ impl Outcome {
 /// Whether a rule's denials are enforced or only reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Enforcement {
-    /// Denials deny: counted as [`Outcome::Denied`].
+    /// Denials deny: counted as [`DecisionLabel::Denied`].
     #[default]
     Enforced,
     /// A shadow rule: it is decided and counted, and its denials are
-    /// counted as [`Outcome::ShadowDenied`].
+    /// counted as [`DecisionLabel::ShadowDenied`].
     Shadow,
 }
 
@@ -116,12 +117,12 @@ pub fn describe() {
 
 /// The pre-registered handles of one rule.
 #[derive(Debug)]
-pub(crate) struct RuleMeter {
+pub(crate) struct RuleMetrics {
     #[cfg(feature = "metrics")]
     inner: imp::Handles,
 }
 
-impl RuleMeter {
+impl RuleMetrics {
     /// Registers `rule`'s handles with the recorder installed now and sets
     /// its limit gauge.
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
@@ -135,16 +136,16 @@ impl RuleMeter {
     /// Counts what `rule` decided.
     #[inline]
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn record(&self, verdict: &Result<Verdict, throttle_core::Unavailable>) {
+    pub(crate) fn record(&self, outcome: &Result<Outcome, throttle_core::backend::Unavailable>) {
         #[cfg(feature = "metrics")]
-        self.inner.record(verdict);
+        self.inner.record(outcome);
     }
 }
 
-/// A backend whose limiters report every decision to a [`RuleMeter`].
+/// A backend whose limiters report every decision to a [`RuleMetrics`].
 ///
 /// The layer binds each rule through one of these, so the counting sits
-/// under the rule set: it sees each rule's own verdict, not only the
+/// under the rule set: it sees each rule's own outcome, not only the
 /// combined decision.
 pub(crate) struct Metered {
     backend: Arc<dyn Backend>,
@@ -169,7 +170,7 @@ impl Backend for Metered {
         describe();
         Ok(Arc::new(MeteredLimiter {
             inner,
-            meter: Arc::new(RuleMeter::new(rule, self.enforcement)),
+            meter: Arc::new(RuleMetrics::new(rule, self.enforcement)),
             enforcement: self.enforcement,
         }))
     }
@@ -177,31 +178,31 @@ impl Backend for Metered {
 
 struct MeteredLimiter {
     inner: Arc<dyn Limiter>,
-    meter: Arc<RuleMeter>,
+    meter: Arc<RuleMetrics>,
     enforcement: Enforcement,
 }
 
 impl Limiter for MeteredLimiter {
     #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         match self.inner.acquire(key, cost) {
-            Acquire::Ready(verdict) => {
-                self.meter.record(&verdict);
-                Acquire::Ready(verdict)
+            Answer::Ready(outcome) => {
+                self.meter.record(&outcome);
+                Answer::Ready(outcome)
             }
-            Acquire::Pending(pending) => {
+            Answer::Pending(pending) => {
                 let meter = self.meter.clone();
-                Acquire::Pending(Box::pin(async move {
-                    let verdict = pending.await;
-                    meter.record(&verdict);
-                    verdict
+                Answer::Pending(Box::pin(async move {
+                    let outcome = pending.await;
+                    meter.record(&outcome);
+                    outcome
                 }))
             }
         }
     }
 
-    fn release(&self, key: &Key, cost: u64, outcome: &Verdict) {
-        self.inner.release(key, cost, outcome);
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.inner.refund(key, cost, outcome);
     }
 
     fn is_remote(&self) -> bool {
@@ -213,7 +214,7 @@ impl Limiter for MeteredLimiter {
         let inner = self.inner.requota(rule)?;
         Some(Arc::new(MeteredLimiter {
             inner,
-            meter: Arc::new(RuleMeter::new(rule, self.enforcement)),
+            meter: Arc::new(RuleMetrics::new(rule, self.enforcement)),
             enforcement: self.enforcement,
         }))
     }
@@ -222,9 +223,10 @@ impl Limiter for MeteredLimiter {
 #[cfg(feature = "metrics")]
 mod imp {
     use metrics::{Counter, counter, gauge};
-    use throttle_core::{Outcome as Verdict, Rule, Unavailable};
+    use throttle_core::Rule;
+use throttle_core::backend::{Outcome, Unavailable};
 
-    use super::{DECISIONS, Enforcement, LIMIT, NEAR_LIMIT, Outcome};
+    use super::{DECISIONS, Enforcement, LIMIT, NEAR_LIMIT, DecisionLabel};
 
     #[derive(Debug)]
     pub(super) struct Handles {
@@ -242,25 +244,25 @@ mod imp {
     impl Handles {
         pub(super) fn new(rule: &Rule, enforcement: Enforcement) -> Self {
             let name = rule.name().to_owned();
-            let decisions = |outcome: Outcome| counter!(DECISIONS, "rule" => name.clone(), "outcome" => outcome.as_str());
+            let decisions = |outcome: DecisionLabel| counter!(DECISIONS, "rule" => name.clone(), "outcome" => outcome.as_str());
             let capacity = rule.capacity();
             gauge!(LIMIT, "rule" => name.clone()).set(capacity as f64);
             Self {
-                allowed: decisions(Outcome::Allowed),
+                allowed: decisions(DecisionLabel::Allowed),
                 denied: decisions(match enforcement {
-                    Enforcement::Enforced => Outcome::Denied,
-                    Enforcement::Shadow => Outcome::ShadowDenied,
+                    Enforcement::Enforced => DecisionLabel::Denied,
+                    Enforcement::Shadow => DecisionLabel::ShadowDenied,
                 }),
-                degraded: decisions(Outcome::Degraded),
-                unavailable: decisions(Outcome::Unavailable),
+                degraded: decisions(DecisionLabel::Degraded),
+                unavailable: decisions(DecisionLabel::Unavailable),
                 near_limit: counter!(NEAR_LIMIT, "rule" => name.clone()),
                 near_at: capacity / 5,
             }
         }
 
         #[inline]
-        pub(super) fn record(&self, verdict: &Result<Verdict, Unavailable>) {
-            match verdict {
+        pub(super) fn record(&self, outcome: &Result<Outcome, Unavailable>) {
+            match outcome {
                 Ok(v) if v.step.allowed && v.degraded => self.degraded.increment(1),
                 Ok(v) if v.step.allowed => {
                     self.allowed.increment(1);
@@ -278,11 +280,13 @@ mod imp {
 #[cfg(all(test, feature = "metrics"))]
 mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-    use throttle_core::{Outcome as Verdict, Quota, Rule, Step};
+    use throttle_core::{Quota, Rule};
+use throttle_core::backend::Outcome;
+use throttle_core::algorithm::Step;
 
-    use super::{DECISIONS, Enforcement, RuleMeter};
+    use super::{DECISIONS, Enforcement, RuleMetrics};
 
-    fn verdict(allowed: bool) -> Verdict {
+    fn outcome(allowed: bool) -> Outcome {
         let step = Step {
             allowed,
             remaining: 5,
@@ -290,7 +294,7 @@ mod tests {
             retry_after_us: 0,
             delay_us: 0,
         };
-        Verdict::new(step, 0)
+        Outcome::new(step, 0)
     }
 
     /// What one rule's meter counted, by outcome label.
@@ -298,11 +302,11 @@ mod tests {
         let recorder = DebuggingRecorder::new();
         let snapshots = recorder.snapshotter();
         let meter = metrics::with_local_recorder(&recorder, || {
-            RuleMeter::new(&Rule::new("r", Quota::per_minute(10)), enforcement)
+            RuleMetrics::new(&Rule::new("r", Quota::per_minute(10)), enforcement)
         });
-        meter.record(&Ok(verdict(true)));
-        meter.record(&Ok(verdict(false)));
-        meter.record(&Ok(verdict(false)));
+        meter.record(&Ok(outcome(true)));
+        meter.record(&Ok(outcome(false)));
+        meter.record(&Ok(outcome(false)));
         let mut out: Vec<(String, u64)> = snapshots
             .snapshot()
             .into_vec()

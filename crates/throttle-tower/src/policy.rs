@@ -41,7 +41,8 @@ pub type RefundFn = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 ///
 /// ```
 /// use http::StatusCode;
-/// use throttle_tower::{Header, Limit, MissingKey, Policy, Quota, Rule};
+/// use throttle_tower::{Limit, MissingKey, Policy, Quota, Rule};
+/// use throttle_tower::key::Header;
 ///
 /// let uploads = Limit::new(Rule::new("upload-bytes", Quota::per_minute(10_000_000)), Header::new("x-api-key"))
 ///     .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
@@ -99,7 +100,7 @@ impl Limit {
     /// own failures: `refund_when(|s| s.is_server_error())`.
     ///
     /// The refund goes through the same path as the refund of a request
-    /// another rule denied ([`RuleSet::release`](throttle_core::RuleSet::release)),
+    /// another rule denied ([`RuleSet::refund`](throttle_core::RuleSet::refund)),
     /// so its precision is the backend's: exact in memory and in the exact
     /// mode, best effort where a window has moved on since the check (a
     /// window algorithm's refund of a request checked in the previous window
@@ -113,7 +114,8 @@ impl Limit {
     /// rule is meant to count.
     ///
     /// ```
-    /// use throttle_tower::{Header, Limit, Quota, Rule};
+    /// use throttle_tower::{Limit, Quota, Rule};
+    /// use throttle_tower::key::Header;
     ///
     /// let api = Limit::new(Rule::new("tenant", Quota::per_minute(1_000)), Header::new("x-api-key"))
     ///     .refund_when(|status| status.is_server_error());
@@ -135,7 +137,8 @@ impl Limit {
     ///
     /// ```
     /// use http::StatusCode;
-    /// use throttle_tower::{Header, Limit, Quota, Rule};
+    /// use throttle_tower::{Limit, Quota, Rule};
+    /// use throttle_tower::key::Header;
     ///
     /// let logins = Limit::new(Rule::new("failed-logins", Quota::per_hour(10)), Header::new("x-user"))
     ///     .charge_when(|s| s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN);
@@ -175,7 +178,8 @@ impl fmt::Debug for Limit {
 /// denies is named in the answer.
 ///
 /// ```
-/// use throttle_tower::{Global, Header, Policy, Quota, Rule};
+/// use throttle_tower::{Policy, Quota, Rule};
+/// use throttle_tower::key::{Global, Header};
 ///
 /// let policy = Policy::new()
 ///     .rule(Rule::new("tenant", Quota::per_minute(1_000)).token_bucket(), Header::new("x-api-key"))

@@ -328,7 +328,7 @@ impl Responder for HttpResponder {
                     headers,
                 )
             }
-            Rejection::Unavailable { rule, .. } => {
+            Rejection::Refused { rule, .. } => {
                 let mut headers = HeaderBlock::default();
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
                 let message = "The rate limiter is unavailable. Please retry later.";

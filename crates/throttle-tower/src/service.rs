@@ -5,7 +5,7 @@ use std::task::{Context, Poll};
 
 use arc_swap::{ArcSwap, Guard};
 use http::{Request, Response};
-use throttle_core::Check;
+use throttle_core::Answer;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
@@ -93,22 +93,22 @@ where
             Prepared::Rejected(rejection) => {
                 ResponseFuture::rejected(shared.responder.reject(&parts, rejection))
             }
-            Prepared::Check(Check::Ready(decision)) => {
+            Prepared::Plain(Answer::Ready(decision)) => {
                 ResponseFuture::decided(&shared, &mut self.inner, parts, body, decision)
             }
-            Prepared::Check(Check::Pending(check)) => self.checking(
+            Prepared::Plain(Answer::Pending(check)) => self.checking(
                 PendingCheck::Plain(check),
                 parts,
                 body,
                 Guard::into_inner(shared),
             ),
             Prepared::Settle(settle) => match *settle {
-                (Check::Ready(charged), demands) => {
+                (Answer::Ready(charged), demands) => {
                     let settle = Settle::of(&shared, &demands, &charged);
                     ResponseFuture::decided(&shared, &mut self.inner, parts, body, charged.decision)
                         .settling(settle)
                 }
-                (Check::Pending(check), demands) => self.checking(
+                (Answer::Pending(check), demands) => self.checking(
                     PendingCheck::Charged(check, demands.into_vec()),
                     parts,
                     body,

@@ -10,7 +10,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
-use throttle_tower::{ClientAddr, ForwardedHeader, MAX_FORWARDED_ENTRIES};
+use throttle_tower::key::{ClientAddr, ForwardedHeader};
+use throttle_tower::limits::MAX_FORWARDED_ENTRIES;
 
 type Ip = ClientAddr<fn(&Parts) -> Option<SocketAddr>>;
 

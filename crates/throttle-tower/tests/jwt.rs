@@ -11,7 +11,9 @@ use http::StatusCode;
 use http::request::Parts;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use throttle_tower::{Extracted, Jwt, Key, KeyExtractor, MAX_TOKEN_LEN, MissingKey};
+use throttle_tower::{Key, KeyExtractor, MissingKey};
+use throttle_tower::key::{Extracted, Jwt};
+use throttle_tower::limits::MAX_TOKEN_LEN;
 
 const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 const RSA_PRIVATE: &[u8] = include_bytes!("keys/rsa_private.pem");

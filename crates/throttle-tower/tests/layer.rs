@@ -10,10 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use throttle_core::{
-    Acquire, Backend, ConfigError, Key, Limiter, ManualClock, MemoryBackend, Quota, Rule,
-};
-use throttle_tower::{Global, Header, HttpResponder, Limit, MissingKey, Policy, ThrottleLayer};
+use throttle_core::{Answer, Backend, ConfigError, Key, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_core::backend::Limiter;
+use throttle_tower::{HttpResponder, Limit, MissingKey, Policy, ThrottleLayer};
+use throttle_tower::key::{Global, Header};
 use tower::{Layer, Service, ServiceExt};
 
 type Layered = ThrottleLayer<HttpResponder>;
@@ -31,19 +31,19 @@ impl Backend for Deferred {
 }
 
 impl Limiter for DeferredLimiter {
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let (inner, key) = (self.0.clone(), *key);
-        Acquire::Pending(Box::pin(async move {
+        Answer::Pending(Box::pin(async move {
             tokio::task::yield_now().await;
             match inner.acquire(&key, cost) {
-                Acquire::Ready(r) => r,
-                Acquire::Pending(f) => f.await,
+                Answer::Ready(r) => r,
+                Answer::Pending(f) => f.await,
             }
         }))
     }
 
-    fn release(&self, key: &Key, cost: u64, outcome: &throttle_core::Outcome) {
-        self.0.release(key, cost, outcome);
+    fn refund(&self, key: &Key, cost: u64, outcome: &throttle_core::backend::Outcome) {
+        self.0.refund(key, cost, outcome);
     }
 }
 
@@ -148,7 +148,7 @@ async fn a_denial_gives_back_what_the_other_rules_took() {
         key: Key::new("a"),
         cost: 1,
     }]);
-    let throttle_core::Check::Ready(throttle_core::Decision::Allowed(a)) = check else {
+    let throttle_core::Answer::Ready(throttle_core::Decision::Allowed(a)) = check else {
         panic!("{check:?}")
     };
     assert_eq!(layer.rules().rule(a.rule).name(), "tenant");

@@ -10,12 +10,12 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use throttle_core::{
-    Acquire, Backend, ConfigError, Key, Limiter, MemoryBackend, Outcome, Quota, Rule, Step,
-    Unavailable,
-};
+use throttle_core::{Answer, Backend, ConfigError, Key, MemoryBackend, Quota, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_core::algorithm::Step;
 use throttle_tower::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
-use throttle_tower::{Global, Header, HttpResponder, Policy, ThrottleLayer};
+use throttle_tower::{HttpResponder, Policy, ThrottleLayer};
+use throttle_tower::key::{Global, Header};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 type Layered = ThrottleLayer<HttpResponder>;
@@ -189,9 +189,9 @@ impl Backend for Down {
 }
 
 impl Limiter for DownLimiter {
-    fn acquire(&self, _key: &Key, _cost: u64) -> Acquire {
+    fn acquire(&self, _key: &Key, _cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let open = self.0;
-        Acquire::Pending(Box::pin(async move {
+        Answer::Pending(Box::pin(async move {
             tokio::task::yield_now().await;
             if open {
                 let step = Step {
@@ -211,7 +211,7 @@ impl Limiter for DownLimiter {
         }))
     }
 
-    fn release(&self, _key: &Key, _cost: u64, _outcome: &Outcome) {}
+    fn refund(&self, _key: &Key, _cost: u64, _outcome: &Outcome) {}
 
     fn is_remote(&self) -> bool {
         true

@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use throttle_core::algorithm::Gcra;
-use throttle_core::{
-    Check, Demand, Key, MemoryBackend, MemoryLimiter, Quota, Rule, RuleSet, SystemClock,
-};
+use throttle_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet, SystemClock};
+use throttle_core::memory::MemoryLimiter;
 
 /// Length of the shared visiting order (a power of two, 1,048,576 entries).
 pub(crate) const ORDER_LEN: usize = 1 << 20;
@@ -46,8 +45,8 @@ impl Subject for OursRuleSet {
             cost: 1,
         }];
         match self.rules.check(&demand) {
-            Check::Ready(decision) => decision.is_allowed(),
-            Check::Pending(_) => unreachable!("the memory backend decides at once"),
+            Answer::Ready(decision) => decision.is_allowed(),
+            Answer::Pending(_) => unreachable!("the memory backend decides at once"),
         }
     }
 }

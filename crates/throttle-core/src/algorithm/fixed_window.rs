@@ -98,7 +98,7 @@ impl Meter for FixedWindow {
         self.report(st, now_us, cost, allowed)
     }
 
-    fn release(&self, st: &mut FixedWindowState, acquired_at_us: u64, cost: u64) {
+    fn refund(&self, st: &mut FixedWindowState, acquired_at_us: u64, cost: u64) {
         if st.window == acquired_at_us / self.period_us {
             st.count = st.count.saturating_sub(cost);
         }

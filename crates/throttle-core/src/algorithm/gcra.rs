@@ -257,7 +257,7 @@ impl Meter for Gcra {
         self.report(st, now_us, cost, allowed)
     }
 
-    fn release(&self, st: &mut GcraState, _acquired_at_us: u64, cost: u64) {
+    fn refund(&self, st: &mut GcraState, _acquired_at_us: u64, cost: u64) {
         let back = self
             .scaled(st.tat_us, st.tat_rem)
             .saturating_sub(u128::from(cost) * u128::from(self.period_us));

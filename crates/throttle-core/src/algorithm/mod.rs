@@ -114,7 +114,7 @@ pub trait Meter: Send + Sync + 'static {
     /// Gives back `cost` taken by an `acquire` at `acquired_at_us` (another
     /// rule of the same request denied it). Best effort: a window that has
     /// moved on is left alone.
-    fn release(&self, state: &mut Self::State, acquired_at_us: u64, cost: u64);
+    fn refund(&self, state: &mut Self::State, acquired_at_us: u64, cost: u64);
 
     /// The time from which `state` behaves exactly like a fresh key, so it can
     /// be forgotten.

@@ -200,7 +200,7 @@ impl Meter for SlidingWindowCounter {
         self.report(st, now_us, cost, allowed)
     }
 
-    fn release(&self, st: &mut SlidingWindowCounterState, acquired_at_us: u64, cost: u64) {
+    fn refund(&self, st: &mut SlidingWindowCounterState, acquired_at_us: u64, cost: u64) {
         if st.window == acquired_at_us / self.period_us {
             st.cur = st.cur.saturating_sub(cost);
         }

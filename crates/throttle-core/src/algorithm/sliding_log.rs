@@ -112,7 +112,7 @@ impl Meter for SlidingWindowLog {
         }
     }
 
-    fn release(&self, st: &mut SlidingWindowLogState, acquired_at_us: u64, cost: u64) {
+    fn refund(&self, st: &mut SlidingWindowLogState, acquired_at_us: u64, cost: u64) {
         if let Some(i) = st.entries.iter().rposition(|&(at, _)| at == acquired_at_us) {
             let entry = &mut st.entries[i];
             let give = cost.min(entry.1);

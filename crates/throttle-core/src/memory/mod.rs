@@ -176,12 +176,12 @@ impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
 
 impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
     #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
-        Acquire::Ready(Ok(self.check(key, cost)))
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        Answer::Ready(Ok(self.check(key, cost)))
     }
 
-    fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        self.store.release(key, outcome.at_us, cost);
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.store.refund(key, outcome.at_us, cost);
     }
 
     fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {

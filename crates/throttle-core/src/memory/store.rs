@@ -244,8 +244,8 @@ impl<M: Meter> Store<M> {
         }
     }
 
-    pub(crate) fn release(&self, key: &Key, acquired_at_us: u64, cost: u64) {
-        self.update(key, |st| self.meter.release(st, acquired_at_us, cost));
+    pub(crate) fn refund(&self, key: &Key, acquired_at_us: u64, cost: u64) {
+        self.update(key, |st| self.meter.refund(st, acquired_at_us, cost));
     }
 
     pub(crate) fn meter(&self) -> &M {

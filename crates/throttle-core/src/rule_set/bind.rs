@@ -68,9 +68,9 @@ impl Bound {
 
     /// Asks `key`'s limiter for `cost`.
     #[inline]
-    pub(super) fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    pub(super) fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         match self.local(key, cost) {
-            Some(o) => Acquire::Ready(Ok(o)),
+            Some(o) => Answer::Ready(Ok(o)),
             None => self.limiter(key).acquire(key, cost),
         }
     }

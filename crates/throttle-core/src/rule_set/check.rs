@@ -13,7 +13,7 @@ impl RuleSet {
     /// cost if all allow. Rules decided locally are asked first, in order,
     /// then the remote ones: a request a local rule denies costs no round
     /// trip (and no refund of a remote charge).
-    pub fn check(&self, demands: &[Demand]) -> Check {
+    pub fn check(&self, demands: &[Demand]) -> Answer {
         match demands {
             [d] => self.one(d),
             _ => self.run(demands),
@@ -22,8 +22,8 @@ impl RuleSet {
 
     /// Like [`check`](Self::check), and also hands back what each allowed
     /// demand took ([`Charged::taken`]), for a cost to be given back once
-    /// the request's outcome is known ([`release`](Self::release)).
-    pub fn check_charged(&self, demands: &[Demand]) -> Check<Charged> {
+    /// the request's outcome is known ([`release`](Self::refund)).
+    pub fn check_charged(&self, demands: &[Demand]) -> Answer<Charged> {
         match demands {
             [d] => self.one(d),
             _ => self.run(demands),
@@ -33,16 +33,16 @@ impl RuleSet {
     /// A check of one demand, the common case: no order to work out,
     /// nothing to give back, nothing to combine.
     #[inline]
-    fn one<K: Keep>(&self, d: &Demand) -> Check<K> {
+    fn one<K: Keep>(&self, d: &Demand) -> Answer<K> {
         let bound = &self.rules[d.rule];
         if let Some(o) = bound.local(&d.key, d.cost) {
-            return Check::Ready(self.settle_one(d, Ok(o)));
+            return Answer::Ready(self.settle_one(d, Ok(o)));
         }
         match bound.limiter(&d.key).acquire(&d.key, d.cost) {
-            Acquire::Ready(result) => Check::Ready(self.settle_one(d, result)),
-            Acquire::Pending(first) => {
+            Answer::Ready(result) => Answer::Ready(self.settle_one(d, result)),
+            Answer::Pending(first) => {
                 let (set, d) = (self.clone(), *d);
-                Check::Pending(Box::pin(async move { set.settle_one(&d, first.await) }))
+                Answer::Pending(Box::pin(async move { set.settle_one(&d, first.await) }))
             }
         }
     }
@@ -57,7 +57,7 @@ impl RuleSet {
 
     // Kept out of `check`, so the one-demand path stays small.
     #[inline(never)]
-    fn run<K: Keep>(&self, demands: &[Demand]) -> Check<K> {
+    fn run<K: Keep>(&self, demands: &[Demand]) -> Answer<K> {
         let mut tally = Tally::<8>::new();
         let remote = |d: &Demand| self.rules[d.rule].remote;
         let order: SmallVec<[usize; 8]> = if self.reorder {
@@ -71,23 +71,23 @@ impl RuleSet {
         for (at, &i) in order.iter().enumerate() {
             let d = &demands[i];
             match self.rules[d.rule].acquire(&d.key, d.cost) {
-                Acquire::Ready(result) => {
+                Answer::Ready(result) => {
                     tally.add(self, i, d.rule, result);
                     if tally.refused() {
                         break;
                     }
                 }
-                Acquire::Pending(first) => {
+                Answer::Pending(first) => {
                     let set = self.clone();
                     let demands = demands.to_vec();
                     let rest = order[at + 1..].to_vec();
-                    return Check::Pending(Box::pin(async move {
+                    return Answer::Pending(Box::pin(async move {
                         set.finish(demands, tally, i, first, rest).await
                     }));
                 }
             }
         }
-        Check::Ready(tally.decide(self, demands))
+        Answer::Ready(tally.decide(self, demands))
     }
 
     /// The asynchronous rest of a check: `tally` holds the answers so far,
@@ -99,7 +99,7 @@ impl RuleSet {
         demands: Vec<Demand>,
         mut tally: Tally<8>,
         first_at: usize,
-        first: crate::backend::PendingOutcome,
+        first: crate::backend::Pending<Result<Outcome, Unavailable>>,
         rest: Vec<usize>,
     ) -> K {
         let mut pending = vec![(first_at, first)];
@@ -108,14 +108,14 @@ impl RuleSet {
             let d = &demands[j];
             let bound = &self.rules[d.rule];
             match bound.acquire(&d.key, d.cost) {
-                Acquire::Ready(r) => {
+                Answer::Ready(r) => {
                     let stop = !bound.shadow && !matches!(r, Ok(o) if o.step.allowed);
                     answered.push((j, r));
                     if stop {
                         break;
                     }
                 }
-                Acquire::Pending(f) => pending.push((j, f)),
+                Answer::Pending(f) => pending.push((j, f)),
             }
         }
         let (at, futs): (Vec<usize>, Vec<_>) = pending.into_iter().unzip();
@@ -137,10 +137,10 @@ impl RuleSet {
     /// (`outcome` is what its rule decided then). For costs that depend on
     /// how the request went: the layer's response-aware limits use it once
     /// the inner service has answered. Best effort and never blocking, like
-    /// [`Limiter::release`](crate::Limiter::release).
-    pub fn release(&self, demand: &Demand, outcome: &Outcome) {
+    /// [`Limiter::refund`](crate::Limiter::refund).
+    pub fn refund(&self, demand: &Demand, outcome: &Outcome) {
         self.rules[demand.rule]
             .limiter(&demand.key)
-            .release(&demand.key, demand.cost, outcome);
+            .refund(&demand.key, demand.cost, outcome);
     }
 }

@@ -81,7 +81,7 @@ impl<const N: usize> Tally<N> {
     pub(super) fn decide<K: Keep>(self, set: &RuleSet, demands: &[Demand]) -> K {
         match self.refusal {
             Some((i, result)) => {
-                set.give_back(demands, &self.held);
+                set.refund_held(demands, &self.held);
                 K::keep(set.refusal(&demands[i], result), &[])
             }
             None => K::keep(set.allowed(demands, &self.held, self.shadow), &self.held),
@@ -117,10 +117,10 @@ impl Keep for Charged {
 
 impl RuleSet {
     /// Gives back what the allowed answers in `held` took.
-    pub(super) fn give_back(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
+    pub(super) fn refund_held(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
         for (i, o) in held {
             if o.step.allowed {
-                self.release(&demands[*i], o);
+                self.refund(&demands[*i], o);
             }
         }
     }
@@ -140,7 +140,7 @@ impl RuleSet {
                     rule,
                 })
             }
-            Err(error) => Decision::Unavailable(Refused { rule, error }),
+            Err(error) => Decision::Refused(Refused { rule, error }),
         }
     }
 

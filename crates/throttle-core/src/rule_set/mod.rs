@@ -36,16 +36,16 @@ pub use bind::Carried;
 /// if it were enforced.)
 ///
 /// ```
-/// use throttle_core::{Check, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+/// use throttle_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 ///
 /// let mut rules = RuleSet::new();
 /// let backend = MemoryBackend::default();
 /// let ip = rules.bind(Rule::new("ip", Quota::per_minute(2)), &backend).unwrap();
 /// let demand = [Demand { rule: ip, key: Key::new("10.0.0.1"), cost: 1 }];
 /// for _ in 0..2 {
-///     assert!(matches!(rules.check(&demand), Check::Ready(Decision::Allowed(_))));
+///     assert!(matches!(rules.check(&demand), Answer::Ready(Decision::Allowed(_))));
 /// }
-/// let Check::Ready(Decision::Denied(d)) = rules.check(&demand) else { panic!() };
+/// let Answer::Ready(Decision::Denied(d)) = rules.check(&demand) else { panic!() };
 /// assert_eq!(rules.rule(d.rule).name(), "ip");
 /// ```
 #[derive(Clone, Default)]

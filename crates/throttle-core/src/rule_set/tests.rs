@@ -9,8 +9,8 @@ use crate::{Check, Decision, Demand, Key, Quota};
 
 /// What a decision says, without the instants (which the system clock
 /// moves between two rule sets).
-fn figures(check: Check) -> (bool, usize, u64, u64) {
-    let Check::Ready(decision) = check else {
+fn figures(check: Answer) -> (bool, usize, u64, u64) {
+    let Answer::Ready(decision) = check else {
         panic!("the memory backend decides at once")
     };
     match decision {
@@ -32,7 +32,7 @@ fn second_delay(rule: Rule) -> Duration {
     }];
     let _ = set.check(&demand);
     match set.check(&demand) {
-        Check::Ready(Decision::Allowed(a)) => a.delay,
+        Answer::Ready(Decision::Allowed(a)) => a.delay,
         other => panic!("{other:?}"),
     }
 }

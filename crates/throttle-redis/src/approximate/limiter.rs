@@ -9,17 +9,16 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use throttle_core::algorithm::{FixedWindow, SlidingWindowCounter};
-use throttle_core::{
-    Acquire, Algorithm, Clock, ConfigError, FailurePolicy, Key, Limiter, MemoryBackend,
-    MemoryLimiter, Outcome, Rule, Unavailable,
-};
+use throttle_core::{Answer, Algorithm, Clock, ConfigError, FailurePolicy, Key, MemoryBackend, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_core::memory::MemoryLimiter;
 
 use super::flush::{BUCKETS, bucket_of};
 use super::meter::{Asks, Fleet, SpanMeter, Window};
 use super::shared::Shared;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
-use crate::metrics::FlushMeter;
+use crate::metrics::FlushMetrics;
 
 /// One rule in the approximate mode.
 pub(crate) struct ApproxRule {
@@ -59,7 +58,7 @@ pub(crate) struct ApproxRule {
     /// Woken when a flush's answers are applied.
     pub(super) answers: Notify,
     /// Flushes and node estimate, as metrics.
-    pub(super) metrics: FlushMeter,
+    pub(super) metrics: FlushMetrics,
     /// The cluster hash slot of each bucket's hashes (whose node's breaker
     /// a decision reads).
     bucket_slots: [u16; BUCKETS as usize],
@@ -167,7 +166,7 @@ impl ApproxLimiter {
         let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
         let bucket_slots = std::array::from_fn(|b| keys.bucket_slot(b as u64));
         let this = Arc::new(ApproxRule {
-            metrics: FlushMeter::new(rule.name()),
+            metrics: FlushMetrics::new(rule.name()),
             rule: rule.clone(),
             keys,
             bucket_slots,
@@ -293,18 +292,18 @@ impl ApproxRule {
     /// first request in a span appends it to a list that keeps its memory).
     /// A request the fleet has room for but this instance has no claim for
     /// waits for the early flush it asks for.
-    pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Acquire {
+    pub(super) fn decide(self: &Arc<Self>, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let bucket = bucket_of(key);
         // Read before the key is listed: the flush the request waits for is
         // one numbered above this that has written the key.
         let after = self.taken[bucket as usize].load(Ordering::SeqCst);
         let (result, asks) = self.decide_now(key, bucket, cost, false, true);
         if !asks.wait {
-            return Acquire::Ready(result);
+            return Answer::Ready(result);
         }
         let this = self.clone();
         let key = *key;
-        Acquire::Pending(Box::pin(async move {
+        Answer::Pending(Box::pin(async move {
             this.wait(key, bucket, cost, after).await
         }))
     }
@@ -427,7 +426,7 @@ impl ApproxRule {
 
 impl Limiter for ApproxLimiter {
     #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         ApproxRule::decide(&self.0, key, cost)
     }
 
@@ -436,7 +435,7 @@ impl Limiter for ApproxLimiter {
         true
     }
 
-    fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        self.0.store.release(key, cost, outcome);
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.0.store.refund(key, cost, outcome);
     }
 }

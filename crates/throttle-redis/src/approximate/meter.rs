@@ -522,7 +522,7 @@ impl Meter for SpanMeter {
         step
     }
 
-    fn release(&self, st: &mut SpanState, acquired_at_us: u64, cost: u64) {
+    fn refund(&self, st: &mut SpanState, acquired_at_us: u64, cost: u64) {
         if st.interval == acquired_at_us / self.interval_us {
             // The next flush writes the lower cumulative count.
             st.local = st.local.saturating_sub(sat32(cost));

@@ -21,7 +21,7 @@
 //! remaining count, reset and retry-after, and admits only within its claim.
 //! A request past the claim while the window has room as last heard is not
 //! denied for it: it waits for the early flush it asks for (at most the
-//! command timeout; `Acquire::Pending`), and is decided on the claim that
+//! command timeout; `Answer::Pending`), and is decided on the claim that
 //! answer grants. Before a key has an entry in an interval an instance may
 //! admit a small credit on its own (none for quotas of less than four
 //! requests per instance and span). A reply showing the fleet at the limit

@@ -28,7 +28,7 @@ impl Default for ApproximateOptions {
             spans: 10,
             cooldown: None,
             flush_timeout: Duration::from_secs(1),
-            max_keys: throttle_core::DEFAULT_MAX_KEYS,
+            max_keys: throttle_core::limits::DEFAULT_MAX_KEYS,
             early_flush_gap: Duration::from_millis(5),
         }
     }

@@ -10,7 +10,7 @@ use throttle_core::{Clock, ConfigError};
 
 pub(crate) use crate::call_failure::Failure;
 use crate::config::{RedisConfig, Target};
-use crate::metrics::CallMeter;
+use crate::metrics::CallMetrics;
 
 mod call;
 mod cluster;
@@ -64,7 +64,7 @@ pub(crate) struct Redis {
     breaker_opened: AtomicU64,
     pub(crate) degraded: AtomicU64,
     pub(crate) denied_locally: AtomicU64,
-    meter: CallMeter,
+    meter: CallMetrics,
 }
 
 impl Redis {
@@ -87,7 +87,7 @@ impl Redis {
         };
         let clock: Arc<dyn Clock> = match &config.test_clock {
             Some(c) => c.clone(),
-            None => Arc::new(throttle_core::WallClock),
+            None => Arc::new(throttle_core::clock::WallClock),
         };
         let redis = Arc::new(Self {
             clock,
@@ -99,7 +99,7 @@ impl Redis {
             breaker_opened: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
             denied_locally: AtomicU64::new(0),
-            meter: CallMeter::new(),
+            meter: CallMetrics::new(),
         });
         let patience = redis.patience();
         match &redis.route {

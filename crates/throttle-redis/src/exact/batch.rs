@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
-use throttle_core::{Acquire, Key, Outcome, Unavailable};
+use throttle_core::{Answer, Key};
+use throttle_core::backend::{Outcome, Unavailable};
 use tokio::sync::oneshot;
 
 use super::{Inner, unexpected_reply};
@@ -41,21 +42,21 @@ impl Inner {
     /// Decides a check by a batch call: a lone check (no call out) makes
     /// its call itself; otherwise it is queued for the next call, started
     /// if none is out.
-    pub(super) fn enqueue(self: &Arc<Self>, key: Key, cost: u64) -> Acquire {
+    pub(super) fn enqueue(self: &Arc<Self>, key: Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         // In a cluster the sender only hands calls out (one per key, each
         // on its own), so it never holds the role through a call.
         if !self.redis.is_cluster() && !self.batcher.sending.swap(true, Ordering::AcqRel) {
             // The role is held from here, by the future: dropped at any
             // point (even before its first poll), it gives the role back.
             let role = Role(self.clone());
-            return Acquire::Pending(Box::pin(Self::send_alone(role, key, cost)));
+            return Answer::Pending(Box::pin(Self::send_alone(role, key, cost)));
         }
         let (reply, answer) = oneshot::channel();
         {
             let mut queue = self.batcher.queue.lock();
             if queue.len() >= MAX_QUEUE {
                 drop(queue);
-                return Acquire::Ready(self.degraded(&key, cost));
+                return Answer::Ready(self.degraded(&key, cost));
             }
             queue.push(Job { key, cost, reply });
         }
@@ -68,7 +69,7 @@ impl Inner {
         // any timed-out script, it may still count in Redis.)
         let this = self.clone();
         let patience = self.redis.config.command_timeout;
-        Acquire::Pending(Box::pin(async move {
+        Answer::Pending(Box::pin(async move {
             match tokio::time::timeout(patience, answer).await {
                 Ok(Ok(Some(outcome))) => Ok(outcome),
                 Ok(Ok(None) | Err(_)) | Err(_) => this.degraded(&key, cost),

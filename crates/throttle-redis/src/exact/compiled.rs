@@ -6,7 +6,8 @@ use throttle_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, Meter, SlidingWindowCounter,
     SlidingWindowCounterState, SlidingWindowLog,
 };
-use throttle_core::{Algorithm, ConfigError, Rule, Step};
+use throttle_core::{Algorithm, ConfigError, Rule};
+use throttle_core::algorithm::Step;
 
 use crate::conn::Eval;
 use crate::reply::Reply;

@@ -15,7 +15,8 @@
 use std::sync::Arc;
 
 use throttle_core::algorithm::{Meter, Step};
-use throttle_core::{Clock, ConfigError, Key, MemoryBackend, MemoryLimiter};
+use throttle_core::{Clock, ConfigError, Key, MemoryBackend};
+use throttle_core::memory::MemoryLimiter;
 
 /// Keys remembered per rule (the table is bounded like the memory backend's;
 /// keys whose wait is over are the first to go).
@@ -44,7 +45,7 @@ impl Meter for DenyMeter {
         Step::default()
     }
 
-    fn release(&self, _: &mut Denial, _: u64, _: u64) {}
+    fn refund(&self, _: &mut Denial, _: u64, _: u64) {}
 
     fn idle_at(&self, st: &Denial) -> u64 {
         st.until

@@ -17,7 +17,8 @@ use std::sync::atomic::Ordering;
 
 use redis::Script;
 use throttle_core::algorithm::SlidingWindowLog;
-use throttle_core::{Acquire, ConfigError, Key, Limiter, Outcome, Rule, Unavailable};
+use throttle_core::{Answer, ConfigError, Key, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
 
 use crate::conn::{Eval, Failure, Redis};
 use crate::failure::{degraded, local_limiter};
@@ -128,16 +129,16 @@ fn unexpected_reply() -> Failure {
 }
 
 impl Limiter for ExactLimiter {
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         if let Some((step, now)) = self.0.deny.check(key, cost) {
             self.0.redis.denied_locally.fetch_add(1, Ordering::Relaxed);
-            return Acquire::Ready(Ok(Outcome::new(step, now)));
+            return Answer::Ready(Ok(Outcome::new(step, now)));
         }
         if self.0.redis.is_open(self.0.group(key)) {
-            return Acquire::Ready(self.0.degraded(key, cost));
+            return Answer::Ready(self.0.degraded(key, cost));
         }
         match self.0.compiled {
-            Compiled::Log(m) => Acquire::Pending(Box::pin(self.0.clone().log(m, *key, cost))),
+            Compiled::Log(m) => Answer::Pending(Box::pin(self.0.clone().log(m, *key, cost))),
             _ => self.0.enqueue(*key, cost),
         }
     }
@@ -155,10 +156,10 @@ impl Limiter for ExactLimiter {
         ))
     }
 
-    fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
         if outcome.degraded {
             if let Some(local) = &self.0.local {
-                local.release(key, cost, outcome);
+                local.refund(key, cost, outcome);
             }
             return;
         }

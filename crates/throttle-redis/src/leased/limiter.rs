@@ -4,10 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use throttle_core::algorithm::{Gcra, GcraState, Meter, Step};
-use throttle_core::{
-    Acquire, Algorithm, Clock, ConfigError, Key, Limiter, MemoryBackend, MemoryLimiter, Outcome,
-    Rule, Unavailable,
-};
+use throttle_core::{Answer, Algorithm, Clock, ConfigError, Key, MemoryBackend, Rule};
+use throttle_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_core::memory::MemoryLimiter;
 use tokio::sync::futures::OwnedNotified;
 
 use crate::conn::{Eval, Failure, Redis};
@@ -583,7 +582,7 @@ impl LeaseRule {
 }
 
 impl Limiter for LeaseLimiter {
-    fn acquire(&self, key: &Key, cost: u64) -> Acquire {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let rule = &self.0;
         match rule.local(key, cost, false) {
             (Local::Decided(step, prefetch), now) => {
@@ -596,14 +595,14 @@ impl Limiter for LeaseLimiter {
                         .local_denials
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                Acquire::Ready(Ok(Outcome::new(step, now)))
+                Answer::Ready(Ok(Outcome::new(step, now)))
             }
             (Local::Fetch { want, batch }, now) => {
                 if rule.redis.is_open(rule.group(key)) {
                     if batch {
                         rule.end_fetch(key);
                     }
-                    return Acquire::Ready(degraded(
+                    return Answer::Ready(degraded(
                         &rule.redis,
                         &rule.rule,
                         rule.local.as_deref(),
@@ -628,9 +627,9 @@ impl Limiter for LeaseLimiter {
                         retry_after_us: 1_000,
                         delay_us: 0,
                     };
-                    return Acquire::Ready(Ok(Outcome::new(step, now)));
+                    return Answer::Ready(Ok(Outcome::new(step, now)));
                 }
-                Acquire::Pending(Box::pin(rule.clone().wait(*key, cost, want, batch)))
+                Answer::Pending(Box::pin(rule.clone().wait(*key, cost, want, batch)))
             }
             (Local::Wait(notified), _) => {
                 // Waiting for another request's lease, then perhaps leasing
@@ -638,7 +637,7 @@ impl Limiter for LeaseLimiter {
                 // command timeout here too.
                 let (this, key) = (rule.clone(), *key);
                 let patience = rule.redis.config.command_timeout;
-                Acquire::Pending(Box::pin(async move {
+                Answer::Pending(Box::pin(async move {
                     match tokio::time::timeout(patience, this.clone().queue(key, cost, notified))
                         .await
                     {
@@ -657,10 +656,10 @@ impl Limiter for LeaseLimiter {
         true
     }
 
-    fn release(&self, key: &Key, cost: u64, outcome: &Outcome) {
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
         if outcome.degraded {
             if let Some(local) = &self.0.local {
-                local.release(key, cost, outcome);
+                local.refund(key, cost, outcome);
             }
             return;
         }

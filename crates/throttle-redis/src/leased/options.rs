@@ -143,7 +143,7 @@ impl Default for LeaseOptions {
             return_after: Duration::from_secs(1),
             keep_surplus_for: Duration::from_secs(10),
             when_empty: WhenEmpty::Wait,
-            max_keys: throttle_core::DEFAULT_MAX_KEYS,
+            max_keys: throttle_core::limits::DEFAULT_MAX_KEYS,
         }
     }
 }

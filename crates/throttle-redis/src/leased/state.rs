@@ -174,7 +174,7 @@ impl Meter for LeaseMeter {
         spend(st, now_us, cost)
     }
 
-    fn release(&self, st: &mut LeaseState, _acquired_at_us: u64, cost: u64) {
+    fn refund(&self, st: &mut LeaseState, _acquired_at_us: u64, cost: u64) {
         st.tokens += cost;
     }
 

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use throttle_core::{Backend, Carried, ConfigError, RuleSet};
+use throttle_core::{Backend, ConfigError, RuleSet};
+use throttle_core::rule_set::Carried;
 
 use super::{BoundLimit, Engine};
 use crate::metrics::{Enforcement, Metered};

@@ -3,7 +3,8 @@
 
 use http::request::Parts;
 use smallvec::SmallVec;
-use throttle_core::{Charged, Check, Demand};
+use throttle_core::{Answer, Demand};
+use throttle_core::decision::Charged;
 
 use super::{BoundLimit, Engine};
 use crate::extract::Extracted;
@@ -12,10 +13,10 @@ use crate::responder::{Rejection, Responder};
 
 /// What the policy made of a request before the backends are asked.
 pub(crate) enum Prepared<'a> {
-    Check(Check),
+    Plain(Answer),
     /// A check whose charges a response-aware limit settles later (boxed:
     /// only policies with such a limit pay for its size).
-    Settle(Box<(Check<Charged>, SmallVec<[Demand; 4]>)>),
+    Settle(Box<(Answer<Charged>, SmallVec<[Demand; 4]>)>),
     Rejected(Rejection<'a>),
 }
 
@@ -61,9 +62,9 @@ impl<R: Responder> Engine<R> {
             // One rule, nothing to settle: no list of demands.
             return match limit.demand(req) {
                 Ok(Some(demand)) => {
-                    Prepared::Check(self.rules.check(std::slice::from_ref(&demand)))
+                    Prepared::Plain(self.rules.check(std::slice::from_ref(&demand)))
                 }
-                Ok(None) => Prepared::Check(Check::Ready(throttle_core::Decision::Unlimited)),
+                Ok(None) => Prepared::Plain(Answer::Ready(throttle_core::Decision::Unlimited)),
                 Err(status) => self.missing(limit, status),
             };
         }
@@ -79,6 +80,6 @@ impl<R: Responder> Engine<R> {
             let check = self.rules.check_charged(&demands);
             return Prepared::Settle(Box::new((check, demands)));
         }
-        Prepared::Check(self.rules.check(&demands))
+        Prepared::Plain(self.rules.check(&demands))
     }
 }

@@ -52,12 +52,12 @@ impl<R: Responder> Engine<R> {
                     },
                 ))
             }
-            Decision::Unavailable(refused) => {
+            Decision::Refused(refused) => {
                 let rule = shared.rules.rule(refused.rule);
                 tracing::warn!(rule = rule.name(), error = %refused.error, "fail-closed rule could not be checked");
                 Next::Reject(shared.responder.reject(
                     parts,
-                    Rejection::Unavailable {
+                    Rejection::Refused {
                         refused: &refused,
                         rule,
                     },

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use smallvec::SmallVec;
-use throttle_core::{Charged, Demand, Outcome};
+use throttle_core::Demand;
+use throttle_core::decision::Charged;
+use throttle_core::backend::Outcome;
 
 use super::Engine;
 
@@ -42,7 +44,7 @@ impl<R> Settle<R> {
             if let Some(refund) = &self.shared.limits[demand.rule].refund
                 && refund(status)
             {
-                self.shared.rules.release(demand, outcome);
+                self.shared.rules.refund(demand, outcome);
             }
         }
     }

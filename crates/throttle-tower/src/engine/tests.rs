@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::Request;
 use http::request::Parts;
-use throttle_core::{Check, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_core::{Answer, ManualClock, MemoryBackend, Quota, Rule};
 
 use super::{Engine, Next, Prepared};
 use crate::{Global, HttpResponder, Policy};
@@ -18,7 +18,7 @@ fn parts() -> Parts {
 fn next(engine: &Engine<HttpResponder>) -> Next {
     let parts = parts();
     match engine.prepare(&parts) {
-        Prepared::Check(Check::Ready(decision)) => engine.next(&parts, decision),
+        Prepared::Plain(Answer::Ready(decision)) => engine.next(&parts, decision),
         _ => panic!("a memory backend decides at once"),
     }
 }

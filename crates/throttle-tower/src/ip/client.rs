@@ -80,7 +80,8 @@ where
 /// ```
 /// use std::net::SocketAddr;
 /// use http::request::Parts;
-/// use throttle_tower::{ClientAddr, Extracted, ForwardedHeader, IpPrefix, KeyExtractor};
+/// use throttle_tower::KeyExtractor;
+/// use throttle_tower::key::{ClientAddr, Extracted, ForwardedHeader, IpPrefix};
 ///
 /// // A server that puts the peer address in the extensions (axum and tonic
 /// // have theirs: `throttle_axum::ClientIp`, `throttle_tonic::PeerIp`).

@@ -13,7 +13,7 @@ use throttle_core::{ConfigError, Key};
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use throttle_tower::IpPrefix;
+/// use throttle_tower::key::IpPrefix;
 ///
 /// let by_subnet = IpPrefix::new().ipv4(24);
 /// let a: IpAddr = "203.0.113.7".parse().unwrap();
