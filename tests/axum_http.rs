@@ -1,17 +1,16 @@
 //! The axum integration over real TCP: a real server on an ephemeral port and
 //! a real HTTP client.
 
-mod support;
-
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use support::{client, client_from, serve, unix_secs};
 use throttle_axum::key::Header;
 use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
+use throttle_test_support::http::{client, client_from, serve};
+use throttle_test_support::unix_secs;
 
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, world!" }))

@@ -2,17 +2,15 @@
 //! 127.0.0.3 as its proxies; clients connect from other loopback addresses.
 //! What a key is shows in who runs out of quota (two requests each).
 
-mod support;
-
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use support::{HttpClient, client_from, serve};
 use throttle_axum::key::{ForwardedHeader, UserAgentHash};
 use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_test_support::http::{HttpClient, client_from, serve};
 
 const PROXY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const INNER_PROXY: &str = "127.0.0.3";

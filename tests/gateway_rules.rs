@@ -6,22 +6,18 @@
 //! Every quota is per hour on a token bucket or a sliding log, so nothing
 //! refills while a test runs; the Redis backends read a manual clock.
 
-#[path = "../crates/throttle-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
 use http::{HeaderMap, StatusCode};
-use redis_support::RedisServer;
-use support::{Reply, client};
 use throttle_axum::core::{Backend, ManualClock};
 use throttle_axum::key::Header;
 use throttle_axum::{Limit, MemoryBackend, Policy, Quota, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
+use throttle_test_support::http::{Reply, client};
 
 const T0: u64 = 1_800_000_000_000_000;
 
@@ -37,7 +33,7 @@ async fn echo_status(headers: HeaderMap) -> StatusCode {
 async fn app(policy: Policy, backend: impl Backend) -> SocketAddr {
     let layer = throttle_axum::ThrottleLayer::new(policy, backend).unwrap();
     let app = Router::new().route("/", get(echo_status)).layer(layer);
-    support::serve(app, false).await
+    throttle_test_support::http::serve(app, false).await
 }
 
 async fn get_as(addr: SocketAddr, key: &str, status: u16) -> Reply {

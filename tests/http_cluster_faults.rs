@@ -9,21 +9,18 @@
 //! Redis again within 2 s of the primary answering or its replica taking
 //! over.
 
-mod faults;
-#[path = "../crates/throttle-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
-
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use faults::{Fail, Mode, Seen, TIMEOUT, app, away, burst, promise, recovery};
-use redis_support::RedisCluster;
-use support::{HttpClient, client_from};
 use throttle_axum::Key;
 use throttle_redis::RedisConfig;
+use throttle_test_support::RedisCluster;
+use throttle_test_support::http::{HttpClient, client_from};
+use throttle_test_support::http_faults::{
+    Fail, Mode, Seen, TIMEOUT, app, away, burst, promise, recovery,
+};
 use throttle_tower::key::IpPrefix;
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s (shorter

@@ -5,19 +5,14 @@
 //! the policy's promise (open allows, closed refuses with 503, local limits
 //! without refusing), and recovery within 2 s of Redis answering.
 
-mod faults;
-#[path = "../crates/throttle-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
-
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use faults::{Fail, Mode, app, away, burst, promise, recovery};
-use redis_support::RedisServer;
-use support::{HttpClient, client_from};
 use throttle_redis::RedisConfig;
+use throttle_test_support::RedisServer;
+use throttle_test_support::http::{HttpClient, client_from};
+use throttle_test_support::http_faults::{Fail, Mode, app, away, burst, promise, recovery};
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s.
 const SPANS: u32 = 60;

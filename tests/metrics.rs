@@ -2,8 +2,6 @@
 //! from several loopback addresses, and a test recorder installed for the
 //! whole process, so a metric recorded anywhere, however late, is seen.
 
-mod support;
-
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -11,10 +9,10 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use support::{client_from, serve};
 use throttle_axum::key::Global;
 use throttle_axum::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
 use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_test_support::http::{client_from, serve};
 
 /// One metric of a snapshot: name, labels, value.
 type Metric = (String, Vec<(String, String)>, DebugValue);

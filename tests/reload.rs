@@ -4,22 +4,18 @@
 //! validate is refused while the old rules keep running. On the memory
 //! backend and the Redis exact mode.
 
-#[path = "../crates/throttle-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
-
 use std::net::SocketAddr;
 
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use redis_support::RedisServer;
-use support::{HttpClient, client, serve};
 use throttle_axum::core::Backend;
 use throttle_axum::core::rule_set::Carried;
 use throttle_axum::key::Global;
 use throttle_axum::{MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
+use throttle_test_support::http::{HttpClient, client, serve};
 
 fn policy(limit: u64, fixed: bool) -> Policy {
     let rule = Rule::new("all", Quota::per_minute(limit));

@@ -8,23 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use throttle_test_support::grpc::helloworld;
+use throttle_test_support::tls::{Certs, certs, client_config, name, server_config};
 use throttle_tls::tokio_rustls::TlsConnector;
-use throttle_tls::tokio_rustls::rustls::{
-    self, ClientConfig, RootCertStore, ServerConfig,
-    crypto::ring,
-    pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName},
-};
 use throttle_tls::{
     FingerprintAcceptor, TcpInfoLayer, TlsConnectInfo, TlsFingerprint, TlsIncoming,
 };
 use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::transport::{Endpoint, Server};
 use tonic::{Code, Request, Response, Status};
-
-#[allow(unreachable_pub, missing_docs, clippy::all)]
-mod helloworld {
-    include!("../crates/throttle-tonic/proto/gen/helloworld.rs");
-}
 
 use helloworld::greeter_client::GreeterClient;
 use helloworld::greeter_server::{Greeter, GreeterServer};
@@ -49,31 +41,10 @@ impl Greeter for Fingerprints {
     }
 }
 
-struct Certs {
-    cert: CertificateDer<'static>,
-    key: PrivatePkcs8KeyDer<'static>,
-}
-
-fn certs() -> Certs {
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    Certs {
-        cert: c.cert.der().clone(),
-        key: PrivatePkcs8KeyDer::from(c.signing_key.serialize_der()),
-    }
-}
-
 /// A gRPC server over TLS on a free port, limiting each (peer address, TLS
 /// fingerprint) to 2 calls a minute.
 async fn serve(certs: &Certs) -> std::net::SocketAddr {
-    let mut tls = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![certs.cert.clone()],
-            PrivateKeyDer::Pkcs8(certs.key.clone_key()),
-        )
-        .unwrap();
+    let mut tls = Arc::unwrap_or_clone(server_config(certs));
     tls.alpn_protocols = vec![b"h2".to_vec()];
     let policy = Policy::new().rule(
         Rule::new("fingerprint", Quota::new(2, Duration::from_secs(60))).fixed_window(),
@@ -99,28 +70,13 @@ async fn client(
     addr: std::net::SocketAddr,
     narrow: bool,
 ) -> GreeterClient<tonic::transport::Channel> {
-    let mut provider = ring::default_provider();
-    if narrow {
-        provider.cipher_suites = vec![ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
-    }
-    let mut roots = RootCertStore::empty();
-    roots.add(certs.cert.clone()).unwrap();
-    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    config.resumption = rustls::client::Resumption::disabled();
-    let connector = TlsConnector::from(Arc::new(config));
+    let connector = TlsConnector::from(client_config(certs, &[b"h2"], narrow));
     let channel = Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_| {
             let connector = connector.clone();
             async move {
                 let tcp = tokio::net::TcpStream::connect(addr).await?;
-                let tls = connector
-                    .connect(ServerName::try_from("localhost").unwrap(), tcp)
-                    .await?;
+                let tls = connector.connect(name(), tcp).await?;
                 Ok::<_, std::io::Error>(TokioIo::new(tls))
             }
         }))

@@ -3,15 +3,13 @@
 //! node estimate follows the fleet, configuration errors name their field.
 //! Precision under realistic traffic is `scenarios.rs`'s job.
 
-mod support;
-
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use support::RedisServer;
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Clock, Key, ManualClock, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 const T0: u64 = 1_700_000_000_000_000;
 

@@ -3,23 +3,14 @@
 //! promoted, after which limits hold again; a hung primary leaves the keys
 //! of the others to Redis, in the exact and the approximate mode.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::RedisCluster;
-use throttle_core::backend::{Limiter, Outcome, Unavailable};
-use throttle_core::{Answer, Key, Quota, Rule};
+use throttle_core::backend::Limiter;
+use throttle_core::{Key, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
-
-async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool) {
-    match limiter.acquire(key, 1) {
-        Answer::Ready(r) => (r, false),
-        Answer::Pending(f) => (f.await, true),
-    }
-}
+use throttle_test_support::{RedisCluster, check};
 
 /// The Redis key of a fixed-window rule's key, as the backend writes it.
 fn redis_key(rule: &str, key: &Key) -> String {

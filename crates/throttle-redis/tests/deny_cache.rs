@@ -2,14 +2,12 @@
 //! limit costs Redis about one call per instance and retry-after period, not
 //! one per request, and counts stay exact.
 
-mod support;
-
 use std::time::Duration;
 
-use support::RedisServer;
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Backend, Key, ManualClock, Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 const T0: u64 = 1_800_000_000_000_000;
 

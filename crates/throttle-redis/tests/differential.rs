@@ -3,15 +3,13 @@
 //! "now" is passed into the scripts (`clock_for_tests`), so both sides see
 //! exactly the same times.
 
-mod support;
-
 use std::time::Duration;
 
-use support::RedisServer;
 use throttle_core::algorithm::{FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog};
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Key, ManualClock, Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 /// Keys checked concurrently, each with its own timeline.
 const KEYS: u64 = 4;

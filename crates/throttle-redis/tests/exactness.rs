@@ -2,8 +2,6 @@
 //! connections, hammered by 64 concurrent clients for ten windows, admit
 //! exactly the quota in every window.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
-use support::RedisServer;
 use throttle_core::{Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 use throttle_tower::key::Global;
 use throttle_tower::{HttpResponder, Policy, ThrottleLayer};
 use tower::{Layer, ServiceExt};

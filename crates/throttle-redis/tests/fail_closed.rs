@@ -6,15 +6,13 @@
 //! on what decided (no flush had failed yet), not on how long it took
 //! (that is a published figure, `benches/gateway-fleet`).
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
 use throttle_core::backend::Limiter;
-use throttle_core::{Answer, Key, Quota, Rule};
+use throttle_core::{Key, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_test_support::{RedisServer, check};
 
 /// What a new key's first request gets.
 #[derive(Debug, PartialEq)]
@@ -25,10 +23,7 @@ enum Got {
 }
 
 async fn answer(limiter: &dyn Limiter, key: &Key) -> Got {
-    let result = match limiter.acquire(key, 1) {
-        Answer::Ready(r) => r,
-        Answer::Pending(waiting) => waiting.await,
-    };
+    let (result, _) = check(limiter, key).await;
     match result {
         Ok(o) if o.step.allowed => Got::Admitted,
         Ok(_) => Got::Denied,

@@ -3,16 +3,14 @@
 //! fails closed), add at most one command timeout to a request and only
 //! until the breaker opens, and return to Redis when it is back.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
 use throttle_core::backend::{Limiter, Outcome, Unavailable};
-use throttle_core::{Answer, Key, Quota, Rule};
+use throttle_core::{Key, Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::{RedisServer, check};
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 /// Slack on top of the command timeout for a loaded machine; a hung Redis
@@ -28,19 +26,20 @@ fn config(server: &RedisServer) -> RedisConfig {
 
 /// Checks once; returns the result, whether Redis was asked, and how long
 /// it took.
-async fn check(limiter: &dyn Limiter, key: &Key) -> (Result<Outcome, Unavailable>, bool, Duration) {
+async fn timed_check(
+    limiter: &dyn Limiter,
+    key: &Key,
+) -> (Result<Outcome, Unavailable>, bool, Duration) {
     let t = Instant::now();
-    match limiter.acquire(key, 1) {
-        Answer::Ready(r) => (r, false, t.elapsed()),
-        Answer::Pending(f) => (f.await, true, t.elapsed()),
-    }
+    let (result, asked) = check(limiter, key).await;
+    (result, asked, t.elapsed())
 }
 
 /// Waits (up to 10 s) until a check is answered by Redis again.
 async fn until_redis_answers(limiter: &dyn Limiter, key: &Key) -> Duration {
     let t = Instant::now();
     loop {
-        let (r, asked, _) = check(limiter, key).await;
+        let (r, asked, _) = timed_check(limiter, key).await;
         if asked && matches!(&r, Ok(o) if !o.degraded) {
             return t.elapsed();
         }
@@ -69,7 +68,7 @@ async fn a_hung_redis_costs_one_timeout_until_the_breaker_opens_then_nothing() {
             let key = Key::from(c);
             let (mut worst, mut answered_while_stopped) = (Duration::ZERO, 0);
             while !done.load(Ordering::Relaxed) {
-                let (r, _, took) = check(limiter.as_ref(), &key).await;
+                let (r, _, took) = timed_check(limiter.as_ref(), &key).await;
                 let o = r.expect("fail-open never refuses");
                 assert!(o.step.allowed, "fail-open allows: {o:?}");
                 worst = worst.max(took);
@@ -102,7 +101,7 @@ async fn a_hung_redis_costs_one_timeout_until_the_breaker_opens_then_nothing() {
         later.degraded > open.degraded,
         "checks kept being answered locally"
     );
-    let (r, asked, took) = check(limiter.as_ref(), &Key::from(99)).await;
+    let (r, asked, took) = timed_check(limiter.as_ref(), &Key::from(99)).await;
     assert!(
         !asked && r.unwrap().degraded,
         "an open breaker answers at once"
@@ -135,12 +134,12 @@ async fn a_killed_and_restarted_redis_is_used_again_with_its_scripts_reloaded() 
     let limiter = backend.exact_limiter(&rule).unwrap();
     let key = Key::new("acme");
     for _ in 0..2 {
-        let (r, asked, _) = check(&limiter, &key).await;
+        let (r, asked, _) = timed_check(&limiter, &key).await;
         assert!(asked && r.unwrap().step.allowed);
     }
     server.kill();
     for _ in 0..10 {
-        let (r, _, took) = check(&limiter, &key).await;
+        let (r, _, took) = timed_check(&limiter, &key).await;
         assert!(r.unwrap().step.allowed, "fail-open while Redis is dead");
         assert!(took < TIMEOUT + SLACK, "{took:?}");
     }
@@ -153,7 +152,7 @@ async fn a_killed_and_restarted_redis_is_used_again_with_its_scripts_reloaded() 
     // The count restarted with the data; the limit holds again from here.
     let mut allowed = 1;
     loop {
-        let (r, asked, _) = check(&limiter, &key).await;
+        let (r, asked, _) = timed_check(&limiter, &key).await;
         let o = r.unwrap();
         assert!(asked && !o.degraded, "{o:?}");
         if !o.step.allowed {
@@ -179,10 +178,10 @@ async fn fail_closed_rules_refuse_while_redis_is_away() {
         .exact_limiter(&Rule::new("payments", Quota::per_minute(100)).fail_closed())
         .unwrap();
     let key = Key::new("merchant-7");
-    assert!(check(&limiter, &key).await.0.unwrap().step.allowed);
+    assert!(timed_check(&limiter, &key).await.0.unwrap().step.allowed);
     server.stop();
     for _ in 0..5 {
-        let (r, _, took) = check(&limiter, &key).await;
+        let (r, _, took) = timed_check(&limiter, &key).await;
         assert!(r.is_err(), "fail-closed must refuse: {r:?}");
         assert!(took < TIMEOUT + SLACK, "{took:?}");
     }
@@ -209,7 +208,10 @@ async fn local_fallback_allows_each_instance_its_share_of_the_quota() {
     server.kill();
     let mut allowed = 0;
     for _ in 0..30 {
-        let o = check(&limiter, &key).await.0.expect("the fallback decides");
+        let o = timed_check(&limiter, &key)
+            .await
+            .0
+            .expect("the fallback decides");
         assert!(o.degraded);
         allowed += u64::from(o.step.allowed);
     }
@@ -232,7 +234,7 @@ async fn starting_while_redis_is_down_works_and_recovers() {
     let limiter = backend
         .exact_limiter(&Rule::new("ip", Quota::per_second(10)))
         .unwrap();
-    let (r, asked, _) = check(&limiter, &Key::new("a")).await;
+    let (r, asked, _) = timed_check(&limiter, &Key::new("a")).await;
     assert!(!asked && r.unwrap().step.allowed);
     server.resume();
     until_redis_answers(&limiter, &Key::new("a")).await;

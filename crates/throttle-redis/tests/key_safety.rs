@@ -2,14 +2,12 @@
 //! values) never collides with another client's key and never chooses the
 //! hash slot: every Redis key is `rl:{<rule>:<hex>}:<suffix>`.
 
-mod support;
-
 use std::time::Duration;
 
-use support::RedisServer;
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Key, Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_keys_stay_apart_and_inside_their_hash_tag() {

@@ -7,17 +7,14 @@
 //! per instance costing at most 0.1 Redis calls per request (within its
 //! quota or over it), and a `Remaining` that counts the fleet.
 
-mod leased_common;
-mod support;
-
 use std::time::Duration;
 
-use leased_common::{T0, check, give_backs_until, leased, worst_excess};
-use support::RedisServer;
 use throttle_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Key, ManualClock, Quota, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend};
+use throttle_test_support::leased::{T0, give_backs_until, leased, worst_excess};
+use throttle_test_support::{RedisServer, allowed, outcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_overshoot_by_at_most_one_batch_each() {
@@ -44,7 +41,7 @@ async fn four_instances_overshoot_by_at_most_one_batch_each() {
         let now = T0 + i * step;
         clock.set(now);
         let (_, limiter) = &fleet[(i % 4) as usize];
-        if check(limiter.as_ref(), &key).await {
+        if allowed(limiter.as_ref(), &key).await {
             admitted += 1;
         }
         // The bucket started full: by `now` it can have let through at most
@@ -138,7 +135,7 @@ async fn a_new_key_leases_its_cost_and_its_batches_grow_while_it_spends() {
     for _ in 0..240 {
         at += 100_000;
         clock.set(at);
-        assert!(check(limiter.as_ref(), &key).await);
+        assert!(allowed(limiter.as_ref(), &key).await);
         backend.flush().await;
         sizes.extend(leases.next());
     }
@@ -159,7 +156,7 @@ async fn a_new_key_leases_its_cost_and_its_batches_grow_while_it_spends() {
     clock.set(at);
     backend.flush().await;
     assert_eq!(backend.lease_stats().unwrap().returned, held);
-    assert!(check(limiter.as_ref(), &key).await);
+    assert!(allowed(limiter.as_ref(), &key).await);
     backend.flush().await;
     assert_eq!(
         leases.next(),
@@ -182,13 +179,13 @@ async fn idle_tokens_go_back_while_the_bucket_lacks_them() {
     let key = Key::new("k");
     // `a` takes 1, then 1 + 6: it holds 6.
     for _ in 0..2 {
-        assert!(check(la.as_ref(), &key).await);
+        assert!(allowed(la.as_ref(), &key).await);
         a.flush().await;
     }
     // `b` takes the other 92 and spends them.
     let mut admitted_b = 0;
     for _ in 0..100 {
-        admitted_b += u64::from(check(lb.as_ref(), &key).await);
+        admitted_b += u64::from(allowed(lb.as_ref(), &key).await);
         b.flush().await;
     }
     assert_eq!(admitted_b, 92);
@@ -233,10 +230,7 @@ async fn the_lease_script_takes_what_the_rust_bucket_would() {
         // Leasing `cost + 1` with need `cost`: the Rust side grants the
         // largest j <= cost + 1 that fits, and nothing when cost does not.
         let expected = gcra.acquire(&mut state.clone(), now, 1).allowed;
-        let got = match limiter.acquire(&Key::new("k"), 1) {
-            Answer::Ready(r) => r.unwrap().step.allowed,
-            Answer::Pending(f) => f.await.unwrap().step.allowed,
-        };
+        let got = outcome(limiter.as_ref(), &Key::new("k")).await.step.allowed;
         assert_eq!(got, expected, "at {now}");
         if expected {
             // Mirror what the lease took: one for the request plus up to one
@@ -245,10 +239,7 @@ async fn the_lease_script_takes_what_the_rust_bucket_would() {
             if gcra.acquire(&mut state.clone(), now, 1).allowed {
                 gcra.acquire(&mut state, now, 1);
                 // That token now sits in the local batch: spend it next.
-                let again = match limiter.acquire(&Key::new("k"), 1) {
-                    Answer::Ready(r) => r.unwrap(),
-                    Answer::Pending(f) => f.await.unwrap(),
-                };
+                let again = outcome(limiter.as_ref(), &Key::new("k")).await;
                 assert!(again.step.allowed, "the leased token is spent locally");
             }
             allowed += 1;
@@ -281,7 +272,7 @@ async fn a_cost_above_the_bucket_is_denied_alone_without_asking_redis() {
     // The key is not locked out: ordinary requests go on.
     for i in 1..=3 {
         clock.set(T0 + i * 1_000_000);
-        assert!(check(limiter.as_ref(), &key).await, "request {i}");
+        assert!(allowed(limiter.as_ref(), &key).await, "request {i}");
     }
 }
 
@@ -325,8 +316,8 @@ async fn burst_after_trickle(batch: u64, low_water: u64) -> Trickle {
     for i in 0..400u64 {
         clock.set(T0 + i * 50_000);
         let (backend, limiter) = &fleet[(i % 4) as usize];
-        let got = check(limiter.as_ref().as_ref(), &key).await;
-        let want = check(ideal.as_ref(), &key).await;
+        let got = allowed(limiter.as_ref().as_ref(), &key).await;
+        let want = allowed(ideal.as_ref(), &key).await;
         if got {
             times.push(T0 + i * 50_000);
         }
@@ -342,7 +333,7 @@ async fn burst_after_trickle(batch: u64, low_water: u64) -> Trickle {
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
             for _ in 0..(3_000 / 32) {
-                n += u64::from(check(limiter.as_ref().as_ref(), &key).await);
+                n += u64::from(allowed(limiter.as_ref().as_ref(), &key).await);
             }
             n
         }));
@@ -355,7 +346,7 @@ async fn burst_after_trickle(batch: u64, low_water: u64) -> Trickle {
     }
     let mut ideal_burst = 0u64;
     for _ in 0..(3_000 / 32) * 32 {
-        ideal_burst += u64::from(check(ideal.as_ref(), &key).await);
+        ideal_burst += u64::from(allowed(ideal.as_ref(), &key).await);
     }
     times.sort_unstable();
     Trickle {
@@ -421,8 +412,8 @@ async fn a_client_pacing_at_the_rate_after_a_burst_gets_what_the_bucket_gives() 
         at = at.max(t);
         clock.set(at);
         let (backend, limiter) = &fleet[i % 4];
-        admitted += u64::from(check(limiter.as_ref(), &key).await);
-        ideal_admitted += u64::from(check(ideal.as_ref(), &key).await);
+        admitted += u64::from(allowed(limiter.as_ref(), &key).await);
+        ideal_admitted += u64::from(allowed(ideal.as_ref(), &key).await);
         backend.flush().await;
     }
     let ratio = admitted as f64 / ideal_admitted as f64;
@@ -507,8 +498,8 @@ async fn low_rate(quota: Quota, poisson: bool, secs: u64) -> LowRate {
         give_backs_until(&clock, &fleet, &mut ticks, t).await;
         clock.set(T0 + t);
         let (backend, limiter) = &fleet[i];
-        let got = check(limiter.as_ref(), &key).await;
-        let want = check(ideal.as_ref(), &key).await;
+        let got = allowed(limiter.as_ref(), &key).await;
+        let want = allowed(ideal.as_ref(), &key).await;
         backend.flush().await;
         r.admitted += u64::from(got);
         r.ideal += u64::from(want);
@@ -581,13 +572,6 @@ async fn a_key_over_its_quota_at_one_request_per_second_per_instance_costs_littl
         // the overshoot bound above it.
         assert!(r.admitted * 100 >= r.ideal * 95, "{r:?}");
         assert!(r.admitted <= r.ideal + 4 * 60, "{r:?}");
-    }
-}
-
-async fn outcome(limiter: &dyn Limiter, key: &Key) -> throttle_core::backend::Outcome {
-    match limiter.acquire(key, 1) {
-        Answer::Ready(r) => r.unwrap(),
-        Answer::Pending(f) => f.await.unwrap(),
     }
 }
 
@@ -668,8 +652,8 @@ async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
     // Two requests a second through `a` for a minute: `a` keeps a batch.
     for i in 1..=120u64 {
         clock.set(T0 + i * 500_000);
-        assert!(check(la.as_ref(), &key).await);
-        assert!(check(ideal.as_ref(), &key).await);
+        assert!(allowed(la.as_ref(), &key).await);
+        assert!(allowed(ideal.as_ref(), &key).await);
         a.flush().await;
     }
     let held = {
@@ -689,8 +673,8 @@ async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
         clock.set(at);
         let (mut got, mut want) = (0u64, 0u64);
         for _ in 0..400 {
-            got += u64::from(check(limiter, key).await);
-            want += u64::from(check(ideal, key).await);
+            got += u64::from(allowed(limiter, key).await);
+            want += u64::from(allowed(ideal, key).await);
         }
         (got, want)
     }

@@ -10,15 +10,12 @@
 //! burst test in `leased.rs` shows the bound): here, a window over a
 //! perfect bucket's allowance means tokens counted twice.
 
-mod leased_common;
-mod support;
-
 use std::time::Duration;
 
-use leased_common::{T0, check, give_backs_until, leased, worst_excess};
-use support::RedisServer;
 use throttle_core::{Key, ManualClock, Quota, Rule};
 use throttle_redis::LeaseOptions;
+use throttle_test_support::leased::{T0, give_backs_until, leased, worst_excess};
+use throttle_test_support::{RedisServer, allowed};
 
 const INSTANCES: usize = 6;
 
@@ -213,8 +210,8 @@ async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, se
         give_backs_until(&clock, &fleet, &mut ticks, t).await;
         clock.set(T0 + t);
         let (backend, limiter) = &fleet[instance];
-        let got = check(limiter.as_ref(), &keys[client]).await;
-        let want = check(ideal.as_ref(), &keys[client]).await;
+        let got = allowed(limiter.as_ref(), &keys[client]).await;
+        let want = allowed(ideal.as_ref(), &keys[client]).await;
         backend.flush().await;
         let c = &mut classes[clients[client]];
         c.requests += 1;

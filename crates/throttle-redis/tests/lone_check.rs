@@ -5,17 +5,15 @@
 //! lone check's future dropped before it was ever polled must not keep the
 //! role.
 
-mod support;
-
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use support::RedisServer;
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Backend, Key, Quota, Rule};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 /// A Redis of its own, the exact backend on it with a 5 s command timeout,
 /// and a token bucket of 1,000 per second.

@@ -10,8 +10,6 @@
 //! rule's name.
 #![cfg(feature = "metrics")]
 
-mod support;
-
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -20,14 +18,14 @@ use metrics::{
     Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
 };
 use metrics_util::registry::{AtomicStorage, Registry};
-use support::RedisServer;
 use throttle_core::backend::Limiter;
-use throttle_core::{Answer, ManualClock, Quota, Rule};
+use throttle_core::{ManualClock, Quota, Rule};
 use throttle_redis::metrics::{
     BREAKER_OPEN, BREAKER_OPENED, ERRORS, FLUSH_SECONDS, FLUSHES, LEASE_CALLS, LEASE_TOKENS,
     NODES_ESTIMATE,
 };
 use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_test_support::{RedisServer, check};
 
 /// A recorder over a registry of atomics, read without resetting.
 struct Live(Arc<Registry<Key, AtomicStorage>>);
@@ -95,11 +93,10 @@ fn config(server: &RedisServer) -> RedisConfig {
         .probe_interval(Duration::from_millis(50))
 }
 
-async fn check(limiter: &dyn Limiter) {
-    let key = throttle_core::Key::new("k");
-    if let Answer::Pending(f) = limiter.acquire(&key, 1) {
-        let _ = f.await;
-    }
+/// Checks one request on key `k`; what it reports is the point, not its
+/// answer.
+async fn check_k(limiter: &dyn Limiter) {
+    let _ = check(limiter, &throttle_core::Key::new("k")).await;
 }
 
 /// Checks until `done` holds, for up to 20 s (a real process's fault: how
@@ -109,7 +106,7 @@ async fn until(limiter: &dyn Limiter, what: &str, mut done: impl FnMut() -> bool
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
-        check(limiter).await;
+        check_k(limiter).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -123,7 +120,7 @@ async fn the_breaker_gauge_follows_a_hung_then_killed_redis_and_failures_are_cou
     let backend = RedisBackend::exact(config(&server)).await.unwrap();
     let rule = Rule::new("breaker", Quota::per_second(1_000)).fail_open();
     let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
-    check(limiter.as_ref()).await;
+    check_k(limiter.as_ref()).await;
     assert_eq!(gauge(BREAKER_OPEN, &node), Some(0.0), "registered, closed");
     let timeouts = counter(ERRORS, &[("kind", "timeout")]);
 
@@ -173,7 +170,7 @@ async fn flushes_their_latency_and_the_node_estimate_are_reported() {
     let failed = [("rule", "flushed"), ("result", "failed")];
 
     for _ in 0..5 {
-        check(limiter.as_ref()).await;
+        check_k(limiter.as_ref()).await;
     }
     assert!(backend.flush().await);
     assert_eq!(counter(FLUSHES, &ok), 1);
@@ -186,7 +183,7 @@ async fn flushes_their_latency_and_the_node_estimate_are_reported() {
     // One instance alone: the fleet's total is its own.
     assert_eq!(gauge(NODES_ESTIMATE, &rule), Some(1.0));
 
-    check(limiter.as_ref()).await;
+    check_k(limiter.as_ref()).await;
     server.stop();
     assert!(!backend.flush().await);
     server.resume();
@@ -211,7 +208,7 @@ async fn lease_calls_and_tokens_are_counted() {
     let rule = Rule::new("leases", Quota::per_minute(6_000)).token_bucket();
     let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
     for _ in 0..200 {
-        check(limiter.as_ref()).await;
+        check_k(limiter.as_ref()).await;
     }
     backend.shutdown().await.unwrap();
     let stats = backend.lease_stats().unwrap();

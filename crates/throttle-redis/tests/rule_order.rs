@@ -1,13 +1,11 @@
 //! A request a local rule denies costs no Redis call, even when a Redis
 //! rule comes first in the policy: local rules are asked first.
 
-mod support;
-
 use std::time::Duration;
 
-use support::RedisServer;
 use throttle_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 use throttle_redis::{RedisBackend, RedisConfig};
+use throttle_test_support::RedisServer;
 
 async fn decide(rules: &RuleSet, demands: &[Demand]) -> Decision {
     match rules.check(demands) {

@@ -1,16 +1,15 @@
 //! The approximate mode under the traffic real load balancers produce: the
-//! fleet scenario suite (see `fleet/mod.rs`) with its goals asserted.
+//! fleet scenario suite (`throttle_test_support::fleet`) with its goals asserted.
 //!
 //! Short versions run in CI; `THROTTLE_FLEET_LONG=1 cargo test -p
 //! throttle-redis --test scenarios -- --nocapture --test-threads 1` runs the
 //! long ones and prints the table that BENCHMARKS.md records.
 
-mod fleet;
-mod support;
-
 use std::time::Duration;
 
-use fleet::{Event, Report, Req, Rng, Setup, long, merge, round_robin, run, shifted};
+use throttle_test_support::fleet::{
+    self, Event, Report, Req, Rng, Setup, long, merge, round_robin, run, shifted,
+};
 
 const TEN_S: Duration = Duration::from_secs(10);
 const MINUTE: Duration = Duration::from_secs(60);

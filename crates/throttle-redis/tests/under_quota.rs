@@ -15,12 +15,11 @@
 //! --test under_quota -- --nocapture --test-threads 1` runs ten intervals
 //! per case and prints the table that BENCHMARKS.md records.
 
-mod fleet;
-mod support;
-
 use std::time::Duration;
 
-use fleet::{ClassReport, Report, Rng, Setup, Spread, client, long, merge};
+use throttle_test_support::fleet::{
+    self, ClassReport, Report, Rng, Setup, Spread, client, long, merge,
+};
 
 const TEN_S: Duration = Duration::from_secs(10);
 const MINUTE: Duration = Duration::from_secs(60);

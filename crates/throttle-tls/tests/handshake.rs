@@ -1,8 +1,6 @@
 //! Real TLS handshakes through the acceptor: the fingerprint reaches every
 //! request, keys are per TLS stack, and hostile clients are refused.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +14,7 @@ use throttle_tls::tokio_rustls::rustls::ClientConfig;
 use throttle_tls::{AcceptError, Fingerprint, FingerprintAcceptor, HelloError, Ja4, OnInvalid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use support::*;
+use throttle_test_support::tls::*;
 
 async fn echo(fingerprint: Option<axum::Extension<Fingerprint>>) -> (HeaderMap, &'static str) {
     let mut headers = HeaderMap::new();

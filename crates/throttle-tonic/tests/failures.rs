@@ -2,17 +2,15 @@
 //! that records no peer address (a real tonic server on a Unix socket), and
 //! a fail-closed rule whose backend is down.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use support::{GreeterClient, details, expect_code, meta, say_hello};
 use throttle_core::Answer;
 use throttle_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_test_support::grpc::{GreeterClient, details, expect_code, meta, say_hello};
 use throttle_tonic::core::Backend;
 use throttle_tonic::key::Global;
 use throttle_tonic::{
@@ -32,7 +30,9 @@ async fn serve_unix(layer: ThrottleLayer) -> GreeterClient {
         std::env::temp_dir().join(format!("throttle-tonic-{}-{n}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).unwrap();
-    let server = Server::builder().layer(layer).add_routes(support::routes());
+    let server = Server::builder()
+        .layer(layer)
+        .add_routes(throttle_test_support::grpc::routes());
     tokio::spawn(server.serve_with_incoming(UnixListenerStream::new(listener)));
     let channel = Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_| {
@@ -103,8 +103,8 @@ async fn an_unreachable_fail_closed_backend_answers_unavailable_with_a_retry_hin
         PeerIp::default(),
     );
     let layer = ThrottleLayer::new(policy, Down).unwrap();
-    let addr: SocketAddr = support::serve(layer).await;
-    let mut client = GreeterClient::new(support::channel(addr).await);
+    let addr: SocketAddr = throttle_test_support::grpc::serve(layer).await;
+    let mut client = GreeterClient::new(throttle_test_support::grpc::channel(addr).await);
 
     let status = expect_code(say_hello(&mut client, &[]).await, Code::Unavailable);
     assert_eq!(

@@ -2,17 +2,16 @@
 //! an ephemeral port with the layer added by `Server::builder().layer(..)`,
 //! and real tonic clients.
 
-mod support;
-
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use http::StatusCode;
-use support::echo::Tick;
-use support::{
+use throttle_test_support::grpc::echo::Tick;
+use throttle_test_support::grpc::{
     EchoClient, GreeterClient, SAY_HELLO, channel, channel_from, details, expect_code, meta,
-    meta_u64, say_hello, serve, unix_secs,
+    meta_u64, say_hello, serve,
 };
+use throttle_test_support::unix_secs;
 use throttle_tonic::key::Extension;
 use throttle_tonic::{
     GrpcMethod, GrpcResponder, GrpcService, Key, Limit, MemoryBackend, Metadata, MissingKey,
@@ -359,7 +358,7 @@ async fn a_verified_identity_from_an_auth_interceptor_layer_is_a_key() {
     let server = tonic::transport::Server::builder()
         .layer(tonic::service::InterceptorLayer::new(auth))
         .layer(throttle)
-        .add_routes(support::routes());
+        .add_routes(throttle_test_support::grpc::routes());
     tokio::spawn(server.serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)));
     let mut client = GreeterClient::new(channel(addr).await);
 

@@ -4,15 +4,14 @@
 //! headers, in the request's gRPC-web content type. Both orders of the
 //! throttle and gRPC-web layers are checked.
 
-mod support;
-
 use std::net::SocketAddr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 use prost::Message;
-use support::helloworld::{HelloReply, HelloRequest};
-use support::{SAY_HELLO, http1};
+use throttle_test_support::grpc::SAY_HELLO;
+use throttle_test_support::grpc::helloworld::{HelloReply, HelloRequest};
+use throttle_test_support::http as http1;
 use throttle_tonic::{GrpcMethod, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -37,13 +36,13 @@ async fn serve(throttle_first: bool) -> SocketAddr {
         let server = builder
             .layer(hello_once())
             .layer(GrpcWebLayer::new())
-            .add_routes(support::routes());
+            .add_routes(throttle_test_support::grpc::routes());
         tokio::spawn(server.serve_with_incoming(incoming));
     } else {
         let server = builder
             .layer(GrpcWebLayer::new())
             .layer(hello_once())
-            .add_routes(support::routes());
+            .add_routes(throttle_test_support::grpc::routes());
         tokio::spawn(server.serve_with_incoming(incoming));
     }
     addr

@@ -2,21 +2,22 @@
 //! throttle layer, served by `axum::serve` over real TCP: HTTP requests get
 //! HTTP 429 with JSON, gRPC calls get status 8 with the gRPC details.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use support::{GreeterClient, channel, details, expect_code, http1, meta, meta_u64, say_hello};
+use throttle_test_support::grpc::{
+    GreeterClient, channel, details, expect_code, meta, meta_u64, say_hello,
+};
+use throttle_test_support::http as http1;
 use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::Code;
 
 /// The greeter and echo services plus `GET /health`, all behind `layer`.
 fn app(layer: ThrottleLayer) -> Router {
-    support::routes()
+    throttle_test_support::grpc::routes()
         .into_axum_router()
         .route("/health", get(|| async { "ok" }))
         .layer(layer)

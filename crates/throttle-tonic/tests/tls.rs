@@ -4,12 +4,10 @@
 //! certificates under `tests/tls/` are a throwaway CA and a `localhost` /
 //! `127.0.0.1` server certificate made for this test only (valid to 2126).
 
-mod support;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use support::{GreeterClient, details, expect_code, meta, say_hello};
+use throttle_test_support::grpc::{GreeterClient, details, expect_code, meta, say_hello};
 use throttle_tonic::{GrpcResponder, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::Code;
 use tonic::transport::server::TcpIncoming;
@@ -48,7 +46,7 @@ async fn peer_ip_finds_the_peer_behind_tonics_tls() {
         .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(CERT, KEY)))
         .unwrap()
         .layer(layer)
-        .add_routes(support::routes());
+        .add_routes(throttle_test_support::grpc::routes());
     tokio::spawn(server.serve_with_incoming(TcpIncoming::from(listener)));
 
     let mut a = client_from(addr, Ipv4Addr::new(127, 0, 0, 2)).await;

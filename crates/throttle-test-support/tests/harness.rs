@@ -1,8 +1,6 @@
-//! Self-test of the Redis test harness in `tests/support`: real servers are
-//! started on free ports, stopped, resumed, killed and restarted, and a real
-//! cluster fails over. If the harness lies, these fail.
-
-mod support;
+//! Self-test of the Redis harness (`redis_server`, `cluster`): real servers
+//! are started on free ports, stopped, resumed, killed and restarted, and a
+//! real cluster fails over. If the harness lies, these fail.
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -11,7 +9,7 @@ use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
-use support::{RedisCluster, RedisServer};
+use throttle_test_support::{RedisCluster, RedisServer};
 
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()

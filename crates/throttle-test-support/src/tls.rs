@@ -1,6 +1,6 @@
-//! Shared by the handshake tests: a self-signed certificate, server and
-//! client configurations, and an HTTPS client over tokio-rustls + hyper.
-#![allow(dead_code, unreachable_pub)]
+//! TLS helpers: a self-signed certificate for `localhost`, rustls server
+//! and client configurations (ring), and an HTTPS client over tokio-rustls
+//! and hyper that reports the fingerprint the server saw.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,11 +15,15 @@ use throttle_tls::tokio_rustls::rustls::{
     pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName},
 };
 
+/// A self-signed certificate and its key.
 pub struct Certs {
+    /// The certificate (DER), for `localhost`.
     pub cert: CertificateDer<'static>,
+    /// Its private key (PKCS#8 DER).
     pub key: PrivatePkcs8KeyDer<'static>,
 }
 
+/// A fresh self-signed certificate for `localhost`.
 pub fn certs() -> Certs {
     let c = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     Certs {
@@ -28,6 +32,7 @@ pub fn certs() -> Certs {
     }
 }
 
+/// A rustls server presenting `certs`, offering ALPN `h2` and `http/1.1`.
 pub fn server_config(certs: &Certs) -> Arc<ServerConfig> {
     let mut config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
         .with_safe_default_protocol_versions()
@@ -63,13 +68,18 @@ pub fn client_config(certs: &Certs, alpn: &[&[u8]], narrow: bool) -> Arc<ClientC
     Arc::new(config)
 }
 
+/// The server name the certificate is for (`localhost`).
 pub fn name() -> ServerName<'static> {
     ServerName::try_from("localhost").unwrap()
 }
 
+/// What [`fetch`] got.
 pub struct Answer {
+    /// The response status.
     pub status: http::StatusCode,
+    /// The `x-tls-fingerprint` header the test server echoes, if any.
     pub fingerprint: Option<String>,
+    /// The HTTP version the response came in.
     pub version: http::Version,
 }
 

@@ -1,8 +1,7 @@
-//! The fault suites' common parts: an app per mode and failure policy,
-//! bursts of concurrent clients, and the policy's promise checked on what
-//! they saw.
-
-#![allow(dead_code, unreachable_pub)]
+//! The common parts of the HTTP fault suites (the root tests `http_faults`
+//! and `http_cluster_faults`): an app per mode and failure policy, bursts
+//! of concurrent clients, and the policy's promise checked on what they
+//! saw.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,22 +12,30 @@ use http::StatusCode;
 use throttle_axum::{ClientIp, Policy, Quota, Rule, ThrottleLayer};
 use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 
-use crate::support::{HttpClient, serve};
+use crate::http::{HttpClient, serve};
 
 /// The command timeout; the tolerance on a request's time is twice this.
 pub const TIMEOUT: Duration = Duration::from_millis(250);
 
+/// Which Redis backend mode the app's limiter uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// `RedisBackend::exact`.
     Exact,
+    /// `RedisBackend::approximate`.
     Approximate,
+    /// `RedisBackend::leased`.
     Leased,
 }
 
+/// The rule's failure policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fail {
+    /// `fail_open`: allow while Redis is away.
     Open,
+    /// `fail_closed`: refuse with 503 while Redis is away.
     Closed,
+    /// `local_fallback`: limit in memory while Redis is away.
     Local,
 }
 
@@ -101,12 +108,17 @@ pub async fn app(
 /// What a burst of concurrent requests got.
 #[derive(Debug, Default)]
 pub struct Seen {
+    /// 200 answers.
     pub ok: u64,
+    /// 429 answers.
     pub limited: u64,
+    /// 503 answers.
     pub unavailable: u64,
+    /// Any other status.
     pub other: u64,
     /// Allowed answers carrying `X-RateLimit-Remaining` (decided by Redis).
     pub counted: u64,
+    /// The longest any request took.
     pub slowest: Duration,
 }
 

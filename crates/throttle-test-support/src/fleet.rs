@@ -21,8 +21,6 @@
 //! second, and bytes sent to Redis per second. `FLEET_STATS=1` also prints
 //! each instance's `ApproximateStats` and Redis' command statistics.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +30,7 @@ use throttle_core::backend::{Limiter, Outcome, Pending, Unavailable};
 use throttle_core::{Answer, Backend, Clock, Key, ManualClock, MemoryBackend, Quota, Rule};
 use throttle_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
-use crate::support::RedisServer;
+use crate::RedisServer;
 
 /// Where the shared clock starts: an aligned, realistic Unix time.
 pub const T0: u64 = 1_800_000_000_000_000;
@@ -55,10 +53,12 @@ impl Clock for Skewed {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator starting from `seed`.
     pub fn new(seed: u64) -> Self {
         Self(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -100,8 +100,11 @@ impl Rng {
 /// which instance, for which key.
 #[derive(Debug, Clone, Copy)]
 pub struct Req {
+    /// Arrival, true time from the start (µs).
     pub at_us: u64,
+    /// The instance it goes to.
     pub instance: usize,
+    /// Its key.
     pub key: u64,
 }
 
@@ -121,12 +124,19 @@ pub enum Event {
 /// How a scenario's fleet is built.
 #[derive(Clone)]
 pub struct Setup {
+    /// The scenario's name (first column of [`Report::row`]).
     pub name: &'static str,
+    /// The traffic model's name (second column).
     pub traffic: &'static str,
+    /// How many instances (default 4).
     pub instances: usize,
+    /// The quota's limit per interval.
     pub limit: u64,
+    /// The quota's interval.
     pub interval: Duration,
+    /// Spans per interval of the approximate mode (default 10).
     pub spans: u32,
+    /// A sliding-window counter rule instead of a fixed window.
     pub sliding: bool,
     /// Clock offsets of the instances (ms); empty: all exact.
     pub skews_ms: Vec<i64>,
@@ -134,12 +144,19 @@ pub struct Setup {
     pub seed: u64,
     /// Round trip of an early flush, and the gap between two (true time).
     pub early_latency_us: u64,
+    /// See `early_latency_us`.
     pub early_gap_us: u64,
+    /// The flush timeout of every instance.
     pub flush_timeout: Duration,
+    /// Faults played on the timeline: (true time from the start in µs,
+    /// what).
     pub events: Vec<(u64, Event)>,
 }
 
 impl Setup {
+    /// A scenario of `limit` per `interval` with the defaults: 4 exact
+    /// clocks, 10 spans, a fixed window, early flushes 1 ms away and at
+    /// least 5 ms apart, no faults.
     pub fn new(name: &'static str, traffic: &'static str, limit: u64, interval: Duration) -> Self {
         Self {
             name,
@@ -158,6 +175,7 @@ impl Setup {
         }
     }
 
+    /// The interval in µs.
     pub fn interval_us(&self) -> u64 {
         self.interval.as_micros() as u64
     }
@@ -210,14 +228,18 @@ struct Waiting {
 /// One key's figures in a scenario.
 #[derive(Debug, Clone, Default)]
 pub struct KeyReport {
+    /// Requests measured (warm-up left out).
     pub requests: u64,
+    /// Of those, admitted by the fleet.
     pub admitted: u64,
+    /// Of those, admitted by the perfect reference.
     pub reference_admitted: u64,
     /// Requests the reference admitted and the fleet denied.
     pub false_denials: u64,
     /// Admitted per aligned interval, the fleet's (by when it decided) and
     /// the reference's.
     pub per_interval: Vec<u64>,
+    /// See `per_interval`.
     pub reference_per_interval: Vec<u64>,
     /// How long each request that waited for a flush waited (µs).
     pub waits: Vec<u64>,
@@ -228,17 +250,25 @@ pub struct KeyReport {
 /// A class of clients' figures in a scenario (see [`Report::class`]).
 #[derive(Debug, Clone, Default)]
 pub struct ClassReport {
+    /// How many keys (clients) the class has.
     pub keys: usize,
+    /// Their requests.
     pub requests: u64,
+    /// Admitted by the fleet.
     pub admitted: u64,
+    /// Admitted by the reference.
     pub reference_admitted: u64,
+    /// Admitted by the reference and denied by the fleet.
     pub false_denials: u64,
     /// The least, over the intervals, of what the class got against the
     /// reference in that interval (intervals where the reference admitted
     /// anything).
     pub worst_interval_got: f64,
+    /// Requests that waited for a flush.
     pub waited: u64,
+    /// Median wait of those (µs).
     pub wait_p50_us: u64,
+    /// 99th percentile wait of those (µs).
     pub wait_p99_us: u64,
 }
 
@@ -263,28 +293,41 @@ impl ClassReport {
 /// What a scenario measured.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// The scenario's name.
     pub name: &'static str,
+    /// The traffic model's name.
     pub traffic: &'static str,
+    /// Requests measured.
     pub requests: u64,
+    /// The quota's limit per interval.
     pub limit: u64,
+    /// [`Setup::bound`].
     pub bound: u64,
+    /// Admitted by the fleet.
     pub admitted: u64,
+    /// Admitted by the reference.
     pub reference_admitted: u64,
     /// Admitted per aligned interval (true time) for the key that got the
     /// most in it, and the reference's for that key.
     pub per_interval: Vec<u64>,
+    /// See `per_interval`.
     pub reference_per_interval: Vec<u64>,
     /// The most one key got in any window of one interval's length.
     pub worst_sliding: u64,
+    /// The reference's `worst_sliding`.
     pub reference_worst_sliding: u64,
+    /// Requests the reference admitted and the fleet denied.
     pub false_denials: u64,
     /// Per key and interval, what the reference admitted beyond what the
     /// fleet did, summed: the quota a perfect limiter would have given that
     /// the fleet did not give at all (`false_denials` also counts requests
     /// denied early and made up for by later ones).
     pub shortfall: u64,
+    /// Redis commands processed during the run.
     pub commands: u64,
+    /// Bytes Redis received during the run.
     pub bytes_in: u64,
+    /// The run's length, true time (s).
     pub seconds: f64,
     /// Per key.
     pub keys: HashMap<u64, KeyReport>,
@@ -344,30 +387,37 @@ impl Report {
         c
     }
 
+    /// The most the top key got in one aligned interval.
     pub fn worst_interval(&self) -> u64 {
         self.per_interval.iter().copied().max().unwrap_or(0)
     }
 
+    /// [`worst_interval`](Self::worst_interval) over the limit.
     pub fn worst_ratio(&self) -> f64 {
         self.worst_interval() as f64 / self.limit as f64
     }
 
+    /// `worst_sliding` over the limit.
     pub fn sliding_ratio(&self) -> f64 {
         self.worst_sliding as f64 / self.limit as f64
     }
 
+    /// False denials as a share of the reference's admissions.
     pub fn false_denial_share(&self) -> f64 {
         self.false_denials as f64 / self.reference_admitted.max(1) as f64
     }
 
+    /// `shortfall` as a share of the reference's admissions.
     pub fn shortfall_share(&self) -> f64 {
         self.shortfall as f64 / self.reference_admitted.max(1) as f64
     }
 
+    /// Redis commands per request.
     pub fn commands_per_check(&self) -> f64 {
         self.commands as f64 / self.requests.max(1) as f64
     }
 
+    /// Redis commands per second.
     pub fn commands_per_second(&self) -> f64 {
         self.commands as f64 / self.seconds
     }
@@ -840,10 +890,14 @@ pub enum Spread {
     Zipf,
     /// One instance at a time, moving to another after `stay_us` on
     /// average (sticky sessions, connection reuse).
-    Sticky { stay_us: u64 },
+    Sticky {
+        /// Mean stay on one instance (µs).
+        stay_us: u64,
+    },
 }
 
 impl Spread {
+    /// Its name in reports.
     pub fn name(self) -> &'static str {
         match self {
             Self::Uniform => "uniform",

@@ -1,8 +1,8 @@
-//! Shared helpers of the tonic integration tests: the generated services,
-//! real servers on ephemeral ports, real tonic clients, and decoding of the
-//! standard error details.
-
-#![allow(dead_code, unreachable_pub)]
+//! gRPC helpers: the services generated from throttle-tonic's protos (the
+//! code its codegen checks in), served behind a `ThrottleLayer` on
+//! ephemeral loopback ports, real tonic clients, and decoding of the
+//! standard error details. HTTP/1.1 requests (plain routes of a mixed
+//! router, gRPC-web) go through [`crate::http`].
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
@@ -19,13 +19,13 @@ use tonic_types::{ErrorInfo, QuotaFailure, RetryInfo, StatusExt};
 /// `helloworld.Greeter`, generated from `proto/helloworld.proto`.
 #[allow(unreachable_pub, missing_docs, clippy::all)]
 pub mod helloworld {
-    include!("../../proto/gen/helloworld.rs");
+    include!("../../throttle-tonic/proto/gen/helloworld.rs");
 }
 
 /// `echo.Echo` (every kind of call), generated from `proto/echo.proto`.
 #[allow(unreachable_pub, missing_docs, clippy::all)]
 pub mod echo {
-    include!("../../proto/gen/echo.rs");
+    include!("../../throttle-tonic/proto/gen/echo.rs");
 }
 
 use echo::Tick;
@@ -33,6 +33,7 @@ use echo::echo_server::EchoServer;
 use helloworld::greeter_server::GreeterServer;
 use helloworld::{HelloReply, HelloRequest};
 
+/// The path of `SayHello`, for HTTP requests and method rules.
 pub const SAY_HELLO: &str = "/helloworld.Greeter/SayHello";
 
 /// Answers `Hello <name>!`.
@@ -132,7 +133,9 @@ pub async fn channel(addr: SocketAddr) -> Channel {
     channel_from(addr, Ipv4Addr::LOCALHOST).await
 }
 
+/// A greeter client on a [`channel`].
 pub type GreeterClient = helloworld::greeter_client::GreeterClient<Channel>;
+/// An echo client on a [`channel`].
 pub type EchoClient = echo::echo_client::EchoClient<Channel>;
 
 /// Calls `SayHello` with `metadata`.
@@ -167,12 +170,18 @@ pub fn meta_u64(map: &tonic::metadata::MetadataMap, name: &str) -> u64 {
 /// status itself.
 #[derive(Debug)]
 pub struct Details {
+    /// The `RetryInfo` detail, if any.
     pub retry: Option<RetryInfo>,
+    /// The `QuotaFailure` detail, if any.
     pub quota: Option<QuotaFailure>,
+    /// The `ErrorInfo` detail, if any.
     pub info: Option<ErrorInfo>,
+    /// How many details there are in all.
     pub count: usize,
 }
 
+/// Decodes the standard details of `status` (see [`Details`]); panics if
+/// they are not a `google.rpc.Status` agreeing with `status`.
 pub fn details(status: &Status) -> Details {
     let rpc = tonic_types::pb::Status::decode(status.details())
         .unwrap_or_else(|e| panic!("details of {status:?} are not a google.rpc.Status: {e}"));
@@ -191,70 +200,5 @@ pub fn expect_code(result: Result<impl std::fmt::Debug, Status>, code: Code) -> 
     match result {
         Err(status) if status.code() == code => status,
         other => panic!("expected {code:?}, got {other:?}"),
-    }
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// A real HTTP/1.1 client (for the plain HTTP routes of a mixed router and
-/// for gRPC-web).
-pub mod http1 {
-    use std::net::SocketAddr;
-
-    use bytes::Bytes;
-    use http::{HeaderMap, Request, StatusCode};
-    use http_body_util::{BodyExt, Full};
-    use hyper_util::client::legacy::Client;
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use hyper_util::rt::TokioExecutor;
-
-    /// A response, fully read, trailers included.
-    #[derive(Debug)]
-    pub struct Reply {
-        pub status: StatusCode,
-        pub headers: HeaderMap,
-        pub body: Bytes,
-    }
-
-    impl Reply {
-        pub fn header(&self, name: &str) -> Option<&str> {
-            self.headers.get(name).map(|v| v.to_str().unwrap())
-        }
-    }
-
-    pub async fn send(
-        addr: SocketAddr,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Bytes,
-    ) -> Reply {
-        let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-        let mut req = Request::builder()
-            .method(method)
-            .uri(format!("http://{addr}{path}"));
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let res = client
-            .request(req.body(Full::new(body)).unwrap())
-            .await
-            .unwrap();
-        let (parts, body) = res.into_parts();
-        Reply {
-            status: parts.status,
-            headers: parts.headers,
-            body: body.collect().await.unwrap().to_bytes(),
-        }
-    }
-
-    pub async fn get(addr: SocketAddr, path: &str) -> Reply {
-        send(addr, "GET", path, &[], Bytes::new()).await
     }
 }

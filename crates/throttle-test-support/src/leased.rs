@@ -1,17 +1,12 @@
 //! What the leased-mode test binaries (`leased`, `leased_fairness`) share:
-//! a leased backend on a test clock, a check that waits for its answer, the
-//! instances' give-back timers, and the worst sliding window over a perfect
-//! bucket.
-
-#![allow(unreachable_pub)]
+//! a leased backend on a test clock, the instances' give-back timers, and
+//! the worst sliding window over a perfect bucket.
 
 use std::time::Duration;
 
-use throttle_core::backend::Limiter;
-use throttle_core::{Answer, Key, ManualClock};
+use crate::RedisServer;
+use throttle_core::ManualClock;
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
-
-use crate::support::RedisServer;
 
 /// The test clock's start (Unix microseconds).
 pub const T0: u64 = 1_700_000_000_000_000;
@@ -26,15 +21,6 @@ pub async fn leased(
         .clock_for_tests(clock.clone())
         .command_timeout(Duration::from_millis(500));
     RedisBackend::leased(config, options).await.unwrap()
-}
-
-/// Whether one request of cost 1 is admitted (waiting for a lease if one
-/// is needed).
-pub async fn check(limiter: &dyn Limiter, key: &Key) -> bool {
-    match limiter.acquire(key, 1) {
-        Answer::Ready(r) => r.unwrap().step.allowed,
-        Answer::Pending(f) => f.await.unwrap().step.allowed,
-    }
 }
 
 /// Plays the one-second give-back timers of `fleet` due by `t` (from
