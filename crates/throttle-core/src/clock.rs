@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of "now", in microseconds since the Unix epoch, that never goes
-/// backwards.
+/// A source of "now", in microseconds since the Unix epoch.
+///
+/// [`SystemClock`] and [`ManualClock`] never go backwards; [`WallClock`]
+/// follows the wall clock and steps back when the system time is corrected.
+/// The algorithms treat time that steps back as standing still.
 pub trait Clock: Send + Sync + 'static {
     /// The current time in microseconds since the Unix epoch.
     fn now_us(&self) -> u64;

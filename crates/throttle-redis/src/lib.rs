@@ -174,7 +174,7 @@ impl RedisBackend {
     pub async fn flush(&self) -> bool {
         match &self.mode {
             Mode::Approximate(shared) => shared.flush_all().await,
-            Mode::Leased(shared) => shared.settle(false).await,
+            Mode::Leased(shared) => shared.give_back(false).await,
             Mode::Exact => true,
         }
     }
@@ -193,7 +193,7 @@ impl RedisBackend {
 
     async fn flush_for_shutdown(&self) -> bool {
         match &self.mode {
-            Mode::Leased(shared) => shared.settle(true).await,
+            Mode::Leased(shared) => shared.give_back(true).await,
             _ => self.flush().await,
         }
     }

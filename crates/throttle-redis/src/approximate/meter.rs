@@ -1,5 +1,9 @@
-//! The local decision: a pure state machine over one key's counts and the
-//! claim the last flush reply granted this instance.
+//! The local decision over one key's counts and the claim the last flush
+//! reply granted this instance: the key's state (atomics, written under the
+//! store's lock) and the rule's view of Redis (which buckets are down, when
+//! their flushes began). Not pure: the transitions read that shared view;
+//! the tests below drive them over plain values, with no Redis and no clock
+//! but the one passed in.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 

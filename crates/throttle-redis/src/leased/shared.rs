@@ -44,7 +44,7 @@ impl Shared {
     /// Waits for background leases, then gives back tokens of keys idle
     /// for `return_after` (all of them when `all`). Returns whether every
     /// return reached Redis.
-    pub(crate) async fn settle(&self, all: bool) -> bool {
+    pub(crate) async fn give_back(&self, all: bool) -> bool {
         while self.in_flight.load(Ordering::Acquire) > 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
