@@ -76,7 +76,6 @@ impl Loader<'_> {
         Ok(config)
     }
 
-
     pub(super) fn tls(&self, raw: &file::Tls, span: Range<usize>) -> Result<TlsConfig> {
         let self_signed = raw.self_signed.as_ref().is_some_and(|v| *v.get_ref());
         let identity = match (&raw.cert_file, &raw.key_file, self_signed) {

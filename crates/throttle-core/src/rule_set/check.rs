@@ -37,23 +37,15 @@ impl RuleSet {
     fn one<K: Keep>(&self, d: &Demand) -> Answer<K> {
         let bound = &self.rules[d.rule];
         if let Some(o) = bound.local(&d.key, d.cost) {
-            return Answer::Ready(self.settle_one(d, Ok(o)));
+            return Answer::Ready(self.decide_one(d, Ok(o)));
         }
         match bound.limiter(&d.key).acquire(&d.key, d.cost) {
-            Answer::Ready(result) => Answer::Ready(self.settle_one(d, result)),
+            Answer::Ready(result) => Answer::Ready(self.decide_one(d, result)),
             Answer::Pending(first) => {
                 let (set, d) = (self.clone(), *d);
-                Answer::Pending(Box::pin(async move { set.settle_one(&d, first.await) }))
+                Answer::Pending(Box::pin(async move { set.decide_one(&d, first.await) }))
             }
         }
-    }
-
-    /// The decision on the single demand `d`, whose rule answered `result`.
-    #[inline(always)]
-    fn settle_one<K: Keep>(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> K {
-        let mut tally = Tally::<1>::new();
-        tally.add(self, 0, d.rule, result);
-        tally.decide(self, std::slice::from_ref(d))
     }
 
     // Kept out of `check`, so the one-demand path stays small.

@@ -9,6 +9,26 @@ use crate::decision::{Allowed, Charged, Decision, Demand, Denied, Refused, Shado
 
 use super::RuleSet;
 
+/// How one rule's answer counts in a check: the fold's one step.
+pub(super) enum Counted {
+    /// Allowed: its cost is taken.
+    Taken(Outcome),
+    /// A shadow rule denied (or could not answer): reported, nothing taken.
+    ShadowDenied(Outcome),
+    /// An enforced rule denied, or failed closed.
+    Refused(Result<Outcome, Unavailable>),
+}
+
+/// How `result`, the answer of a rule that is a shadow rule or not, counts.
+#[inline(always)]
+pub(super) fn count(shadow: bool, result: Result<Outcome, Unavailable>) -> Counted {
+    match result {
+        Ok(o) if o.step.allowed => Counted::Taken(o),
+        result if shadow => Counted::ShadowDenied(shadow_outcome(result)),
+        result => Counted::Refused(result),
+    }
+}
+
 /// The rules' answers to one request, folded into one decision: the only
 /// place that says how answers combine, for the one-demand path, the
 /// synchronous loop and the asynchronous rest of a check alike.
@@ -47,14 +67,14 @@ impl<const N: usize> Tally<N> {
         rule: usize,
         result: Result<Outcome, Unavailable>,
     ) {
-        match result {
-            Ok(o) if o.step.allowed => self.held.push((i, o)),
-            result if set.rules[rule].shadow => {
+        match count(set.rules[rule].shadow, result) {
+            Counted::Taken(o) => self.held.push((i, o)),
+            Counted::ShadowDenied(o) => {
                 self.shadow.insert(rule);
-                self.held.push((i, shadow_outcome(result)));
+                self.held.push((i, o));
             }
             // The refusal reported is the first in rule order.
-            result => {
+            Counted::Refused(result) => {
                 if self.refusal.as_ref().is_none_or(|(j, _)| i < *j) {
                     self.refusal = Some((i, result));
                 }
@@ -116,6 +136,32 @@ impl Keep for Charged {
 }
 
 impl RuleSet {
+    /// The fold of a single answer, `result` for the one demand `d`: what
+    /// [`Tally`] decides for one answer, without holding it (the common
+    /// case, one rule per request, pays for no list).
+    #[inline(always)]
+    pub(super) fn decide_one<K: Keep>(
+        &self,
+        d: &Demand,
+        result: Result<Outcome, Unavailable>,
+    ) -> K {
+        let shadow = self.rules[d.rule].shadow;
+        match count(shadow, result) {
+            Counted::Taken(o) => {
+                // A shadow rule never shapes traffic.
+                let delay_us = if shadow { 0 } else { o.step.delay_us };
+                let decision = self.allowed_by(d, o, shadow, delay_us, ShadowDenials::default());
+                K::keep(decision, &[(0, o)])
+            }
+            Counted::ShadowDenied(o) => {
+                let mut denied = ShadowDenials::default();
+                denied.insert(d.rule);
+                K::keep(self.allowed_by(d, o, true, 0, denied), &[(0, o)])
+            }
+            Counted::Refused(result) => K::keep(self.refusal(d, result), &[]),
+        }
+    }
+
     /// Gives back what the allowed answers in `held` took.
     pub(super) fn refund_held(&self, demands: &[Demand], held: &[(usize, Outcome)]) {
         for (i, o) in held {
