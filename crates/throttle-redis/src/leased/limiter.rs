@@ -1,4 +1,5 @@
-//! One rule in the leased mode: spending local tokens, leasing batches.
+//! One rule in the leased mode: spending local tokens and deciding; leasing
+//! batches is in `fetch`, giving idle tokens back in `give_back`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -7,14 +8,11 @@ use throttle_core::algorithm::{Gcra, GcraState, Meter, Step};
 use throttle_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_core::memory::MemoryLimiter;
 use throttle_core::{Algorithm, Answer, Clock, ConfigError, Key, MemoryBackend, Rule};
-use tokio::sync::futures::OwnedNotified;
 
-use crate::conn::{Eval, Failure, Redis};
+use crate::conn::Redis;
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::metrics::LeaseMetrics;
-use crate::reply::Reply;
-use crate::scripts::{GCRA_LEASE_SCRIPT, GCRA_RELEASE_SCRIPT};
 
 use super::options::{MAX_BATCH, WhenEmpty};
 use super::shared::Shared;
@@ -108,7 +106,7 @@ impl LeaseLimiter {
 
 impl LeaseRule {
     /// Gives back idle tokens every `return_after` until the rule is dropped.
-    fn schedule(this: &Arc<Self>) {
+    pub(super) fn schedule(this: &Arc<Self>) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -123,62 +121,16 @@ impl LeaseRule {
         });
     }
 
-    /// The hash slot of a key's bucket, for its breaker (0 unless a
-    /// cluster).
-    fn group(&self, key: &Key) -> u16 {
-        self.redis.slot_for(&self.keys, key)
-    }
-
-    fn invocation(&self, key: &Key, need: u64, want: u64) -> Eval {
-        let mut inv = Eval::new(&GCRA_LEASE_SCRIPT, 1, 8, 8 * 20);
-        inv.arg(self.keys.key(key, "gcra"));
-        let (t_us, t_rem) = self.gcra.increment(1);
-        let (tau_us, tau_rem) = self.gcra.tau();
-        inv.arg(self.redis.script_now())
-            .arg(self.gcra.limit())
-            .arg(t_us)
-            .arg(t_rem)
-            .arg(tau_us)
-            .arg(tau_rem)
-            .arg(need)
-            .arg(want);
-        inv
-    }
-
-    /// One lease call: `(granted, state after, Redis now)`.
-    async fn lease(&self, key: &Key, need: u64, want: u64) -> Result<Lease, Failure> {
-        self.shared.counters.fetches.fetch_add(1, Ordering::Relaxed);
-        self.metrics.call();
-        let inv = self.invocation(key, need, want);
-        let reply: Reply = self.redis.eval(&inv, self.group(key)).await?;
-        let n = |i: usize| reply.u64(i);
-        match (n(0), n(1), n(2), n(3)) {
-            (Some(k), Some(tat_us), Some(tat_rem), Some(now)) => {
-                self.shared.counters.leased.fetch_add(k, Ordering::Relaxed);
-                self.metrics.granted(k);
-                Ok(Lease {
-                    granted: k,
-                    bucket: GcraState { tat_us, tat_rem },
-                    now,
-                })
-            }
-            _ => Err(Failure::Error(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "unexpected reply from the lease script",
-            )))),
-        }
-    }
-
     /// The low-water mark of a key whose next batch is `batch`: the
     /// configured mark, scaled with the batch (rounded up).
-    fn low_water(&self, batch: u64) -> u64 {
+    pub(super) fn low_water(&self, batch: u64) -> u64 {
         (self.shared.options.low_water * batch).div_ceil(self.batch)
     }
 
     /// The batch after `batch` for a key that spent its tokens: twice as
     /// large, from `first_batch` up to the configured batch (a hot key's
     /// larger batch is kept).
-    fn grow(&self, batch: u64) -> u64 {
+    pub(super) fn grow(&self, batch: u64) -> u64 {
         if batch >= self.batch {
             return batch;
         }
@@ -188,7 +140,7 @@ impl LeaseRule {
     /// The size of the lease a key takes next: a drained key's is what its
     /// demand here spends (see [`LeaseState::drained_lease`]); any other
     /// key's is its batch, which then grows (see [`LeaseRule::grow`]).
-    fn next_lease(&self, st: &mut LeaseState, now: u64) -> u64 {
+    pub(super) fn next_lease(&self, st: &mut LeaseState, now: u64) -> u64 {
         if st.drained {
             return st.drained_lease(now, self.refill_us);
         }
@@ -203,7 +155,7 @@ impl LeaseRule {
     /// here (spends since are already taken from them), at most the bucket's
     /// capacity. Tokens other instances hold are not counted, and what they
     /// took since the last lease is not seen.
-    fn fleet_remaining(&self, st: &LeaseState, now: u64) -> u64 {
+    pub(super) fn fleet_remaining(&self, st: &LeaseState, now: u64) -> u64 {
         let bucket = GcraState {
             tat_us: st.full_at,
             tat_rem: 0,
@@ -225,7 +177,7 @@ impl LeaseRule {
     ///
     /// `counted`: the request is already in the key's demand (it waited for
     /// a batch and looks again); each request counts there once.
-    fn local(&self, key: &Key, cost: u64, counted: bool) -> (Local, u64) {
+    pub(super) fn local(&self, key: &Key, cost: u64, counted: bool) -> (Local, u64) {
         let capacity = self.gcra.capacity();
         let period_us = self.gcra.period_us();
         self.store.with_state(key, |st, now| {
@@ -293,7 +245,14 @@ impl LeaseRule {
     /// cost has refilled: a drained bucket under a flood costs about one
     /// Redis call per batch refill per instance, not one per token, and
     /// requests meanwhile are denied here with the time that takes.
-    fn record(&self, key: &Key, lease: &Lease, want: u64, cost: u64, batch: bool) -> Step {
+    pub(super) fn record(
+        &self,
+        key: &Key,
+        lease: &Lease,
+        want: u64,
+        cost: u64,
+        batch: bool,
+    ) -> Step {
         let Lease {
             granted,
             bucket,
@@ -367,217 +326,6 @@ impl LeaseRule {
             waiters.notify_waiters();
         }
         step
-    }
-
-    /// A batch lease failed: lets the requests waiting for it try again.
-    fn end_fetch(&self, key: &Key) {
-        if let Some(waiters) = self.store.update(key, |st| st.fetching.take()).flatten() {
-            waiters.notify_waiters();
-        }
-    }
-
-    /// Fetches the next batch in the background.
-    fn prefetch(self: &Arc<Self>, key: Key, batch: u64) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.end_fetch(&key);
-            return;
-        };
-        if self.redis.is_open(self.group(&key)) {
-            // No background traffic to a Redis known to be away.
-            self.end_fetch(&key);
-            return;
-        }
-        let this = self.clone();
-        this.shared.in_flight.fetch_add(1, Ordering::AcqRel);
-        rt.spawn(async move {
-            match this.lease(&key, 1, batch).await {
-                Ok(lease) => {
-                    this.record(&key, &lease, batch, 0, true);
-                }
-                Err(_) => this.end_fetch(&key),
-            }
-            this.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-        });
-    }
-
-    /// A request the local tokens could not pay for: lease, then decide.
-    async fn wait(
-        self: Arc<Self>,
-        key: Key,
-        cost: u64,
-        want: u64,
-        batch: bool,
-    ) -> Result<Outcome, Unavailable> {
-        self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
-        // The lease runs in its own task: if this request goes away (its
-        // client disconnected, or it gave up waiting), the lease still
-        // completes, its tokens are kept and waiting requests are woken.
-        let (this, fallback) = (self.clone(), self.clone());
-        match tokio::spawn(async move { this.lease_and_record(key, cost, want, batch).await }).await
-        {
-            Ok(decided) => decided,
-            Err(_) => degraded(
-                &fallback.redis,
-                &fallback.rule,
-                fallback.local.as_deref(),
-                &key,
-                cost,
-            ),
-        }
-    }
-
-    async fn lease_and_record(
-        self: Arc<Self>,
-        key: Key,
-        cost: u64,
-        want: u64,
-        batch: bool,
-    ) -> Result<Outcome, Unavailable> {
-        match self.lease(&key, cost, want).await {
-            Ok(lease) => {
-                let now = lease.now;
-                let step = self.record(&key, &lease, want, cost, batch);
-                if !step.allowed {
-                    self.shared
-                        .counters
-                        .local_denials
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Outcome::new(step, now))
-            }
-            Err(failure) => {
-                if batch {
-                    self.end_fetch(&key);
-                }
-                tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
-                degraded(&self.redis, &self.rule, self.local.as_deref(), &key, cost)
-            }
-        }
-    }
-
-    /// A request that waits for the batch on its way, then decides locally
-    /// like any other. If batches keep running out before its turn (more
-    /// concurrent requests than a batch holds), it leases its own cost.
-    async fn queue(
-        self: Arc<Self>,
-        key: Key,
-        cost: u64,
-        mut notified: OwnedNotified,
-    ) -> Result<Outcome, Unavailable> {
-        self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
-        for _ in 0..8 {
-            notified.await;
-            match self.local(&key, cost, true) {
-                (Local::Decided(step, prefetch), now) => {
-                    if let Some(batch) = prefetch {
-                        self.prefetch(key, batch);
-                    }
-                    if !step.allowed {
-                        self.shared
-                            .counters
-                            .local_denials
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Ok(Outcome::new(step, now));
-                }
-                (Local::Fetch { want, batch }, _) => {
-                    if self.redis.is_open(self.group(&key)) {
-                        if batch {
-                            self.end_fetch(&key);
-                        }
-                        return degraded(
-                            &self.redis,
-                            &self.rule,
-                            self.local.as_deref(),
-                            &key,
-                            cost,
-                        );
-                    }
-                    return self.wait(key, cost, want, batch).await;
-                }
-                (Local::Wait(next), _) => notified = next,
-            }
-        }
-        if self.redis.is_open(self.group(&key)) {
-            return degraded(&self.redis, &self.rule, self.local.as_deref(), &key, cost);
-        }
-        self.wait(key, cost, cost, false).await
-    }
-
-    /// How long a key may sit idle holding `tokens` before they go back
-    /// while the bucket still lacks them: as long as the bucket takes to
-    /// refill that many (`tokens x period / limit`), at least `return_after`.
-    fn keep_us(&self, tokens: u64) -> u64 {
-        let floor = self.shared.options.return_after.as_micros() as u64;
-        floor.max(self.gcra.increment(tokens).0)
-    }
-
-    /// Whether a key's tokens go back to the bucket now (`all`: shutdown).
-    ///
-    /// A key unused for [`LeaseRule::keep_us`] gives its tokens back while
-    /// the bucket, as the key's last lease saw it, is still refilling: other
-    /// instances may be waiting for them. Once that bucket would be full,
-    /// the tokens are surplus: a full bucket has no room for them, so giving
-    /// them back would help no one, and keeping them costs the fleet nothing
-    /// beyond the overshoot bound (they count among the tokens an instance
-    /// holds). They are kept for the key's return, and go back anyway once
-    /// the key has been idle for `keep_surplus_for` (it may have moved to an
-    /// instance that has drained the bucket since).
-    fn due(&self, st: &LeaseState, now: u64, all: bool) -> bool {
-        if st.tokens == 0 || st.fetching.is_some() {
-            return false;
-        }
-        let idle = now.saturating_sub(st.used_at);
-        let surplus = self.shared.options.keep_surplus_for.as_micros() as u64;
-        let keep = st.keep_idle_us(self.keep_us(st.tokens), surplus);
-        all || idle > keep.max(surplus) || (idle > keep && now < st.full_at)
-    }
-
-    /// Gives tokens back to the bucket: those of idle keys that are due
-    /// (see [`LeaseRule::due`]), or all of them.
-    pub(super) async fn give_back(&self, all: bool) -> bool {
-        let now = self.redis.local_now();
-        let mut back = Vec::new();
-        let mut kept = false;
-        self.store.for_each(|key, st| {
-            if self.due(st, now, all) {
-                if self.redis.is_open(self.group(key)) {
-                    // Kept for when Redis answers again.
-                    kept = true;
-                    return;
-                }
-                back.push((*key, st.tokens));
-                st.tokens = 0;
-                // It went idle with tokens left: its batches were too large.
-                st.batch /= 2;
-            }
-        });
-        let returns = back.iter().map(|&(key, tokens)| async move {
-            let mut inv = GCRA_RELEASE_SCRIPT.prepare_invoke();
-            let (inc_us, inc_rem) = self.gcra.increment(tokens);
-            inv.key(self.keys.key(&key, "gcra"))
-                .arg(self.gcra.limit())
-                .arg(inc_us)
-                .arg(inc_rem);
-            self.redis.eval::<i64>(&inv, self.group(&key)).await.is_ok()
-        });
-        let mut ok = true;
-        for ((key, tokens), returned) in back
-            .iter()
-            .zip(futures_util::future::join_all(returns).await)
-        {
-            if returned {
-                self.shared
-                    .counters
-                    .returned
-                    .fetch_add(*tokens, Ordering::Relaxed);
-            } else {
-                // Not given back: the tokens are still this instance's.
-                ok = false;
-                self.store.update(key, |st| st.tokens += tokens);
-            }
-        }
-        ok && !kept
     }
 }
 

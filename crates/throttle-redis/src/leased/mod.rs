@@ -31,6 +31,8 @@
 //! earlier and spent later can add to what the bucket lets through at that
 //! moment. [`LeaseOptions`] states the bounds and what was measured.
 
+mod fetch;
+mod give_back;
 mod limiter;
 mod options;
 mod shared;
