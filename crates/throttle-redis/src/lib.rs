@@ -80,11 +80,17 @@ use throttle_core::backend::Limiter;
 use throttle_core::{Backend, ConfigError, Rule};
 
 pub use approximate::{ApproximateOptions, ApproximateStats};
-pub use config::{MAX_PREFIX_LEN, RedisConfig};
+pub use config::RedisConfig;
 pub use conn::RedisStats;
 pub use exact::ExactLimiter;
-pub use leased::{LeaseOptions, LeaseStats, MAX_BATCH, WhenEmpty};
+pub use leased::{LeaseOptions, LeaseStats, WhenEmpty};
 pub use shutdown::Unflushed;
+
+/// The bounds the backends enforce on their settings.
+pub mod limits {
+    pub use crate::config::MAX_PREFIX_LEN;
+    pub use crate::leased::MAX_BATCH;
+}
 
 /// A Redis backend in one of its modes. Cheap to clone; clones share
 /// connections, breaker and counters.

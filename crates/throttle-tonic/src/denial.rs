@@ -18,7 +18,9 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, RetryInfo, StatusExt};
 
 use crate::arena;
-use crate::grpc_responder::ERROR_DOMAIN;
+
+/// The `ErrorInfo.domain` of every answer of the limiter.
+pub const ERROR_DOMAIN: &str = "throttle";
 
 /// The denial message: `Quota exceeded for <rule>. Please retry after <n> seconds.`
 const MESSAGE: [&str; 3] = ["Quota exceeded for ", ". Please retry after ", " seconds."];

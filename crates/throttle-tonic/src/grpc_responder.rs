@@ -27,8 +27,7 @@ use crate::denial::{
 /// before retrying (gRPC's retry design, A6).
 pub static GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
-/// The `ErrorInfo.domain` of every answer of the limiter.
-pub const ERROR_DOMAIN: &str = "throttle";
+pub use crate::denial::ERROR_DOMAIN;
 
 const GRPC_CONTENT_TYPE: HeaderValue = HeaderValue::from_static("application/grpc");
 
