@@ -2,7 +2,6 @@
 //! throttle layer, served by `axum::serve` over real TCP: HTTP requests get
 //! HTTP 429 with JSON, gRPC calls get status 8 with the gRPC details.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
@@ -11,7 +10,7 @@ use http::StatusCode;
 use throttle_test_support::grpc::{
     GreeterClient, channel, details, expect_code, meta, meta_u64, say_hello,
 };
-use throttle_test_support::http as http1;
+use throttle_test_support::http::{self as http1, serve};
 use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::Code;
 
@@ -21,24 +20,6 @@ fn app(layer: ThrottleLayer) -> Router {
         .into_axum_router()
         .route("/health", get(|| async { "ok" }))
         .layer(layer)
-}
-
-async fn serve(app: Router, connect_info: bool) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        if connect_info {
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-            .unwrap();
-        } else {
-            axum::serve(listener, app).await.unwrap();
-        }
-    });
-    addr
 }
 
 fn per_peer(limit: u64) -> ThrottleLayer {
