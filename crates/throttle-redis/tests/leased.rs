@@ -13,7 +13,9 @@ use throttle_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_core::backend::Limiter;
 use throttle_core::{Answer, Key, ManualClock, Quota, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend};
-use throttle_test_support::leased::{T0, give_backs_until, leased, worst_excess};
+use throttle_test_support::leased::{
+    T0, give_backs_until, leased, leased_fleet, perfect, worst_excess,
+};
 use throttle_test_support::{RedisServer, allowed, outcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,17 +300,8 @@ async fn burst_after_trickle(batch: u64, low_water: u64) -> Trickle {
     let (limit, period) = (1_000u64, 10_000_000u64);
     let rule = Rule::new("api", Quota::new(limit, Duration::from_micros(period))).token_bucket();
     let options = LeaseOptions::default().batch(batch).low_water(low_water);
-    let mut fleet = Vec::new();
-    for _ in 0..4 {
-        let backend = leased(&server, &clock, options.clone()).await;
-        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
-        fleet.push((backend, std::sync::Arc::new(limiter)));
-    }
-    let ideal = throttle_core::Backend::limiter(
-        &throttle_core::MemoryBackend::with_clock(clock.clone()),
-        &rule,
-    )
-    .unwrap();
+    let fleet = leased_fleet(&server, &clock, &options, &rule, 4).await;
+    let ideal = perfect(&clock, &rule);
     let (mut ideal_admitted, mut false_denials) = (0u64, 0u64);
     let key = Key::new("tenant-1");
     let mut times = Vec::new();
@@ -316,7 +309,7 @@ async fn burst_after_trickle(batch: u64, low_water: u64) -> Trickle {
     for i in 0..400u64 {
         clock.set(T0 + i * 50_000);
         let (backend, limiter) = &fleet[(i % 4) as usize];
-        let got = allowed(limiter.as_ref().as_ref(), &key).await;
+        let got = allowed(limiter.as_ref(), &key).await;
         let want = allowed(ideal.as_ref(), &key).await;
         if got {
             times.push(T0 + i * 50_000);
@@ -333,7 +326,7 @@ async fn burst_after_trickle(batch: u64, low_water: u64) -> Trickle {
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
             for _ in 0..(3_000 / 32) {
-                n += u64::from(allowed(limiter.as_ref().as_ref(), &key).await);
+                n += u64::from(allowed(limiter.as_ref(), &key).await);
             }
             n
         }));
@@ -389,17 +382,8 @@ async fn a_client_pacing_at_the_rate_after_a_burst_gets_what_the_bucket_gives() 
     // The example's rule: 10 per minute, a bucket of 10, batches of 5.
     let rule = Rule::new("ip", Quota::per_minute(10).with_burst(10)).token_bucket();
     let options = LeaseOptions::default().batch(5).low_water(1);
-    let mut fleet = Vec::new();
-    for _ in 0..4 {
-        let backend = leased(&server, &clock, options.clone()).await;
-        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
-        fleet.push((backend, limiter));
-    }
-    let ideal = throttle_core::Backend::limiter(
-        &throttle_core::MemoryBackend::with_clock(clock.clone()),
-        &rule,
-    )
-    .unwrap();
+    let fleet = leased_fleet(&server, &clock, &options, &rule, 4).await;
+    let ideal = perfect(&clock, &rule);
     let key = Key::new("198.51.100.20");
     let (mut admitted, mut ideal_admitted) = (0u64, 0u64);
     let mut at = T0;
@@ -453,17 +437,15 @@ async fn low_rate(quota: Quota, poisson: bool, secs: u64) -> LowRate {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
     let rule = Rule::new("ip", quota).token_bucket();
-    let mut fleet = Vec::new();
-    for _ in 0..4 {
-        let backend = leased(&server, &clock, LeaseOptions::default().batch(50)).await;
-        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
-        fleet.push((backend, limiter));
-    }
-    let ideal = throttle_core::Backend::limiter(
-        &throttle_core::MemoryBackend::with_clock(clock.clone()),
+    let fleet = leased_fleet(
+        &server,
+        &clock,
+        &LeaseOptions::default().batch(50),
         &rule,
+        4,
     )
-    .unwrap();
+    .await;
+    let ideal = perfect(&clock, &rule);
     let mut reqs = Vec::new();
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     for i in 0..4u64 {
@@ -581,17 +563,8 @@ async fn remaining_says_what_the_fleet_has_left() {
     let clock = ManualClock::new(T0);
     let rule = Rule::new("api", Quota::per_minute(100)).token_bucket();
     let options = LeaseOptions::default().batch(10).low_water(2);
-    let mut fleet = Vec::new();
-    for _ in 0..4 {
-        let backend = leased(&server, &clock, options.clone()).await;
-        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
-        fleet.push((backend, limiter));
-    }
-    let ideal = throttle_core::Backend::limiter(
-        &throttle_core::MemoryBackend::with_clock(clock.clone()),
-        &rule,
-    )
-    .unwrap();
+    let fleet = leased_fleet(&server, &clock, &options, &rule, 4).await;
+    let ideal = perfect(&clock, &rule);
     let key = Key::new("tenant-7");
     let mut at = T0;
     // One instance alone: it knows the whole fleet, so it reports what a
@@ -643,11 +616,7 @@ async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
     let b = leased(&server, &clock, options).await;
     let la = throttle_core::Backend::limiter(&a, &rule).unwrap();
     let lb = throttle_core::Backend::limiter(&b, &rule).unwrap();
-    let ideal = throttle_core::Backend::limiter(
-        &throttle_core::MemoryBackend::with_clock(clock.clone()),
-        &rule,
-    )
-    .unwrap();
+    let ideal = perfect(&clock, &rule);
     let key = Key::new("192.0.2.44");
     // Two requests a second through `a` for a minute: `a` keeps a batch.
     for i in 1..=120u64 {

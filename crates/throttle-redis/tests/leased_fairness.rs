@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use throttle_core::{Key, ManualClock, Quota, Rule};
 use throttle_redis::LeaseOptions;
-use throttle_test_support::leased::{T0, give_backs_until, leased, worst_excess};
+use throttle_test_support::leased::{T0, give_backs_until, leased_fleet, perfect, worst_excess};
 use throttle_test_support::{RedisServer, allowed};
 
 const INSTANCES: usize = 6;
@@ -138,17 +138,8 @@ async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, se
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
     let rule = Rule::new("tenant", quota).token_bucket();
-    let mut fleet = Vec::new();
-    for _ in 0..INSTANCES {
-        let backend = leased(&server, &clock, options.clone()).await;
-        let limiter = throttle_core::Backend::limiter(&backend, &rule).unwrap();
-        fleet.push((backend, limiter));
-    }
-    let ideal = throttle_core::Backend::limiter(
-        &throttle_core::MemoryBackend::with_clock(clock.clone()),
-        &rule,
-    )
-    .unwrap();
+    let fleet = leased_fleet(&server, &clock, &options, &rule, INSTANCES).await;
+    let ideal = perfect(&clock, &rule);
     let (limit, period) = (quota.limit(), quota.period().as_micros() as u64);
     let burst = quota.burst();
     let mean_gap = period as f64 / (2 * limit) as f64;

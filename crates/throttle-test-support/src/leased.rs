@@ -2,10 +2,12 @@
 //! a leased backend on a test clock, the instances' give-back timers, and
 //! the worst sliding window over a perfect bucket.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::RedisServer;
-use throttle_core::ManualClock;
+use throttle_core::backend::Limiter;
+use throttle_core::{Backend, ManualClock, MemoryBackend, Rule};
 use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
 
 /// The test clock's start (Unix microseconds).
@@ -21,6 +23,31 @@ pub async fn leased(
         .clock_for_tests(clock.clone())
         .command_timeout(Duration::from_millis(500));
     RedisBackend::leased(config, options).await.unwrap()
+}
+
+/// `n` leased instances on `server` sharing `rule`, each with its limiter.
+pub async fn leased_fleet(
+    server: &RedisServer,
+    clock: &ManualClock,
+    options: &LeaseOptions,
+    rule: &Rule,
+    n: usize,
+) -> Vec<(RedisBackend, Arc<dyn Limiter>)> {
+    let mut fleet = Vec::with_capacity(n);
+    for _ in 0..n {
+        let backend = leased(server, clock, options.clone()).await;
+        let limiter = backend.limiter(rule).unwrap();
+        fleet.push((backend, limiter));
+    }
+    fleet
+}
+
+/// The perfect limiter of `rule` on `clock`: one memory bucket for the
+/// whole fleet, what the leased instances are compared with.
+pub fn perfect(clock: &ManualClock, rule: &Rule) -> Arc<dyn Limiter> {
+    MemoryBackend::with_clock(clock.clone())
+        .limiter(rule)
+        .unwrap()
 }
 
 /// Plays the one-second give-back timers of `fleet` due by `t` (from
