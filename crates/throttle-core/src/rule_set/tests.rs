@@ -1,11 +1,15 @@
-//! The rule set's own tests: what the memory fast path decides.
+//! The rule set's own tests: what the memory fast path decides, and which
+//! refusal the fold reports after a wait.
 
 use std::time::Duration;
 
 use super::*;
 use crate::memory::Engine;
 use crate::{Algorithm, ManualClock, MemoryBackend};
-use crate::{Answer, Decision, Demand, Key, Quota};
+use std::sync::Arc;
+
+use crate::backend::{Limiter, Outcome, Unavailable};
+use crate::{Answer, Backend, ConfigError, Decision, Demand, Key, Quota, Rule};
 
 /// What a decision says, without the instants (which the system clock
 /// moves between two rule sets).
@@ -99,4 +103,61 @@ fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
         .bind(Rule::new("r", Quota::per_hour(3)), &backend)
         .unwrap();
     assert!(matches!(manual.rules[0].engine, Engine::Other));
+}
+
+/// A memory limiter that answers after a (ready) round trip, as a remote
+/// backend does.
+struct Later(Arc<dyn Limiter>);
+
+impl Limiter for Later {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        let Answer::Ready(result) = self.0.acquire(key, cost) else {
+            unreachable!("a memory limiter decides at once")
+        };
+        Answer::Pending(Box::pin(std::future::ready(result)))
+    }
+
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.0.refund(key, cost, outcome);
+    }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
+}
+
+struct LaterBackend(MemoryBackend<ManualClock>);
+
+impl Backend for LaterBackend {
+    fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+        Ok(Arc::new(Later(self.0.limiter(rule)?)))
+    }
+}
+
+#[test]
+fn after_a_wait_the_refusal_reported_is_the_first_in_rule_order() {
+    let backend = LaterBackend(MemoryBackend::with_clock(ManualClock::new(0)));
+    let mut set = RuleSet::new();
+    for name in ["first", "second", "third"] {
+        set.bind(Rule::new(name, Quota::per_hour(1)), &backend)
+            .unwrap();
+    }
+    let demands: Vec<Demand> = (0..3)
+        .map(|rule| Demand {
+            rule,
+            key: Key::new("k"),
+            cost: 1,
+        })
+        .collect();
+    let resolve = |answer: Answer| match answer {
+        Answer::Ready(d) => d,
+        Answer::Pending(f) => futures_util::FutureExt::now_or_never(f).expect("ready"),
+    };
+    assert!(resolve(set.check(&demands)).is_allowed());
+    // Every rule now denies; all three are asked at once after the first
+    // wait, and the first in rule order is the one reported.
+    match resolve(set.check(&demands)) {
+        Decision::Denied(d) => assert_eq!(set.rule(d.rule).name(), "first"),
+        other => panic!("{other:?}"),
+    }
 }
