@@ -21,8 +21,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{Router, routing::get};
-use throttle_axum::{ClientIp, Policy, Quota, Rule, ThrottleLayer};
-use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_axum::{ClientIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

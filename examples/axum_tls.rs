@@ -20,15 +20,17 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use axum::{Extension, Router, routing::get};
-use throttle_axum::key::{Global, UserAgentHash};
-use throttle_axum::{ClientIp, KeyExtractorExt, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
-use throttle_tls::axum::{TlsListener, make_service};
-use throttle_tls::tokio_rustls::rustls::{
+use throttle_fleet_axum::key::{Global, UserAgentHash};
+use throttle_fleet_axum::{
+    ClientIp, KeyExtractorExt, MemoryBackend, Policy, Quota, Rule, ThrottleLayer,
+};
+use throttle_fleet_tls::axum::{TlsListener, make_service};
+use throttle_fleet_tls::tokio_rustls::rustls::{
     ServerConfig,
     crypto::ring,
     pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer},
 };
-use throttle_tls::{Fingerprint, FingerprintAcceptor, TlsFingerprint};
+use throttle_fleet_tls::{Fingerprint, FingerprintAcceptor, TlsFingerprint};
 
 async fn hello(fingerprint: Option<Extension<Fingerprint>>) -> (HeaderMap, &'static str) {
     let mut headers = HeaderMap::new();

@@ -62,12 +62,12 @@ use axum::{Router, routing::get};
 use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
-use throttle_axum::core::Allowed;
-use throttle_axum::headers::SuccessHeaders;
-use throttle_axum::key::Header;
-use throttle_axum::responder::{HttpResponder, Rejection, Responder};
-use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
-use throttle_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_axum::core::Allowed;
+use throttle_fleet_axum::headers::SuccessHeaders;
+use throttle_fleet_axum::key::Header;
+use throttle_fleet_axum::responder::{HttpResponder, Rejection, Responder};
+use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::{GovernorError, GovernorLayer};
 
@@ -314,7 +314,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             let policy = keying.policy(
                 Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
             );
-            app.layer(throttle_tower::ThrottleLayer::with_responder(
+            app.layer(throttle_fleet_tower::ThrottleLayer::with_responder(
                 policy,
                 memory_backend()?,
                 NoSuccessHeaders(HttpResponder::new()),

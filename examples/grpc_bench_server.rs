@@ -1,6 +1,6 @@
 //! The server of the gRPC load benchmark: the quick starts'
 //! `helloworld.Greeter` on `tonic::transport::Server`, bare or behind
-//! throttle-tonic's layer, so that `benches/grpc/run.sh` can compare them.
+//! throttle-fleet-tonic's layer, so that `benches/grpc/run.sh` can compare them.
 //!
 //! Run with `BENCH_MODE=denied cargo run --release --example grpc_bench_server`
 //! (the script does this for every mode). `BENCH_LISTEN` sets the address
@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -29,7 +29,7 @@ mod greeter;
 use greeter::MyGreeter;
 use greeter::helloworld::greeter_server::GreeterServer;
 
-fn per_peer(quota: Quota) -> Result<ThrottleLayer, throttle_tonic::ConfigError> {
+fn per_peer(quota: Quota) -> Result<ThrottleLayer, throttle_fleet_tonic::ConfigError> {
     let policy = Policy::new().rule(Rule::new("ip", quota).token_bucket(), PeerIp::default());
     ThrottleLayer::new(policy, MemoryBackend::default())
 }

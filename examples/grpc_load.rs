@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
-/// Generated from `crates/throttle-tonic/proto/helloworld.proto`.
+/// Generated from `crates/throttle-fleet-tonic/proto/helloworld.proto`.
 #[allow(unreachable_pub, missing_docs, clippy::all)]
 mod helloworld {
-    include!("../crates/throttle-tonic/proto/gen/helloworld.rs");
+    include!("../crates/throttle-fleet-tonic/proto/gen/helloworld.rs");
 }
 
 use helloworld::HelloRequest;

@@ -3,11 +3,11 @@
 //!
 //! Run with `cargo run --example tonic_greeter`, then call it with any gRPC
 //! client, e.g. `grpcurl` with the quick starts' `helloworld.proto`
-//! (`crates/throttle-tonic/proto/helloworld.proto`):
+//! (`crates/throttle-fleet-tonic/proto/helloworld.proto`):
 //!
 //! ```text
 //! for i in $(seq 6); do
-//!   grpcurl -plaintext -import-path crates/throttle-tonic/proto -proto helloworld.proto \
+//!   grpcurl -plaintext -import-path crates/throttle-fleet-tonic/proto -proto helloworld.proto \
 //!     -d '{"name": "throttle"}' 127.0.0.1:50051 helloworld.Greeter/SayHello
 //! done
 //! ```
@@ -20,7 +20,7 @@
 //!
 //! With `--config FILE` the limits (and the address, its `listen`) come
 //! from a configuration file in the gateway's format instead, through
-//! `throttle_tonic::from_config`: `ip` keys are the peer's address, a
+//! `throttle_fleet_tonic::from_config`: `ip` keys are the peer's address, a
 //! route is a full gRPC method (`routes = ["/helloworld.Greeter/SayHello"]`).
 //! `examples/tonic_greeter.toml` is the same 5 calls a minute:
 //!
@@ -36,8 +36,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use throttle_config::GatewayConfig;
-use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer, from_config};
+use throttle_fleet_config::GatewayConfig;
+use throttle_fleet_tonic::{
+    MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer, from_config,
+};
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 

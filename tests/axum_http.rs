@@ -7,10 +7,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use throttle_axum::key::Header;
-use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
-use throttle_test_support::http::{client, client_from, serve};
-use throttle_test_support::unix_secs;
+use throttle_fleet_axum::key::Header;
+use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
+use throttle_fleet_test_support::http::{client, client_from, serve};
+use throttle_fleet_test_support::unix_secs;
 
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, world!" }))

@@ -8,9 +8,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use throttle_axum::key::{ForwardedHeader, UserAgentHash};
-use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
-use throttle_test_support::http::{HttpClient, client_from, serve};
+use throttle_fleet_axum::key::{ForwardedHeader, UserAgentHash};
+use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_test_support::http::{HttpClient, client_from, serve};
 
 const PROXY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const INNER_PROXY: &str = "127.0.0.3";

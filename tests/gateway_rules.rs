@@ -12,12 +12,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::{HeaderMap, StatusCode};
-use throttle_axum::core::{Backend, ManualClock};
-use throttle_axum::key::Header;
-use throttle_axum::{Limit, MemoryBackend, Policy, Quota, Rule};
-use throttle_redis::{LeaseOptions, RedisBackend, RedisConfig};
-use throttle_test_support::RedisServer;
-use throttle_test_support::http::{Reply, client};
+use throttle_fleet_axum::core::{Backend, ManualClock};
+use throttle_fleet_axum::key::Header;
+use throttle_fleet_axum::{Limit, MemoryBackend, Policy, Quota, Rule};
+use throttle_fleet_redis::{LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_test_support::RedisServer;
+use throttle_fleet_test_support::http::{Reply, client};
 
 const T0: u64 = 1_800_000_000_000_000;
 
@@ -31,9 +31,9 @@ async fn echo_status(headers: HeaderMap) -> StatusCode {
 }
 
 async fn app(policy: Policy, backend: impl Backend) -> SocketAddr {
-    let layer = throttle_axum::ThrottleLayer::new(policy, backend).unwrap();
+    let layer = throttle_fleet_axum::ThrottleLayer::new(policy, backend).unwrap();
     let app = Router::new().route("/", get(echo_status)).layer(layer);
-    throttle_test_support::http::serve(app, false).await
+    throttle_fleet_test_support::http::serve(app, false).await
 }
 
 async fn get_as(addr: SocketAddr, key: &str, status: u16) -> Reply {
@@ -118,7 +118,7 @@ async fn the_approximate_mode_refuses_tiers_by_name() {
     let rule = Rule::new("tenant", Quota::per_hour(2))
         .fixed_window()
         .tiers([("premium-key", Quota::per_hour(5))]);
-    let err = throttle_axum::ThrottleLayer::new(
+    let err = throttle_fleet_axum::ThrottleLayer::new(
         Policy::new().rule(rule, Header::new("x-api-key")),
         backend,
     )

@@ -14,14 +14,14 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use throttle_axum::Key;
-use throttle_redis::RedisConfig;
-use throttle_test_support::RedisCluster;
-use throttle_test_support::http::{HttpClient, client_from};
-use throttle_test_support::http_faults::{
+use throttle_fleet_axum::Key;
+use throttle_fleet_redis::RedisConfig;
+use throttle_fleet_test_support::RedisCluster;
+use throttle_fleet_test_support::http::{HttpClient, client_from};
+use throttle_fleet_test_support::http_faults::{
     Fail, Mode, Seen, TIMEOUT, app, away, burst, promise, recovery,
 };
-use throttle_tower::key::IpPrefix;
+use throttle_fleet_tower::key::IpPrefix;
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s (shorter
 /// spans give smaller claims, which bursts use up while the first flush to

@@ -9,10 +9,10 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use throttle_redis::RedisConfig;
-use throttle_test_support::RedisServer;
-use throttle_test_support::http::{HttpClient, client_from};
-use throttle_test_support::http_faults::{Fail, Mode, app, away, burst, promise, recovery};
+use throttle_fleet_redis::RedisConfig;
+use throttle_fleet_test_support::RedisServer;
+use throttle_fleet_test_support::http::{HttpClient, client_from};
+use throttle_fleet_test_support::http_faults::{Fail, Mode, app, away, burst, promise, recovery};
 
 /// Approximate mode: a span of 1 s, so a claim holds for 2 s.
 const SPANS: u32 = 60;

@@ -9,10 +9,10 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use throttle_axum::key::Global;
-use throttle_axum::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
-use throttle_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
-use throttle_test_support::http::{client_from, serve};
+use throttle_fleet_axum::key::Global;
+use throttle_fleet_axum::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
+use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_test_support::http::{client_from, serve};
 
 /// One metric of a snapshot: name, labels, value.
 type Metric = (String, Vec<(String, String)>, DebugValue);

@@ -9,13 +9,13 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use throttle_axum::core::Backend;
-use throttle_axum::core::rule_set::Carried;
-use throttle_axum::key::Global;
-use throttle_axum::{MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
-use throttle_redis::{RedisBackend, RedisConfig};
-use throttle_test_support::RedisServer;
-use throttle_test_support::http::{HttpClient, client, serve};
+use throttle_fleet_axum::core::Backend;
+use throttle_fleet_axum::core::rule_set::Carried;
+use throttle_fleet_axum::key::Global;
+use throttle_fleet_axum::{MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_redis::{RedisBackend, RedisConfig};
+use throttle_fleet_test_support::RedisServer;
+use throttle_fleet_test_support::http::{HttpClient, client, serve};
 
 fn policy(limit: u64, fixed: bool) -> Policy {
     let rule = Rule::new("all", Quota::per_minute(limit));

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use throttle_test_support::grpc::helloworld;
-use throttle_test_support::tls::{Certs, certs, client_config, name, server_config};
-use throttle_tls::tokio_rustls::TlsConnector;
-use throttle_tls::{
+use throttle_fleet_test_support::grpc::helloworld;
+use throttle_fleet_test_support::tls::{Certs, certs, client_config, name, server_config};
+use throttle_fleet_tls::tokio_rustls::TlsConnector;
+use throttle_fleet_tls::{
     FingerprintAcceptor, TcpInfoLayer, TlsConnectInfo, TlsFingerprint, TlsIncoming,
 };
-use throttle_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
 use tonic::transport::{Endpoint, Server};
 use tonic::{Code, Request, Response, Status};
 

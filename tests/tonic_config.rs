@@ -1,5 +1,5 @@
 //! A tonic server whose limits come from a configuration file (the
-//! gateway's format, through `throttle_tonic::from_config`), called by a
+//! gateway's format, through `throttle_fleet_tonic::from_config`), called by a
 //! real tonic client over TCP: past the quota, calls fail with
 //! `RESOURCE_EXHAUSTED`. Once with the file `tonic_greeter --config` ships,
 //! once with a file keyed by method and a composite of the peer and a
@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use throttle_config::GatewayConfig;
-use throttle_tonic::from_config;
+use throttle_fleet_config::GatewayConfig;
+use throttle_fleet_tonic::from_config;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Status};
@@ -94,7 +94,7 @@ async fn the_example_file_limits_each_peer_to_five_calls() {
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
-        "throttle-tonic-config-{}-{name}",
+        "throttle-fleet-tonic-config-{}-{name}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);

@@ -338,7 +338,7 @@ class PerfectFixed:
 
 
 class PerfectSlidingCounter:
-    """The sliding window counter of throttle-core, on microseconds:
+    """The sliding window counter of throttle-fleet-core, on microseconds:
     admit if floor(prev * (P - elapsed) / P) + cur + 1 <= limit."""
 
     def __init__(self, limit: int, period: float):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gRPC load benchmark: the quick starts' Greeter on tonic, bare, behind
-# throttle-tonic with every call allowed, and with every call denied
+# throttle-fleet-tonic with every call allowed, and with every call denied
 # (RESOURCE_EXHAUSTED with RetryInfo, QuotaFailure and ErrorInfo).
 #
 # Usage (from anywhere in the workspace):

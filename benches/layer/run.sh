@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per request of the Tower layer itself (callgrind), without
-# HTTP or sockets: examples/layer_cost.rs of throttle-tower drives requests
+# HTTP or sockets: examples/layer_cost.rs of throttle-fleet-tower drives requests
 # through an inner service shaped like axum's hello world, bare or behind
 # the layer, on a current-thread runtime (no idle workers, no timers).
 # Only the request loop is counted (callgrind's --toggle-collect): the setup
@@ -25,7 +25,7 @@ N2=${N2:-12000}
 TARGET=${CARGO_TARGET_DIR:-target}
 
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
-cargo build --release -q -p throttle-tower --example layer_cost
+cargo build --release -q -p throttle-fleet-tower --example layer_cost
 bin="$TARGET/release/examples/layer_cost"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

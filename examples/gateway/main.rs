@@ -6,7 +6,7 @@
 //!
 //! Serves `GET /search`, `GET /items/{id}`, `POST /checkout` and a fallback
 //! (200 with a small JSON body) under the file's rules, reloads the file
-//! when it changes (`throttle_config::reload`), bounds what slow and idle
+//! when it changes (`throttle_fleet_config::reload`), bounds what slow and idle
 //! clients hold (`[server]`), and stops cleanly on SIGINT or SIGTERM. An
 //! invalid file makes it exit with status 2 and the error (file, line,
 //! column, rule, field).
@@ -42,9 +42,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Path;
 use axum::routing::{get, post};
-use throttle_axum::from_config;
-use throttle_config::reload::Reloader;
-use throttle_config::{BuiltBackend, GatewayConfig};
+use throttle_fleet_axum::from_config;
+use throttle_fleet_config::reload::Reloader;
+use throttle_fleet_config::{BuiltBackend, GatewayConfig};
 use tokio::sync::watch;
 
 struct Args {
@@ -92,7 +92,7 @@ fn args() -> Result<Args, String> {
     Ok(args)
 }
 
-pub(crate) fn app(layer: throttle_axum::ThrottleLayer) -> Router {
+pub(crate) fn app(layer: throttle_fleet_axum::ThrottleLayer) -> Router {
     Router::new()
         .route("/search", get(|| async { r#"{"results":[]}"# }))
         .route(

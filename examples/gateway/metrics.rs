@@ -14,8 +14,8 @@ pub(crate) fn install() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
-    throttle_axum::metrics::describe();
-    throttle_redis::metrics::describe();
+    throttle_fleet_axum::metrics::describe();
+    throttle_fleet_redis::metrics::describe();
     // Histograms are drained by upkeep, which the exporter leaves to us.
     let upkeep = handle.clone();
     tokio::spawn(async move {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use throttle_config::GatewayConfig;
-use throttle_tls::tokio_rustls::TlsConnector;
-use throttle_tls::tokio_rustls::rustls::{
+use throttle_fleet_config::GatewayConfig;
+use throttle_fleet_tls::tokio_rustls::TlsConnector;
+use throttle_fleet_tls::tokio_rustls::rustls::{
     self, ClientConfig, RootCertStore,
     crypto::ring,
     pki_types::{CertificateDer, ServerName},
@@ -58,9 +58,12 @@ period_secs = 60
 /// The gateway serving `config` on a free port; it stops when the returned
 /// sender is dropped.
 async fn start(config: &GatewayConfig, file: &str) -> (SocketAddr, watch::Sender<bool>) {
-    let layer =
-        throttle_axum::from_config::layer(config, file, throttle_axum::MemoryBackend::default())
-            .unwrap();
+    let layer = throttle_fleet_axum::from_config::layer(
+        config,
+        file,
+        throttle_fleet_axum::MemoryBackend::default(),
+    )
+    .unwrap();
     let tls = crate::tls::acceptor(config.tls.as_ref().unwrap(), file).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use throttle_config::{ConfigFileError, InvalidHello, TlsConfig, TlsIdentity};
-use throttle_tls::tokio_rustls::rustls::{
+use throttle_fleet_config::{ConfigFileError, InvalidHello, TlsConfig, TlsIdentity};
+use throttle_fleet_tls::tokio_rustls::rustls::{
     ServerConfig,
     crypto::ring,
     pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer},
 };
-use throttle_tls::{FingerprintAcceptor, OnInvalid};
+use throttle_fleet_tls::{FingerprintAcceptor, OnInvalid};
 
 /// The acceptor `[tls]` describes; `file` names the configuration in
 /// errors. The gateway speaks HTTP/1.1, so that is the only ALPN offered.

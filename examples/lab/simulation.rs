@@ -1,8 +1,8 @@
 //! One scenario against all five algorithms, and the same run as JSON.
 
 use serde_json::{Value, json};
-use throttle_core::Algorithm;
-use throttle_core::sim::{self, Simulation};
+use throttle_fleet_core::Algorithm;
+use throttle_fleet_core::sim::{self, Simulation};
 
 use crate::params::{BadParam, Scenario};
 

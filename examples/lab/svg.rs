@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use throttle_core::Algorithm;
+use throttle_fleet_core::Algorithm;
 
 use crate::simulation::{Lab, capacity, label};
 

@@ -3,11 +3,11 @@
 
 use tonic::{Request, Response, Status};
 
-/// Generated from `crates/throttle-tonic/proto/helloworld.proto` (see
-/// `crates/throttle-tonic/codegen` to regenerate).
+/// Generated from `crates/throttle-fleet-tonic/proto/helloworld.proto` (see
+/// `crates/throttle-fleet-tonic/codegen` to regenerate).
 #[allow(unreachable_pub, missing_docs, clippy::all)]
 pub(crate) mod helloworld {
-    include!("../../crates/throttle-tonic/proto/gen/helloworld.rs");
+    include!("../../crates/throttle-fleet-tonic/proto/gen/helloworld.rs");
 }
 
 use helloworld::greeter_server::Greeter;

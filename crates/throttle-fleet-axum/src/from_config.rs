@@ -1,0 +1,66 @@
+//! A [`GatewayConfig`] as an axum layer: `throttle_fleet_config::build` with
+//! axum's [`Axum`] integration (peer addresses from `ConnectInfo`, routes
+//! from `MatchedPath`, denials as HTTP 429).
+
+use throttle_fleet_config::{ConfigFileError, GatewayConfig, HeaderStyle, Integration};
+use throttle_fleet_core::Backend;
+use throttle_fleet_tower::{HttpResponder, KeyExtractor, Policy};
+
+use crate::{ConnectInfoPeer, Route, ThrottleLayer};
+
+/// axum as a [`throttle_fleet_config::Integration`]: `ip` keys are [`ClientIp`](crate::ClientIp),
+/// `route` keys are [`Route`] templates, denials are [`HttpResponder`]'s,
+/// with the file's header style.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Axum;
+
+impl Integration for Axum {
+    type Peer = ConnectInfoPeer;
+    type Responder = HttpResponder;
+
+    fn peer(&self) -> ConnectInfoPeer {
+        ConnectInfoPeer
+    }
+
+    fn route(&self, only: Option<&[String]>) -> Box<dyn KeyExtractor> {
+        match only {
+            Some(routes) => Box::new(Route::only(routes.iter().cloned())),
+            None => Box::new(Route::template()),
+        }
+    }
+
+    fn responder(&self, config: &GatewayConfig) -> HttpResponder {
+        HttpResponder::new().ietf_headers(config.headers == HeaderStyle::Ietf)
+    }
+}
+
+/// Builds the layer a configuration describes, on `backend`; `file` names
+/// the configuration in errors.
+///
+/// ```
+/// use throttle_fleet_axum::{MemoryBackend, from_config};
+/// use throttle_fleet_config::GatewayConfig;
+///
+/// let config = GatewayConfig::parse("gateway.toml", r#"
+///     [[rules]]
+///     name = "ip"
+///     key = "ip"
+///     limit = 100
+///     period_secs = 60
+/// "#, None)?;
+/// let layer = from_config::layer(&config, "gateway.toml", MemoryBackend::default())?;
+/// assert_eq!(layer.rules().len(), 1);
+/// # Ok::<(), throttle_fleet_config::ConfigFileError>(())
+/// ```
+pub fn layer(
+    config: &GatewayConfig,
+    file: &str,
+    backend: impl Backend,
+) -> Result<ThrottleLayer, ConfigFileError> {
+    throttle_fleet_config::build::layer(config, file, backend, &Axum)
+}
+
+/// The policy a configuration describes (its rules, in file order).
+pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileError> {
+    throttle_fleet_config::build::policy(config, file, &Axum)
+}

@@ -1,0 +1,57 @@
+//! Distributed rate limiting for [axum]: one layer, per-client limits, and
+//! HTTP 429 answers that tell clients when to retry.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::get};
+//! use throttle_fleet_axum::prelude::*;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let policy = Policy::new()
+//!     .rule(Rule::new("ip", Quota::per_minute(100)).sliding_window_counter(), ClientIp::default())
+//!     .rule(Rule::new("tenant", Quota::per_minute(1_000)).token_bucket(), Header::new("x-api-key"))
+//!     .rule(Rule::new("search", Quota::per_minute(20)).fixed_window(), Route::only(["/search"]));
+//!
+//! let app = Router::new()
+//!     .route("/search", get(|| async { "results" }))
+//!     .layer(ThrottleLayer::new(policy, MemoryBackend::default())?);
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Denials are `429 Too Many Requests` with `Retry-After` (whole seconds,
+//! rounded up), `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
+//! `X-RateLimit-Reset` (Unix epoch seconds) and a JSON body naming the
+//! dimension; allowed responses carry the same `X-RateLimit-*` headers (see
+//! [`responder::HttpResponder`]). Everything in `throttle-fleet-tower` and
+//! `throttle-fleet-core` that a user needs is re-exported here: the names a policy
+//! is written with in [`prelude`], the rest in modules ([`key`], [`core`],
+//! [`responder`], [`limits`], [`headers`], [`metrics`]).
+//!
+//! [axum]: https://docs.rs/axum
+
+mod extract;
+#[cfg(feature = "config")]
+pub mod from_config;
+
+pub use extract::{ClientIp, ConnectInfoPeer, Route};
+#[cfg(feature = "redis")]
+pub use throttle_fleet_redis as redis;
+use throttle_fleet_tower::HttpResponder;
+pub use throttle_fleet_tower::integration::*;
+
+/// What a policy is written with, for `use throttle_fleet_axum::prelude::*`:
+/// [`throttle_fleet_tower::prelude`], the layer and axum's extractors.
+pub mod prelude {
+    pub use crate::{ClientIp, Route, ThrottleLayer};
+    pub use throttle_fleet_tower::prelude::*;
+}
+
+/// The throttle layer for axum, answering rejections with HTTP 429 and JSON
+/// ([`responder::HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom
+/// answer.
+pub type ThrottleLayer = throttle_fleet_tower::ThrottleLayer<HttpResponder>;

@@ -1,0 +1,109 @@
+//! The `[backend]` table made real: a memory backend, or a Redis backend
+//! connected (Redis being down is not an error: the failure policies
+//! handle it).
+
+use std::sync::Arc;
+
+use throttle_fleet_core::{Backend, MemoryBackend};
+
+use crate::error::ConfigFileError;
+use crate::model::{BackendConfig, BackendKind};
+
+/// What a backend built from a file is: something rules bind to, and for
+/// Redis the backend itself (for `shutdown()` and its stats).
+#[derive(Clone)]
+pub enum BuiltBackend {
+    /// In this process.
+    Memory(MemoryBackend),
+    /// A Redis backend in one of its modes.
+    #[cfg(feature = "redis")]
+    Redis(throttle_fleet_redis::RedisBackend),
+}
+
+impl std::fmt::Debug for BuiltBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory(_) => f.write_str("BuiltBackend::Memory"),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => write!(f, "BuiltBackend::Redis({r:?})"),
+        }
+    }
+}
+
+impl BuiltBackend {
+    /// The backend as rules bind to it.
+    pub fn as_backend(&self) -> Arc<dyn Backend> {
+        match self {
+            Self::Memory(m) => Arc::new(m.clone()),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => Arc::new(r.clone()),
+        }
+    }
+}
+
+impl BackendConfig {
+    /// Builds the backend; `file` names the configuration in errors.
+    pub async fn build(&self, file: &str) -> Result<BuiltBackend, ConfigFileError> {
+        match self.kind {
+            BackendKind::Memory => {
+                let mut memory = MemoryBackend::default();
+                if let Some(max) = self.max_keys {
+                    memory = memory.max_keys(max);
+                }
+                Ok(BuiltBackend::Memory(memory))
+            }
+            #[cfg(feature = "redis")]
+            _ => self.redis(file).await,
+            #[cfg(not(feature = "redis"))]
+            _ => Err(ConfigFileError::new(
+                file,
+                "backend.kind",
+                "Redis backends need throttle-fleet-config's `redis` feature",
+            )),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    async fn redis(&self, file: &str) -> Result<BuiltBackend, ConfigFileError> {
+        use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+        let mut config = if self.cluster.is_empty() {
+            RedisConfig::standalone(self.url.clone().unwrap_or_default())
+        } else {
+            RedisConfig::cluster(self.cluster.clone())
+        };
+        if let Some(prefix) = &self.key_prefix {
+            config = config.key_prefix(prefix.clone());
+        }
+        if let Some(t) = self.command_timeout {
+            config = config.command_timeout(t);
+        }
+        if let Some(n) = self.fleet_size {
+            config = config.fleet_size(n);
+        }
+        let built = match self.kind {
+            BackendKind::RedisExact => RedisBackend::exact(config).await,
+            BackendKind::RedisApproximate => {
+                let mut options = ApproximateOptions::default();
+                if let Some(spans) = self.spans {
+                    options = options.spans(spans);
+                }
+                RedisBackend::approximate(config, options).await
+            }
+            BackendKind::RedisLeased => {
+                let mut options = LeaseOptions::default();
+                if let Some(batch) = self.batch {
+                    options = options.batch(batch).low_water((batch / 5).min(batch - 1));
+                }
+                RedisBackend::leased(config, options).await
+            }
+            BackendKind::Memory => unreachable!("handled by build"),
+        };
+        built.map(BuiltBackend::Redis).map_err(|e| {
+            ConfigFileError::new(
+                file,
+                format!("backend.{}", e.field()),
+                e.reason().to_owned(),
+            )
+        })
+    }
+}

@@ -1,0 +1,74 @@
+//! A throttle gateway's configuration file (TOML): where it listens, which
+//! proxies it trusts, the backend, and the rules with their keys, quotas,
+//! tiers, routes, failure policies and shadow flags.
+//!
+//! [`GatewayConfig::load`] reads and validates a file; every error names
+//! the file, the rule and the field, with the line and column of the value
+//! (`gateway.toml:14:9: rule "ip", field "limit": must be at least 1 (got
+//! 0)`). Nothing is half-applied: a file either validates whole or not at
+//! all, so a reload can keep the old rules running on an error.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! trusted_proxies = ["10.0.0.0/8"]
+//!
+//! [backend]
+//! kind = "redis-exact"        # memory | redis-exact | redis-approximate | redis-leased
+//! url = "redis://127.0.0.1:6379"
+//!
+//! [[rules]]
+//! name = "ip"
+//! key = "ip"                  # ip | header:<name> | route | jwt:<claim> | user-agent | tls-fingerprint | global | composite
+//! algorithm = "sliding_window_counter"
+//! limit = 100
+//! period_secs = 60
+//! failure = "open"            # open | closed | local
+//!
+//! [[rules]]
+//! name = "tenant"
+//! key = "header:x-api-key"
+//! limit = 1000
+//! period_secs = 60
+//! tiers = { "premium-key" = 5000 }
+//!
+//! [tls]                       # HTTPS; needed by tls-fingerprint keys
+//! cert_file = "cert.pem"      # relative to this file; or self_signed = true
+//! key_file = "key.pem"
+//!
+//! [[rules]]
+//! name = "unauthenticated"    # behind a carrier-grade NAT: /24 + TLS stack + User-Agent
+//! key = "composite"
+//! parts = ["ip", "tls-fingerprint", "user-agent"]
+//! ipv4_prefix = 24
+//! limit = 60
+//! period_secs = 60
+//! ```
+//!
+//! [`build::policy`] and [`build::layer`] turn a [`GatewayConfig`] into
+//! rules for any server: the server's [`Integration`] says where the peer
+//! address is and what a route is (`throttle-fleet-axum` and `throttle-fleet-tonic`
+//! have one each, behind their `config` feature).
+
+mod backend;
+pub mod build;
+mod error;
+mod file;
+mod load;
+mod model;
+pub mod reload;
+
+pub use backend::BuiltBackend;
+pub use build::Integration;
+pub use error::ConfigFileError;
+pub use model::{
+    BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec,
+    RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
+};
+/// The certificate and key types of [`TlsIdentity`].
+pub use rustls_pki_types as pki_types;
+
+/// The bounds a file is held to, each checked when it loads (the error
+/// names the field).
+pub mod limits {
+    pub use crate::load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIER_KEYS};
+}

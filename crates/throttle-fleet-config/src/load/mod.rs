@@ -1,0 +1,286 @@
+//! Reading and validating a file: every error names the file, the rule and
+//! the field, at the line and column of the offending value. This module
+//! reads the file's top level; the backend, the JWT and TLS tables, the
+//! gateway's own server settings and the rules each have a file.
+
+mod backend;
+mod rule;
+mod secrets;
+mod server;
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::Path;
+
+use toml::Spanned;
+
+use crate::error::ConfigFileError;
+use crate::file;
+use crate::model::{BackendConfig, Cidr, GatewayConfig, HeaderStyle, ServerConfig};
+
+/// The most rules one file may hold.
+pub const MAX_RULES: usize = 256;
+
+/// The most tiers one rule may hold.
+pub const MAX_TIER_KEYS: usize = 10_000;
+
+/// The most parts of a composite key.
+pub const MAX_KEY_PARTS: usize = 4;
+
+/// The largest file read.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+impl GatewayConfig {
+    /// Reads and validates the file at `path`. Relative paths inside it
+    /// (`[jwt] public_key_file`, `[tls] cert_file` and `key_file`) are taken
+    /// from the file's directory.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigFileError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let too_big = std::fs::metadata(path)
+            .map(|m| m.len() > MAX_FILE_BYTES)
+            .unwrap_or(false);
+        if too_big {
+            return Err(ConfigFileError::new(
+                &name,
+                "file",
+                format!("is larger than {MAX_FILE_BYTES} bytes"),
+            ));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigFileError::new(&name, "file", format!("cannot be read: {e}")))?;
+        Self::parse(&name, &text, path.parent())
+    }
+
+    /// Validates `text`, named `name` in errors; relative paths are taken
+    /// from `dir` (the working directory if `None`).
+    ///
+    /// ```
+    /// use throttle_fleet_config::{GatewayConfig, KeySpec};
+    ///
+    /// let config = GatewayConfig::parse("gateway.toml", r#"
+    ///     [[rules]]
+    ///     name = "ip"
+    ///     key = "ip"
+    ///     limit = 100
+    ///     period_secs = 60
+    /// "#, None)?;
+    /// assert_eq!(config.rules[0].rule.quota().limit(), 100);
+    /// assert_eq!(config.rules[0].key, KeySpec::Ip { ipv4_prefix: 32, ipv6_prefix: 64 });
+    ///
+    /// let bad = GatewayConfig::parse("gateway.toml", "[[rules]]\nname = \"ip\"\nkey = \"ip\"\nlimit = 0\nperiod_secs = 60\n", None);
+    /// assert_eq!(bad.unwrap_err().to_string(),
+    ///     "gateway.toml:4:9: rule \"ip\", field \"limit\": must be at least 1 (got 0)");
+    /// # Ok::<(), throttle_fleet_config::ConfigFileError>(())
+    /// ```
+    pub fn parse(name: &str, text: &str, dir: Option<&Path>) -> Result<Self, ConfigFileError> {
+        let raw: file::File = toml::from_str(text).map_err(|e| {
+            let field = field_of_message(e.message());
+            ConfigFileError::new(name, field, e.message().trim().to_owned()).at(text, e.span())
+        })?;
+        Loader { name, text, dir }.config(raw)
+    }
+}
+
+/// The field a parser message is about (`unknown field `limt``, `missing
+/// field `limit``), or `file`.
+fn field_of_message(message: &str) -> String {
+    for marker in ["unknown field `", "missing field `", "duplicate key `"] {
+        if let Some(rest) = message.split(marker).nth(1)
+            && let Some(field) = rest.split('`').next()
+        {
+            return field.to_owned();
+        }
+    }
+    "file".to_owned()
+}
+
+struct Loader<'a> {
+    name: &'a str,
+    text: &'a str,
+    dir: Option<&'a Path>,
+}
+
+type Result<T, E = ConfigFileError> = std::result::Result<T, E>;
+
+/// The tables that some keys need, present or not.
+#[derive(Clone, Copy)]
+struct Tables {
+    jwt: bool,
+    tls: bool,
+}
+
+impl Loader<'_> {
+    pub(super) fn err(
+        &self,
+        field: &str,
+        span: Range<usize>,
+        message: impl Into<String>,
+    ) -> ConfigFileError {
+        ConfigFileError::new(self.name, field, message).at(self.text, Some(span))
+    }
+
+    fn config(&self, raw: file::File) -> Result<GatewayConfig> {
+        let listen = raw
+            .listen
+            .as_ref()
+            .map(|l| self.socket_addr("listen", l))
+            .transpose()?;
+        let trusted_proxies = raw
+            .trusted_proxies
+            .iter()
+            .map(|c| self.cidr(c))
+            .collect::<Result<Vec<_>>>()?;
+        let proxy_hops = raw
+            .proxy_hops
+            .as_ref()
+            .map(|h| self.int("proxy_hops", h, 1, 32).map(|h| h as u8))
+            .transpose()?;
+        let headers = match raw.headers.as_ref() {
+            None => HeaderStyle::default(),
+            Some(h) => match h.get_ref().as_str() {
+                "x-ratelimit" => HeaderStyle::XRateLimit,
+                "ietf" => HeaderStyle::Ietf,
+                other => {
+                    return Err(self.err(
+                        "headers",
+                        h.span(),
+                        format!("must be \"x-ratelimit\" or \"ietf\" (got {other:?})"),
+                    ));
+                }
+            },
+        };
+        let metrics_listen = raw
+            .metrics
+            .as_ref()
+            .map(|m| self.socket_addr("metrics.listen", &m.listen))
+            .transpose()?;
+        let server = match &raw.server {
+            Some(table) => self.server(table)?,
+            None => ServerConfig::default(),
+        };
+        let backend = match &raw.backend {
+            Some(b) => self.backend(b.get_ref())?,
+            None => BackendConfig::default(),
+        };
+        let jwt = raw
+            .jwt
+            .as_ref()
+            .map(|j| self.jwt(j.get_ref()))
+            .transpose()?;
+        let tls = raw
+            .tls
+            .as_ref()
+            .map(|t| self.tls(t.get_ref(), t.span()))
+            .transpose()?;
+        let tables = Tables {
+            jwt: jwt.is_some(),
+            tls: tls.is_some(),
+        };
+        if raw.rules.is_empty() {
+            return Err(ConfigFileError::new(
+                self.name,
+                "rules",
+                "has no [[rules]]: a gateway without rules limits nothing",
+            ));
+        }
+        if raw.rules.len() > MAX_RULES {
+            return Err(self.err(
+                "rules",
+                raw.rules[MAX_RULES].span(),
+                format!("at most {MAX_RULES} rules"),
+            ));
+        }
+        let mut names = HashSet::new();
+        let mut rules = Vec::with_capacity(raw.rules.len());
+        for rule in &raw.rules {
+            let rule = rule.get_ref();
+            let name = rule.name.get_ref();
+            let config = self.rule(rule, tables).map_err(|e| e.in_rule(Some(name)))?;
+            if !names.insert(name.clone()) {
+                return Err(self
+                    .err("name", rule.name.span(), "is used by an earlier rule")
+                    .in_rule(Some(name)));
+            }
+            rules.push(config);
+        }
+        Ok(GatewayConfig {
+            listen,
+            trusted_proxies,
+            proxy_hops,
+            headers,
+            metrics_listen,
+            server,
+            backend,
+            jwt,
+            tls,
+            rules,
+        })
+    }
+
+    pub(super) fn socket_addr(&self, field: &str, value: &Spanned<String>) -> Result<SocketAddr> {
+        value.get_ref().parse().map_err(|_| {
+            self.err(
+                field,
+                value.span(),
+                format!(
+                    "must be an address and port like \"127.0.0.1:8080\" (got {:?})",
+                    value.get_ref()
+                ),
+            )
+        })
+    }
+
+    pub(super) fn cidr(&self, value: &Spanned<String>) -> Result<Cidr> {
+        let text = value.get_ref().trim();
+        let bad = |why: &str| {
+            self.err(
+                "trusted_proxies",
+                value.span(),
+                format!("{text:?} {why} (write e.g. \"10.0.0.0/8\" or \"fd00::/8\")"),
+            )
+        };
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| bad("is not an IP address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => match p.parse::<u8>() {
+                Ok(p) if p <= max => p,
+                _ => return Err(bad(&format!("needs a prefix length from 0 to {max}"))),
+            },
+        };
+        Ok(Cidr { addr, prefix })
+    }
+
+    pub(super) fn int(&self, field: &str, value: &Spanned<i64>, min: i64, max: i64) -> Result<i64> {
+        let v = *value.get_ref();
+        if v < min {
+            return Err(self.err(
+                field,
+                value.span(),
+                format!("must be at least {min} (got {v})"),
+            ));
+        }
+        if v > max {
+            return Err(self.err(
+                field,
+                value.span(),
+                format!("must be at most {max} (got {v})"),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// A path written in the file, taken from the file's directory.
+    pub(super) fn path(&self, written: &str) -> std::path::PathBuf {
+        match self.dir {
+            Some(dir) => dir.join(written),
+            None => written.into(),
+        }
+    }
+}

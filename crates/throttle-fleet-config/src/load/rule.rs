@@ -1,0 +1,297 @@
+//! The `[[rules]]`: quota, algorithm, failure policy, tiers and keys.
+
+use std::time::Duration;
+
+use throttle_fleet_core::{Algorithm, FailurePolicy, Quota, Rule};
+use toml::Spanned;
+
+use super::{Loader, Result};
+use super::{MAX_KEY_PARTS, MAX_TIER_KEYS, Tables};
+use crate::file;
+use crate::model::{KeySpec, RuleConfig};
+
+impl Loader<'_> {
+    pub(super) fn rule(&self, raw: &file::Rule, tables: Tables) -> Result<RuleConfig> {
+        let limit = self.int(
+            "limit",
+            &raw.limit,
+            1,
+            throttle_fleet_core::limits::MAX_LIMIT as i64,
+        )? as u64;
+        let period = self.int(
+            "period_secs",
+            &raw.period_secs,
+            1,
+            throttle_fleet_core::limits::MAX_PERIOD.as_secs() as i64,
+        )? as u64;
+        let mut quota = Quota::new(limit, Duration::from_secs(period));
+        let algorithm = match raw.algorithm.as_ref() {
+            None => Algorithm::default(),
+            Some(a) => Algorithm::ALL
+                .into_iter()
+                .find(|x| x.name() == a.get_ref())
+                .ok_or_else(|| {
+                    let names: Vec<&str> = Algorithm::ALL.iter().map(|x| x.name()).collect();
+                    self.err(
+                        "algorithm",
+                        a.span(),
+                        format!(
+                            "must be one of {} (got {:?})",
+                            names.join(", "),
+                            a.get_ref()
+                        ),
+                    )
+                })?,
+        };
+        if let Some(b) = &raw.burst {
+            if !algorithm.uses_burst() {
+                return Err(self.err(
+                    "burst",
+                    b.span(),
+                    format!(
+                        "applies only to token_bucket and leaky_bucket, not {}",
+                        algorithm.name()
+                    ),
+                ));
+            }
+            quota = quota.with_burst(self.int(
+                "burst",
+                b,
+                1,
+                throttle_fleet_core::limits::MAX_LIMIT as i64,
+            )? as u64);
+        }
+        let mut rule = Rule::new(raw.name.get_ref(), quota).algorithm_is(algorithm);
+        if let Some(c) = &raw.cost {
+            rule = rule.cost(self.int("cost", c, 1, i64::from(u32::MAX))? as u32);
+        }
+        if let Some(f) = &raw.failure {
+            rule = rule.on_failure(match f.get_ref().as_str() {
+                "open" => FailurePolicy::FailOpen,
+                "closed" => FailurePolicy::FailClosed,
+                "local" => FailurePolicy::LocalFallback,
+                other => {
+                    return Err(self.err(
+                        "failure",
+                        f.span(),
+                        format!("must be open, closed or local (got {other:?})"),
+                    ));
+                }
+            });
+        }
+        rule.validate().map_err(|e| {
+            let (field, span) = match e.field() {
+                "name" => ("name", raw.name.span()),
+                "cost" => (
+                    "cost",
+                    raw.cost.as_ref().map_or(raw.name.span(), Spanned::span),
+                ),
+                "quota.limit" => ("limit", raw.limit.span()),
+                "quota.period" => ("period_secs", raw.period_secs.span()),
+                "quota.burst" => (
+                    "burst",
+                    raw.burst.as_ref().map_or(raw.limit.span(), Spanned::span),
+                ),
+                _ => ("name", raw.name.span()),
+            };
+            self.err(field, span, e.reason().to_owned())
+        })?;
+        let key = self.key(raw, tables)?;
+        let routes = match &raw.routes {
+            None => None,
+            Some(list) => {
+                if list.get_ref().is_empty() {
+                    return Err(self.err(
+                        "routes",
+                        list.span(),
+                        "needs at least one route template",
+                    ));
+                }
+                let mut routes = Vec::with_capacity(list.get_ref().len());
+                for r in list.get_ref() {
+                    if !r.get_ref().starts_with('/') {
+                        return Err(self.err(
+                            "routes",
+                            r.span(),
+                            format!(
+                                "{:?} is not a route template: it must start with '/'",
+                                r.get_ref()
+                            ),
+                        ));
+                    }
+                    routes.push(r.get_ref().clone());
+                }
+                Some(routes)
+            }
+        };
+        let mut tiers = Vec::new();
+        if let Some(map) = &raw.tiers {
+            if map.get_ref().len() > MAX_TIER_KEYS {
+                return Err(self.err("tiers", map.span(), format!("at most {MAX_TIER_KEYS} keys")));
+            }
+            for (key, limit) in map.get_ref() {
+                if key.is_empty() {
+                    return Err(self.err("tiers", map.span(), "a tier's key must not be empty"));
+                }
+                let limit = self.int(
+                    "tiers",
+                    limit,
+                    1,
+                    throttle_fleet_core::limits::MAX_LIMIT as i64,
+                )? as u64;
+                let mut q = Quota::new(limit, quota.period());
+                if let Some(b) = quota.explicit_burst() {
+                    // The burst scales with the tier's limit.
+                    q = q.with_burst(
+                        (u128::from(b) * u128::from(limit) / u128::from(quota.limit())).max(1)
+                            as u64,
+                    );
+                }
+                tiers.push((key.clone(), q));
+            }
+        }
+        Ok(RuleConfig {
+            rule,
+            key,
+            routes,
+            tiers,
+            shadow: raw.shadow,
+        })
+    }
+
+    pub(super) fn key(&self, raw: &file::Rule, tables: Tables) -> Result<KeySpec> {
+        let mut uses_ip = false;
+        let key = match raw.key.get_ref().as_str() {
+            "composite" => {
+                let Some(parts) = &raw.parts else {
+                    return Err(self.err(
+                        "parts",
+                        raw.key.span(),
+                        "a composite key needs parts, e.g. [\"ip\", \"user-agent\"]",
+                    ));
+                };
+                let list = parts.get_ref();
+                if !(2..=MAX_KEY_PARTS).contains(&list.len()) {
+                    return Err(self.err(
+                        "parts",
+                        parts.span(),
+                        format!(
+                            "a composite key has 2 to {MAX_KEY_PARTS} parts (got {})",
+                            list.len()
+                        ),
+                    ));
+                }
+                let mut specs = Vec::with_capacity(list.len());
+                for part in list {
+                    if part.get_ref() == "composite" {
+                        return Err(self.err(
+                            "parts",
+                            part.span(),
+                            "a part cannot itself be composite",
+                        ));
+                    }
+                    specs.push(self.simple_key("parts", part, raw, tables, &mut uses_ip)?);
+                }
+                KeySpec::Composite(specs)
+            }
+            _ => {
+                if let Some(parts) = &raw.parts {
+                    return Err(self.err(
+                        "parts",
+                        parts.span(),
+                        "applies only to key = \"composite\"",
+                    ));
+                }
+                self.simple_key("key", &raw.key, raw, tables, &mut uses_ip)?
+            }
+        };
+        for (field, v) in [
+            ("ipv4_prefix", &raw.ipv4_prefix),
+            ("ipv6_prefix", &raw.ipv6_prefix),
+        ] {
+            if let Some(v) = v
+                && !uses_ip
+            {
+                return Err(self.err(field, v.span(), "applies only to keys by ip"));
+            }
+        }
+        Ok(key)
+    }
+
+    pub(super) fn simple_key(
+        &self,
+        field: &str,
+        value: &Spanned<String>,
+        raw: &file::Rule,
+        tables: Tables,
+        uses_ip: &mut bool,
+    ) -> Result<KeySpec> {
+        let text = value.get_ref().as_str();
+        let spec = if text == "ip" {
+            *uses_ip = true;
+            KeySpec::Ip {
+                ipv4_prefix: raw
+                    .ipv4_prefix
+                    .as_ref()
+                    .map(|v| self.int("ipv4_prefix", v, 1, 32))
+                    .transpose()?
+                    .unwrap_or(32) as u8,
+                ipv6_prefix: raw
+                    .ipv6_prefix
+                    .as_ref()
+                    .map(|v| self.int("ipv6_prefix", v, 1, 128))
+                    .transpose()?
+                    .unwrap_or(64) as u8,
+            }
+        } else if let Some(name) = text.strip_prefix("header:") {
+            let ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !ok {
+                return Err(self.err(
+                    field,
+                    value.span(),
+                    format!("{name:?} is not a header name"),
+                ));
+            }
+            KeySpec::Header(name.to_ascii_lowercase())
+        } else if let Some(claim) = text.strip_prefix("jwt:") {
+            if claim.is_empty() {
+                return Err(self.err(field, value.span(), "jwt: needs a claim name, e.g. jwt:sub"));
+            }
+            if !tables.jwt {
+                return Err(self.err(
+                    field,
+                    value.span(),
+                    "a jwt key needs a [jwt] table saying how tokens are verified",
+                ));
+            }
+            KeySpec::Jwt(claim.to_owned())
+        } else {
+            match text {
+                "route" => KeySpec::Route,
+                "user-agent" => KeySpec::UserAgent,
+                "global" => KeySpec::Global,
+                "tls-fingerprint" if !tables.tls => {
+                    return Err(self.err(
+                        field,
+                        value.span(),
+                        "a tls-fingerprint key needs a [tls] table: fingerprints come from the TLS handshake, which a plain-HTTP gateway never sees",
+                    ));
+                }
+                "tls-fingerprint" => KeySpec::TlsFingerprint,
+                other => {
+                    return Err(self.err(
+                        field,
+                        value.span(),
+                        format!(
+                            "must be ip, header:<name>, route, jwt:<claim>, user-agent, tls-fingerprint, global or composite (got {other:?})"
+                        ),
+                    ));
+                }
+            }
+        };
+        Ok(spec)
+    }
+}

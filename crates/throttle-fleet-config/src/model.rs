@@ -1,0 +1,239 @@
+//! The configuration once validated: every value here can work.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use throttle_fleet_core::{Quota, Rule};
+
+/// A whole gateway's configuration, validated.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Where the gateway listens (`listen`), if set.
+    pub listen: Option<SocketAddr>,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` headers are read.
+    pub trusted_proxies: Vec<Cidr>,
+    /// How many trusted hops to walk at most (`proxy_hops`), if set.
+    pub proxy_hops: Option<u8>,
+    /// The rate-limit header style of answers (`headers`).
+    pub headers: HeaderStyle,
+    /// Where Prometheus text is served (`[metrics] listen`), if set.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How the gateway treats connections (`[server]`).
+    pub server: ServerConfig,
+    /// The backend every rule uses (`[backend]`; memory when absent).
+    pub backend: BackendConfig,
+    /// How bearer tokens are verified (`[jwt]`), for `jwt:<claim>` keys.
+    pub jwt: Option<JwtConfig>,
+    /// HTTPS, with TLS fingerprints for `tls-fingerprint` keys (`[tls]`).
+    pub tls: Option<TlsConfig>,
+    /// The rules, in file order.
+    pub rules: Vec<RuleConfig>,
+}
+
+/// The `[server]` table: what a slow or idle client may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Connections open at once (`max_connections`, default 10,000); past
+    /// it, new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive, and how long an
+    /// idle keep-alive connection stays open (`header_timeout_secs`,
+    /// default 10).
+    pub header_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// An address block, `a.b.c.d/n` or `x::/n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    /// The network's address (host bits as written).
+    pub addr: IpAddr,
+    /// The prefix length.
+    pub prefix: u8,
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Which rate-limit headers answers carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderStyle {
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (`"x-ratelimit"`, the
+    /// default).
+    #[default]
+    XRateLimit,
+    /// The IETF draft's `RateLimit` and `RateLimit-Policy` as well
+    /// (`"ietf"`).
+    Ietf,
+}
+
+/// Which backend counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// In this process only (`"memory"`).
+    Memory,
+    /// Redis, one atomic script per check (`"redis-exact"`).
+    RedisExact,
+    /// Redis, counted locally and flushed each span (`"redis-approximate"`).
+    RedisApproximate,
+    /// Redis, tokens leased in batches (`"redis-leased"`).
+    RedisLeased,
+}
+
+/// The `[backend]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Which backend.
+    pub kind: BackendKind,
+    /// A standalone Redis (`url`).
+    pub url: Option<String>,
+    /// Redis Cluster seed nodes (`cluster`); used instead of `url` if set.
+    pub cluster: Vec<String>,
+    /// Prefix of every Redis key (`key_prefix`).
+    pub key_prefix: Option<String>,
+    /// How long a check may wait for Redis (`command_timeout_ms`).
+    pub command_timeout: Option<Duration>,
+    /// Instances sharing each quota (`fleet_size`), for the local fallback.
+    pub fleet_size: Option<u32>,
+    /// Approximate mode: spans per interval (`spans`).
+    pub spans: Option<u32>,
+    /// Leased mode: tokens per lease (`batch`).
+    pub batch: Option<u64>,
+    /// Memory: keys tracked per rule (`max_keys`).
+    pub max_keys: Option<usize>,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        Self {
+            kind: BackendKind::Memory,
+            url: None,
+            cluster: Vec::new(),
+            key_prefix: None,
+            command_timeout: None,
+            fleet_size: None,
+            spans: None,
+            batch: None,
+            max_keys: None,
+        }
+    }
+}
+
+/// The `[jwt]` table: how tokens are verified before a claim becomes a key.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// `HS256`, `RS256` or `ES256`.
+    pub algorithm: String,
+    /// The HMAC secret (read from the environment variable `secret_env`).
+    pub secret: Option<Vec<u8>>,
+    /// The PEM public key file (`public_key_file`, relative to the file).
+    pub public_key_file: Option<PathBuf>,
+    /// The audience a token must name (`audience`).
+    pub audience: Option<String>,
+    /// The issuer a token must name (`issuer`).
+    pub issuer: Option<String>,
+}
+
+/// The `[tls]` table: the gateway serves HTTPS, and reads each client's
+/// ClientHello fingerprint (JA4) for `tls-fingerprint` keys.
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// The certificate and key.
+    pub identity: TlsIdentity,
+    /// How long a client may take to finish its TLS handshake
+    /// (`handshake_timeout_secs`, default 5).
+    pub handshake_timeout: Duration,
+    /// What to do with a ClientHello that cannot be fingerprinted
+    /// (`invalid_hello`).
+    pub invalid_hello: InvalidHello,
+}
+
+/// Where the gateway's certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsIdentity {
+    /// PEM files (`cert_file`, `key_file`, relative to the configuration
+    /// file), read and parsed when the configuration was loaded.
+    Pem {
+        /// The certificate file, as resolved.
+        cert_file: PathBuf,
+        /// The key file, as resolved.
+        key_file: PathBuf,
+        /// The certificate chain, leaf first.
+        cert_chain: Vec<CertificateDer<'static>>,
+        /// The private key.
+        key: Arc<PrivateKeyDer<'static>>,
+    },
+    /// A self-signed certificate for `localhost` made at start
+    /// (`self_signed = true`), for trying the gateway out.
+    SelfSigned,
+}
+
+/// What the gateway does with a ClientHello it cannot fingerprint
+/// (malformed, larger than the bound, not TLS at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InvalidHello {
+    /// Close the connection (`"close"`, the default).
+    #[default]
+    Close,
+    /// Let the TLS library try; requests of the connection have no
+    /// fingerprint, so `tls-fingerprint` keys are missing (`"proceed"`).
+    Proceed,
+}
+
+/// Where a rule's key comes from (`key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySpec {
+    /// The client's address (`"ip"`), grouped by prefix.
+    Ip {
+        /// IPv4 prefix length (`ipv4_prefix`, default 32).
+        ipv4_prefix: u8,
+        /// IPv6 prefix length (`ipv6_prefix`, default 64).
+        ipv6_prefix: u8,
+    },
+    /// A request header's value (`"header:<name>"`).
+    Header(String),
+    /// The matched route template (`"route"`).
+    Route,
+    /// A verified bearer token's claim (`"jwt:<claim>"`).
+    Jwt(String),
+    /// A hash of the `User-Agent` header (`"user-agent"`).
+    UserAgent,
+    /// One key for every request (`"global"`).
+    Global,
+    /// The JA4 fingerprint of the connection's TLS ClientHello
+    /// (`"tls-fingerprint"`); needs `[tls]`.
+    TlsFingerprint,
+    /// Every part must be found (`"composite"`, with `parts`).
+    Composite(Vec<KeySpec>),
+}
+
+/// One `[[rules]]` entry.
+#[derive(Debug, Clone)]
+pub struct RuleConfig {
+    /// The rule (name, quota, algorithm, cost, failure policy).
+    pub rule: Rule,
+    /// Where its key comes from.
+    pub key: KeySpec,
+    /// The only route templates it applies to (`routes`), if set.
+    pub routes: Option<Vec<String>>,
+    /// Quotas of particular keys (`tiers`: key as written -> limit per the
+    /// rule's period).
+    pub tiers: Vec<(String, Quota)>,
+    /// Decide, count and report, never deny (`shadow`).
+    pub shadow: bool,
+}

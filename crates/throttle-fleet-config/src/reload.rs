@@ -1,0 +1,210 @@
+//! Reload on change: the file is read again when its modification time
+//! changes; a valid file replaces the layer's rules (counts carried over
+//! where a rule's name and algorithm stay), an invalid one is reported and
+//! the running rules stay. Works for any server with an [`Integration`].
+//!
+//! ```no_run
+//! # use throttle_fleet_config::{GatewayConfig, Integration, reload::Reloader};
+//! # async fn run<I: Integration + Send + 'static>(integration: I) -> Result<(), Box<dyn std::error::Error>>
+//! # where I::Responder: Send + Sync {
+//! use std::time::Duration;
+//!
+//! let config = GatewayConfig::load("gateway.toml")?;
+//! let backend = config.backend.build("gateway.toml").await?.as_backend();
+//! let layer = throttle_fleet_config::build::layer(&config, "gateway.toml", backend.clone(), &integration)?;
+//! // ... serve with `layer.clone()` ...
+//! let reloader = Reloader::new("gateway.toml", config, layer, backend, integration);
+//! tokio::spawn(reloader.watch(Duration::from_millis(250), std::future::pending(), |event| {
+//!     eprintln!("{event}");
+//! }));
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use throttle_fleet_core::Backend;
+use throttle_fleet_core::rule_set::Carried;
+use throttle_fleet_tower::{Reloaded, ThrottleLayer};
+
+use crate::build::{self, Integration};
+use crate::model::GatewayConfig;
+
+/// What one look at the file did.
+#[derive(Debug)]
+pub enum ReloadEvent {
+    /// The file's rules replaced the running ones.
+    Reloaded {
+        /// The file, as named.
+        file: String,
+        /// What became of each rule's counts.
+        reloaded: Reloaded,
+    },
+    /// The rules will be reloaded, but these changes need a restart
+    /// (`[backend]`, `listen`): reported before the
+    /// [`Reloaded`](Self::Reloaded) that follows.
+    NeedsRestart {
+        /// The file, as named.
+        file: String,
+    },
+    /// The file was refused (it does not validate, or it adds or removes
+    /// `[tls]`); the running rules stay.
+    Kept {
+        /// Why, naming the file (and the rule, field, line and column when
+        /// the file is invalid).
+        reason: String,
+    },
+}
+
+impl fmt::Display for ReloadEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Reloaded { file, reloaded } => {
+                write!(f, "reloaded {file}: ")?;
+                for (i, (name, how)) in reloaded.rules.iter().enumerate() {
+                    let how = match how {
+                        Carried::Same => "kept",
+                        Carried::Requoted => "new quota, counts kept",
+                        Carried::Fresh => "new",
+                    };
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{name} ({how})")?;
+                }
+                Ok(())
+            }
+            Self::NeedsRestart { file } => write!(
+                f,
+                "{file}: [backend] and listen changes take effect on restart; reloading the rules"
+            ),
+            Self::Kept { reason } => write!(f, "{reason}; keeping the running rules"),
+        }
+    }
+}
+
+/// Reloads a layer's rules from its configuration file.
+pub struct Reloader<I: Integration, B> {
+    path: PathBuf,
+    running: GatewayConfig,
+    layer: ThrottleLayer<I::Responder>,
+    backend: B,
+    integration: I,
+    seen: Option<SystemTime>,
+}
+
+impl<I: Integration, B> fmt::Debug for Reloader<I, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reloader")
+            .field("path", &self.path)
+            .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl<I: Integration, B: Backend + Clone> Reloader<I, B> {
+    /// Reloads `layer` (built from `running`, the file at `path` as it is
+    /// now) on `backend`, for `integration`'s server. The file counts as
+    /// seen: only a later change reloads it.
+    pub fn new(
+        path: impl Into<PathBuf>,
+        running: GatewayConfig,
+        layer: ThrottleLayer<I::Responder>,
+        backend: B,
+        integration: I,
+    ) -> Self {
+        let path = path.into();
+        let seen = modified(&path);
+        Self {
+            path,
+            running,
+            layer,
+            backend,
+            integration,
+            seen,
+        }
+    }
+
+    /// The configuration the layer's rules come from now.
+    pub fn running(&self) -> &GatewayConfig {
+        &self.running
+    }
+
+    /// Reloads if the file's modification time changed since it was last
+    /// seen; what that did (nothing if it did not change).
+    pub fn check(&mut self) -> Vec<ReloadEvent> {
+        let now = modified(&self.path);
+        if now == self.seen {
+            return Vec::new();
+        }
+        self.seen = now;
+        self.reload()
+    }
+
+    /// Reads the file and reloads now, changed or not.
+    pub fn reload(&mut self) -> Vec<ReloadEvent> {
+        let file = self.path.display().to_string();
+        let kept = |reason: String| vec![ReloadEvent::Kept { reason }];
+        let config = match GatewayConfig::load(&self.path) {
+            Ok(config) => config,
+            Err(e) => return kept(e.to_string()),
+        };
+        if config.tls.is_some() != self.running.tls.is_some() {
+            // The listener speaks HTTP or HTTPS from its start; rules keyed
+            // by fingerprints on a plain listener would find none.
+            return kept(format!("{file}: [tls] is added or removed only on restart"));
+        }
+        let mut events = Vec::new();
+        if config.backend != self.running.backend || config.listen != self.running.listen {
+            events.push(ReloadEvent::NeedsRestart { file: file.clone() });
+        }
+        let policy = match build::policy(&config, &file, &self.integration) {
+            Ok(p) => p,
+            Err(e) => {
+                events.push(ReloadEvent::Kept {
+                    reason: e.to_string(),
+                });
+                return events;
+            }
+        };
+        let responder = self.integration.responder(&config);
+        match self
+            .layer
+            .reload_with_responder(policy, self.backend.clone(), responder)
+        {
+            Ok(reloaded) => {
+                events.push(ReloadEvent::Reloaded { file, reloaded });
+                self.running = config;
+            }
+            Err(e) => events.push(ReloadEvent::Kept {
+                reason: format!("{file}: {e}"),
+            }),
+        }
+        events
+    }
+
+    /// Looks at the file every `every` until `stop` completes, handing
+    /// each event to `report` (to log it).
+    pub async fn watch(
+        mut self,
+        every: Duration,
+        stop: impl Future<Output = ()>,
+        mut report: impl FnMut(&ReloadEvent),
+    ) {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = &mut stop => return,
+            }
+            for event in self.check() {
+                report(&event);
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Cost of one check, ours side by side with governor's keyed limiter.
+//!
+//! Run with `cargo bench -p throttle-fleet-core --bench check` (about two
+//! minutes); add a filter to run part of it, e.g. `-- allowed/2t`.
+//!
+//! Every scenario is one criterion group holding every subject, so the
+//! report lists them together:
+//!
+//! - `throttle`: `MemoryLimiter::check` (token bucket) on the memory backend,
+//!   with the key built from a `u64` in the loop as an extractor would.
+//! - `throttle_ruleset`: the same limiter behind `RuleSet::check`, the call
+//!   the Tower layer makes (one demand, and the `Decision` with the figures
+//!   the headers need).
+//! - `governor`: `governor::DefaultKeyedRateLimiter<u64>::check_key` (a
+//!   `DashMap` with std's hasher, as `tower_governor` uses it).
+//!
+//! Groups are `allowed/<threads>t/<keys>` (a quota of 1e9 per second, so
+//! nothing is denied) and `denied/<threads>t/1` (1 per hour, the key used up
+//! during setup, so every check takes the denial path). Keys are inserted
+//! before measuring and visited in one pre-generated pseudo-random order
+//! that every subject shares. With two threads, each thread makes the same
+//! number of checks from its own place in that order and the time reported
+//! is wall time divided by all checks made: the cost of one check when two
+//! cores share the work.
+//!
+//! The memory backend is given room for two million keys: its default bound
+//! is one million, and a table exactly at its bound sweeps and evicts, which
+//! is not what these scenarios measure.
+
+mod common;
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{ORDER_LEN, ORDER_MASK, Subjects};
+use criterion::{
+    BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
+};
+
+/// Time per check, on one thread.
+fn one_thread(group: &mut BenchmarkGroup<'_, WallTime>, subjects: &Subjects, order: &[u64]) {
+    for (name, subject) in subjects.each() {
+        group.bench_function(name, |b| {
+            let mut i = 0usize;
+            b.iter(|| {
+                let key = order[i & ORDER_MASK];
+                i = i.wrapping_add(1);
+                black_box(subject.check(black_box(key)))
+            });
+        });
+    }
+}
+
+/// Time per check with two threads checking at once: each thread makes
+/// `iters` checks; wall time (the slower thread) over `2 * iters`.
+fn two_threads(group: &mut BenchmarkGroup<'_, WallTime>, subjects: &Subjects, order: &[u64]) {
+    for (name, subject) in subjects.each() {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let start = Barrier::new(2);
+                let elapsed = thread::scope(|s| {
+                    let workers = [0, ORDER_LEN / 2].map(|offset| {
+                        let start = &start;
+                        s.spawn(move || {
+                            start.wait();
+                            let t0 = Instant::now();
+                            for i in 0..iters as usize {
+                                let key = order[(offset + i) & ORDER_MASK];
+                                black_box(subject.check(black_box(key)));
+                            }
+                            t0.elapsed()
+                        })
+                    });
+                    workers.map(|w| w.join().expect("bench thread panicked"))
+                });
+                elapsed[0].max(elapsed[1]) / 2
+            });
+        });
+    }
+}
+
+fn allowed(c: &mut Criterion) {
+    for (label, keys) in [("1", 1u64), ("10k", 10_000), ("1M", 1_000_000)] {
+        let (subjects, order) = common::scenario(keys, false, None);
+        let mut group = c.benchmark_group(format!("allowed/1t/{label}"));
+        one_thread(&mut group, &subjects, &order);
+        group.finish();
+        let mut group = c.benchmark_group(format!("allowed/2t/{label}"));
+        two_threads(&mut group, &subjects, &order);
+        group.finish();
+
+        for (name, subject) in subjects.each() {
+            assert!(subject.check(0), "{name}: a check was denied");
+        }
+    }
+}
+
+fn denied(c: &mut Criterion) {
+    let (subjects, order) = common::scenario(1, true, None);
+    let mut group = c.benchmark_group("denied/1t/1");
+    one_thread(&mut group, &subjects, &order);
+    group.finish();
+    let mut group = c.benchmark_group("denied/2t/1");
+    two_threads(&mut group, &subjects, &order);
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = allowed, denied
+}
+criterion_main!(benches);

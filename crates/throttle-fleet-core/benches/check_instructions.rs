@@ -1,0 +1,143 @@
+//! Instructions per check (callgrind), ours side by side with governor's
+//! keyed limiter: the figure this shared machine does not move.
+//!
+//! Run with `cargo bench -p throttle-fleet-core --bench check_instructions`
+//! (needs `valgrind` on the path; a few minutes). The subjects and
+//! scenarios are those of the `check` benchmark, one thread each:
+//! `allowed/1`, `allowed/10k`, `allowed/1M` and `denied` (name some to run
+//! only those).
+//!
+//! The binary starts itself again under
+//! `valgrind --tool=callgrind --toggle-collect=*measured*` once per subject,
+//! scenario and run: the child sets the scenario up (outside the count),
+//! then makes `CHECKS` checks inside `measured`, the only function whose
+//! instructions are collected. `loop` is the same loop with no check, and
+//! the table subtracts it. Each figure is the least of three runs (a check
+//! that reads the clock can differ by a few instructions from run to run).
+
+mod common;
+
+use std::hint::black_box;
+use std::process::Command;
+
+use common::{ORDER_MASK, Subject};
+
+/// Checks made inside the counted function.
+const CHECKS: usize = 200_000;
+const RUNS: usize = 3;
+const CHILD_VAR: &str = "THROTTLE_CHECK_INSTRUCTIONS_CHILD";
+const SCENARIOS: [(&str, u64, bool); 4] = [
+    ("allowed/1", 1, false),
+    ("allowed/10k", 10_000, false),
+    ("allowed/1M", 1_000_000, false),
+    ("denied", 1, true),
+];
+const SUBJECTS: [&str; 4] = ["loop", "throttle", "throttle_ruleset", "governor"];
+
+/// Nothing but the benchmark's loop: what every other subject also pays.
+struct Loop;
+
+impl Subject for Loop {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        key != u64::MAX
+    }
+}
+
+/// The counted part: `CHECKS` checks in the shared visiting order.
+#[inline(never)]
+fn measured<S: Subject + ?Sized>(subject: &S, order: &[u64]) -> usize {
+    let mut allowed = 0;
+    for i in 0..CHECKS {
+        allowed += usize::from(subject.check(black_box(order[i & ORDER_MASK])));
+    }
+    allowed
+}
+
+fn child(spec: &str) {
+    let (scenario, subject) = spec.split_once(' ').expect("`<scenario> <subject>`");
+    let &(_, keys, denied) = SCENARIOS
+        .iter()
+        .find(|(name, ..)| *name == scenario)
+        .expect("a known scenario");
+    let (subjects, order) = common::scenario(keys, denied, Some(subject));
+    let allowed = match subject {
+        "loop" => measured(&Loop, &order),
+        "throttle" => measured(&subjects.ours, &order),
+        "throttle_ruleset" => measured(&subjects.ruleset, &order),
+        "governor" => measured(&subjects.governor, &order),
+        other => panic!("unknown subject {other}"),
+    };
+    let expected = if denied && subject != "loop" {
+        0
+    } else {
+        CHECKS
+    };
+    assert_eq!(black_box(allowed), expected, "{spec}");
+}
+
+/// Instructions collected in one child run.
+fn collected(scenario: &str, subject: &str) -> u64 {
+    let exe = std::env::current_exe().expect("own path");
+    let out = Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            "--toggle-collect=*measured*",
+            "--callgrind-out-file=/dev/null",
+        ])
+        .arg(exe)
+        .env(CHILD_VAR, format!("{scenario} {subject}"))
+        .output()
+        .expect("valgrind runs (is it installed?)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{scenario} {subject}: {stderr}");
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("Collected :")
+                .map(|(_, n)| n.trim().to_owned())
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `Collected :` line from callgrind: {stderr}"))
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD_VAR) {
+        child(&spec);
+        return;
+    }
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    println!(
+        "instructions per check, least of {RUNS} callgrind runs of {CHECKS} checks, loop subtracted"
+    );
+    println!();
+    println!(
+        "| scenario | throttle | ruleset | governor | throttle / governor | ruleset / governor |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (scenario, ..) in SCENARIOS {
+        if !filter.is_empty() && !filter.iter().any(|f| f == scenario) {
+            continue;
+        }
+        let per_check: Vec<f64> = SUBJECTS
+            .iter()
+            .map(|subject| {
+                let least = (0..RUNS)
+                    .map(|_| collected(scenario, subject))
+                    .min()
+                    .expect("at least one run");
+                least as f64 / CHECKS as f64
+            })
+            .collect();
+        let [base, ours, ruleset, governor] = [0, 1, 2, 3].map(|i| per_check[i]);
+        let (ours, ruleset, governor) = (ours - base, ruleset - base, governor - base);
+        println!(
+            "| {scenario} | {ours:.1} | {ruleset:.1} | {governor:.1} | {:.2} | {:.2} |",
+            ours / governor,
+            ruleset / governor
+        );
+    }
+}

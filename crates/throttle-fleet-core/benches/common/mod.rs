@@ -1,0 +1,158 @@
+//! What the check benchmarks share: the subjects (ours bare, ours through
+//! `RuleSet`, governor) with the same quota, and the visiting order of keys.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use governor::{DefaultKeyedRateLimiter, RateLimiter};
+use throttle_fleet_core::algorithm::Gcra;
+use throttle_fleet_core::memory::MemoryLimiter;
+use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet, SystemClock};
+
+/// Length of the shared visiting order (a power of two, 1,048,576 entries).
+pub(crate) const ORDER_LEN: usize = 1 << 20;
+pub(crate) const ORDER_MASK: usize = ORDER_LEN - 1;
+
+/// Room in the memory backend: above the largest key count measured.
+const MAX_KEYS: usize = 2_000_000;
+
+/// A rate limiter as the benchmark drives it: one check of one unit for the
+/// key numbered `key`, answering whether it was allowed.
+pub(crate) trait Subject: Sync {
+    fn check(&self, key: u64) -> bool;
+}
+
+pub(crate) struct Ours(pub(crate) Arc<MemoryLimiter<Gcra, SystemClock>>);
+
+impl Subject for Ours {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.0.check(&Key::from(key), 1).step.allowed
+    }
+}
+
+pub(crate) struct OursRuleSet {
+    rules: RuleSet,
+    rule: usize,
+}
+
+impl Subject for OursRuleSet {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let demand = [Demand {
+            rule: self.rule,
+            key: Key::from(key),
+            cost: 1,
+        }];
+        match self.rules.check(&demand) {
+            Answer::Ready(decision) => decision.is_allowed(),
+            Answer::Pending(_) => unreachable!("the memory backend decides at once"),
+        }
+    }
+}
+
+pub(crate) struct Governor(DefaultKeyedRateLimiter<u64>);
+
+impl Subject for Governor {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        self.0.check_key(&key).is_ok()
+    }
+}
+
+/// The three subjects, all with the same quota.
+pub(crate) struct Subjects {
+    pub(crate) ours: Ours,
+    pub(crate) ruleset: OursRuleSet,
+    pub(crate) governor: Governor,
+}
+
+impl Subjects {
+    pub(crate) fn new(quota: Quota, governor_quota: governor::Quota) -> Self {
+        let backend = MemoryBackend::default().max_keys(MAX_KEYS);
+        let ours = Ours(
+            backend
+                .limiter_for(Gcra::token_bucket(quota).expect("valid quota"))
+                .expect("valid backend"),
+        );
+        let mut rules = RuleSet::new();
+        let rule = rules
+            .bind(Rule::new("bench", quota).token_bucket(), &backend)
+            .expect("valid rule");
+        Self {
+            ours,
+            ruleset: OursRuleSet { rules, rule },
+            governor: Governor(RateLimiter::keyed(governor_quota)),
+        }
+    }
+
+    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 3] {
+        [
+            ("throttle", &self.ours),
+            ("throttle_ruleset", &self.ruleset),
+            ("governor", &self.governor),
+        ]
+    }
+}
+
+/// splitmix64: a small, fixed pseudo-random sequence.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// `ORDER_LEN` key numbers below `keys`: shuffled rounds of every key, so
+/// every key is visited and the order defeats the prefetcher.
+pub(crate) fn visiting_order(keys: u64) -> Vec<u64> {
+    let mut rng = 0x5EED_u64 ^ keys;
+    let mut order = Vec::with_capacity(ORDER_LEN);
+    let mut round: Vec<u64> = (0..keys).collect();
+    while order.len() < ORDER_LEN {
+        for i in (1..round.len()).rev() {
+            let j = (splitmix(&mut rng) % (i as u64 + 1)) as usize;
+            round.swap(i, j);
+        }
+        let take = round.len().min(ORDER_LEN - order.len());
+        order.extend_from_slice(&round[..take]);
+    }
+    order
+}
+
+/// `n` as a governor quota figure.
+pub(crate) fn nonzero(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("non-zero")
+}
+
+/// The subjects for a scenario of `keys` keys, allowed or `denied`, with
+/// every key already tracked (by the subject named `only`, or by all), and
+/// the order to visit them in.
+pub(crate) fn scenario(keys: u64, denied: bool, only: Option<&str>) -> (Subjects, Vec<u64>) {
+    let subjects = if denied {
+        Subjects::new(Quota::per_hour(1), governor::Quota::per_hour(nonzero(1)))
+    } else {
+        Subjects::new(
+            Quota::per_second(1_000_000_000),
+            governor::Quota::per_second(nonzero(1_000_000_000)),
+        )
+    };
+    for (name, subject) in subjects.each() {
+        if only.is_some_and(|only| only != name) {
+            continue;
+        }
+        for key in 0..keys {
+            assert!(subject.check(key), "{name}: setup check was denied");
+        }
+        if denied {
+            assert!(!subject.check(0), "{name}: the second check must be denied");
+        }
+        if name == "throttle" {
+            let stats = subjects.ours.0.stats();
+            assert_eq!(stats.tracked_keys as u64, keys, "{stats:?}");
+            assert_eq!(stats.evictions, 0, "{stats:?}");
+        }
+    }
+    (subjects, visiting_order(keys))
+}

@@ -1,0 +1,450 @@
+//! One named limit: a dimension, an algorithm, a quota, a cost and a failure
+//! policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::{
+    Algorithm, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
+};
+use crate::tier::Tiers;
+use crate::{ConfigError, Key, Quota};
+
+/// The longest rule name accepted.
+pub const MAX_RULE_NAME_LEN: usize = 64;
+
+/// What a rule does when its backend cannot answer (Redis down, hung, or its
+/// circuit breaker open). The memory backend always answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Allow the request (counting it locally), log and count the failure.
+    /// Availability first: the default.
+    #[default]
+    FailOpen,
+    /// Deny with a response saying the limiter is unavailable. For limits
+    /// where an unmetered request costs more than a refused one.
+    FailClosed,
+    /// Decide with a conservative local limit (a share of the quota) until
+    /// the backend answers again.
+    LocalFallback,
+}
+
+/// One named limit: the *dimension* (`ip`, `tenant`, `search`, ...), the
+/// algorithm, the quota, the cost a request takes, and the failure policy.
+///
+/// Building a rule never fails; the layer or backend validates it and returns
+/// a [`ConfigError`] naming the rule and the field.
+///
+/// ```
+/// use throttle_fleet_core::{Algorithm, Quota, Rule};
+///
+/// let rule = Rule::new("search", Quota::per_minute(20)).fixed_window().cost(2);
+/// assert_eq!(rule.name(), "search");
+/// assert_eq!(rule.algorithm(), Algorithm::FixedWindow);
+/// assert!(rule.validate().is_ok());
+///
+/// let err = Rule::new("ip", Quota::per_minute(0)).validate().unwrap_err();
+/// assert_eq!(err.field(), "quota.limit");
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid rate-limit configuration: rule `ip`: quota.limit must be at least 1 (got 0)"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    name: Arc<str>,
+    quota: Quota,
+    algorithm: Algorithm,
+    cost: u32,
+    failure: FailurePolicy,
+    tiers: Option<Tiers>,
+    shadow: bool,
+}
+
+impl Rule {
+    /// A rule named `name` (the dimension reported to clients) with `quota`,
+    /// using the token bucket, cost 1 and fail-open until told otherwise.
+    pub fn new(name: impl AsRef<str>, quota: Quota) -> Self {
+        Self {
+            name: Arc::from(name.as_ref()),
+            quota,
+            algorithm: Algorithm::default(),
+            cost: 1,
+            failure: FailurePolicy::default(),
+            tiers: None,
+            shadow: false,
+        }
+    }
+
+    /// Uses `algorithm`.
+    #[must_use]
+    pub fn algorithm_is(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// Uses the fixed window (see [`FixedWindow`]).
+    #[must_use]
+    pub fn fixed_window(self) -> Self {
+        self.algorithm_is(Algorithm::FixedWindow)
+    }
+
+    /// Uses the sliding window log (see [`SlidingWindowLog`]).
+    #[must_use]
+    pub fn sliding_window_log(self) -> Self {
+        self.algorithm_is(Algorithm::SlidingWindowLog)
+    }
+
+    /// Uses the sliding window counter (see [`SlidingWindowCounter`]).
+    #[must_use]
+    pub fn sliding_window_counter(self) -> Self {
+        self.algorithm_is(Algorithm::SlidingWindowCounter)
+    }
+
+    /// Uses the token bucket (see [`Gcra`]); the default.
+    #[must_use]
+    pub fn token_bucket(self) -> Self {
+        self.algorithm_is(Algorithm::TokenBucket)
+    }
+
+    /// Uses the leaky bucket (see [`Gcra`]): admitted requests wait for
+    /// their turn.
+    #[must_use]
+    pub fn leaky_bucket(self) -> Self {
+        self.algorithm_is(Algorithm::LeakyBucket)
+    }
+
+    /// Each request takes `cost` units of the quota (default 1). A layer can
+    /// also weigh each request with a function of the request.
+    #[must_use]
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// What to do when the backend cannot answer.
+    #[must_use]
+    pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.failure = policy;
+        self
+    }
+
+    /// Shorthand for [`FailurePolicy::FailOpen`].
+    #[must_use]
+    pub fn fail_open(self) -> Self {
+        self.on_failure(FailurePolicy::FailOpen)
+    }
+
+    /// Shorthand for [`FailurePolicy::FailClosed`].
+    #[must_use]
+    pub fn fail_closed(self) -> Self {
+        self.on_failure(FailurePolicy::FailClosed)
+    }
+
+    /// Shorthand for [`FailurePolicy::LocalFallback`].
+    #[must_use]
+    pub fn local_fallback(self) -> Self {
+        self.on_failure(FailurePolicy::LocalFallback)
+    }
+
+    /// Gives the keys of `tiers` their own quota; every other key keeps the
+    /// rule's quota (the default). Replaces earlier tiers.
+    ///
+    /// A key is compared with what the rule's extractor produces (a
+    /// header's value as is, an IP address masked to its prefix), byte for
+    /// byte. Each distinct quota (at most [`MAX_TIER_QUOTAS`](crate::limits::MAX_TIER_QUOTAS))
+    /// is validated like the rule's own, with errors naming the rule and
+    /// `tiers`, and compiled into counters of its own when the rule is
+    /// bound; the headers and denials of a key report its tier's quota.
+    ///
+    /// ```
+    /// use throttle_fleet_core::{Key, Quota, Rule};
+    ///
+    /// let rule = Rule::new("tenant", Quota::per_minute(1_000))
+    ///     .tiers([("premium-key", Quota::per_minute(5_000))]);
+    /// assert_eq!(rule.quota_for(&Key::new("premium-key")), Quota::per_minute(5_000));
+    /// assert_eq!(rule.quota_for(&Key::new("other")), Quota::per_minute(1_000));
+    /// assert!(rule.validate().is_ok());
+    ///
+    /// let bad = Rule::new("tenant", Quota::per_minute(10)).tiers([("k", Quota::per_minute(0))]);
+    /// let err = bad.validate().unwrap_err();
+    /// assert_eq!((err.rule(), err.field()), (Some("tenant"), "tiers"));
+    /// ```
+    #[must_use]
+    pub fn tiers<K: Into<Key>>(mut self, tiers: impl IntoIterator<Item = (K, Quota)>) -> Self {
+        self.tiers = Some(Tiers::from_map(tiers));
+        self
+    }
+
+    /// Picks each key's quota with `select`, which may return only the
+    /// rule's own quota (the default) or one of `quotas` (declared up front
+    /// so that each is validated and compiled when the rule is bound). A
+    /// quota not declared counts as the default. `select` runs once per
+    /// request (and once more when a cost is given back) and must be a pure
+    /// function of the key.
+    ///
+    /// ```
+    /// use throttle_fleet_core::{Key, Quota, Rule};
+    ///
+    /// let (free, paid) = (Quota::per_minute(60), Quota::per_minute(600));
+    /// let rule = Rule::new("user", free)
+    ///     .tier_fn([paid], move |key: &Key| if key.as_bytes().starts_with(b"paid:") { paid } else { free });
+    /// assert_eq!(rule.quota_for(&Key::new("paid:42")), paid);
+    /// assert_eq!(rule.quota_for(&Key::new("u:42")), free);
+    /// ```
+    #[must_use]
+    pub fn tier_fn(
+        mut self,
+        quotas: impl IntoIterator<Item = Quota>,
+        select: impl Fn(&Key) -> Quota + Send + Sync + 'static,
+    ) -> Self {
+        self.tiers = Some(Tiers::from_fn(quotas, select));
+        self
+    }
+
+    /// The rule's tiers, if it has any.
+    pub fn tier_set(&self) -> Option<&Tiers> {
+        self.tiers.as_ref()
+    }
+
+    /// The quota of `key`: its tier's, or the rule's own.
+    pub fn quota_for(&self, key: &Key) -> Quota {
+        match &self.tiers {
+            Some(t) => t.tier_of(key).map_or(self.quota, |i| t.quotas()[i]),
+            None => self.quota,
+        }
+    }
+
+    /// The same rule with `quota` and no tiers: how one tier is bound to a
+    /// backend. Backends that cannot honour tiers look at
+    /// [`tier_set`](Self::tier_set) of the rule they are given first.
+    #[must_use]
+    pub fn for_tier(&self, quota: Quota) -> Self {
+        Self {
+            quota,
+            tiers: None,
+            ..self.clone()
+        }
+    }
+
+    /// Makes the rule a *shadow* rule: it is checked and counts like any
+    /// other, but never denies. A request it would have denied goes on, and
+    /// the decision says so ([`Allowed::shadow_denied`](crate::Allowed::shadow_denied)),
+    /// for logs and metrics. Its figures never reach the response headers.
+    /// The way to roll a new limit out: watch what it would do first.
+    #[must_use]
+    pub fn shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Whether the rule is a shadow rule (see [`shadow`](Self::shadow)).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// The rule's name: the dimension reported to clients.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name, shared.
+    pub fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The static cost of one request.
+    pub fn static_cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.failure
+    }
+
+    /// The most cost a key can spend at once: the window's limit, or the
+    /// bucket's capacity (burst).
+    pub fn capacity(&self) -> u64 {
+        self.capacity_of(self.quota)
+    }
+
+    /// The capacity of `quota` under this rule's algorithm (a tier's).
+    pub fn capacity_of(&self, quota: Quota) -> u64 {
+        if self.algorithm.uses_burst() {
+            quota.burst()
+        } else {
+            quota.limit()
+        }
+    }
+
+    /// Checks every field; the error names the rule and the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check().map_err(|e| e.in_rule(&self.name))
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let name = &*self.name;
+        if name.is_empty() {
+            return Err(ConfigError::new("name", "must not be empty"));
+        }
+        if name.len() > MAX_RULE_NAME_LEN {
+            return Err(ConfigError::new(
+                "name",
+                format!(
+                    "must be at most {MAX_RULE_NAME_LEN} bytes (got {})",
+                    name.len()
+                ),
+            ));
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        {
+            return Err(ConfigError::new(
+                "name",
+                format!("may hold only ASCII letters, digits, '_', '-' and '.' (found {c:?})"),
+            ));
+        }
+        if self.cost == 0 {
+            return Err(ConfigError::new("cost", "must be at least 1 (got 0)"));
+        }
+        self.quota.validate(self.algorithm.uses_burst())?;
+        if let Some(tiers) = &self.tiers {
+            tiers.validate()?;
+            for (i, q) in tiers.quotas().iter().enumerate() {
+                let tier = self.for_tier(*q);
+                if let Err(e) = tier.check() {
+                    return Err(ConfigError::new(
+                        "tiers",
+                        format!(
+                            "quota {} of {} ({} per {:?}): {} {}",
+                            i + 1,
+                            tiers.quotas().len(),
+                            q.limit(),
+                            q.period(),
+                            e.field(),
+                            e.reason()
+                        ),
+                    ));
+                }
+            }
+        }
+        if u64::from(self.cost) > self.capacity() {
+            return Err(ConfigError::new(
+                "cost",
+                format!(
+                    "must not exceed the rule's capacity of {} (got {}): no request could ever pass",
+                    self.capacity(),
+                    self.cost
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Compiles the rule's algorithm into a meter and hands it to `visit`,
+    /// which is generic over the meter type (so a backend can build a
+    /// specialised store for each algorithm).
+    pub fn with_meter<V: MeterVisitor>(&self, visit: V) -> Result<V::Output, ConfigError> {
+        self.validate()?;
+        let q = self.quota;
+        let named = |e: ConfigError| e.in_rule(&self.name);
+        Ok(match self.algorithm {
+            Algorithm::FixedWindow => visit.visit(FixedWindow::new(q).map_err(named)?),
+            Algorithm::SlidingWindowLog => visit.visit(SlidingWindowLog::new(q).map_err(named)?),
+            Algorithm::SlidingWindowCounter => {
+                visit.visit(SlidingWindowCounter::new(q).map_err(named)?)
+            }
+            Algorithm::TokenBucket => visit.visit(Gcra::token_bucket(q).map_err(named)?),
+            Algorithm::LeakyBucket => visit.visit(Gcra::leaky_bucket(q).map_err(named)?),
+        })
+    }
+
+    /// The period, for `RateLimit-Policy`-style reporting.
+    pub fn window(&self) -> Duration {
+        self.quota.period()
+    }
+}
+
+/// Receives a rule's compiled meter; see [`Rule::with_meter`].
+pub trait MeterVisitor {
+    /// What the visit builds.
+    type Output;
+    /// Builds something from the meter.
+    fn visit<M: Meter>(self, meter: M) -> Self::Output;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(rule: Rule) -> &'static str {
+        rule.validate().unwrap_err().field()
+    }
+
+    #[test]
+    fn every_impossible_value_names_its_field() {
+        let q = Quota::per_minute(10);
+        assert_eq!(field(Rule::new("", q)), "name");
+        assert_eq!(field(Rule::new("a b", q)), "name");
+        assert_eq!(field(Rule::new("x".repeat(65), q)), "name");
+        assert_eq!(field(Rule::new("ip", Quota::per_minute(0))), "quota.limit");
+        assert_eq!(
+            field(Rule::new("ip", Quota::per_minute(1 << 41))),
+            "quota.limit"
+        );
+        assert_eq!(
+            field(Rule::new("ip", Quota::new(5, Duration::ZERO))),
+            "quota.period"
+        );
+        assert_eq!(
+            field(Rule::new(
+                "ip",
+                Quota::new(5, Duration::from_nanos(1_500_001))
+            )),
+            "quota.period"
+        );
+        assert_eq!(
+            field(Rule::new(
+                "ip",
+                Quota::new(5, Duration::from_secs(400 * 86_400))
+            )),
+            "quota.period"
+        );
+        assert_eq!(field(Rule::new("ip", q.with_burst(0))), "quota.burst");
+        assert_eq!(
+            field(Rule::new("ip", q.with_burst(5)).fixed_window()),
+            "quota.burst"
+        );
+        assert_eq!(field(Rule::new("ip", q).cost(0)), "cost");
+        assert_eq!(field(Rule::new("ip", q).cost(11)), "cost");
+        assert_eq!(
+            Rule::new("ip", q).cost(0).validate().unwrap_err().rule(),
+            Some("ip")
+        );
+    }
+
+    #[test]
+    fn valid_rules_pass() {
+        for rule in [
+            Rule::new("ip", Quota::per_second(1)),
+            Rule::new("tenant.tier-1_a", Quota::per_day(1 << 40)).sliding_window_counter(),
+            Rule::new("b", Quota::per_minute(3).with_burst(1)).leaky_bucket(),
+            Rule::new("c", Quota::new(1, Duration::from_millis(1))).sliding_window_log(),
+        ] {
+            rule.validate().unwrap();
+        }
+    }
+}

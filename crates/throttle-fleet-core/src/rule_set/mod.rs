@@ -1,0 +1,82 @@
+//! The rule set that combines rules into one decision: binding rules to
+//! their backends ([`bind`](RuleSet::bind), reloads), checking a request's
+//! demands, and combining the rules' answers into one [`Decision`].
+
+mod bind;
+mod check;
+mod combine;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::Rule;
+#[cfg(doc)]
+use crate::{Allowed, Decision};
+
+use bind::Bound;
+pub use bind::Carried;
+
+/// The ordered rules a request must all pass, each bound to its backend.
+///
+/// [`check`](Self::check) takes the demands of one request (a key and cost
+/// per rule that applies) and decides: every rule must allow; the first
+/// denial in rule order is reported; when a rule denies, the cost already
+/// taken by the others is given back, so a denied request does not use up the
+/// other dimensions' quota. With local backends the whole check completes
+/// without awaiting or allocating.
+///
+/// A rule with tiers ([`Rule::tiers`]) checks each key against its tier's
+/// counters; a shadow rule ([`Rule::shadow`]) is checked and counted like
+/// the others but its denial only goes into
+/// [`Allowed::shadow_denied`]: the request goes on and no other rule gives
+/// its cost back. (A shadow rule's own cost is given back when an
+/// enforced rule denies, as any rule's is: it counts what it would count
+/// if it were enforced.)
+///
+/// ```
+/// use throttle_fleet_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+///
+/// let mut rules = RuleSet::new();
+/// let backend = MemoryBackend::default();
+/// let ip = rules.bind(Rule::new("ip", Quota::per_minute(2)), &backend).unwrap();
+/// let demand = [Demand { rule: ip, key: Key::new("10.0.0.1"), cost: 1 }];
+/// for _ in 0..2 {
+///     assert!(matches!(rules.check(&demand), Answer::Ready(Decision::Allowed(_))));
+/// }
+/// let Answer::Ready(Decision::Denied(d)) = rules.check(&demand) else { panic!() };
+/// assert_eq!(rules.rule(d.rule).name(), "ip");
+/// ```
+#[derive(Clone, Default)]
+pub struct RuleSet {
+    rules: Arc<[Bound]>,
+    /// Whether a remote rule comes before a local one: checks then ask the
+    /// local ones first.
+    reorder: bool,
+}
+
+impl fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.rules.iter().map(|b| &b.rule))
+            .finish()
+    }
+}
+
+impl RuleSet {
+    /// The rule at `index`.
+    pub fn rule(&self, index: usize) -> &Arc<Rule> {
+        &self.rules[index].rule
+    }
+
+    /// How many rules there are.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}

@@ -1,0 +1,646 @@
+//! The flush protocol: claims on what the fleet has left.
+//!
+//! At every span end an instance writes, for each key it saw since its last
+//! span-end write (and each key still holding a claim), its cumulative
+//! count for the interval, the most it may admit before the reply arrives
+//! (its *hold*), its demand (requests per span, denied ones included) and
+//! its *need*: the cost of the requests waiting for this answer. An early
+//! flush (a request found no claim while the fleet had room) writes the
+//! keys that asked, within the early-flush gap. One script call per bucket
+//! hash does up to [`FLUSH_CHUNK`] keys atomically (`flush.lua`); for each
+//! key it computes, from every instance's entry:
+//!
+//! ```text
+//! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
+//! pool   = limit - sum of all counts
+//! free   = limit - sum of the other instances' live claims - my count - reserve
+//! share  = pool x my demand / sum of live demands
+//! spare  = min(free - min(pool, others known + 1), free / 2)   while demand <= 2 x pool
+//!          and another instance is known; free otherwise
+//! grant  = min(free, max(need, min(spare, share, 3 x my demand)))
+//!          + overdraft, if need > grant and pool > grant:
+//!            up to max(1, MAX / (8 x N)) per key and interval, fleet-wide
+//! claim  = max(hold, my count + grant)
+//! ```
+//!
+//! and stores `claim` with this instance's entry. An instance admits a key
+//! only up to its claim, which holds for the span it was granted in and the
+//! next; other instances' scripts count a claim as taken until its writer's
+//! span is two past it (one span of clock skew tolerated), then as the
+//! larger of the claim and its count (its owner may have spent the claim
+//! without a write that arrived). A request past its instance's claim
+//! while the window has room waits for the early flush it asks for
+//! (bounded by the command timeout, then the failure policy decides);
+//! the `spare` rule keeps part of what is free for such requests, so that
+//! claims sized to one instance's demand never leave a request elsewhere
+//! without room while the fleet has it. What is still claimed elsewhere (a
+//! client whose traffic just moved away from an instance that holds a
+//! claim) is covered by the small **overdraft**. So at every script run
+//! the claims of the fleet fit in `limit` plus the overdraft, and the
+//! fleet admits no more than that except for **credits**: before an
+//! instance has an entry for a key in an interval it may admit
+//! `credit = MAX / (8 x fleet x N)` (rounded down: none below eight
+//! requests per instance and span, where a key's first request waits) on
+//! its own. During a key's first two spans the script reserves a credit
+//! for every instance it knows of that has not written the key yet; after
+//! that, an instance that sees the key for the first time spends a credit
+//! no claim covered.
+//!
+//! Worst case per interval (fixed window, clocks within one span of each
+//! other, Redis keeping its data):
+//! `MAX + max(1, MAX / (8 x N)) + (I - 1) x MAX / (8 x N)`, where `I` is
+//! the number of instances serving the key (the credit at its largest: an
+//! instance that has not learnt the fleet's size yet counts a fleet of
+//! one). It is no looser than the bound before requests could wait,
+//! `MAX + (I - 1) x max(1, MAX / (4 x N))`, for two instances or more (and
+//! the quota plus one below `8 x N`). The
+//! demand-weighted share moves the unspent quota towards where the traffic
+//! is at every flush; the cap of three spans of demand leaves the rest free
+//! for instances that start seeing the key.
+//!
+//! A flush is idempotent (absolute counts), and each carries a sequence
+//! number: the script refuses a write older than the entry it would replace,
+//! so a flush that timed out and runs late never overwrites a newer count.
+
+use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use redis::Script;
+use throttle_fleet_core::Key;
+
+use super::limiter::ApproxRule;
+use super::meter::{SpanMeter, SpanState, Window, flag, sat32};
+
+/// The buckets a flush call is out to, marked for as long as it is (a
+/// dropped call unmarks them too).
+struct Flights<'a> {
+    meter: &'a SpanMeter,
+    buckets: u8,
+}
+
+impl<'a> Flights<'a> {
+    fn start(meter: &'a SpanMeter, buckets: u8, now_us: u64) -> Self {
+        meter.flights_started(buckets, now_us);
+        Self { meter, buckets }
+    }
+}
+
+impl Drop for Flights<'_> {
+    fn drop(&mut self) {
+        self.meter.flights_ended(self.buckets);
+    }
+}
+
+/// Tells the requests waiting for a bucket's flush that it is over, when
+/// dropped.
+struct Answered<'a> {
+    rule: &'a ApproxRule,
+    bucket: u64,
+    number: u64,
+}
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        self.rule.answered(self.bucket, self.number);
+    }
+}
+
+/// What the flush of one bucket did.
+struct Part {
+    /// Entries written.
+    written: usize,
+    /// Whether it reached Redis (nothing to write: whether it was up).
+    ok: bool,
+}
+
+/// The flush script (see `flush.lua`).
+static FLUSH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("flush.lua")));
+
+/// How many hashes a rule's keys are spread over per interval. A flush
+/// costs a few commands per bucket, whatever the number of keys; in a
+/// cluster the buckets spread over the slots.
+pub(crate) const BUCKETS: u64 = 8;
+
+/// The most keys one flush call carries.
+pub(super) const FLUSH_CHUNK: usize = 1_000;
+
+/// The bucket of a key: the same on every instance (FNV-1a of its bytes).
+pub(super) fn bucket_of(key: &Key) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in std::iter::once(u8::from(key.is_digest())).chain(key.as_bytes().iter().copied()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % BUCKETS
+}
+
+/// One key's entry to write.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Write {
+    pub(super) key: Key,
+    pub(super) interval: u64,
+    /// Span within `interval` the write was made in.
+    pub(super) span: u16,
+    /// This instance's cumulative count.
+    pub(super) cum: u32,
+    /// The most it may admit before the reply is applied.
+    pub(super) hold: u32,
+    /// Requests per span.
+    pub(super) demand: u32,
+    /// The fleet's count as this instance last heard it.
+    pub(super) known: u32,
+    /// The cost of the requests waiting for this write's answer: the claim
+    /// covers at least this much if the fleet has it free.
+    pub(super) need: u32,
+    /// Whether a request asked for this write (an early flush).
+    pub(super) asked: bool,
+}
+
+/// A script's answer for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reply {
+    spent: u32,
+    claim: u32,
+    limit: u32,
+    instances: u32,
+    prev: u32,
+    /// The other instances' counts brought forward by their demand, and
+    /// their demand.
+    estimate: u32,
+    rate: u32,
+    /// What no instance holds a claim on once this claim is granted.
+    free: u32,
+}
+
+impl Reply {
+    /// `spent:claim:limit:instances:prev:estimate:rate:free`; `None` for `S` (a later flush of
+    /// this instance is already there) or anything unexpected.
+    fn parse(s: &str) -> Option<Self> {
+        let mut it = s.split(':').map(|v| v.parse::<i64>().ok());
+        let mut next = || -> Option<u32> { Some(sat32(it.next()??.max(0) as u64)) };
+        Some(Self {
+            spent: next()?,
+            claim: next()?,
+            limit: next()?,
+            instances: next()?,
+            prev: next()?,
+            estimate: next()?,
+            rate: next()?,
+            free: next()?,
+        })
+    }
+}
+
+impl ApproxRule {
+    /// The entries a flush writes for one key now, and resets its demand.
+    /// Returns whether the key stays listed without a write: blocked with
+    /// nothing new to say, it is carried to the flush after its block lifts,
+    /// which asks for a claim with the demand seen meanwhile (so the first
+    /// requests of the next interval need no early flush).
+    fn writes_of(
+        &self,
+        key: &Key,
+        st: &mut SpanState,
+        now: u64,
+        early: bool,
+        out: &mut Vec<Write>,
+    ) -> bool {
+        let meter = self.store.meter();
+        let (_, dropped) = meter.roll(st, now);
+        self.shared
+            .counters
+            .dropped
+            .fetch_add(dropped, Ordering::Relaxed);
+        if now < st.blocked_until && st.local == st.flushed && st.pending == 0 {
+            return true;
+        }
+        if early && !st.has(flag::WANTS) && st.need == 0 {
+            // An early flush writes the keys that asked for it; the others
+            // wait for the span's end (their claims hold until then, and a
+            // moment's demand would shrink them).
+            return true;
+        }
+        let asked = st.has(flag::WANTS);
+        st.flags &= !(flag::LISTED | flag::WANTS);
+        if st.pending > 0 {
+            out.push(Write {
+                key: *key,
+                interval: st.interval - 1,
+                span: (meter.spans - 1) as u16,
+                cum: st.pending,
+                hold: st.pending,
+                demand: 0,
+                known: st.prev_fleet,
+                need: 0,
+                asked: false,
+            });
+        }
+        // (A key with recent demand and no entry in this interval yet, just
+        // rolled into it while it held a claim: it asks for a claim in the
+        // new interval now, so that its next request need not wait.)
+        let asks = st.rate8 > 0 && !st.has(flag::ENTRY);
+        if st.local != st.flushed
+            || st.seen > 0
+            || asks
+            || (st.claim_valid() && st.claim > st.local)
+        {
+            // A rule that is going away (its limiter dropped, or the backend
+            // shutting down) asks for nothing and gives its claim back.
+            let closing =
+                self.retired.load(Ordering::Relaxed) || self.shared.closing.load(Ordering::Relaxed);
+            let demand = if closing {
+                0
+            } else {
+                meter.smoothed_demand(st, now, early)
+            };
+            // While the write is out, this instance spends at most a little
+            // more than it has (a flight takes milliseconds): the old claim
+            // is not carried into the new one. Nothing seen since the last
+            // write: all of it goes back (a request that comes later waits
+            // for a claim).
+            let credit = meter.credit();
+            let margin = if closing || demand == 0 {
+                0
+            } else {
+                credit.max(demand / 8)
+            };
+            let hold = st.ceiling(credit).min(st.local.saturating_add(margin));
+            if st.claim_valid() {
+                st.claim = st.claim.min(hold);
+            }
+            out.push(Write {
+                key: *key,
+                interval: st.interval,
+                span: st.span,
+                cum: st.local,
+                hold,
+                demand,
+                known: sat32(st.heard()),
+                need: if closing { 0 } else { st.need },
+                asked,
+            });
+            st.need = 0;
+            if !early {
+                // The demand is counted from one span-end write to the
+                // next: an early write in between does not cut it short.
+                st.seen = 0;
+                st.since = now;
+            }
+        }
+        false
+    }
+
+    /// Writes every key seen since the last flush (and those still holding
+    /// a claim) and applies the claims granted; returns whether it all
+    /// reached Redis. Costs one script call per bucket and 1,000 keys, and
+    /// work in proportion to the keys written, not to the keys tracked.
+    pub(crate) async fn flush(&self) -> bool {
+        self.write_buckets(u64::MAX, false).await
+    }
+
+    /// The early flush: writes the keys that ran out of claim before their
+    /// span ended (one call per bucket they are in, whatever their number).
+    pub(crate) async fn flush_asked(&self) -> bool {
+        let buckets = self.take_asked();
+        if buckets == 0 {
+            return true;
+        }
+        self.write_buckets(buckets, true).await
+    }
+
+    /// Writes the listed keys of `buckets` (bit `b`), each bucket apart: a
+    /// bucket whose node hangs delays only its own keys and the requests
+    /// waiting for them.
+    async fn write_buckets(&self, buckets: u64, early: bool) -> bool {
+        let now = self.redis.local_now();
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let started = Instant::now();
+        let parts = futures_util::future::join_all(
+            (0..BUCKETS)
+                .filter(|b| buckets & (1 << b) != 0)
+                .map(|b| self.write_bucket(b, now, seq, early)),
+        )
+        .await;
+        let written: usize = parts.iter().map(|p| p.written).sum();
+        let ok = parts.iter().all(|p| p.ok);
+        let c = &self.shared.counters;
+        c.pending_keys.store(written as u64, Ordering::Relaxed);
+        if written == 0 {
+            return ok;
+        }
+        if ok {
+            let us = started.elapsed().as_micros() as u64;
+            c.flushes.fetch_add(1, Ordering::Relaxed);
+            c.last_flush_us.store(us, Ordering::Relaxed);
+            c.max_flush_us.fetch_max(us, Ordering::Relaxed);
+            self.metrics.flushed(started.elapsed());
+        } else {
+            c.failed_flushes.fetch_add(1, Ordering::Relaxed);
+            self.metrics.failed();
+        }
+        if ok && self.retired.load(Ordering::Relaxed) && self.unwritten() == 0 {
+            self.shared.forget(self);
+        }
+        ok
+    }
+
+    /// Writes the listed keys of one bucket and applies the answers; then
+    /// the requests waiting for them decide again (also if it failed).
+    async fn write_bucket(&self, bucket: u64, now: u64, seq: u32, early: bool) -> Part {
+        // One flush of a bucket at a time, and its list taken under it: a
+        // shutdown that finds it empty waits for the flush that took it,
+        // and a flush dropped while waiting takes nothing.
+        let _one = self.flushing[bucket as usize].lock().await;
+        let number = self.taken[bucket as usize].fetch_add(1, Ordering::SeqCst) + 1;
+        let keys = self.take_listed(1 << bucket);
+        // Answered however the write ends (a flush dropped midway too).
+        let _answered = Answered {
+            rule: self,
+            bucket,
+            number,
+        };
+        let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
+        for key in &keys {
+            let carried = self
+                .store
+                .update(key, |st| self.writes_of(key, st, now, early, &mut writes));
+            if carried == Some(true) {
+                self.list(key);
+            }
+        }
+        let meter = self.store.meter();
+        let bit = 1u8 << bucket;
+        let ok = if writes.is_empty() {
+            if meter.redis_down.load(Ordering::Relaxed) & bit == 0 {
+                return Part {
+                    written: 0,
+                    ok: true,
+                };
+            }
+            // Down with nothing to write: a real round trip to its node
+            // decides whether it is back (a fail-closed rule writes nothing).
+            self.redis.ping_slot(self.keys.bucket_slot(bucket)).await
+        } else {
+            // This interval's counts, and the last one's not written yet.
+            let mut intervals: Vec<u64> = writes.iter().map(|w| w.interval).collect();
+            intervals.sort_unstable();
+            intervals.dedup();
+            let groups: Vec<Vec<Write>> = intervals
+                .iter()
+                .map(|&i| writes.iter().filter(|w| w.interval == i).copied().collect())
+                .collect();
+            let calls = groups.iter().flat_map(|group| {
+                group.chunks(FLUSH_CHUNK).map(|chunk| async move {
+                    // Marked out for as long as this call is: an overdue
+                    // call hands its keys to the failure policy.
+                    let _out = Flights::start(meter, bit, now);
+                    self.flush_bucket(bucket, chunk[0].interval, chunk, now, seq)
+                        .await
+                })
+            });
+            futures_util::future::join_all(calls)
+                .await
+                .into_iter()
+                .all(|ok| ok)
+        };
+        if ok {
+            meter.redis_down.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            meter.redis_down.fetch_or(bit, Ordering::Relaxed);
+        }
+        Part {
+            written: writes.len(),
+            ok,
+        }
+    }
+
+    /// One script call for keys sharing a bucket and interval; applies the
+    /// replies, or lists the keys again if it failed. Returns whether it
+    /// reached Redis.
+    async fn flush_bucket(
+        &self,
+        bucket: u64,
+        interval: u64,
+        writes: &[Write],
+        now: u64,
+        seq: u32,
+    ) -> bool {
+        let meter = self.store.meter();
+        // Kept until the next interval ends (the sliding estimate reads it),
+        // plus a second.
+        let ttl_ms = ((interval + 2) * self.interval_us).saturating_sub(now) / 1_000 + 1_000;
+        let weight_milli = match meter.window {
+            Window::Fixed(_) => 0,
+            Window::Sliding(_) => {
+                // The previous interval's weight at the write (at least 1
+                // while any of it is left, so the script reads it).
+                let into = now.saturating_sub(interval * self.interval_us);
+                (self.interval_us.saturating_sub(into) * 1_000)
+                    .div_ceil(self.interval_us)
+                    .min(1_000)
+            }
+        };
+        let mut inv = FLUSH_SCRIPT.prepare_invoke();
+        inv.key(self.keys.bucket(bucket, interval))
+            .key(self.keys.bucket(bucket, interval.saturating_sub(1)))
+            .arg(&self.instance)
+            .arg(ttl_ms)
+            .arg(self.limit)
+            .arg(weight_milli)
+            .arg(interval * meter.spans + u64::from(writes[0].span))
+            .arg(meter.fleet.size())
+            .arg(meter.credit())
+            .arg(seq)
+            .arg(meter.overdraft());
+        let mut field = String::new();
+        for w in writes {
+            field.clear();
+            w.key.write_hex(&mut field);
+            inv.arg(field.as_str())
+                .arg(w.cum)
+                .arg(w.hold)
+                .arg(w.demand)
+                .arg(w.known)
+                .arg(w.need);
+        }
+        let reply = match self
+            .redis
+            .eval_off_path::<String>(
+                &inv,
+                self.keys.bucket_slot(bucket),
+                self.shared.options.flush_timeout,
+            )
+            .await
+        {
+            Ok(reply) if replies_of(&reply).count() == writes.len() => reply,
+            Ok(_) => {
+                tracing::debug!(rule = self.rule.name(), "unexpected flush reply");
+                self.relist(writes);
+                return false;
+            }
+            Err(failure) => {
+                tracing::debug!(rule = self.rule.name(), %failure, "flush failed; counts kept for the next one");
+                self.relist(writes);
+                return false;
+            }
+        };
+        for (w, reply) in writes.iter().zip(replies_of(&reply)) {
+            if let Some(reply) = Reply::parse(reply) {
+                self.apply(w, reply, seq);
+            }
+        }
+        true
+    }
+
+    /// Lists the keys of a failed write again, for the next flush.
+    fn relist(&self, writes: &[Write]) {
+        for w in writes {
+            let again = self.store.update(&w.key, |st| {
+                let again = !st.has(flag::LISTED);
+                st.flags |= flag::LISTED;
+                again
+            });
+            if again == Some(true) {
+                self.list(&w.key);
+            }
+        }
+    }
+
+    fn apply(&self, w: &Write, r: Reply, seq: u32) {
+        let c = &self.shared.counters;
+        let meter = self.store.meter();
+        meter.fleet.saw(w.interval, r.instances);
+        if r.spent > r.limit {
+            c.max_overshoot
+                .fetch_max(u64::from(r.spent - r.limit), Ordering::Relaxed);
+        }
+        let nodes_milli = if w.cum > 0 {
+            (u64::from(r.spent) * 1_000 / u64::from(w.cum)).max(1_000)
+        } else {
+            u64::from(r.instances) * 1_000
+        };
+        c.nodes_estimate_milli.store(nodes_milli, Ordering::Relaxed);
+        self.metrics.nodes_milli(nodes_milli);
+        let instances = u8::try_from(r.instances).unwrap_or(u8::MAX);
+        let now = self.redis.local_now();
+        let relist = self.store.update(&w.key, |st| {
+            if st.interval == w.interval {
+                if seq <= st.seq && st.has(flag::ENTRY) {
+                    return false;
+                }
+                st.seq = seq;
+                st.flags |= flag::ENTRY;
+                st.flushed = w.cum;
+                st.claim = r.claim;
+                st.grant_span = w.span;
+                st.spent = r.spent;
+                st.behind = r.estimate.saturating_sub(r.spent);
+                st.others_rate = r.rate;
+                st.instances = instances;
+                st.prev_fleet = st.prev_fleet.max(r.prev);
+                if r.spent >= r.limit {
+                    // No room left in the fleet: denied here without a
+                    // flush until the window can have room again.
+                    st.claim = st.local;
+                    st.seen = 0;
+                    st.since = now;
+                    st.blocked_until = match meter.window {
+                        Window::Fixed(_) => {
+                            let end = (w.interval + 1) * self.interval_us;
+                            self.cooldown_us.map_or(end, |cd| now + cd)
+                        }
+                        // Until the window, as this instance knows it now,
+                        // has room for one more (its room grows with time),
+                        // at most until the span ends.
+                        Window::Sliding(_) => {
+                            let step = meter.window_step(st, now, st.heard(), 1);
+                            let end = meter.span_end(w.interval, u64::from(st.span));
+                            if step.allowed {
+                                0
+                            } else {
+                                (now + step.retry_after_us).min(end)
+                            }
+                        }
+                    };
+                } else if w.asked
+                    && (r.claim <= st.local
+                        || (r.free == 0 && matches!(meter.window, Window::Fixed(_))))
+                {
+                    // Asked for, and nothing (or the last of what was free)
+                    // granted: other instances hold the rest, and asking
+                    // again before they flush at their span end gives
+                    // nothing more (a sliding window grows its room with
+                    // time: at the span end). Meanwhile requests this
+                    // instance has no claim for are denied, not kept
+                    // waiting for a Redis call that would deny them.
+                    st.quiet_until = match meter.window {
+                        Window::Fixed(_) => {
+                            meter.span_end(w.interval, u64::from(st.span)) + meter.span_us() / 5
+                        }
+                        Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
+                    };
+                }
+                // Holding a claim: written again at the span end, to renew
+                // it or give back all but a credit (which keeps a key seen in
+                // the interval answering at once, and costs bytes in calls
+                // made anyway); blocked: carried to the flush after the block.
+                (st.claim > st.local || now < st.blocked_until) && !st.has(flag::LISTED) && {
+                    st.flags |= flag::LISTED;
+                    true
+                }
+            } else {
+                if st.interval == w.interval + 1 && st.pending == w.cum {
+                    st.pending = 0;
+                    st.prev_fleet = st.prev_fleet.max(r.spent);
+                }
+                false
+            }
+        });
+        if relist == Some(true) {
+            self.list(&w.key);
+        }
+    }
+}
+
+/// The keys' replies in a flush script's answer: one string, separated by
+/// spaces (none for no keys).
+fn replies_of(reply: &str) -> impl Iterator<Item = &str> {
+    reply.split(' ').filter(|r| !r.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Reply, replies_of};
+
+    #[test]
+    fn a_flush_answer_is_one_reply_per_key() {
+        let answer = "12:15:100:3:40:20:9:4 S 1:2:3:4:5:6:7:8";
+        assert_eq!(
+            replies_of(answer).collect::<Vec<_>>(),
+            ["12:15:100:3:40:20:9:4", "S", "1:2:3:4:5:6:7:8"]
+        );
+        assert_eq!(replies_of("").count(), 0);
+    }
+
+    #[test]
+    fn replies_parse_and_refusals_do_not() {
+        assert_eq!(
+            Reply::parse("12:15:100:3:40:20:9:4"),
+            Some(Reply {
+                spent: 12,
+                claim: 15,
+                limit: 100,
+                instances: 3,
+                prev: 40,
+                estimate: 20,
+                rate: 9,
+                free: 4,
+            })
+        );
+        assert_eq!(Reply::parse("S"), None);
+        assert_eq!(Reply::parse("1:2:3"), None);
+        // A limit pushed below zero by the previous interval reads as 0.
+        assert_eq!(Reply::parse("5:5:-3:1:0:5:0:0").map(|r| r.limit), Some(0));
+    }
+}

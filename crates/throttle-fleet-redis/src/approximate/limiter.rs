@@ -1,0 +1,447 @@
+//! One rule in the approximate mode: the local decision on the request
+//! path and the flush schedule.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter};
+use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::memory::MemoryLimiter;
+use throttle_fleet_core::{
+    Algorithm, Answer, Clock, ConfigError, FailurePolicy, Key, MemoryBackend, Rule,
+};
+
+use super::flush::{BUCKETS, bucket_of};
+use super::meter::{Asks, Fleet, SpanMeter, Window};
+use super::shared::Shared;
+use crate::conn::Redis;
+use crate::keys::KeyBase;
+use crate::metrics::FlushMetrics;
+
+/// One rule in the approximate mode.
+pub(crate) struct ApproxRule {
+    pub(super) rule: Rule,
+    pub(super) redis: Arc<Redis>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) keys: KeyBase,
+    pub(super) store: Arc<MemoryLimiter<SpanMeter, Arc<dyn Clock>>>,
+    pub(super) interval_us: u64,
+    pub(super) limit: u64,
+    pub(super) cooldown_us: Option<u64>,
+    /// Keys to write at the next flush, one list per bucket (which also
+    /// keeps the request path off one lock); each key is listed once until
+    /// a flush takes it.
+    listed: Box<[Mutex<Vec<Key>>]>,
+    /// The buckets (bit `b`) where a key ran out of claim and asked for an
+    /// early flush.
+    pub(super) asked: AtomicU64,
+    /// Sequence number of the last flush.
+    pub(super) seq: AtomicU32,
+    /// Wakes the flusher before the span ends.
+    wake: Arc<Notify>,
+    /// The limiter was dropped with counts still to write.
+    pub(super) retired: AtomicBool,
+    /// This rule's id in the shared hashes: the backend's instance id and
+    /// the rule's number in it, so that two layers (or a new router next to
+    /// a retired one) never write each other's entries.
+    pub(super) instance: String,
+    /// Held by the flush in progress, per bucket.
+    pub(super) flushing: [tokio::sync::Mutex<()>; BUCKETS as usize],
+    /// Per bucket, the number of the last flush that took its list, and of
+    /// the last whose answer is applied (or that failed): a request that
+    /// waits for a claim waits for a flush that took the list after it was
+    /// listed.
+    pub(super) taken: [AtomicU64; BUCKETS as usize],
+    pub(super) answered: [AtomicU64; BUCKETS as usize],
+    /// Woken when a flush's answers are applied.
+    pub(super) answers: Notify,
+    /// Flushes and node estimate, as metrics.
+    pub(super) metrics: FlushMetrics,
+    /// The cluster hash slot of each bucket's hashes (whose node's breaker
+    /// a decision reads).
+    bucket_slots: [u16; BUCKETS as usize],
+}
+
+/// A limiter of the approximate mode. Dropping it (the router went away)
+/// retires its rule: the backend keeps it and flushes it until what it
+/// counted is in Redis, so a shutdown after the router is gone loses
+/// nothing.
+pub(crate) struct ApproxLimiter(Arc<ApproxRule>);
+
+impl Drop for ApproxLimiter {
+    fn drop(&mut self) {
+        let rule = &self.0;
+        if rule.unwritten() == 0 {
+            return;
+        }
+        rule.retired.store(true, Ordering::Relaxed);
+        rule.shared.retire(rule.clone());
+        // Flush every bucket now rather than at the span end.
+        rule.asked.store(u64::MAX, Ordering::Relaxed);
+        rule.wake.notify_one();
+    }
+}
+
+impl ApproxLimiter {
+    pub(crate) fn new(
+        redis: Arc<Redis>,
+        shared: Arc<Shared>,
+        rule: &Rule,
+    ) -> Result<Self, ConfigError> {
+        rule.validate()?;
+        if rule.tier_set().is_some() {
+            // The meter, the fleet estimate and the spending cap are the
+            // rule's, learnt per rule from its flushes: one rule counted
+            // under several limits would share none of them correctly.
+            return Err(ConfigError::new(
+                "tiers",
+                "are not supported by the approximate mode (its fleet estimate and spending cap are per \
+                 rule): use the exact or leased mode for a rule with tiers, or one rule per tier",
+            )
+            .in_rule(rule.name()));
+        }
+        let q = rule.quota();
+        let named = |e: ConfigError| e.in_rule(rule.name());
+        let window = match rule.algorithm() {
+            Algorithm::FixedWindow => Window::Fixed(FixedWindow::new(q).map_err(named)?),
+            Algorithm::SlidingWindowCounter => {
+                Window::Sliding(SlidingWindowCounter::new(q).map_err(named)?)
+            }
+            other => {
+                return Err(ConfigError::new(
+                    "algorithm",
+                    format!(
+                        "{} cannot be counted approximately (the approximate mode counts per interval): use \
+                         fixed_window() or sliding_window_counter(), the leased mode for a token bucket, or the \
+                         exact mode",
+                        other.name()
+                    ),
+                )
+                .in_rule(rule.name()));
+            }
+        };
+        let options = &shared.options;
+        let interval_us = q.period().as_micros() as u64;
+        if interval_us / u64::from(options.spans) < 1_000 {
+            return Err(ConfigError::new(
+                "approximate.spans",
+                format!(
+                    "would make spans shorter than 1 ms for a period of {:?}: use fewer spans",
+                    q.period()
+                ),
+            )
+            .in_rule(rule.name()));
+        }
+        if q.limit() > u64::from(u32::MAX) {
+            return Err(ConfigError::new(
+                "quota.limit",
+                format!(
+                    "must be at most {} in the approximate mode (got {})",
+                    u32::MAX,
+                    q.limit()
+                ),
+            )
+            .in_rule(rule.name()));
+        }
+        let cooldown_us = options.cooldown.map(|c| c.as_micros() as u64);
+        let meter = SpanMeter {
+            window,
+            limit: q.limit(),
+            interval_us,
+            spans: u64::from(options.spans),
+            strict_when_down: rule.failure_policy() == FailurePolicy::LocalFallback,
+            closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
+            configured_fleet: u64::from(redis.config.fleet_size.max(1)),
+            redis_down: AtomicU8::new(0),
+            flight_since: Default::default(),
+            overdue_after_us: redis.config.command_timeout.as_micros() as u64,
+            fleet: Fleet::default(),
+        };
+        let store = MemoryBackend::with_clock(redis.local_clock())
+            .max_keys(options.max_keys)
+            .limiter_for(meter)
+            .map_err(|e| e.in_rule(rule.name()))?;
+        let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
+        let bucket_slots = std::array::from_fn(|b| keys.bucket_slot(b as u64));
+        let this = Arc::new(ApproxRule {
+            metrics: FlushMetrics::new(rule.name()),
+            rule: rule.clone(),
+            keys,
+            bucket_slots,
+            redis,
+            shared: shared.clone(),
+            store,
+            interval_us,
+            limit: q.limit(),
+            cooldown_us,
+            listed: (0..BUCKETS).map(|_| Mutex::new(Vec::new())).collect(),
+            asked: AtomicU64::new(0),
+            seq: AtomicU32::new(0),
+            wake: Arc::new(Notify::new()),
+            retired: AtomicBool::new(false),
+            instance: format!(
+                "{}.{}",
+                shared.instance,
+                shared.next_rule.fetch_add(1, Ordering::Relaxed)
+            ),
+            flushing: Default::default(),
+            taken: Default::default(),
+            answered: Default::default(),
+            answers: Notify::new(),
+        });
+        shared.rules.add(&this);
+        if this.redis.config.test_clock.is_none() {
+            ApproxRule::schedule(&this);
+        }
+        Ok(Self(this))
+    }
+}
+
+impl ApproxRule {
+    /// Flushes at every span end, and within the early-flush gap when a key
+    /// runs out of claim, until the rule is dropped.
+    pub(super) fn schedule(this: &Arc<Self>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(
+                rule = this.rule.name(),
+                "approximate mode needs a Tokio runtime to flush; counting locally only"
+            );
+            return;
+        };
+        let weak = Arc::downgrade(this);
+        let gap = this.shared.options.early_flush_gap;
+        let wake = this.wake.clone();
+        rt.spawn(async move {
+            // The next span-end flush: it runs whether or not early flushes
+            // happen meanwhile (a steady stream of asks must not starve it).
+            let mut boundary: Option<u64> = None;
+            loop {
+                let Some(rule) = weak.upgrade() else { return };
+                let meter = rule.store.meter();
+                let now = rule.redis.local_now();
+                let at = *boundary.get_or_insert_with(|| meter.next_boundary(now));
+                if now >= at {
+                    // In a task of its own, as every flush here: a bucket
+                    // whose node hangs holds up no other bucket's flush.
+                    boundary = Some(meter.next_boundary(now.max(at)));
+                    let rule = rule.clone();
+                    tokio::spawn(async move { rule.flush().await });
+                    continue;
+                }
+                // While Redis cannot be reached, every probe interval too, so
+                // that a rule that refuses meanwhile (fail closed) serves
+                // again soon after Redis does.
+                let mut next = at;
+                if meter.redis_down.load(Ordering::Relaxed) != 0 {
+                    let probe = rule.redis.config.probe_interval.as_micros() as u64;
+                    next = next.min(now + probe);
+                }
+                drop(rule);
+                let woken = tokio::select! {
+                    () = tokio::time::sleep(Duration::from_micros(next - now)) => false,
+                    () = wake.notified() => true,
+                };
+                let Some(rule) = weak.upgrade() else { return };
+                if woken {
+                    tokio::spawn(async move { rule.flush_asked().await });
+                    // At most one early flush per gap: a burst of new keys
+                    // costs Redis a few calls per gap, not one per key.
+                    tokio::time::sleep(gap).await;
+                } else if next < at {
+                    tokio::spawn(async move { rule.flush().await });
+                }
+            }
+        });
+    }
+
+    /// Adds a key to the list of keys to write (its `LISTED` flag was
+    /// just set).
+    pub(super) fn list(&self, key: &Key) {
+        self.listed[bucket_of(key) as usize].lock().push(*key);
+    }
+
+    /// Takes the set of buckets that asked for an early flush.
+    /// Counts admitted but not yet in Redis.
+    pub(super) fn unwritten(&self) -> u64 {
+        let mut n = 0;
+        self.store.for_each(|_, st| {
+            n += u64::from(st.local.saturating_sub(st.flushed)) + u64::from(st.pending);
+        });
+        n
+    }
+
+    pub(super) fn take_asked(&self) -> u64 {
+        self.asked.swap(0, Ordering::Relaxed)
+    }
+
+    /// Takes the listed keys of the buckets in `buckets` (bit `b`), keeping
+    /// the lists' memory for the next span.
+    pub(super) fn take_listed(&self, buckets: u64) -> Vec<Key> {
+        let mut keys = Vec::new();
+        for (b, list) in self.listed.iter().enumerate() {
+            if buckets & (1 << b) != 0 {
+                keys.extend(list.lock().drain(..));
+            }
+        }
+        keys
+    }
+
+    /// The local decision: no await, no allocation for a known key (a key's
+    /// first request in a span appends it to a list that keeps its memory).
+    /// A request the fleet has room for but this instance has no claim for
+    /// waits for the early flush it asks for.
+    pub(super) fn decide(
+        self: &Arc<Self>,
+        key: &Key,
+        cost: u64,
+    ) -> Answer<Result<Outcome, Unavailable>> {
+        let bucket = bucket_of(key);
+        // Read before the key is listed: the flush the request waits for is
+        // one numbered above this that has written the key.
+        let after = self.taken[bucket as usize].load(Ordering::SeqCst);
+        let (result, asks) = self.decide_now(key, bucket, cost, false, true);
+        if !asks.wait {
+            return Answer::Ready(result);
+        }
+        let this = self.clone();
+        let key = *key;
+        Answer::Pending(Box::pin(async move {
+            this.wait(key, bucket, cost, after).await
+        }))
+    }
+
+    /// Decides once on the state as it is: `retry` after a wait;
+    /// `redis_ok`: false once a wait ran out of time.
+    fn decide_now(
+        self: &Arc<Self>,
+        key: &Key,
+        bucket: u64,
+        cost: u64,
+        retry: bool,
+        redis_ok: bool,
+    ) -> (Result<Outcome, Unavailable>, Asks) {
+        let meter = self.store.meter();
+        let (step, now, asks, redis_ok) = self.store.with_state(key, |st, now| {
+            // A node known down (its watch, `conn/watch.rs`) or a flush
+            // that failed or is overdue: the failure policy decides what no
+            // claim covers.
+            let redis_ok = redis_ok
+                && meter.bucket_ok(bucket, now)
+                && !self.redis.is_open(self.bucket_slots[bucket as usize]);
+            let (step, asks) = meter.decide(st, now, cost, redis_ok, retry);
+            (step, now, asks, redis_ok)
+        });
+        if asks.dropped > 0 {
+            self.shared
+                .counters
+                .dropped
+                .fetch_add(asks.dropped, Ordering::Relaxed);
+        }
+        if asks.list {
+            self.list(key);
+        }
+        if asks.early && redis_ok {
+            self.asked.fetch_or(1 << bucket, Ordering::Relaxed);
+            self.shared
+                .counters
+                .early_flushes_asked
+                .fetch_add(1, Ordering::Relaxed);
+            self.wake.notify_one();
+        }
+        if asks.wait {
+            self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
+            return (Ok(Outcome::new(step, now)), asks);
+        }
+        if asks.degraded {
+            self.redis.degraded.fetch_add(1, Ordering::Relaxed);
+            if meter.closed_when_down {
+                return (Err(crate::failure::redis_unavailable()), asks);
+            }
+        }
+        if !step.allowed {
+            self.shared
+                .counters
+                .local_denials
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let mut outcome = Outcome::new(step, now);
+        outcome.degraded = asks.degraded;
+        (Ok(outcome), asks)
+    }
+
+    /// Waits for the answer of a flush of `bucket` numbered above `after`
+    /// that wrote the key (a flush that had taken the list before the key
+    /// was listed leaves it asking), at most the command timeout (then the
+    /// failure policy decides), and decides again.
+    async fn wait(
+        self: Arc<Self>,
+        key: Key,
+        bucket: u64,
+        cost: u64,
+        after: u64,
+    ) -> Result<Outcome, Unavailable> {
+        let answered = async {
+            loop {
+                let notified = self.answers.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.answered[bucket as usize].load(Ordering::SeqCst) > after
+                    && !self.asking(&key)
+                {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        // A test clock's driver plays the flushes itself, in its own time.
+        let in_time = if self.redis.config.test_clock.is_some() {
+            answered.await;
+            true
+        } else {
+            tokio::time::timeout(self.redis.config.command_timeout, answered)
+                .await
+                .is_ok()
+        };
+        if !in_time {
+            // Not written: the request no longer waits for it.
+            self.store.update(&key, |st| {
+                st.need = st.need.saturating_sub(super::meter::sat32(cost));
+            });
+        }
+        self.decide_now(&key, bucket, cost, true, in_time).0
+    }
+
+    /// Whether `key` still asks for a write (no flush has taken it since).
+    fn asking(&self, key: &Key) -> bool {
+        self.store
+            .update(key, |st| st.has(super::meter::flag::WANTS))
+            .unwrap_or(false)
+    }
+
+    /// The flush of `bucket` numbered `number` is over (its answers
+    /// applied, or it failed): the requests waiting for it decide again.
+    pub(super) fn answered(&self, bucket: u64, number: u64) {
+        self.answered[bucket as usize].fetch_max(number, Ordering::SeqCst);
+        self.answers.notify_waiters();
+    }
+}
+
+impl Limiter for ApproxLimiter {
+    #[inline]
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        ApproxRule::decide(&self.0, key, cost)
+    }
+
+    fn is_remote(&self) -> bool {
+        // A request this instance has no claim for waits for a flush.
+        true
+    }
+
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.0.store.refund(key, cost, outcome);
+    }
+}

@@ -1,0 +1,703 @@
+//! The local decision over one key's counts and the claim the last flush
+//! reply granted this instance: the key's state (atomics, written under the
+//! store's lock) and the rule's view of Redis (which buckets are down, when
+//! their flushes began). Not pure: the transitions read that shared view;
+//! the tests below drive them over plain values, with no Redis and no clock
+//! but the one passed in.
+
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use throttle_fleet_core::algorithm::{
+    FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
+};
+
+/// The window code the fleet estimate is fed to (for the decision's
+/// remaining count, reset and retry-after, the same figures the memory
+/// backend reports).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Window {
+    Fixed(FixedWindow),
+    Sliding(SlidingWindowCounter),
+}
+
+/// The flags of a [`SpanState`].
+pub(super) mod flag {
+    /// A flush reply for this interval was applied: the key has an entry in
+    /// Redis and spends its claim, not its credit.
+    pub(crate) const ENTRY: u8 = 1;
+    /// The key is in the rule's list of keys to write at the next flush.
+    pub(crate) const LISTED: u8 = 2;
+    /// The key ran out of claim and asked for an early flush.
+    pub(crate) const WANTS: u8 = 4;
+}
+
+/// Per-key state of the approximate mode: 88 bytes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct SpanState {
+    /// Interval number (`now / interval`).
+    pub(super) interval: u64,
+    /// Denied locally until then (a flush showed the fleet over the quota).
+    pub(super) blocked_until: u64,
+    /// When the demand now in `seen` started being counted (local time):
+    /// the last write, or the key's first request.
+    pub(super) since: u64,
+    /// No early flush before then (the last reply granted nothing).
+    pub(super) quiet_until: u64,
+    /// Admitted here in this interval.
+    pub(super) local: u32,
+    /// The count of the last write whose reply was applied.
+    pub(super) flushed: u32,
+    /// This instance may have admitted up to this in the interval while its
+    /// claim is valid (up to the end of the span after `grant_span`).
+    pub(super) claim: u32,
+    /// The fleet's count in that reply, and how far behind it probably was
+    /// (the other instances' entries brought forward by their demand).
+    pub(super) spent: u32,
+    pub(super) behind: u32,
+    /// The other instances' demand in that reply (requests per span).
+    pub(super) others_rate: u32,
+    /// The fleet total of the previous interval, as best known.
+    pub(super) prev_fleet: u32,
+    /// The previous interval's count, not yet written (0: nothing pending).
+    pub(super) pending: u32,
+    /// Requests seen (admitted or not) since `since`: the demand.
+    pub(super) seen: u32,
+    /// Admitted here in this span (for the local fallback).
+    pub(super) span_local: u32,
+    /// Sequence number of the last applied reply.
+    pub(super) seq: u32,
+    /// The cost of the requests waiting for the next write's answer (the
+    /// instance had no claim for them while the fleet had room): the next
+    /// write asks for at least this much.
+    pub(super) need: u32,
+    /// The demand written, smoothed over the writes (requests per span,
+    /// x8): a key seen a span ago is likely seen again, and keeps a claim
+    /// for a few spans after its traffic stops.
+    pub(super) rate8: u16,
+    /// Span within the interval now, and of the claim's grant.
+    pub(super) span: u16,
+    pub(super) grant_span: u16,
+    /// Instances that wrote this key, as of the last reply (0: none yet).
+    pub(super) instances: u8,
+    pub(super) flags: u8,
+}
+
+impl SpanState {
+    pub(super) fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+
+    /// Whether the claim still holds (its owner may spend it and Redis keeps
+    /// it for it).
+    pub(super) fn claim_valid(&self) -> bool {
+        self.has(flag::ENTRY) && self.span <= self.grant_span.saturating_add(1)
+    }
+
+    /// The most this instance may have admitted in the interval right now.
+    pub(super) fn ceiling(&self, credit: u32) -> u32 {
+        if !self.has(flag::ENTRY) {
+            credit
+        } else if self.claim_valid() {
+            self.claim
+        } else {
+            // An expired claim: a request waits for a new one.
+            self.flushed
+        }
+        .max(self.local)
+    }
+
+    /// The fleet's count for this interval as known: the last reply plus
+    /// what this instance admitted since.
+    pub(super) fn heard(&self) -> u64 {
+        u64::from(self.spent) + u64::from(self.local.saturating_sub(self.flushed))
+    }
+
+    /// Whether the next flush has something to say for this key.
+    pub(super) fn dirty(&self) -> bool {
+        self.local != self.flushed
+            || self.pending > 0
+            || self.seen > 0
+            || (self.claim_valid() && self.claim > self.local)
+    }
+}
+
+/// What one decision asks of the rule besides its answer.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Asks {
+    /// Put the key in the list of keys to write.
+    pub(super) list: bool,
+    /// Wake the flusher now: the key needs a claim before the span ends.
+    pub(super) early: bool,
+    /// Decided without Redis and without a claim (the failure policy's
+    /// call); with `fail_closed()` the step is a denial to report as
+    /// unavailable.
+    pub(super) degraded: bool,
+    /// Not decided: the fleet has room but this instance has no claim for
+    /// it. The request waits for the next write's answer (the early flush
+    /// this asks for) and is decided again then, with `retry`.
+    pub(super) wait: bool,
+    /// Counts given up as the key rolled to a new interval (for the
+    /// rule's statistics).
+    pub(super) dropped: u64,
+}
+
+/// The fleet size a rule has learnt from flush replies: the most instances
+/// seen writing one key, this interval or the one before.
+#[derive(Debug, Default)]
+pub(super) struct Fleet {
+    interval: AtomicU64,
+    now: AtomicU32,
+    before: AtomicU32,
+}
+
+impl Fleet {
+    pub(super) fn size(&self) -> u32 {
+        self.now
+            .load(Ordering::Relaxed)
+            .max(self.before.load(Ordering::Relaxed))
+            .max(1)
+    }
+
+    pub(super) fn saw(&self, interval: u64, instances: u32) {
+        let at = self.interval.load(Ordering::Relaxed);
+        if interval > at
+            && self
+                .interval
+                .compare_exchange(at, interval, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let last = self.now.swap(0, Ordering::Relaxed);
+            let before = if interval == at + 1 { last } else { 0 };
+            self.before.store(before, Ordering::Relaxed);
+        }
+        let at = self.interval.load(Ordering::Relaxed);
+        if interval >= at {
+            self.now.fetch_max(instances, Ordering::Relaxed);
+        } else if interval + 1 == at {
+            self.before.fetch_max(instances, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The local decision of one rule.
+#[derive(Debug)]
+pub(crate) struct SpanMeter {
+    pub(super) window: Window,
+    pub(super) limit: u64,
+    pub(super) interval_us: u64,
+    pub(super) spans: u64,
+    /// Decide with the stricter per-span limit while Redis is unreachable.
+    pub(super) strict_when_down: bool,
+    /// Refuse (as unavailable) what no claim covers while Redis is away.
+    pub(super) closed_when_down: bool,
+    /// The instances configured to share the quota (`RedisConfig::fleet_size`):
+    /// while Redis is away, never fewer are assumed.
+    pub(super) configured_fleet: u64,
+    /// The buckets (bit `b` for bucket `b`) whose last flush did not reach
+    /// Redis: in a cluster a hung primary downs only the buckets it serves.
+    pub(super) redis_down: AtomicU8,
+    /// When (µs, the rule's clock) the flush out to each bucket began, or
+    /// 0: a flush out longer than the command timeout counts as down, so
+    /// a hung Redis hands keys whose claim ran out to the failure policy
+    /// after one command timeout, not after the whole flush timeout.
+    pub(super) flight_since: [AtomicU64; 8],
+    /// The command timeout, in µs.
+    pub(super) overdue_after_us: u64,
+    pub(super) fleet: Fleet,
+}
+
+impl SpanMeter {
+    /// Whether the last flush of `bucket` reached Redis, and the one out
+    /// now (if any) has not been waiting longer than the command timeout.
+    #[inline]
+    pub(super) fn bucket_ok(&self, bucket: u64, now_us: u64) -> bool {
+        if self.redis_down.load(Ordering::Relaxed) & (1 << bucket) != 0 {
+            return false;
+        }
+        let since = self.flight_since[bucket as usize % 8].load(Ordering::Relaxed);
+        since == 0 || now_us.saturating_sub(since) <= self.overdue_after_us
+    }
+
+    /// A flush to the buckets in `buckets` (bit `b`) leaves at `now_us`.
+    pub(super) fn flights_started(&self, buckets: u8, now_us: u64) {
+        for b in 0..8 {
+            if buckets & (1 << b) != 0 {
+                self.flight_since[b].store(now_us.max(1), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The flush to the buckets in `buckets` is back (or gave up).
+    pub(super) fn flights_ended(&self, buckets: u8) {
+        for b in 0..8 {
+            if buckets & (1 << b) != 0 {
+                self.flight_since[b].store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// `x` as a u32, saturating.
+pub(super) fn sat32(x: u64) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+impl SpanMeter {
+    // Periods are at most 366 days (3.2e13 us) and spans at most 1000, so
+    // these products fit in a u64.
+    pub(super) fn span_of(&self, interval: u64, now_us: u64) -> u64 {
+        let into = now_us - interval * self.interval_us;
+        into * self.spans / self.interval_us
+    }
+
+    pub(super) fn span_end(&self, interval: u64, span: u64) -> u64 {
+        interval * self.interval_us + (span + 1) * self.interval_us / self.spans
+    }
+
+    /// Just after the end of `now`'s span: when the span-end flush runs.
+    pub(super) fn next_boundary(&self, now_us: u64) -> u64 {
+        let w = now_us / self.interval_us;
+        self.span_end(w, self.span_of(w, now_us)) + 200
+    }
+
+    pub(super) fn span_us(&self) -> u64 {
+        self.interval_us / self.spans
+    }
+
+    /// What an instance may admit for a key before Redis has heard of it: an
+    /// eighth of its share of one span, rounded down (none for a quota of
+    /// less than eight requests per instance and span: the key's first
+    /// requests wait for a claim). Small on purpose: it is the one part of
+    /// the fleet's admissions that no claim covers (see `flush.rs`).
+    pub(super) fn credit(&self) -> u32 {
+        sat32(self.limit / (8 * u64::from(self.fleet.size()) * self.spans))
+    }
+
+    /// The most a key's requests that wait may get per interval, fleet-wide,
+    /// beyond what no instance holds a claim on: an eighth of a span's share
+    /// of the quota, at least one (see `flush.rs`).
+    pub(super) fn overdraft(&self) -> u64 {
+        (self.limit / (8 * self.spans)).max(1)
+    }
+
+    /// The requests per span that `st.seen` stands for.
+    pub(super) fn demand(&self, st: &SpanState, now_us: u64) -> u32 {
+        if st.seen == 0 {
+            return 0;
+        }
+        let span = self.span_us();
+        // Seen since the last write (`since`), over at most a span (a key
+        // idle for long is not thinned by its idle time). Over less than a
+        // span (an early flush), the first request only opens the window:
+        // the rate is that of the requests after it, over a tenth of a span
+        // at least, and one request per span at the least.
+        let elapsed = now_us.saturating_sub(st.since);
+        let (seen, elapsed) = if elapsed >= span {
+            (st.seen, span)
+        } else {
+            (st.seen - 1, elapsed.max(span / 10).max(1))
+        };
+        sat32((u128::from(seen) * u128::from(span) / u128::from(elapsed)) as u64).max(1)
+    }
+
+    /// The demand to write now (requests per span): what `st.seen` stands
+    /// for, and at least one request while the demand written before,
+    /// halved at each span's write, is not gone (a key seen a span ago is
+    /// likely seen again: it keeps a small claim for a few spans, not a
+    /// large one); in an early flush, at least the demand written before.
+    pub(super) fn smoothed_demand(&self, st: &mut SpanState, now_us: u64, early: bool) -> u32 {
+        let measured = self.demand(st, now_us);
+        if early {
+            // Part of a span only: it does not replace the demand seen over
+            // the spans before.
+            return measured.max(u32::from(st.rate8).div_ceil(8));
+        }
+        let rate8 = (u32::from(st.rate8) + measured.saturating_mul(8).min(u32::from(u16::MAX))) / 2;
+        st.rate8 = rate8 as u16;
+        measured.max(rate8.div_ceil(8).min(1))
+    }
+
+    /// Moves the state to `now`'s interval and span; returns `now` (never
+    /// before the state's interval, should the clock step back) and the
+    /// counts given up (of an interval that ended unwritten).
+    pub(crate) fn roll(&self, st: &mut SpanState, now_us: u64) -> (u64, u64) {
+        let now_us = now_us.max(st.interval * self.interval_us);
+        let w = now_us / self.interval_us;
+        let mut dropped = 0;
+        if w > st.interval {
+            // Two intervals old and never written: given up.
+            dropped += u64::from(st.pending);
+            let unwritten = st.local.saturating_sub(st.flushed);
+            let (pending, prev_fleet) = if w == st.interval + 1 {
+                (
+                    if st.local != st.flushed { st.local } else { 0 },
+                    sat32(st.heard()).max(st.local),
+                )
+            } else {
+                // Counts of an interval long over: too late to matter.
+                dropped += u64::from(unwritten);
+                (0, 0)
+            };
+            *st = SpanState {
+                interval: w,
+                blocked_until: st.blocked_until,
+                since: st.since,
+                prev_fleet,
+                pending,
+                seen: st.seen,
+                rate8: st.rate8,
+                instances: st.instances,
+                seq: st.seq,
+                flags: st.flags & (flag::LISTED | flag::WANTS),
+                ..SpanState::default()
+            };
+        }
+        let span = self.span_of(w, now_us) as u16;
+        if span != st.span {
+            st.span = span;
+            st.span_local = 0;
+        }
+        (now_us, dropped)
+    }
+
+    pub(super) fn deny(&self, retry_after_us: u64, reset_us: u64) -> Step {
+        Step {
+            allowed: false,
+            remaining: 0,
+            reset_us,
+            retry_after_us: retry_after_us.max(1),
+            delay_us: 0,
+        }
+    }
+
+    /// The window's verdict on a fleet count of `fleet` (and the previous
+    /// interval's `prev`) for `cost` more.
+    pub(super) fn window_step(&self, st: &SpanState, now: u64, fleet: u64, cost: u64) -> Step {
+        match self.window {
+            Window::Fixed(fw) => {
+                let mut s = FixedWindowState {
+                    window: st.interval,
+                    count: fleet,
+                };
+                fw.acquire(&mut s, now, cost)
+            }
+            Window::Sliding(swc) => {
+                let mut s = SlidingWindowCounterState {
+                    window: st.interval,
+                    cur: fleet,
+                    prev: u64::from(st.prev_fleet),
+                };
+                swc.acquire(&mut s, now, cost)
+            }
+        }
+    }
+
+    /// Checks and takes `cost` for a key; says what the rule must do next.
+    /// `retry`: the request waited for a write's answer and is decided
+    /// again (it does not wait twice, nor count twice as demand).
+    pub(super) fn decide(
+        &self,
+        st: &mut SpanState,
+        now_us: u64,
+        cost: u64,
+        redis_ok: bool,
+        retry: bool,
+    ) -> (Step, Asks) {
+        let (now, dropped) = self.roll(st, now_us);
+        let mut asks = Asks {
+            dropped,
+            ..Asks::default()
+        };
+        if st.since == 0 {
+            // Never written: its demand counts from its first request.
+            st.since = now;
+        }
+        if !retry {
+            st.seen = st.seen.saturating_add(1);
+        }
+        if now < st.blocked_until {
+            // Counted as demand (for the claim asked when the block lifts),
+            // nothing else: the denial path stays this short.
+            return (
+                self.deny(st.blocked_until - now, st.blocked_until - now),
+                asks,
+            );
+        }
+        if !st.has(flag::LISTED) {
+            st.flags |= flag::LISTED;
+            asks.list = true;
+        }
+        let step = self.window_step(st, now, st.heard(), cost);
+        let ceiling = u64::from(st.ceiling(self.credit()));
+        let covered = u64::from(st.local) + cost <= ceiling;
+        let step = if !step.allowed || (covered && (redis_ok || st.claim_valid())) {
+            // Within the claim (it holds while Redis is away, too), or the
+            // fleet is over the limit as last heard.
+            step
+        } else if redis_ok {
+            // The fleet has room, but this instance's claim does not cover
+            // the request. Unless a write has just shown that the other
+            // instances hold the rest (or this request already waited),
+            // it waits for a claim: asked now, in an early flush.
+            if !retry && now >= st.quiet_until {
+                if !st.has(flag::WANTS) {
+                    st.flags |= flag::WANTS;
+                    asks.early = true;
+                }
+                st.need = st.need.saturating_add(sat32(cost));
+                asks.wait = true;
+                return (step, asks);
+            }
+            let span_end = self.span_end(st.interval, u64::from(st.span));
+            self.deny(span_end - now, step.reset_us)
+        } else {
+            asks.degraded = true;
+            if self.closed_when_down {
+                return (self.deny(self.span_us(), step.reset_us), asks);
+            }
+            self.degraded(st, now, cost)
+        };
+        if step.allowed {
+            st.local = st.local.saturating_add(sat32(cost));
+            st.span_local = st.span_local.saturating_add(sat32(cost));
+        }
+        (step, asks)
+    }
+
+    /// Redis unreachable and no claim left: decide on what was last heard,
+    /// with the other instances brought forward at the demand they reported
+    /// (not in proportion to this one), and never below this instance's
+    /// count times the instances known.
+    fn degraded(&self, st: &SpanState, now: u64, cost: u64) -> Step {
+        let nodes = u64::from(st.instances.max(1))
+            .max(if st.instances == 0 {
+                u64::from(self.fleet.size())
+            } else {
+                1
+            })
+            .max(self.configured_fleet);
+        if self.strict_when_down {
+            // No key may take more than this instance's share of the
+            // interval, nor of a span (at least one request per span, so a
+            // small share is spread over the interval).
+            let span_share = (self.limit.div_ceil(self.spans) / nodes).max(1);
+            if (u64::from(st.local) + cost) * nodes > self.limit
+                || u64::from(st.span_local) + cost > span_share
+            {
+                let span_end = self.span_end(st.interval, u64::from(st.span));
+                let interval_end = (st.interval + 1) * self.interval_us;
+                return self.deny(span_end - now, interval_end - now);
+            }
+        }
+        let fleet = self.heard_now(st, now).max(u64::from(st.local) * nodes);
+        self.window_step(st, now, fleet, cost)
+    }
+
+    /// The fleet's count now as best guessed without Redis: the last reply,
+    /// what this instance admitted since, and the others brought forward at
+    /// the demand they reported.
+    pub(super) fn heard_now(&self, st: &SpanState, now: u64) -> u64 {
+        if !st.has(flag::ENTRY) {
+            return st.heard();
+        }
+        let heard_at = st.interval * self.interval_us + u64::from(st.grant_span) * self.span_us();
+        let since = now.saturating_sub(heard_at);
+        let others = u128::from(st.others_rate) * u128::from(since) / u128::from(self.span_us());
+        st.heard() + u64::from(st.behind) + u64::try_from(others).unwrap_or(u64::MAX / 2)
+    }
+}
+
+impl Meter for SpanMeter {
+    type State = SpanState;
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
+        let redis_ok = (0..8).all(|b| self.bucket_ok(b, now_us));
+        // (Only through the rule's own limiter may a request wait: here it
+        // is decided again at once, as after a wait.)
+        let (step, asks) = self.decide(st, now_us, cost, redis_ok, false);
+        if asks.wait {
+            st.need = st.need.saturating_sub(sat32(cost));
+            return self.decide(st, now_us, cost, redis_ok, true).0;
+        }
+        step
+    }
+
+    fn refund(&self, st: &mut SpanState, acquired_at_us: u64, cost: u64) {
+        if st.interval == acquired_at_us / self.interval_us {
+            // The next flush writes the lower cumulative count.
+            st.local = st.local.saturating_sub(sat32(cost));
+            st.span_local = st.span_local.saturating_sub(sat32(cost));
+        }
+    }
+
+    fn idle_at(&self, st: &SpanState) -> u64 {
+        if st.dirty() || st.has(flag::LISTED) {
+            return u64::MAX;
+        }
+        // The counts weigh until the next interval ends (sliding), and a
+        // block until it lifts.
+        ((st.interval + 2) * self.interval_us).max(st.blocked_until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The per-key transitions as pure code: no Redis, no clock but the
+    //! instants passed in.
+
+    use super::{SpanMeter, SpanState, Window, flag};
+    use throttle_fleet_core::Quota;
+    use throttle_fleet_core::algorithm::FixedWindow;
+
+    const T: u64 = 1_800_000_000_000_000;
+    const SPAN: u64 = 1_000_000;
+
+    /// 1,000 per 10 s in ten spans, fail closed while Redis is away.
+    fn meter() -> SpanMeter {
+        let q = Quota::new(1_000, std::time::Duration::from_secs(10));
+        SpanMeter {
+            window: Window::Fixed(FixedWindow::new(q).unwrap()),
+            limit: 1_000,
+            interval_us: 10 * SPAN,
+            spans: 10,
+            strict_when_down: false,
+            closed_when_down: true,
+            configured_fleet: 1,
+            redis_down: Default::default(),
+            flight_since: Default::default(),
+            overdue_after_us: 50_000,
+            fleet: Default::default(),
+        }
+    }
+
+    #[test]
+    fn per_key_state_stays_under_96_bytes() {
+        assert!(std::mem::size_of::<SpanState>() <= 88);
+    }
+
+    #[test]
+    fn a_new_key_spends_its_credit_then_waits_for_a_claim() {
+        let m = meter();
+        let mut st = SpanState::default();
+        assert_eq!(m.credit(), 12, "an eighth of a span's share, fleet of one");
+        for i in 0..12 {
+            let (step, asks) = m.decide(&mut st, T + i, 1, true, false);
+            assert!(step.allowed && !asks.wait, "request {i}");
+        }
+        let (_, asks) = m.decide(&mut st, T + 20, 1, true, false);
+        assert!(asks.wait && asks.early, "the 13th waits and asks: {asks:?}");
+        assert_eq!((st.local, st.need), (12, 1));
+        assert!(st.has(flag::WANTS));
+        // Asked once: the next one waits for the same flush.
+        let (_, asks) = m.decide(&mut st, T + 21, 1, true, false);
+        assert!(asks.wait && !asks.early);
+        assert_eq!(st.need, 2);
+    }
+
+    #[test]
+    fn a_claim_is_spent_then_a_request_waits_and_is_denied_after_its_wait() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.claim = 30;
+        st.flushed = 0;
+        for _ in 0..30 {
+            assert!(m.decide(&mut st, T + 10, 1, true, false).0.allowed);
+        }
+        let (_, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        assert!(asks.wait);
+        // The answer granted nothing more: decided again, denied, told to
+        // come back at the span end.
+        let (step, asks) = m.decide(&mut st, T + 10, 1, true, true);
+        assert!(!step.allowed && !asks.wait);
+        assert_eq!(step.retry_after_us, SPAN - 10);
+    }
+
+    #[test]
+    fn a_quiet_key_is_denied_without_waiting() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.quiet_until = T + SPAN;
+        let (step, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        assert!(!step.allowed && !asks.wait && !asks.early);
+    }
+
+    #[test]
+    fn a_fleet_at_the_limit_as_heard_denies_at_once() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.spent = 1_000;
+        let (step, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        assert!(!step.allowed && !asks.wait && !asks.degraded);
+    }
+
+    #[test]
+    fn without_redis_a_fail_closed_key_without_a_claim_is_refused() {
+        let m = meter();
+        let mut st = SpanState::default();
+        // Even within its credit: a new key follows the failure policy.
+        let (step, asks) = m.decide(&mut st, T, 1, false, false);
+        assert!(!step.allowed && asks.degraded && !asks.wait);
+    }
+
+    #[test]
+    fn a_valid_claim_is_spent_while_redis_is_away() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY;
+        st.claim = 5;
+        let (step, asks) = m.decide(&mut st, T + 10, 1, false, false);
+        assert!(step.allowed && !asks.degraded);
+    }
+
+    #[test]
+    fn rolling_to_the_next_interval_keeps_what_is_unwritten() {
+        let m = meter();
+        let mut st = SpanState::default();
+        m.roll(&mut st, T);
+        st.flags |= flag::ENTRY | flag::LISTED;
+        (st.local, st.flushed, st.spent) = (40, 30, 700);
+        let (now, dropped) = m.roll(&mut st, T + 10 * SPAN + 5);
+        assert_eq!((now, dropped), (T + 10 * SPAN + 5, 0));
+        assert_eq!((st.pending, st.local, st.claim), (40, 0, 0));
+        assert_eq!(
+            st.prev_fleet, 710,
+            "heard: the reply plus what was admitted since"
+        );
+        assert!(!st.has(flag::ENTRY) && st.has(flag::LISTED));
+        // Two intervals on, unwritten counts are given up.
+        let (_, dropped) = m.roll(&mut st, T + 30 * SPAN);
+        assert_eq!(dropped, 40);
+    }
+
+    #[test]
+    fn demand_counts_from_one_span_end_write_to_the_next() {
+        let m = meter();
+        let mut st = SpanState {
+            since: T,
+            seen: 20,
+            ..SpanState::default()
+        };
+        // An early write half a span in: the first request opens the
+        // window, the rest is a rate; the smoothing is not touched.
+        assert_eq!(m.smoothed_demand(&mut st, T + SPAN / 2, true), 38);
+        assert_eq!(st.rate8, 0);
+        // At the span end: the span's count, and the smoothing moves.
+        assert_eq!(m.smoothed_demand(&mut st, T + SPAN, false), 20);
+        assert_eq!(st.rate8, 80);
+        // Nothing seen a span later: a key seen recently keeps demand 1.
+        st.seen = 0;
+        assert_eq!(m.smoothed_demand(&mut st, T + 2 * SPAN, false), 1);
+        assert_eq!(st.rate8, 40);
+    }
+}

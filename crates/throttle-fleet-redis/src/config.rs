@@ -1,0 +1,230 @@
+//! Where Redis is and how patient to be with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use throttle_fleet_core::{Clock, ConfigError};
+
+/// The longest key prefix accepted.
+pub const MAX_PREFIX_LEN: usize = 64;
+
+#[derive(Clone)]
+pub(crate) enum Target {
+    Standalone(String),
+    Cluster(Vec<String>),
+}
+
+/// How to reach Redis and how long to wait for it, shared by every mode.
+///
+/// ```
+/// use std::time::Duration;
+/// use throttle_fleet_redis::RedisConfig;
+///
+/// let config = RedisConfig::standalone("redis://127.0.0.1:6379")
+///     .command_timeout(Duration::from_millis(20))
+///     .key_prefix("myapp:rl");
+/// let cluster = RedisConfig::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
+/// # let _ = (config, cluster);
+/// ```
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub(crate) target: Target,
+    pub(crate) key_prefix: String,
+    pub(crate) command_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) breaker_threshold: u32,
+    pub(crate) probe_interval: Duration,
+    pub(crate) connections: usize,
+    pub(crate) fleet_size: u32,
+    pub(crate) test_clock: Option<Arc<dyn Clock>>,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let target = match &self.target {
+            Target::Standalone(_) => "standalone",
+            Target::Cluster(_) => "cluster",
+        };
+        // URLs may hold passwords: never printed.
+        f.debug_struct("RedisConfig")
+            .field("target", &target)
+            .field("key_prefix", &self.key_prefix)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("breaker_threshold", &self.breaker_threshold)
+            .field("probe_interval", &self.probe_interval)
+            .field("connections", &self.connections)
+            .field("fleet_size", &self.fleet_size)
+            .field("test_clock", &self.test_clock.is_some())
+            .finish()
+    }
+}
+
+impl RedisConfig {
+    fn new(target: Target) -> Self {
+        Self {
+            target,
+            key_prefix: "rl".to_owned(),
+            command_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_millis(50),
+            breaker_threshold: 3,
+            probe_interval: Duration::from_millis(250),
+            connections: 1,
+            fleet_size: 1,
+            test_clock: None,
+        }
+    }
+
+    /// One Redis server: `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` for TLS when the `redis` crate is built with TLS.
+    pub fn standalone(url: impl Into<String>) -> Self {
+        Self::new(Target::Standalone(url.into()))
+    }
+
+    /// A Redis Cluster, found through any of these seed nodes. `MOVED` and
+    /// `ASK` redirections and slot changes are followed.
+    pub fn cluster<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// Prefix of every key (default `rl`): keys are
+    /// `<prefix>:{<rule>:<key>}:<suffix>`.
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// How long a check may wait for Redis before the rule's failure policy
+    /// decides (default 50 ms). A hung Redis adds at most this to a request,
+    /// and only until the circuit breaker opens.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take (default 50 ms).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Consecutive failures or timeouts that open the circuit breaker
+    /// (default 3). While open, no check goes to Redis; a background probe
+    /// closes it when Redis answers again.
+    #[must_use]
+    pub fn breaker_threshold(mut self, failures: u32) -> Self {
+        self.breaker_threshold = failures;
+        self
+    }
+
+    /// How often the open breaker probes Redis (default 250 ms).
+    #[must_use]
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.probe_interval = interval;
+        self
+    }
+
+    /// Multiplexed connections to open per Redis server, used in turn
+    /// (default 1). Concurrent checks are pipelined on each connection.
+    #[must_use]
+    pub fn connections(mut self, connections: usize) -> Self {
+        self.connections = connections;
+        self
+    }
+
+    /// How many instances share each quota (default 1). While Redis is
+    /// unavailable, a rule with [`FailurePolicy::LocalFallback`] allows each
+    /// instance `quota / fleet_size`, so the fleet as a whole stays near the
+    /// quota.
+    ///
+    /// [`FailurePolicy::LocalFallback`]: throttle_fleet_core::FailurePolicy::LocalFallback
+    #[must_use]
+    pub fn fleet_size(mut self, instances: u32) -> Self {
+        self.fleet_size = instances;
+        self
+    }
+
+    /// **For tests only.** Reads "now" from `clock` and passes it to the
+    /// scripts instead of letting them read Redis `TIME`, so a test can
+    /// drive Redis and the in-memory algorithms with the same timeline. In
+    /// production this would let clock drift between instances skew limits.
+    #[must_use]
+    pub fn clock_for_tests(mut self, clock: impl Clock) -> Self {
+        self.test_clock = Some(Arc::new(clock));
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let p = &self.key_prefix;
+        if p.is_empty() || p.len() > MAX_PREFIX_LEN {
+            return Err(ConfigError::new(
+                "redis.key_prefix",
+                format!("must be 1 to {MAX_PREFIX_LEN} bytes (got {})", p.len()),
+            ));
+        }
+        if let Some(c) = p
+            .chars()
+            .find(|c| matches!(c, '{' | '}') || c.is_whitespace() || c.is_control())
+        {
+            return Err(ConfigError::new(
+                "redis.key_prefix",
+                format!("must not hold braces, spaces or control characters (found {c:?})"),
+            ));
+        }
+        for (field, d) in [
+            ("redis.command_timeout", self.command_timeout),
+            ("redis.connect_timeout", self.connect_timeout),
+            ("redis.probe_interval", self.probe_interval),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::new(field, "must be positive"));
+            }
+        }
+        if self.breaker_threshold == 0 {
+            return Err(ConfigError::new(
+                "redis.breaker_threshold",
+                "must be at least 1 (got 0)",
+            ));
+        }
+        if self.connections == 0 || self.connections > 64 {
+            return Err(ConfigError::new(
+                "redis.connections",
+                format!("must be from 1 to 64 (got {})", self.connections),
+            ));
+        }
+        if self.fleet_size == 0 {
+            return Err(ConfigError::new(
+                "redis.fleet_size",
+                "must be at least 1 (got 0)",
+            ));
+        }
+        match &self.target {
+            Target::Standalone(url) => check_url(url)?,
+            Target::Cluster(nodes) if nodes.is_empty() => {
+                return Err(ConfigError::new(
+                    "redis.cluster",
+                    "needs at least one seed node",
+                ));
+            }
+            Target::Cluster(nodes) => nodes.iter().try_for_each(|n| check_url(n))?,
+        }
+        Ok(())
+    }
+}
+
+fn check_url(url: &str) -> Result<(), ConfigError> {
+    redis::Client::open(url).map(drop).map_err(|e| {
+        // The URL may hold a password: report the error kind only.
+        ConfigError::new(
+            "redis.url",
+            format!("is not a usable Redis URL ({:?})", e.kind()),
+        )
+    })
+}

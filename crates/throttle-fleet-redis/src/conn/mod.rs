@@ -1,0 +1,489 @@
+//! Connections (standalone or cluster), timeouts, circuit breakers and
+//! the counters every mode shares.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::{FromRedisValue, IntoConnectionInfo};
+use throttle_fleet_core::{Clock, ConfigError};
+
+pub(crate) use crate::call_failure::Failure;
+use crate::config::{RedisConfig, Target};
+use crate::metrics::CallMetrics;
+
+mod call;
+mod cluster;
+mod node;
+mod version;
+mod watch;
+
+pub(crate) use call::{Call, Eval};
+use cluster::{Cluster, Redirect, redirect};
+use node::Node;
+
+use version::parse_version;
+
+/// Counters of a Redis backend, for dashboards and for trusting it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Script calls sent to Redis on the request path.
+    pub calls: u64,
+    /// Calls that failed with an error.
+    pub errors: u64,
+    /// Calls that took longer than the command timeout.
+    pub timeouts: u64,
+    /// Whether the circuit breaker is open now.
+    pub breaker_open: bool,
+    /// How many times the breaker has opened.
+    pub breaker_opened: u64,
+    /// Checks decided by a failure policy instead of Redis.
+    pub degraded: u64,
+    /// Exact mode: checks denied without a Redis call, for a key Redis had
+    /// shown over its limit and whose wait was not over.
+    pub denied_locally: u64,
+}
+
+/// Where commands go: the one node of a standalone Redis, or the primary
+/// of each slot of a cluster.
+enum Route {
+    Single(Arc<Node>),
+    Cluster(Box<Cluster>),
+}
+
+pub(crate) struct Redis {
+    pub(crate) config: RedisConfig,
+    clock: Arc<dyn Clock>,
+    /// One breaker for a standalone Redis; for a cluster, one per primary,
+    /// so a hung or dead node opens only the breaker of the slots it serves.
+    route: Route,
+    calls: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    breaker_opened: AtomicU64,
+    pub(crate) degraded: AtomicU64,
+    pub(crate) denied_locally: AtomicU64,
+    meter: CallMetrics,
+}
+
+impl Redis {
+    /// Validates `config` and opens lazy connections; then checks once that
+    /// Redis answers (for a cluster: reads its slot table). If it does not,
+    /// the breaker starts open and a background probe waits for Redis:
+    /// starting never fails because Redis is down.
+    pub(crate) async fn connect(config: RedisConfig) -> Result<Arc<Self>, ConfigError> {
+        config.validate()?;
+        let route = match &config.target {
+            Target::Standalone(url) => {
+                let bad =
+                    |e: redis::RedisError| ConfigError::new("redis.url", format!("{:?}", e.kind()));
+                let info = url.as_str().into_connection_info().map_err(bad)?;
+                Route::Single(Arc::new(
+                    Node::open(info, String::new(), &config).map_err(bad)?,
+                ))
+            }
+            Target::Cluster(nodes) => Route::Cluster(Box::new(Cluster::new(nodes, &config)?)),
+        };
+        let clock: Arc<dyn Clock> = match &config.test_clock {
+            Some(c) => c.clone(),
+            None => Arc::new(throttle_fleet_core::clock::WallClock),
+        };
+        let redis = Arc::new(Self {
+            clock,
+            route,
+            config,
+            calls: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            breaker_opened: AtomicU64::new(0),
+            degraded: AtomicU64::new(0),
+            denied_locally: AtomicU64::new(0),
+            meter: CallMetrics::new(),
+        });
+        let patience = redis.patience();
+        match &redis.route {
+            Route::Single(node) => {
+                if !ping(node, patience).await {
+                    tracing::warn!(
+                        "throttle: Redis does not answer at startup; deciding by failure policy until it does"
+                    );
+                    if node.breaker.trip() {
+                        redis.breaker_opened.fetch_add(1, Ordering::Relaxed);
+                        Self::probe(&redis, node.clone());
+                    }
+                }
+            }
+            Route::Cluster(cluster) => {
+                if !cluster.refresh(patience).await {
+                    tracing::warn!(
+                        "throttle: no Redis Cluster node answers at startup; deciding by failure policy until one does"
+                    );
+                }
+                if !cluster.is_complete() {
+                    Self::discover(&redis);
+                }
+            }
+        }
+        Ok(redis)
+    }
+
+    /// How long a probe or a topology read may wait.
+    fn patience(&self) -> Duration {
+        self.config.connect_timeout + self.config.command_timeout
+    }
+
+    /// "Now" for the scripts: 0 (read Redis `TIME`) unless a test clock is set.
+    pub(crate) fn script_now(&self) -> u64 {
+        self.config.test_clock.as_ref().map_or(0, |c| c.now_us())
+    }
+
+    /// "Now" for local decisions and flush schedules: the test clock if set.
+    pub(crate) fn local_now(&self) -> u64 {
+        self.clock.now_us()
+    }
+
+    /// The clock local decisions, flushes and leases all read: the test
+    /// clock, or the wall clock (one clock, so local instants compare).
+    pub(crate) fn local_clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
+    /// Whether the target is a Redis Cluster (pipelines must stay in one slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.route, Route::Cluster(_))
+    }
+
+    /// The hash slot of `key`'s Redis keys in a cluster, for its route and
+    /// breaker (0 for a standalone Redis, which has one); computed without
+    /// building the key.
+    #[inline]
+    pub(crate) fn slot_for(
+        &self,
+        keys: &crate::keys::KeyBase,
+        key: &throttle_fleet_core::Key,
+    ) -> u16 {
+        match self.route {
+            Route::Single(_) => 0,
+            Route::Cluster(_) => keys.slot(key),
+        }
+    }
+
+    /// Whether the breaker of `slot`'s node is open (or, in a cluster, no
+    /// primary is known for it yet).
+    #[inline]
+    pub(crate) fn is_open(&self, slot: u16) -> bool {
+        match &self.route {
+            Route::Single(node) => node.breaker.is_open(),
+            Route::Cluster(cluster) => cluster.is_open(slot),
+        }
+    }
+
+    /// Runs a script off the request path (flushes) on the node of `slot`:
+    /// bounded by `timeout`, counted, but not reported to the breaker.
+    pub(crate) async fn eval_off_path<T: FromRedisValue>(
+        self: &Arc<Self>,
+        inv: &impl Call,
+        slot: u16,
+        timeout: Duration,
+    ) -> Result<T, Failure> {
+        self.routed(inv, slot, timeout, false).await
+    }
+
+    /// Runs a script on the request path: bounded by the command timeout,
+    /// counted, and reported to the breaker of the node serving `slot`.
+    pub(crate) async fn eval<T: FromRedisValue>(
+        self: &Arc<Self>,
+        inv: &impl Call,
+        slot: u16,
+    ) -> Result<T, Failure> {
+        self.routed(inv, slot, self.config.command_timeout, true)
+            .await
+    }
+
+    async fn routed<T: FromRedisValue>(
+        self: &Arc<Self>,
+        inv: &impl Call,
+        slot: u16,
+        timeout: Duration,
+        report: bool,
+    ) -> Result<T, Failure> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.meter.call();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (node, result) = match &self.route {
+            Route::Single(node) => (
+                node.clone(),
+                invoke(node, inv, deadline, false, !report).await,
+            ),
+            Route::Cluster(cluster) => {
+                let Some(node) = cluster.node_for(slot) else {
+                    Self::discover(self);
+                    self.meter.failed(&Failure::Unrouted);
+                    return Err(Failure::Unrouted);
+                };
+                let first = invoke(&node, inv, deadline, false, !report).await;
+                match first {
+                    Err(Failure::Error(ref e)) => match redirect(e) {
+                        Some(Redirect::Moved(slot, addr)) => {
+                            let moved = cluster.moved(slot, addr);
+                            self.refresh_soon();
+                            match moved {
+                                Some(to) => {
+                                    let r = invoke(&to, inv, deadline, false, !report).await;
+                                    (to, r)
+                                }
+                                None => (node, first),
+                            }
+                        }
+                        Some(Redirect::Ask(addr)) => match cluster.node_at(addr) {
+                            Some(to) => {
+                                let r = invoke(&to, inv, deadline, true, !report).await;
+                                (to, r)
+                            }
+                            None => (node, first),
+                        },
+                        None => (node, first),
+                    },
+                    _ => (node, first),
+                }
+            }
+        };
+        match &result {
+            Ok(_) if report => node.breaker.success(),
+            Ok(_) => {}
+            Err(failure) => {
+                self.meter.failed(failure);
+                match failure {
+                    Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
+                    _ => self.errors.fetch_add(1, Ordering::Relaxed),
+                };
+                if report {
+                    self.failed(failure, &node);
+                } else {
+                    // Off the path no breaker probes the node: the table is
+                    // read again here, so a failover is followed all the same.
+                    self.refresh_soon();
+                }
+            }
+        }
+        result
+    }
+
+    /// Sends a script in the background (refunds): never waited for, never
+    /// sent while the breaker is open.
+    pub(crate) fn spawn_eval(self: &Arc<Self>, inv: impl Call + Send + 'static, slot: u16) {
+        if self.is_open(slot) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        rt.spawn(async move {
+            let _ = this.eval::<redis::Value>(&inv, slot).await;
+        });
+    }
+
+    fn failed(self: &Arc<Self>, failure: &Failure, node: &Arc<Node>) {
+        if node.breaker.failure() {
+            self.breaker_opened.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%failure, node = %node.addr, "throttle: circuit breaker opened; Redis gets no request-path traffic for these keys until a probe succeeds");
+            Self::probe(self, node.clone());
+        } else {
+            tracing::debug!(%failure, "throttle: Redis call failed");
+        }
+    }
+
+    /// Reads the cluster's slot table again in the background (after a
+    /// `MOVED` or a failed flush), at most once per probe interval.
+    fn refresh_soon(self: &Arc<Self>) {
+        let Route::Cluster(cluster) = &self.route else {
+            return;
+        };
+        if !cluster.refresh_due(self.config.probe_interval) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        rt.spawn(async move {
+            if let Some(redis) = weak.upgrade()
+                && let Route::Cluster(cluster) = &redis.route
+            {
+                cluster.refresh(redis.patience()).await;
+            }
+        });
+    }
+
+    /// While the slot table has slots no known primary serves (no node has
+    /// answered yet, or a primary failed with no replica to take over),
+    /// reads it every probe interval until every slot is served.
+    fn discover(this: &Arc<Self>) {
+        let Route::Cluster(cluster) = &this.route else {
+            return;
+        };
+        if cluster.discovering.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            cluster.discovering.store(false, Ordering::Release);
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(this);
+        rt.spawn(async move {
+            loop {
+                let Some(redis) = weak.upgrade() else { return };
+                let Route::Cluster(cluster) = &redis.route else {
+                    return;
+                };
+                if cluster.refresh(redis.patience()).await && cluster.is_complete() {
+                    cluster.discovering.store(false, Ordering::Release);
+                    tracing::info!("throttle: Redis Cluster serves every slot");
+                    return;
+                }
+                let interval = redis.config.probe_interval;
+                drop(redis);
+                tokio::time::sleep(interval).await;
+            }
+        });
+    }
+
+    /// Whether the node serving `slot` answers a `PING` now (off the
+    /// request path: no breaker is told).
+    pub(crate) async fn ping_slot(&self, slot: u16) -> bool {
+        let patience = self.patience();
+        match &self.route {
+            Route::Single(node) => ping(node, patience).await,
+            Route::Cluster(cluster) => match cluster.node_for(slot) {
+                Some(node) => ping(&node, patience).await,
+                None => cluster.refresh(patience).await && cluster.node_for(slot).is_some(),
+            },
+        }
+    }
+
+    /// The server's version (`INFO server`), if it answers; for a cluster,
+    /// that of one primary.
+    pub(crate) async fn server_version(&self) -> Option<(u32, u32)> {
+        let node = match &self.route {
+            Route::Single(node) => node.clone(),
+            Route::Cluster(cluster) => cluster.nodes().into_iter().next()?,
+        };
+        let mut conn = node.conn();
+        let cmd = redis::cmd("INFO").arg("server").to_owned();
+        let info =
+            match tokio::time::timeout(self.patience(), cmd.query_async::<redis::Value>(&mut conn))
+                .await
+            {
+                Ok(Ok(v)) => v,
+                _ => return None,
+            };
+        let text = match info {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text,
+            _ => return None,
+        };
+        parse_version(&text)
+    }
+
+    /// While `node`'s breaker is open, pings it every probe interval and
+    /// closes the breaker when it answers. In a cluster each round reads
+    /// the slot table first: a primary that lost its slots (its replica was
+    /// promoted) is no longer probed, its slots went to a node of their own.
+    fn probe(this: &Arc<Self>, node: Arc<Node>) {
+        if node.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            node.probing.store(false, Ordering::Release);
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(this);
+        rt.spawn(async move {
+            loop {
+                let interval = match weak.upgrade() {
+                    Some(r) => r.config.probe_interval,
+                    None => return,
+                };
+                tokio::time::sleep(interval).await;
+                let Some(redis) = weak.upgrade() else { return };
+                let patience = redis.patience();
+                if let Route::Cluster(cluster) = &redis.route {
+                    cluster.refresh(patience).await;
+                    if !cluster.serves(&node) {
+                        node.probing.store(false, Ordering::Release);
+                        node.breaker.close();
+                        Self::discover(&redis);
+                        tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another");
+                        return;
+                    }
+                }
+                if ping(&node, patience).await {
+                    // Lower the flag first: a failure that reopens the
+                    // breaker after close() must be able to start a probe.
+                    node.probing.store(false, Ordering::Release);
+                    node.breaker.close();
+                    tracing::info!(node = %node.addr, "throttle: Redis answers again; circuit breaker closed");
+                    return;
+                }
+            }
+        });
+    }
+
+    pub(crate) fn stats(&self) -> RedisStats {
+        let breaker_open = match &self.route {
+            Route::Single(node) => node.breaker.is_open(),
+            Route::Cluster(cluster) => {
+                cluster.is_unrouted() || cluster.nodes().iter().any(|n| n.breaker.is_open())
+            }
+        };
+        RedisStats {
+            calls: self.calls.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            breaker_open,
+            breaker_opened: self.breaker_opened.load(Ordering::Relaxed),
+            degraded: self.degraded.load(Ordering::Relaxed),
+            denied_locally: self.denied_locally.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One script call on `node` until `deadline`, on its off-path connection
+/// if `off_path`; `asking` sends `ASKING` first (a slot in migration).
+async fn invoke<T: FromRedisValue>(
+    node: &Node,
+    inv: &impl Call,
+    deadline: tokio::time::Instant,
+    asking: bool,
+    off_path: bool,
+) -> Result<T, Failure> {
+    let mut conn = if off_path {
+        node.off_path()
+    } else {
+        node.conn()
+    };
+    let call = async {
+        let reply = inv.send(&mut conn, asking).await?;
+        Ok::<T, redis::RedisError>(T::from_redis_value(reply)?)
+    };
+    match tokio::time::timeout_at(deadline, call).await {
+        Ok(Ok(v)) => Ok(v),
+        // The off-path connection's own response timeout may fire first: a
+        // timeout all the same, not an error.
+        Ok(Err(e)) if e.is_timeout() => Err(Failure::Timeout),
+        Ok(Err(e)) => Err(Failure::Error(e)),
+        Err(_) => Err(Failure::Timeout),
+    }
+}
+
+/// One `PING` to `node` within `patience`.
+async fn ping(node: &Node, patience: Duration) -> bool {
+    let mut conn = node.conn();
+    let cmd = redis::cmd("PING");
+    matches!(
+        tokio::time::timeout(patience, cmd.query_async::<String>(&mut conn)).await,
+        Ok(Ok(_))
+    )
+}

@@ -1,0 +1,170 @@
+//! Exact mode: atomic scripts, with Redis' own clock.
+//!
+//! Checks of one rule that arrive while a call for that rule is on its way
+//! are sent together in the next call: the batch script runs them in order,
+//! exactly as separate calls would, but reads and writes a repeated key once
+//! and costs one round trip, one `EVALSHA` and one `TIME` for all of them.
+//! A lone check goes out at once, so batching adds no latency; under load
+//! batches grow with the concurrency, and a hot key (the attack case) costs
+//! Redis a small fraction of one call per request.
+
+mod batch;
+mod compiled;
+mod deny;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use redis::Script;
+use throttle_fleet_core::algorithm::SlidingWindowLog;
+use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
+
+use crate::conn::{Eval, Failure, Redis};
+use crate::failure::{degraded, local_limiter};
+use crate::keys::KeyBase;
+use crate::reply::Reply;
+use crate::scripts::SLIDING_LOG_SCRIPT;
+use batch::Batcher;
+use compiled::Compiled;
+use deny::DenyCache;
+
+struct Inner {
+    redis: Arc<Redis>,
+    rule: Rule,
+    compiled: Compiled,
+    keys: KeyBase,
+    /// Fail open: counts locally (never denies); local fallback: decides.
+    local: Option<Arc<dyn Limiter>>,
+    batcher: Batcher,
+    /// Keys Redis showed over their limit, denied here until their wait is
+    /// over.
+    deny: DenyCache,
+}
+
+/// One rule in the exact mode: every check is one `EVALSHA` of the rule's
+/// script, reading and updating the key's state atomically with Redis' own
+/// clock. Concurrent instances can never admit more than the quota.
+#[derive(Clone)]
+pub struct ExactLimiter(Arc<Inner>);
+
+impl std::fmt::Debug for ExactLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExactLimiter")
+            .field("rule", &self.0.rule)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExactLimiter {
+    pub(crate) fn new(redis: Arc<Redis>, rule: &Rule) -> Result<Self, ConfigError> {
+        let compiled = Compiled::of(rule)?;
+        let local = local_limiter(&redis, rule)?;
+        let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
+        let deny = DenyCache::new(redis.local_clock()).map_err(|e| e.in_rule(rule.name()))?;
+        Ok(Self(Arc::new(Inner {
+            redis,
+            rule: rule.clone(),
+            compiled,
+            keys,
+            local,
+            batcher: Batcher::default(),
+            deny,
+        })))
+    }
+}
+
+impl Inner {
+    /// The hash slot of a key, for its breaker (0 unless a cluster).
+    pub(super) fn group(&self, key: &Key) -> u16 {
+        self.redis.slot_for(&self.keys, key)
+    }
+
+    /// A call of `script` for `key`'s checks: its keys written, room for
+    /// `args` arguments.
+    fn invocation(&self, script: &'static Script, key: &Key, args: usize) -> Eval {
+        let suffixes = self.compiled.suffixes();
+        let mut inv = Eval::new(script, suffixes.len(), args, 20 * args);
+        for suffix in suffixes {
+            inv.arg(self.keys.key(key, suffix));
+        }
+        inv
+    }
+
+    /// One check of a sliding window log, in its own call.
+    async fn log(
+        self: Arc<Self>,
+        m: SlidingWindowLog,
+        key: Key,
+        cost: u64,
+    ) -> Result<Outcome, Unavailable> {
+        let mut inv = self.invocation(&SLIDING_LOG_SCRIPT, &key, 4);
+        Compiled::log_args(&m, &mut inv, self.redis.script_now(), cost);
+        let sent_at = self.deny.now();
+        let failure = match self.redis.eval::<Reply>(&inv, self.group(&key)).await {
+            Ok(reply) => match Compiled::log_step(&m, &reply, cost) {
+                Some((step, at_us)) => {
+                    self.deny.remember(&key, cost, &step, sent_at);
+                    return Ok(Outcome::new(step, at_us));
+                }
+                None => unexpected_reply(),
+            },
+            Err(failure) => failure,
+        };
+        tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
+        self.degraded(&key, cost)
+    }
+
+    /// The rule's failure policy decides.
+    pub(crate) fn degraded(&self, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
+        degraded(&self.redis, &self.rule, self.local.as_deref(), key, cost)
+    }
+}
+
+fn unexpected_reply() -> Failure {
+    Failure::Error(redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "unexpected reply from the rate-limit script",
+    )))
+}
+
+impl Limiter for ExactLimiter {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        if let Some((step, now)) = self.0.deny.check(key, cost) {
+            self.0.redis.denied_locally.fetch_add(1, Ordering::Relaxed);
+            return Answer::Ready(Ok(Outcome::new(step, now)));
+        }
+        if self.0.redis.is_open(self.0.group(key)) {
+            return Answer::Ready(self.0.degraded(key, cost));
+        }
+        match self.0.compiled {
+            Compiled::Log(m) => Answer::Pending(Box::pin(self.0.clone().log(m, *key, cost))),
+            _ => self.0.enqueue(*key, cost),
+        }
+    }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
+
+    /// The counts are Redis's, under the rule's name: a limiter for the new
+    /// quota reads them as they are (with a deny cache of its own: denials
+    /// remembered under the old quota may not hold under the new one).
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        Some(Arc::new(
+            ExactLimiter::new(self.0.redis.clone(), rule).ok()?,
+        ))
+    }
+
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        if outcome.degraded {
+            if let Some(local) = &self.0.local {
+                local.refund(key, cost, outcome);
+            }
+            return;
+        }
+        let mut inv = self.0.invocation(self.0.compiled.release_script(), key, 3);
+        self.0.compiled.release_args(&mut inv, outcome.at_us, cost);
+        self.0.redis.spawn_eval(inv, self.0.group(key));
+    }
+}

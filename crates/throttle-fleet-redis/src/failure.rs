@@ -1,0 +1,89 @@
+//! Failure policies shared by every mode: what a rule decides while Redis
+//! cannot be asked, and the local limiter a policy needs for that.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::{Answer, ConfigError, FailurePolicy, Key, MemoryBackend, Rule};
+
+use crate::conn::Redis;
+
+/// The refusal of a fail-closed rule while Redis is away: one shared reason,
+/// so a refusal (the hot path of an outage) allocates nothing.
+pub(crate) fn redis_unavailable() -> Unavailable {
+    static REASON: std::sync::LazyLock<Arc<str>> =
+        std::sync::LazyLock::new(|| Arc::from("Redis is unavailable"));
+    Unavailable {
+        reason: REASON.clone(),
+    }
+}
+
+/// The local limiter a rule's failure policy needs while Redis is away.
+pub(crate) fn local_limiter(
+    redis: &Redis,
+    rule: &Rule,
+) -> Result<Option<Arc<dyn Limiter>>, ConfigError> {
+    let quota = match rule.failure_policy() {
+        FailurePolicy::FailClosed => return Ok(None),
+        FailurePolicy::LocalFallback => {
+            let share = |n: u64| n.div_ceil(u64::from(redis.config.fleet_size)).max(1);
+            let q = rule.quota();
+            let scaled = throttle_fleet_core::Quota::new(share(q.limit()), q.period());
+            match q.explicit_burst() {
+                Some(b) => scaled.with_burst(share(b)),
+                None => scaled,
+            }
+        }
+        _ => rule.quota(),
+    };
+    let local_rule = Rule::new(rule.name(), quota)
+        .algorithm_is(rule.algorithm())
+        .cost(rule.static_cost().min(quota_capacity(rule, quota)));
+    let limiter = match &redis.config.test_clock {
+        Some(clock) => throttle_fleet_core::Backend::limiter(
+            &MemoryBackend::with_clock(clock.clone()),
+            &local_rule,
+        )?,
+        None => throttle_fleet_core::Backend::limiter(&MemoryBackend::default(), &local_rule)?,
+    };
+    Ok(Some(limiter))
+}
+
+fn quota_capacity(rule: &Rule, quota: throttle_fleet_core::Quota) -> u32 {
+    let cap = if rule.algorithm().uses_burst() {
+        quota.burst()
+    } else {
+        quota.limit()
+    };
+    u32::try_from(cap).unwrap_or(u32::MAX)
+}
+
+/// Decides by the rule's failure policy, with its local limiter.
+pub(crate) fn degraded(
+    redis: &Redis,
+    rule: &Rule,
+    local: Option<&dyn Limiter>,
+    key: &Key,
+    cost: u64,
+) -> Result<Outcome, Unavailable> {
+    redis.degraded.fetch_add(1, Ordering::Relaxed);
+    let local_outcome = match local.map(|l| l.acquire(key, cost)) {
+        Some(Answer::Ready(Ok(o))) => Some(o),
+        _ => None,
+    };
+    match (rule.failure_policy(), local_outcome) {
+        (FailurePolicy::FailClosed, _) | (_, None) => Err(redis_unavailable()),
+        (FailurePolicy::LocalFallback, Some(mut o)) => {
+            o.degraded = true;
+            Ok(o)
+        }
+        (_, Some(mut o)) => {
+            // Fail open: allowed whatever the local count says.
+            o.degraded = true;
+            o.step.allowed = true;
+            o.step.retry_after_us = 0;
+            Ok(o)
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! The approximate mode's protocol against a real Redis, with simulated
+//! time: counts survive restarts and late flushes, shutdown flushes, the
+//! node estimate follows the fleet, configuration errors name their field.
+//! Precision under realistic traffic is `scenarios.rs`'s job.
+
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use throttle_fleet_core::backend::Limiter;
+use throttle_fleet_core::{Answer, Clock, Key, ManualClock, Quota, Rule};
+use throttle_fleet_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_fleet_test_support::RedisServer;
+
+const T0: u64 = 1_700_000_000_000_000;
+
+/// A clock `offset_us` ahead of (or behind) a shared manual clock.
+#[derive(Clone)]
+struct Skewed {
+    base: ManualClock,
+    offset_us: i64,
+}
+
+impl Clock for Skewed {
+    fn now_us(&self) -> u64 {
+        self.base.now_us().saturating_add_signed(self.offset_us)
+    }
+}
+
+struct Instance {
+    backend: RedisBackend,
+    limiter: std::sync::Arc<dyn Limiter>,
+}
+
+async fn instance(server: &RedisServer, clock: impl Clock, rule: &Rule, spans: u32) -> Instance {
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock)
+        .command_timeout(Duration::from_millis(500));
+    let backend = RedisBackend::approximate(config, ApproximateOptions::default().spans(spans))
+        .await
+        .unwrap();
+    let limiter = throttle_fleet_core::Backend::limiter(&backend, rule).unwrap();
+    Instance { backend, limiter }
+}
+
+/// Checks one request on `inst`. A request the instance has no claim for
+/// waits for the early flush it asked for: played here as the instance's
+/// flush task would, then the request is decided.
+async fn allowed(inst: &Instance, key: &Key) -> bool {
+    match inst.limiter.acquire(key, 1) {
+        Answer::Ready(Ok(o)) => o.step.allowed,
+        Answer::Pending(mut waiting) => {
+            inst.backend.flush_asked().await;
+            match (&mut waiting).now_or_never() {
+                Some(Ok(o)) => o.step.allowed,
+                other => panic!("decided once the flush it waited for was back: {other:?}"),
+            }
+        }
+        other => panic!("the approximate mode never refuses here: {other:?}"),
+    }
+}
+
+/// Drives `instances` with `per_interval` requests per interval, spread
+/// evenly in time and round-robin over the instances, for `intervals`
+/// intervals of `interval_us`; flushes every instance at every span end.
+/// Returns what was admitted per interval (by the shared clock).
+async fn drive(
+    clock: &ManualClock,
+    instances: &[&Instance],
+    key: &Key,
+    interval_us: u64,
+    spans: u64,
+    per_interval: u64,
+    intervals: u64,
+) -> Vec<u64> {
+    let step = interval_us / per_interval;
+    let span_us = interval_us / spans;
+    let mut admitted = vec![0; intervals as usize];
+    let start = clock.now_us();
+    for i in 0..per_interval * intervals {
+        let now = start + i * step;
+        // Flush everyone at each span boundary crossed, as their tasks would.
+        let before = clock.now_us();
+        if i > 0 && now / span_us != before / span_us {
+            clock.set(now - now % span_us);
+            for inst in instances {
+                inst.backend.flush().await;
+            }
+        }
+        clock.set(now);
+        let inst = instances[(i % instances.len() as u64) as usize];
+        if allowed(inst, key).await {
+            admitted[((now - start) / interval_us) as usize] += 1;
+        }
+    }
+    admitted
+}
+
+/// What Redis holds for `key` of `rule` in `interval`: the instances'
+/// counts summed, how many instances, and the bucket hash it is in. Each
+/// bucket hash maps a key (hex) to `instance=count:span` entries.
+fn counted(server: &RedisServer, rule: &str, key: &Key, interval: u64) -> (u64, usize, String) {
+    let mut hex = String::new();
+    key.write_hex(&mut hex);
+    let hashes = server.cli(&["KEYS", &format!("rl:{{{rule}:b*}}:a:{interval}")]);
+    for hash in hashes.lines().filter(|l| !l.is_empty()) {
+        let entries = server.cli(&["HGET", hash, &hex]);
+        let entries = entries.trim();
+        if entries.is_empty() {
+            continue;
+        }
+        // `@<first span>,<id>=<seq>:<count>:<claim>:<span>:<demand>,...`
+        let counts: Vec<u64> = entries
+            .split(',')
+            .filter(|e| !e.starts_with('@'))
+            .map(|e| {
+                e.split_once('=')
+                    .unwrap()
+                    .1
+                    .split(':')
+                    .nth(1)
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        return (counts.iter().sum(), counts.len(), hash.to_owned());
+    }
+    panic!("no counts for {key:?} in interval {interval}: {hashes:?}")
+}
+
+fn aligned_start(clock: &ManualClock, interval_us: u64) {
+    let now = clock.now_us();
+    clock.set((now / interval_us + 1) * interval_us);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_estimate_follows_instances_joining_and_leaving() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(100_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
+    }
+    let key = Key::new("k");
+    aligned_start(&clock, interval_us);
+    let two: Vec<&Instance> = fleet.iter().take(2).collect();
+    let all: Vec<&Instance> = fleet.iter().collect();
+    drive(&clock, &two, &key, interval_us, 10, 4_000, 2).await;
+    let est = |i: usize| {
+        fleet[i]
+            .backend
+            .approximate_stats()
+            .unwrap()
+            .nodes_estimate_milli
+    };
+    assert!(
+        (1_800..=2_200).contains(&est(0)),
+        "two instances: {}",
+        est(0)
+    );
+    // Two more join: within two intervals everyone sees four.
+    drive(&clock, &all, &key, interval_us, 10, 8_000, 2).await;
+    for i in 0..4 {
+        assert!(
+            (3_600..=4_400).contains(&est(i)),
+            "instance {i} after joins: {}",
+            est(i)
+        );
+    }
+    // Two leave: the remaining ones see two again.
+    drive(&clock, &two, &key, interval_us, 10, 4_000, 2).await;
+    for i in 0..2 {
+        assert!(
+            (1_800..=2_200).contains(&est(i)),
+            "instance {i} after leaves: {}",
+            est(i)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_local_fallback_keeps_the_fleet_near_the_quota() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000, interval))
+        .fixed_window()
+        .local_fallback();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
+    }
+    let refs: Vec<&Instance> = fleet.iter().collect();
+    let key = Key::new("tenant-1");
+    aligned_start(&clock, interval_us);
+    // Two intervals with Redis up teach every instance that there are four.
+    drive(&clock, &refs, &key, interval_us, 10, 3_000, 2).await;
+    server.kill();
+    let admitted = drive(&clock, &refs, &key, interval_us, 10, 3_000, 3).await;
+    println!("Redis down, 4 instances at 3x: admitted per interval {admitted:?}");
+    for n in &admitted {
+        assert!(
+            *n as f64 <= 1.5 * 1_000.0,
+            "{admitted:?} (naive per-instance limits would admit 3000)"
+        );
+        assert!(*n >= 500, "still serving: {admitted:?}");
+    }
+    assert!(!fleet[0].backend.approximate_stats().unwrap().redis_ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_two_seconds_apart_stay_within_fifteen_percent() {
+    let server = RedisServer::start();
+    let base = ManualClock::new(T0);
+    let interval = Duration::from_secs(60);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for offset_ms in [-2_000i64, -700, 700, 2_000] {
+        let clock = Skewed {
+            base: base.clone(),
+            offset_us: offset_ms * 1_000,
+        };
+        fleet.push(instance(&server, clock, &rule, 10).await);
+    }
+    let refs: Vec<&Instance> = fleet.iter().collect();
+    aligned_start(&base, interval_us);
+    let admitted = drive(
+        &base,
+        &refs,
+        &Key::new("tenant-1"),
+        interval_us,
+        10,
+        3_000,
+        5,
+    )
+    .await;
+    println!("clocks -2 s .. +2 s, interval 60 s: admitted per interval {admitted:?}");
+    for n in &admitted[1..] {
+        assert!(*n as f64 <= 1.15 * 1_000.0, "{admitted:?}");
+        assert!(*n as f64 >= 0.85 * 1_000.0, "{admitted:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_mid_interval_loses_no_counts_and_shutdown_flushes() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(60);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(100_000, interval)).fixed_window();
+    let a = instance(&server, clock.clone(), &rule, 10).await;
+    let b = instance(&server, clock.clone(), &rule, 10).await;
+    aligned_start(&clock, interval_us);
+    let key = Key::new("k");
+    let interval_no = clock.now_us() / interval_us;
+    let mut admitted = 0;
+    let tick = async |n: u64| {
+        let mut ok = 0;
+        for i in 0..n {
+            clock.set(clock.now_us() + 1_000);
+            let inst = if i % 2 == 0 { &a } else { &b };
+            ok += u64::from(allowed(inst, &key).await);
+        }
+        ok
+    };
+    admitted += tick(300).await;
+    a.backend.flush().await;
+    b.backend.flush().await;
+    server.kill();
+    admitted += tick(300).await;
+    assert!(
+        !a.backend.flush().await,
+        "Redis is down: the counts are kept"
+    );
+    assert!(!a.backend.approximate_stats().unwrap().redis_ok);
+    server.restart();
+    admitted += tick(300).await;
+    // Graceful shutdown sends everything still pending.
+    a.backend.shutdown().await.unwrap();
+    b.backend.shutdown().await.unwrap();
+    assert_eq!(admitted, 900);
+    let (total, instances, hash) = counted(&server, "api", &key, interval_no);
+    assert_eq!(instances, 2, "one entry per instance");
+    assert_eq!(
+        total, 900,
+        "every admitted request is counted once in Redis"
+    );
+    let ttl: i64 = server.cli(&["PTTL", &hash]).trim().parse().unwrap();
+    assert!(ttl > 0, "the interval's hash expires");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_window_algorithms_can_be_counted_approximately() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::approximate(
+        RedisConfig::standalone(server.url()),
+        ApproximateOptions::default(),
+    )
+    .await
+    .unwrap();
+    let err =
+        throttle_fleet_core::Backend::limiter(&backend, &Rule::new("tb", Quota::per_second(5)))
+            .err()
+            .unwrap();
+    assert_eq!((err.rule(), err.field()), (Some("tb"), "algorithm"));
+    let err = RedisBackend::approximate(
+        RedisConfig::standalone(server.url()),
+        ApproximateOptions::default().spans(1),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.field(), "approximate.spans");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushes_that_time_out_and_run_late_are_not_counted_twice() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        let config = RedisConfig::standalone(server.url())
+            .clock_for_tests(clock.clone())
+            .command_timeout(Duration::from_millis(100));
+        let options = ApproximateOptions::default().flush_timeout(Duration::from_millis(100));
+        let backend = RedisBackend::approximate(config, options).await.unwrap();
+        let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+        fleet.push(Instance { backend, limiter });
+    }
+    let refs: Vec<&Instance> = fleet.iter().collect();
+    let key = Key::new("tenant-1");
+    aligned_start(&clock, interval_us);
+    let first = clock.now_us() / interval_us;
+    let mut admitted = drive(&clock, &refs, &key, interval_us, 10, 3_000, 1).await;
+    // Redis hangs for five seconds of traffic: the flushes of those spans
+    // time out here but stay queued in Redis' socket and run when it resumes.
+    server.stop();
+    admitted.extend(drive(&clock, &refs, &key, interval_us / 2, 5, 1_500, 1).await);
+    server.resume();
+    admitted.extend(drive(&clock, &refs, &key, interval_us / 2, 5, 1_500, 1).await);
+    admitted.extend(drive(&clock, &refs, &key, interval_us, 10, 3_000, 1).await);
+    for inst in &fleet {
+        inst.backend.shutdown().await.unwrap();
+    }
+    let failed: u64 = fleet
+        .iter()
+        .map(|i| i.backend.approximate_stats().unwrap().failed_flushes)
+        .sum();
+    assert!(failed >= 4, "the flushes during the hang failed: {failed}");
+    let admitted = [admitted[0], admitted[1] + admitted[2], admitted[3]];
+    for (i, n) in admitted.iter().enumerate() {
+        let (counted, _, _) = counted(&server, "api", &key, first + i as u64);
+        println!("interval {i}: admitted {n}, counted in Redis {counted}");
+        assert_eq!(
+            counted, *n,
+            "interval {i}: every admitted request counted once"
+        );
+        assert!(*n as f64 <= 1.10 * 1_000.0, "{admitted:?}");
+    }
+}
+
+/// Runs `requests` checks spread evenly over `secs` simulated seconds, over
+/// `keys` keys and `instances` instances, flushing at every span end; returns
+/// the Redis commands they cost.
+async fn commands_for(requests: u64, secs: u64, keys: u64, instances: usize) -> u64 {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval = Duration::from_secs(10);
+    let interval_us = interval.as_micros() as u64;
+    let rule = Rule::new("api", Quota::new(1_000_000, interval)).fixed_window();
+    let mut fleet = Vec::new();
+    for _ in 0..instances {
+        fleet.push(instance(&server, clock.clone(), &rule, 10).await);
+    }
+    aligned_start(&clock, interval_us);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let start = clock.now_us();
+    let span_us = interval_us / 10;
+    let step = secs * 1_000_000 / requests;
+    for i in 0..requests {
+        let now = start + i * step;
+        if i > 0 && now / span_us != (now - step) / span_us {
+            clock.set(now - now % span_us);
+            for inst in &fleet {
+                assert!(inst.backend.flush().await);
+            }
+        }
+        clock.set(now);
+        let inst = &fleet[i as usize % instances];
+        assert!(allowed(inst, &Key::from(i % keys)).await);
+    }
+    for inst in &fleet {
+        inst.backend.shutdown().await.unwrap();
+    }
+    server.commands()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_commands_follow_time_and_buckets_not_requests() {
+    // 1,000 active keys, 100,000 requests, four instances.
+    let fast = commands_for(100_000, 10, 1_000, 4).await;
+    let slow = commands_for(100_000, 40, 1_000, 4).await;
+    let (fast_per_req, slow_per_req) = (fast as f64 / 100_000.0, slow as f64 / 100_000.0);
+    let (fast_per_sec, slow_per_sec) = (fast as f64 / 10.0, slow as f64 / 40.0);
+    println!(
+        "1k keys, 100k requests, 4 instances: {fast} commands over 10 s ({fast_per_req:.4} per request, \
+         {fast_per_sec:.0} per second); {slow} over 40 s ({slow_per_req:.4} per request, {slow_per_sec:.0} per second)"
+    );
+    assert!(fast_per_req <= 0.02, "{fast_per_req}");
+    // A flush costs a few commands per bucket whatever the traffic: commands
+    // per second do not move with the request rate.
+    let ratio = fast_per_sec / slow_per_sec;
+    assert!(
+        (0.85..=1.15).contains(&ratio),
+        "{fast_per_sec} vs {slow_per_sec} commands per second"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_after_the_router_is_dropped_loses_no_counts() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let interval_us = 60_000_000;
+    let rule = Rule::new("api", Quota::new(1_000, Duration::from_secs(60))).fixed_window();
+    aligned_start(&clock, interval_us);
+    let interval_no = clock.now_us() / interval_us;
+    let key = Key::new("k");
+    let inst = instance(&server, clock.clone(), &rule, 10).await;
+    let mut admitted = 0;
+    // A lone instance's credit (a quarter of a span's share): no flush yet.
+    for _ in 0..25 {
+        clock.set(clock.now_us() + 1_000);
+        admitted += u64::from(allowed(&inst, &key).await);
+    }
+    assert_eq!(admitted, 25);
+    // What `axum::serve` returning does: the router, and with it the
+    // layer's limiters, are gone before the backend's shutdown is called.
+    let Instance { backend, limiter } = inst;
+    drop(limiter);
+    backend.shutdown().await.unwrap();
+    let (total, _, _) = counted(&server, "api", &key, interval_no);
+    assert_eq!(total, 25, "every admitted request is in Redis");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_says_what_it_could_not_write() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rule = Rule::new("api", Quota::new(1_000, Duration::from_secs(60))).fixed_window();
+    aligned_start(&clock, 60_000_000);
+    let key = Key::new("k");
+    let inst = instance(&server, clock.clone(), &rule, 10).await;
+    for _ in 0..5 {
+        clock.set(clock.now_us() + 1_000);
+        assert!(allowed(&inst, &key).await);
+    }
+    server.kill();
+    let Instance { backend, limiter } = inst;
+    drop(limiter);
+    let unflushed = backend.shutdown().await.unwrap_err();
+    assert_eq!(unflushed.counts, 5, "{unflushed}");
+    assert!(unflushed.to_string().contains("5 admitted"), "{unflushed}");
+}
+
+/// A fail-open rule whose claim runs out while its flush to a hung Redis
+/// is out: for one command timeout a request waits for a claim, as it
+/// would for any, then the failure policy decides (allowed, degraded),
+/// without waiting for the whole flush timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock.clone())
+        .command_timeout(Duration::from_millis(50));
+    let options = ApproximateOptions::default()
+        .spans(10)
+        .flush_timeout(Duration::from_secs(2));
+    let backend = RedisBackend::approximate(config, options).await.unwrap();
+    let rule = Rule::new("r", Quota::per_minute(600))
+        .fixed_window()
+        .fail_open();
+    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let inst = Instance { backend, limiter };
+    let key = Key::new("k");
+    // A claim for a few requests, then spend it all: the next one waits.
+    assert!(allowed(&inst, &key).await);
+    assert!(inst.backend.flush().await);
+    let mut spent = 0;
+    while matches!(inst.limiter.acquire(&key, 1), Answer::Ready(Ok(o)) if o.step.allowed) {
+        spent += 1;
+        assert!(spent < 600, "the claim never ran out");
+    }
+    // Redis hangs; the next flush goes out and waits.
+    server.stop();
+    let flusher = {
+        let backend = inst.backend.clone();
+        tokio::spawn(async move { backend.flush().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    clock.advance(Duration::from_millis(10));
+    assert!(
+        matches!(inst.limiter.acquire(&key, 1), Answer::Pending(_)),
+        "within a command timeout: waits for a claim"
+    );
+    clock.advance(Duration::from_millis(60));
+    match inst.limiter.acquire(&key, 1) {
+        Answer::Ready(Ok(o)) => assert_eq!(
+            (o.step.allowed, o.degraded),
+            (true, true),
+            "past it: fail open decides"
+        ),
+        other => panic!("past a command timeout the policy decides at once: {other:?}"),
+    }
+    server.resume();
+    assert!(
+        flusher.await.unwrap(),
+        "the flush got through once Redis woke"
+    );
+}

@@ -1,0 +1,50 @@
+//! The workspace's test harness, shared by the test binaries of every crate
+//! (as a dev-dependency) instead of copied or included by path.
+//!
+//! * [`check`](mod@check): a limiter's answer, awaited when pending or taken when
+//!   ready.
+//! * [`redis_server`]: real `redis-server` processes on free ports that a
+//!   test starts, stops, kills and restarts ([`RedisServer`]).
+//! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
+//!   waits ([`RedisCluster`]).
+//! * `http` (feature `http`): axum apps served on free ports and a real
+//!   HTTP/1.1 client.
+//! * `grpc` (feature `grpc`): the tonic tests' services behind a
+//!   `ThrottleLayer` on free ports, tonic clients and status details.
+//! * `fleet` and `leased` (feature `redis`): the approximate-mode fleet
+//!   scenario driver and the leased-mode helpers the throttle-fleet-redis tests
+//!   share.
+//! * `http_faults` (feature `faults`): the HTTP fault suites' apps per mode
+//!   and failure policy, concurrent bursts and the policies' promises.
+//!
+//! Crates take only the features they need, so a test build of one does
+//! not compile tonic or axum for nothing.
+
+pub mod check;
+pub mod cluster;
+#[cfg(feature = "redis")]
+pub mod fleet;
+#[cfg(feature = "grpc")]
+pub mod grpc;
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "faults")]
+pub mod http_faults;
+#[cfg(feature = "redis")]
+pub mod leased;
+pub mod redis_server;
+#[cfg(feature = "tls")]
+pub mod tls;
+
+pub use check::{allowed, check, check_cost, outcome};
+pub use cluster::RedisCluster;
+pub use redis_server::RedisServer;
+
+/// Seconds since the Unix epoch (for checking reset times in headers and
+/// metadata).
+pub fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}

@@ -1,0 +1,646 @@
+//! The gRPC responder: decisions -> Trailers-Only `RESOURCE_EXHAUSTED`
+//! answers with the standard error details.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::request::Parts;
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use throttle_fleet_core::{Allowed, Denied, Rule};
+use throttle_fleet_tower::HttpResponder;
+use throttle_fleet_tower::headers::{
+    SuccessHeaders, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number,
+    retry_after_secs,
+};
+use throttle_fleet_tower::responder::{Rejection, Responder};
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::denial::{
+    RuleAnswers, describe_quota, dimension, limited_details, limited_message, unavailable_status,
+};
+
+/// `grpc-retry-pushback-ms`: how long a client with a retry policy must wait
+/// before retrying (gRPC's retry design, A6).
+pub static GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+pub use crate::denial::ERROR_DOMAIN;
+
+const GRPC_CONTENT_TYPE: HeaderValue = HeaderValue::from_static("application/grpc");
+
+/// Which gRPC wire protocol a request speaks, from its `content-type`.
+///
+/// ```
+/// use throttle_fleet_tonic::grpc::GrpcProtocol;
+///
+/// let req = http::Request::post("/helloworld.Greeter/SayHello")
+///     .header("content-type", "application/grpc-web+proto")
+///     .body(())
+///     .unwrap();
+/// assert_eq!(GrpcProtocol::of(req.headers()), Some(GrpcProtocol::GrpcWeb));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GrpcProtocol {
+    /// gRPC over HTTP/2: `application/grpc`, `application/grpc+proto`, ...
+    Grpc,
+    /// gRPC-web, binary: `application/grpc-web`, `application/grpc-web+proto`, ...
+    GrpcWeb,
+    /// gRPC-web, base64 text: `application/grpc-web-text`, ...
+    GrpcWebText,
+}
+
+impl GrpcProtocol {
+    /// The protocol of a request with these headers, or `None` for a request
+    /// that is not a gRPC call (plain HTTP).
+    pub fn of(headers: &http::HeaderMap) -> Option<Self> {
+        let ct = headers.get(CONTENT_TYPE)?.as_bytes();
+        const BASE: &[u8] = b"application/grpc";
+        if ct.len() < BASE.len() || !ct[..BASE.len()].eq_ignore_ascii_case(BASE) {
+            return None;
+        }
+        let rest = &ct[BASE.len()..];
+        // What may follow a media type: nothing, a `+codec` suffix or
+        // `;parameters`.
+        let ends = |r: &[u8]| matches!(r.first(), None | Some(b'+' | b';' | b' '));
+        let starts =
+            |r: &[u8], p: &[u8]| r.len() >= p.len() && r[..p.len()].eq_ignore_ascii_case(p);
+        if ends(rest) {
+            Some(Self::Grpc)
+        } else if starts(rest, b"-web-text") && ends(&rest[9..]) {
+            Some(Self::GrpcWebText)
+        } else if starts(rest, b"-web") && ends(&rest[4..]) {
+            Some(Self::GrpcWeb)
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether `req` is a gRPC call (gRPC or gRPC-web), by its `content-type`.
+pub fn is_grpc(req: &Parts) -> bool {
+    GrpcProtocol::of(&req.headers).is_some()
+}
+
+/// The responder of `throttle-fleet-tonic`: gRPC calls get the gRPC error model's
+/// answer, everything else gets [`HttpResponder`]'s HTTP answer, so one
+/// layer can guard an axum router that serves both.
+///
+/// # A denied gRPC call
+///
+/// A Trailers-Only response (the status in the only `HEADERS` frame, no
+/// message), which every gRPC client reads as the call's status:
+///
+/// ```text
+/// :status: 200
+/// content-type: application/grpc
+/// grpc-status: 8                                   (RESOURCE_EXHAUSTED)
+/// grpc-message: Quota exceeded for ip. Please retry after 12 seconds.
+/// grpc-status-details-bin: <google.rpc.Status, base64>
+/// retry-after: 12
+/// grpc-retry-pushback-ms: 11734
+/// x-ratelimit-limit: 5
+/// x-ratelimit-remaining: 0
+/// x-ratelimit-reset: 1774780860
+/// ```
+///
+/// `grpc-status-details-bin` is a `google.rpc.Status` with the same code and
+/// message and these details:
+///
+/// - `google.rpc.RetryInfo`: `retry_delay` is the exact wait (not rounded);
+/// - `google.rpc.QuotaFailure`: one violation whose `subject` is
+///   `"<dimension>:<key kind>"` (e.g. `ip:peer-ip`; the key kind is the
+///   rule's extractor's [`kind`](throttle_fleet_tower::KeyExtractor::kind), or the
+///   one given with [`key_kind`](Self::key_kind), which overrides it; the
+///   key itself is never echoed) and whose `description` states the quota
+///   (`ip: 5 per 60s`);
+/// - `google.rpc.ErrorInfo`: `reason` `RATE_LIMIT_EXCEEDED`, `domain`
+///   `throttle`, `metadata` `{"dimension": "ip"}`: the codes of the HTTP
+///   answer's JSON body, for clients that switch on a reason.
+///
+/// `retry-after` is whole seconds, rounded up; `grpc-retry-pushback-ms` is
+/// the wait in milliseconds, rounded up, so a client whose retry policy
+/// lists `RESOURCE_EXHAUSTED` waits exactly as long as needed.
+///
+/// # Other answers
+///
+/// | rejection | gRPC status | details |
+/// |---|---|---|
+/// | a rule denied the call | `RESOURCE_EXHAUSTED` (8) | RetryInfo, QuotaFailure, ErrorInfo `RATE_LIMIT_EXCEEDED` |
+/// | the key is missing, rule answers 400 (the default, e.g. [`Metadata`](crate::Metadata)) | `INVALID_ARGUMENT` (3) | ErrorInfo `RATE_LIMIT_KEY_MISSING` |
+/// | the key is missing, rule answers 401 | `UNAUTHENTICATED` (16) | same |
+/// | the key is missing, rule answers 403 | `PERMISSION_DENIED` (7) | same |
+/// | the key is missing, rule answers 500 (e.g. [`PeerIp`](crate::PeerIp) without a peer address) | `INTERNAL` (13) | same |
+/// | a fail-closed rule's backend is unreachable | `UNAVAILABLE` (14) | RetryInfo 1 s, ErrorInfo `RATE_LIMITER_UNAVAILABLE`; `retry-after: 1`, `grpc-retry-pushback-ms: 1000` |
+///
+/// A missing key's HTTP status (the rule's
+/// [`MissingKey::Reject`](throttle_fleet_tower::MissingKey::Reject)) is turned
+/// into a gRPC code by the inverse of `google.rpc.Code`'s HTTP mapping: 400
+/// `INVALID_ARGUMENT`, 401 `UNAUTHENTICATED`, 403 `PERMISSION_DENIED`, 404
+/// `NOT_FOUND`, 409 `ABORTED`, 412 `FAILED_PRECONDITION`, 429
+/// `RESOURCE_EXHAUSTED`, 499 `CANCELLED`, 500 `INTERNAL`, 501
+/// `UNIMPLEMENTED`, 503 `UNAVAILABLE`, 504 `DEADLINE_EXCEEDED`; any other
+/// 4xx `FAILED_PRECONDITION`, 5xx `INTERNAL`, anything else `UNKNOWN`.
+///
+/// # Allowed calls
+///
+/// Their response headers (the call's initial metadata) carry
+/// `x-ratelimit-limit`, `x-ratelimit-remaining` and `x-ratelimit-reset` of
+/// the most restrictive rule, as HTTP responses do.
+///
+/// # gRPC-web
+///
+/// A gRPC-web call (`application/grpc-web`, `-web+proto`, `-web-text`, ...)
+/// gets the same answer in the gRPC-web form: the gRPC-web protocol allows
+/// a Trailers-Only response as plain response headers with an empty body,
+/// which gRPC-web clients read as the status, so the answer differs only in
+/// its `content-type`, which is the request's. Browsers show a script only
+/// the headers that CORS exposes: a CORS layer outside this one must expose
+/// `grpc-status`, `grpc-message`, `grpc-status-details-bin`, `retry-after`,
+/// `grpc-retry-pushback-ms` and `x-ratelimit-*`.
+///
+/// # Made once per rule
+///
+/// When the layer is built (and on every reload) the responder is bound to
+/// the rules ([`Responder::bind`]): each rule's `QuotaFailure` and
+/// `ErrorInfo` are encoded then, and so is the whole answer of an
+/// unreachable backend. A denial encodes only its message's number and its
+/// `RetryInfo`, into a buffer of the thread that its header values share,
+/// which is reused once the answers written into it are gone: a denied
+/// call costs 2 allocations, those of the answer's `http::HeaderMap`.
+/// The answers are the ones tonic-types builds, byte for byte.
+///
+/// ```
+/// use throttle_fleet_tonic::GrpcResponder;
+/// use throttle_fleet_tonic::responder::HttpResponder;
+///
+/// let responder = GrpcResponder::new()
+///     .key_kind("tenant", "api-key") // instead of the extractor's kind
+///     .http(HttpResponder::new().ietf_headers(true));
+/// # let _ = responder;
+/// ```
+#[derive(Clone, Default)]
+pub struct GrpcResponder {
+    http: HttpResponder,
+    kinds: Arc<[(Box<str>, Box<str>)]>,
+    /// What each rule's answers share, by rule index; made by
+    /// [`Responder::bind`] when the layer is built.
+    bound: Arc<[RuleAnswers]>,
+}
+
+impl fmt::Debug for GrpcResponder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrpcResponder")
+            .field("http", &self.http)
+            .field("key_kinds", &self.kinds)
+            .field("bound_rules", &self.bound.len())
+            .finish()
+    }
+}
+
+impl GrpcResponder {
+    /// gRPC answers for gRPC calls, [`HttpResponder::new`] for the rest.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Answers plain HTTP requests (and adds success headers) with `http`.
+    #[must_use]
+    pub fn http(mut self, http: HttpResponder) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// Names the kind of key the rule called `rule` limits by, overriding
+    /// its extractor's [`kind`](throttle_fleet_tower::KeyExtractor::kind), so
+    /// that its `QuotaFailure` violation's subject reads `"<rule>:<kind>"`.
+    ///
+    /// Not needed for the built-in extractors, which name their kind
+    /// themselves (`PeerIp` is `peer-ip`, `Metadata::new("x-api-key")` is
+    /// `metadata:x-api-key`); useful for closures and custom extractors
+    /// that do not (their kind is `custom`), or to keep an older subject.
+    #[must_use]
+    pub fn key_kind(self, rule: impl Into<String>, kind: impl Into<String>) -> Self {
+        let (rule, kind) = (rule.into(), kind.into());
+        let mut kinds: Vec<_> = self
+            .kinds
+            .iter()
+            .filter(|(r, _)| **r != *rule)
+            .cloned()
+            .collect();
+        kinds.push((rule.into(), kind.into()));
+        Self {
+            kinds: kinds.into(),
+            ..self
+        }
+    }
+
+    /// The `QuotaFailure` subject for `rule`, whose extractor's kind is
+    /// `extractor_kind` (`None`: not known, the responder was not bound to
+    /// a layer's rules): `"<rule>:<kind>"`, or the rule's name alone when
+    /// no kind is known.
+    fn subject(&self, rule: &Rule, extractor_kind: Option<&str>) -> String {
+        let named = self.kinds.iter().find(|(r, _)| **r == *rule.name());
+        match named.map(|(_, kind)| &**kind).or(extractor_kind) {
+            Some(kind) => [rule.name(), ":", kind].concat(),
+            None => rule.name().to_owned(),
+        }
+    }
+
+    /// The answers made for rule `index` at build, if they are `rule`'s.
+    fn bound(&self, index: usize, rule: &Rule) -> Option<&RuleAnswers> {
+        self.bound.get(index).filter(|a| a.is_for(rule))
+    }
+
+    /// The answers made for `rule` at build, found by name.
+    fn bound_by_name(&self, rule: &Rule) -> Option<&RuleAnswers> {
+        self.bound.iter().find(|a| a.is_for(rule))
+    }
+}
+
+/// The gRPC code for a missing key answered with `status` over HTTP: the
+/// inverse of `google.rpc.Code`'s HTTP mapping.
+pub fn code_for_http_status(status: StatusCode) -> Code {
+    match status.as_u16() {
+        400 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        409 => Code::Aborted,
+        412 => Code::FailedPrecondition,
+        429 => Code::ResourceExhausted,
+        499 => Code::Cancelled,
+        500 => Code::Internal,
+        501 => Code::Unimplemented,
+        503 => Code::Unavailable,
+        504 => Code::DeadlineExceeded,
+        s if (400..500).contains(&s) => Code::FailedPrecondition,
+        s if (500..600).contains(&s) => Code::Internal,
+        _ => Code::Unknown,
+    }
+}
+
+/// Milliseconds, rounded up, at least 1 for a positive wait.
+fn pushback_ms(wait: Duration) -> u64 {
+    let ms = wait.as_micros().div_ceil(1_000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+/// `grpc-status`.
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// `grpc-message`.
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+/// `grpc-status-details-bin`.
+static GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
+
+/// The most headers an answer carries: content type, the three of the
+/// status, `retry-after`, `grpc-retry-pushback-ms` and `x-ratelimit-*`.
+const ANSWER_HEADERS: usize = 9;
+
+/// A Trailers-Only answer, so far only its content type: the status and
+/// metadata go in the headers, there is no body. The header map has room
+/// for every header of an answer, so it is allocated once.
+fn trailers_only(protocol: GrpcProtocol, req: &Parts) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::new());
+    let headers = res.headers_mut();
+    *headers = http::HeaderMap::with_capacity(ANSWER_HEADERS);
+    let content_type = match protocol {
+        GrpcProtocol::Grpc => GRPC_CONTENT_TYPE,
+        // Only a gRPC-web content type can get here, so it is the request's.
+        GrpcProtocol::GrpcWeb | GrpcProtocol::GrpcWebText => req
+            .headers
+            .get(CONTENT_TYPE)
+            .cloned()
+            .unwrap_or(GRPC_CONTENT_TYPE),
+    };
+    headers.insert(CONTENT_TYPE, content_type);
+    res
+}
+
+/// Writes `status` (code, message, details) into `headers`.
+fn put_status(headers: &mut http::HeaderMap, status: &Status) {
+    if status.add_header(headers).is_err() {
+        // Unreachable in practice (the message is percent-encoded and the
+        // details base64), but a status without a message beats a panic.
+        headers.insert(GRPC_STATUS.clone(), HeaderValue::from(status.code() as i32));
+    }
+}
+
+/// `grpc-status: 8` with a made message and details.
+fn put_resource_exhausted(
+    headers: &mut http::HeaderMap,
+    message: HeaderValue,
+    details: HeaderValue,
+) {
+    headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static("8"));
+    headers.insert(GRPC_MESSAGE.clone(), message);
+    headers.insert(GRPC_STATUS_DETAILS.clone(), details);
+}
+
+impl GrpcResponder {
+    /// A rule denied the call.
+    fn limited(
+        &self,
+        protocol: GrpcProtocol,
+        req: &Parts,
+        d: &Denied,
+        rule: &Rule,
+    ) -> Response<Bytes> {
+        let mut res = trailers_only(protocol, req);
+        let headers = res.headers_mut();
+        let secs = retry_after_secs(d.retry_after);
+        let pushback = pushback_ms(d.retry_after);
+        // Counted from when the backend decided, as for allowed calls.
+        let reset_us = u64::try_from(d.reset.as_micros()).unwrap_or(u64::MAX);
+        let reset = d.at_us.saturating_add(reset_us).div_ceil(1_000_000);
+        headers.insert(RETRY_AFTER, number(secs));
+        let made = self
+            .bound(d.rule, rule)
+            .and_then(|answers| answers.limited(d, secs, pushback, reset));
+        match made {
+            Some(v) => {
+                headers.insert(GRPC_RETRY_PUSHBACK_MS.clone(), v.pushback_ms);
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(d.limit));
+                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining));
+                headers.insert(X_RATELIMIT_RESET.clone(), v.reset);
+                put_resource_exhausted(headers, v.message, v.details);
+            }
+            None => {
+                // Not bound to this rule (a responder used outside a layer),
+                // or a quota the rule was not bound with: built whole.
+                headers.insert(GRPC_RETRY_PUSHBACK_MS.clone(), HeaderValue::from(pushback));
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(d.limit));
+                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining));
+                headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
+                let subject = match self.bound_by_name(rule) {
+                    Some(answers) => answers.subject().to_owned(),
+                    None => self.subject(rule, None),
+                };
+                let details =
+                    limited_details(d.retry_after, subject, describe_quota(rule, d.quota), rule);
+                let message = limited_message(rule, secs);
+                put_status(
+                    headers,
+                    &Status::with_error_details(Code::ResourceExhausted, message, details),
+                );
+            }
+        }
+        res
+    }
+}
+
+impl Responder for GrpcResponder {
+    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
+        let Some(protocol) = GrpcProtocol::of(&req.headers) else {
+            return self.http.reject(req, rejection);
+        };
+        if let Rejection::Limited { denied, rule } = rejection {
+            return self.limited(protocol, req, denied, rule);
+        }
+        let mut res = trailers_only(protocol, req);
+        let headers = res.headers_mut();
+        match rejection {
+            Rejection::MissingKey { rule, status } => {
+                let message = format!(
+                    "The call does not carry the key the {} rate limit is applied by.",
+                    rule.name()
+                );
+                let details = ErrorDetails::with_error_info(
+                    "RATE_LIMIT_KEY_MISSING",
+                    ERROR_DOMAIN,
+                    dimension(rule),
+                );
+                put_status(
+                    headers,
+                    &Status::with_error_details(code_for_http_status(status), message, details),
+                );
+            }
+            Rejection::Refused { rule, refused } => {
+                headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                headers.insert(
+                    GRPC_RETRY_PUSHBACK_MS.clone(),
+                    HeaderValue::from_static("1000"),
+                );
+                let made = self
+                    .bound(refused.rule, rule)
+                    .and_then(RuleAnswers::unavailable);
+                match made {
+                    Some((message, details)) => {
+                        headers.insert(GRPC_STATUS.clone(), HeaderValue::from_static("14"));
+                        headers.insert(GRPC_MESSAGE.clone(), message);
+                        headers.insert(GRPC_STATUS_DETAILS.clone(), details);
+                    }
+                    None => put_status(headers, &unavailable_status(rule)),
+                }
+            }
+            // A future rejection we do not know yet: still a gRPC status.
+            _ => put_status(
+                headers,
+                &Status::with_error_details(
+                    Code::Unavailable,
+                    "The rate limiter refused the call.",
+                    ErrorDetails::with_retry_info(Some(Duration::from_secs(1))),
+                ),
+            ),
+        }
+        res
+    }
+
+    fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+        if GrpcProtocol::of(&req.headers).is_some() {
+            SuccessHeaders::for_allowed(allowed)
+        } else {
+            self.http.allowed(req, allowed, rule)
+        }
+    }
+
+    fn bind(&mut self, rules: &[(&Rule, &str)]) {
+        self.bound = rules
+            .iter()
+            .map(|&(rule, kind)| RuleAnswers::new(rule, &self.subject(rule, Some(kind))))
+            .collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(ct: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        h.insert(CONTENT_TYPE, HeaderValue::from_str(ct).unwrap());
+        h
+    }
+
+    #[test]
+    fn content_types_are_classified_exactly() {
+        use GrpcProtocol::*;
+        for (ct, expected) in [
+            ("application/grpc", Some(Grpc)),
+            ("application/grpc+proto", Some(Grpc)),
+            ("Application/GRPC+json", Some(Grpc)),
+            ("application/grpc; charset=utf-8", Some(Grpc)),
+            ("application/grpc-web", Some(GrpcWeb)),
+            ("application/grpc-web+proto", Some(GrpcWeb)),
+            ("application/grpc-web-text", Some(GrpcWebText)),
+            ("application/grpc-web-text+proto", Some(GrpcWebText)),
+            ("application/grpcx", None),
+            ("application/grpc-webx", None),
+            ("application/grpc-", None),
+            ("application/json", None),
+            ("application/grp", None),
+        ] {
+            assert_eq!(GrpcProtocol::of(&headers(ct)), expected, "{ct}");
+        }
+        assert_eq!(GrpcProtocol::of(&http::HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn missing_key_statuses_map_to_grpc_codes() {
+        for (http, code) in [
+            (400, Code::InvalidArgument),
+            (401, Code::Unauthenticated),
+            (403, Code::PermissionDenied),
+            (418, Code::FailedPrecondition),
+            (429, Code::ResourceExhausted),
+            (500, Code::Internal),
+            (502, Code::Internal),
+            (503, Code::Unavailable),
+            (302, Code::Unknown),
+        ] {
+            assert_eq!(
+                code_for_http_status(StatusCode::from_u16(http).unwrap()),
+                code,
+                "{http}"
+            );
+        }
+    }
+
+    #[test]
+    fn pushback_rounds_up() {
+        assert_eq!(pushback_ms(Duration::from_micros(1)), 1);
+        assert_eq!(pushback_ms(Duration::from_millis(1500)), 1500);
+        assert_eq!(pushback_ms(Duration::from_micros(1_500_001)), 1501);
+    }
+
+    #[test]
+    fn key_kinds_name_the_subject() {
+        let r = GrpcResponder::new()
+            .key_kind("ip", "x")
+            .key_kind("ip", "peer-ip");
+        let rule = Rule::new("ip", throttle_fleet_core::Quota::per_minute(1));
+        assert_eq!(r.subject(&rule, None), "ip:peer-ip");
+        assert_eq!(r.subject(&rule, Some("client-ip")), "ip:peer-ip");
+        let other = Rule::new("tenant", throttle_fleet_core::Quota::per_minute(1));
+        assert_eq!(r.subject(&other, None), "tenant");
+        assert_eq!(r.subject(&other, Some("custom")), "tenant:custom");
+    }
+
+    fn denied(rule: usize, quota: throttle_fleet_core::Quota, retry_after: Duration) -> Denied {
+        Denied {
+            rule,
+            limit: quota.limit(),
+            quota,
+            remaining: 0,
+            retry_after,
+            reset: Duration::from_secs(60),
+            at_us: 1_796_025_675_123_456,
+        }
+    }
+
+    fn grpc_request(content_type: &str) -> Parts {
+        http::Request::post("/helloworld.Greeter/SayHello")
+            .header(CONTENT_TYPE, content_type)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    /// The denial made from what was made at build is the one tonic-types
+    /// makes from scratch (the unbound responder's), header for header and
+    /// byte for byte.
+    #[test]
+    fn denials_made_once_per_rule_equal_denials_made_whole() {
+        use throttle_fleet_core::Quota;
+        let minute = Quota::new(5, Duration::from_secs(60));
+        let gold = Quota::new(50, Duration::from_secs(60)).with_burst(80);
+        let rules = [
+            Rule::new("ip", minute.with_burst(5)).token_bucket(),
+            Rule::new("tenant", minute)
+                .tiers([("gold", gold)])
+                .token_bucket(),
+            Rule::new("m", Quota::new(3, Duration::from_millis(1500))).fixed_window(),
+        ];
+        let kinds = ["peer-ip", "metadata:x-api-key", "method"];
+        let mut bound = GrpcResponder::new().key_kind("m", "rpc");
+        let pairs: Vec<_> = rules.iter().zip(kinds).collect();
+        bound.bind(&pairs);
+        let whole = GrpcResponder::new()
+            .key_kind("ip", "peer-ip")
+            .key_kind("tenant", "metadata:x-api-key")
+            .key_kind("m", "rpc");
+        let waits = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_micros(1),
+            Duration::from_millis(1500),
+            Duration::new(59, 999_999_999),
+            Duration::from_secs(3 * 86_400),
+            // Beyond what RetryInfo carries: clamped to its maximum.
+            Duration::from_secs(u64::MAX / 2),
+        ];
+        let mut seen = 0;
+        for (index, rule) in rules.iter().enumerate() {
+            let quotas = [rule.quota(), gold];
+            for quota in quotas.into_iter().take(if index == 1 { 2 } else { 1 }) {
+                for wait in waits {
+                    for ct in ["application/grpc", "application/grpc-web-text"] {
+                        let req = grpc_request(ct);
+                        let d = denied(index, quota, wait);
+                        let reject = |r: &GrpcResponder| {
+                            r.reject(&req, Rejection::Limited { denied: &d, rule })
+                        };
+                        let (fast, slow) = (reject(&bound), reject(&whole));
+                        assert_eq!(fast.headers(), slow.headers(), "{rule:?} {wait:?}");
+                        let status = Status::from_header_map(fast.headers()).unwrap();
+                        assert_eq!(status.code(), Code::ResourceExhausted);
+                        let retry = status.get_details_retry_info().unwrap();
+                        assert_eq!(
+                            retry.retry_delay,
+                            Some(wait.min(tonic_types::RetryInfo::MAX_RETRY_DELAY))
+                        );
+                        seen += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, 4 * waits.len() * 2);
+    }
+
+    #[test]
+    fn unavailable_answers_made_once_equal_answers_made_whole() {
+        let rule = Rule::new("ip", throttle_fleet_core::Quota::per_minute(1)).fail_closed();
+        let mut bound = GrpcResponder::new();
+        bound.bind(&[(&rule, "peer-ip")]);
+        let refused = throttle_fleet_core::Refused {
+            rule: 0,
+            error: throttle_fleet_core::backend::Unavailable::new("down"),
+        };
+        let req = grpc_request("application/grpc");
+        let reject = |r: &GrpcResponder| {
+            r.reject(
+                &req,
+                Rejection::Refused {
+                    refused: &refused,
+                    rule: &rule,
+                },
+            )
+        };
+        let fast = reject(&bound);
+        assert_eq!(fast.headers(), reject(&GrpcResponder::new()).headers());
+        assert_eq!(fast.headers()["grpc-status"], "14");
+    }
+}

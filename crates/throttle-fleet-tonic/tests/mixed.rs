@@ -1,0 +1,85 @@
+//! tonic services mounted in an axum router next to HTTP routes, behind one
+//! throttle layer, served by `axum::serve` over real TCP: HTTP requests get
+//! HTTP 429 with JSON, gRPC calls get status 8 with the gRPC details.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use throttle_fleet_test_support::grpc::{
+    GreeterClient, channel, details, expect_code, meta, meta_u64, say_hello,
+};
+use throttle_fleet_test_support::http::{self as http1, serve};
+use throttle_fleet_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use tonic::Code;
+
+/// The greeter and echo services plus `GET /health`, all behind `layer`.
+fn app(layer: ThrottleLayer) -> Router {
+    throttle_fleet_test_support::grpc::routes()
+        .into_axum_router()
+        .route("/health", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+fn per_peer(limit: u64) -> ThrottleLayer {
+    let policy = Policy::new().rule(
+        Rule::new("ip", Quota::new(limit, Duration::from_secs(60))).fixed_window(),
+        PeerIp::default(),
+    );
+    ThrottleLayer::new(policy, MemoryBackend::default()).unwrap()
+}
+
+fn json(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body).unwrap_or_else(|e| panic!("{e}: {body:?}"))
+}
+
+#[tokio::test]
+async fn one_layer_answers_http_with_429_and_grpc_with_resource_exhausted() {
+    let addr = serve(app(per_peer(4)), true).await;
+    let mut grpc = GreeterClient::new(channel(addr).await);
+
+    // HTTP and gRPC from the same address share the peer's count.
+    let r = http1::get(addr, "/health").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("3"));
+    let reply = say_hello(&mut grpc, &[]).await.unwrap();
+    assert_eq!(meta(reply.metadata(), "x-ratelimit-remaining"), Some("2"));
+    assert_eq!(reply.into_inner().message, "Hello throttle!");
+    assert_eq!(http1::get(addr, "/health").await.status, StatusCode::OK);
+    say_hello(&mut grpc, &[]).await.unwrap();
+
+    let r = http1::get(addr, "/health").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    let body = json(&r.body);
+    assert_eq!(body["error"], "RATE_LIMIT_EXCEEDED");
+    assert_eq!(body["dimension"], "ip");
+    assert_eq!(r.header("grpc-status"), None);
+
+    let status = expect_code(say_hello(&mut grpc, &[]).await, Code::ResourceExhausted);
+    assert_eq!(meta_u64(status.metadata(), "retry-after"), retry);
+    let d = details(&status);
+    assert!(d.retry.unwrap().retry_delay.unwrap() > Duration::ZERO);
+    // The key kind is the extractor's own (`PeerIp`: `peer-ip`).
+    assert_eq!(d.quota.unwrap().violations[0].subject, "ip:peer-ip");
+}
+
+#[tokio::test]
+async fn without_connect_info_grpc_gets_internal_and_http_gets_500() {
+    let addr = serve(app(per_peer(4)), false).await;
+    let mut grpc = GreeterClient::new(channel(addr).await);
+
+    let status = expect_code(say_hello(&mut grpc, &[]).await, Code::Internal);
+    let info = details(&status).info.unwrap();
+    assert_eq!(info.reason, "RATE_LIMIT_KEY_MISSING");
+    assert_eq!(info.metadata["dimension"], "ip");
+
+    let r = http1::get(addr, "/health").await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    let body = json(&r.body);
+    assert_eq!(body["error"], "RATE_LIMIT_KEY_MISSING");
+    assert_eq!(body["dimension"], "ip");
+}

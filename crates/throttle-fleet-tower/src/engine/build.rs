@@ -1,0 +1,84 @@
+//! Binding a policy's rules to their backends.
+
+use std::sync::Arc;
+
+use throttle_fleet_core::rule_set::Carried;
+use throttle_fleet_core::{Backend, ConfigError, RuleSet};
+
+use super::{BoundLimit, Engine};
+use crate::metrics::{Enforcement, Metered};
+use crate::policy::Policy;
+use crate::responder::Responder;
+
+impl<R> Engine<R> {
+    /// Binds every rule of `policy` (after `previous`, on a reload).
+    pub(crate) fn build(
+        policy: Policy,
+        backend: Arc<dyn Backend>,
+        mut responder: R,
+        previous: Option<&RuleSet>,
+    ) -> Result<(Self, Vec<(String, Carried)>), ConfigError>
+    where
+        R: Responder,
+    {
+        if policy.limits.is_empty() {
+            return Err(ConfigError::new(
+                "policy",
+                "has no rules: add at least one with Policy::rule",
+            ));
+        }
+        let mut rules = RuleSet::new();
+        let mut limits = Vec::with_capacity(policy.limits.len());
+        let mut carried = Vec::with_capacity(policy.limits.len());
+        let mut kinds = Vec::with_capacity(policy.limits.len());
+        let shadow_header = policy.shadow_header;
+        let settles = policy.limits.iter().any(|l| l.refund.is_some());
+        for limit in policy.limits {
+            limit
+                .extractor
+                .validate()
+                .map_err(|e| e.in_rule(limit.rule.name()))?;
+            let static_cost = u64::from(limit.rule.static_cost());
+            kinds.push(limit.extractor.kind());
+            let name = limit.rule.name().to_owned();
+            // Each rule is bound through a meter of its decisions.
+            let own = limit.backend.as_ref().unwrap_or(&backend).clone();
+            let enforcement = if limit.rule.is_shadow() {
+                Enforcement::Shadow
+            } else {
+                Enforcement::Enforced
+            };
+            let own = Metered::new(own, enforcement);
+            let (index, how) = match previous {
+                Some(previous) => rules.bind_after(limit.rule, &own, previous)?,
+                None => (rules.bind(limit.rule, &own)?, Carried::Fresh),
+            };
+            carried.push((name, how));
+            limits.push(BoundLimit {
+                index,
+                extractor: limit.extractor,
+                on_missing: limit.on_missing,
+                cost: limit.cost,
+                static_cost,
+                refund: limit.refund,
+            });
+            // Demands name their rule by index; the limits are kept at the
+            // same index so that a settlement finds its limit.
+            debug_assert_eq!(index, limits.len() - 1);
+        }
+        let bound: Vec<_> = (0..rules.len())
+            .map(|i| (&**rules.rule(i), &*kinds[i]))
+            .collect();
+        responder.bind(&bound);
+        Ok((
+            Self {
+                rules,
+                limits: limits.into(),
+                responder,
+                shadow_header,
+                settles,
+            },
+            carried,
+        ))
+    }
+}

@@ -1,0 +1,43 @@
+//! The policy engine: a request in; call, delay or reject out, with the
+//! headers. It knows nothing of `Service`s: the layer builds and swaps it,
+//! the service asks it in `call`, the response future asks it again after a
+//! remote check, and it can be tested on its own.
+
+mod build;
+mod prepare;
+mod respond;
+mod settle;
+#[cfg(test)]
+mod tests;
+
+use throttle_fleet_core::RuleSet;
+
+use crate::KeyExtractor;
+use crate::policy::{CostFn, MissingKey, RefundFn};
+
+pub(crate) use prepare::Prepared;
+pub(crate) use respond::Next;
+pub(crate) use settle::Settle;
+
+/// A policy bound to its backends, with the responder that answers for it:
+/// what one reload of a layer holds.
+pub(crate) struct Engine<R> {
+    pub(crate) rules: RuleSet,
+    limits: Box<[BoundLimit]>,
+    pub(crate) responder: R,
+    /// `Policy::shadow_header`.
+    pub(crate) shadow_header: bool,
+    /// Whether any limit settles its cost from the response.
+    settles: bool,
+}
+
+/// One limit of the policy: how a request's key and cost are found for its
+/// rule (at `index` in the rule set).
+pub(super) struct BoundLimit {
+    pub(super) index: usize,
+    pub(super) extractor: Box<dyn KeyExtractor>,
+    pub(super) on_missing: MissingKey,
+    pub(super) cost: Option<CostFn>,
+    pub(super) static_cost: u64,
+    pub(super) refund: Option<RefundFn>,
+}

@@ -1,0 +1,270 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use throttle_fleet_core::decision::Charged;
+use throttle_fleet_core::{Decision, Demand};
+use tokio::time::Sleep;
+use tower_service::Service;
+
+use crate::body::ThrottleBody;
+use crate::engine::{Engine, Next, Settle};
+use crate::headers::SuccessHeaders;
+use crate::responder::Responder;
+
+type Pending = Pin<Box<dyn Future<Output = Decision> + Send>>;
+type PendingCharged = Pin<Box<dyn Future<Output = Charged> + Send>>;
+
+/// A remote check: plain, or with charges a response-aware limit settles.
+pub(crate) enum PendingCheck {
+    Plain(Pending),
+    Charged(PendingCharged, Vec<Demand>),
+}
+
+pin_project! {
+    /// The response future of [`Throttle`](crate::Throttle): the inner
+    /// service's future, a rejection, or (with remote backends and leaky
+    /// buckets) a check or a delay before the inner call.
+    ///
+    /// The common case (decided in `call`, inner future running) keeps only
+    /// the inner future and three numbers for the headers; the rare states
+    /// are boxed so they do not make every request's future larger.
+    pub struct ResponseFuture<F, S, ReqBody, R> {
+        #[pin]
+        state: State<F, S, ReqBody, R>,
+        headers: SuccessHeaders,
+        // Response-aware charges to settle when the inner service answers.
+        settle: Option<Box<Settle<R>>>,
+    }
+}
+
+/// Waiting for a remote backend, with what the inner call needs.
+struct Checking<S, ReqBody, R> {
+    check: PendingCheck,
+    service: S,
+    request: Request<ReqBody>,
+    shared: Arc<Engine<R>>,
+}
+
+/// Waiting for a leaky bucket's turn.
+struct Delaying<S, ReqBody> {
+    sleep: Pin<Box<Sleep>>,
+    service: S,
+    request: Request<ReqBody>,
+}
+
+pin_project! {
+    #[project = StateProj]
+    #[project_replace = StateOwned]
+    enum State<F, S, ReqBody, R> {
+        Call {
+            #[pin]
+            future: F,
+        },
+        Check {
+            pending: Box<Checking<S, ReqBody, R>>,
+        },
+        Delay {
+            pending: Box<Delaying<S, ReqBody>>,
+        },
+        Reject {
+            response: Option<Response<Bytes>>,
+        },
+        Done,
+    }
+}
+
+impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
+    pub(crate) fn rejected(response: Response<Bytes>) -> Self {
+        Self {
+            state: State::Reject {
+                response: Some(response),
+            },
+            headers: SuccessHeaders::none(),
+            settle: None,
+        }
+    }
+
+    /// Settles `settle` when the inner service answers (if it is called).
+    pub(crate) fn settling(mut self, settle: Option<Box<Settle<R>>>) -> Self {
+        if matches!(self.state, State::Call { .. } | State::Delay { .. }) {
+            self.settle = settle;
+        }
+        self
+    }
+
+    pub(crate) fn checking(
+        check: PendingCheck,
+        service: S,
+        request: Request<ReqBody>,
+        shared: Arc<Engine<R>>,
+    ) -> Self {
+        Self {
+            state: State::Check {
+                pending: Box::new(Checking {
+                    check,
+                    service,
+                    request,
+                    shared,
+                }),
+            },
+            headers: SuccessHeaders::none(),
+            settle: None,
+        }
+    }
+}
+
+fn delaying<F, S, ReqBody, R>(
+    delay: Duration,
+    service: S,
+    request: Request<ReqBody>,
+) -> State<F, S, ReqBody, R> {
+    State::Delay {
+        pending: Box::new(Delaying {
+            sleep: Box::pin(tokio::time::sleep(delay)),
+            service,
+            request,
+        }),
+    }
+}
+
+impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R>
+where
+    S: Service<Request<ReqBody>, Future = F> + Clone,
+    R: Responder,
+{
+    /// The future for a decision made in `call`: the inner call, a
+    /// rejection, or a delay (leaky bucket) with the ready service moved in.
+    pub(crate) fn decided(
+        shared: &Engine<R>,
+        service: &mut S,
+        parts: Parts,
+        body: ReqBody,
+        decision: Decision,
+    ) -> Self {
+        match shared.next(&parts, decision) {
+            Next::Call(headers) => Self {
+                state: State::Call {
+                    future: service.call(Request::from_parts(parts, body)),
+                },
+                headers,
+                settle: None,
+            },
+            Next::Delay(headers, delay) => {
+                let clone = service.clone();
+                let ready = std::mem::replace(service, clone);
+                Self {
+                    state: delaying(delay, ready, Request::from_parts(parts, body)),
+                    headers,
+                    settle: None,
+                }
+            }
+            Next::Reject(response) => Self::rejected(response),
+        }
+    }
+}
+
+impl<F, S, ReqBody, ResBody, E, R> Future for ResponseFuture<F, S, ReqBody, R>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+    S: Service<Request<ReqBody>, Future = F, Response = Response<ResBody>, Error = E>,
+    R: Responder,
+{
+    type Output = Result<Response<ThrottleBody<ResBody>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Call { future } => {
+                    let result = ready!(future.poll(cx));
+                    let settle = this.settle.take();
+                    let mut response = result?.map(ThrottleBody::inner);
+                    if let Some(settle) = settle {
+                        settle.settle(response.status());
+                    }
+                    std::mem::take(this.headers).apply(response.headers_mut());
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Check { pending } => {
+                    let (decision, settle) = match &mut pending.check {
+                        PendingCheck::Plain(check) => (ready!(check.as_mut().poll(cx)), None),
+                        PendingCheck::Charged(check, demands) => {
+                            let charged = ready!(check.as_mut().poll(cx));
+                            let settle = Settle::of(&pending.shared, demands, &charged);
+                            (charged.decision, settle)
+                        }
+                    };
+                    let StateOwned::Check { pending } =
+                        this.state.as_mut().project_replace(State::Done)
+                    else {
+                        unreachable!("the state was Check a moment ago")
+                    };
+                    let Checking {
+                        mut service,
+                        request,
+                        shared,
+                        ..
+                    } = *pending;
+                    let (parts, body) = request.into_parts();
+                    match shared.next(&parts, decision) {
+                        Next::Call(headers) => {
+                            *this.headers = headers;
+                            *this.settle = settle;
+                            let future = service.call(Request::from_parts(parts, body));
+                            this.state.set(State::Call { future });
+                        }
+                        Next::Delay(headers, delay) => {
+                            *this.headers = headers;
+                            *this.settle = settle;
+                            this.state.set(delaying(
+                                delay,
+                                service,
+                                Request::from_parts(parts, body),
+                            ));
+                        }
+                        Next::Reject(response) => {
+                            this.state.set(State::Reject {
+                                response: Some(response),
+                            });
+                        }
+                    }
+                }
+                StateProj::Delay { pending } => {
+                    ready!(pending.sleep.as_mut().poll(cx));
+                    let StateOwned::Delay { pending } =
+                        this.state.as_mut().project_replace(State::Done)
+                    else {
+                        unreachable!("the state was Delay a moment ago")
+                    };
+                    let Delaying {
+                        mut service,
+                        request,
+                        ..
+                    } = *pending;
+                    let future = service.call(request);
+                    this.state.set(State::Call { future });
+                }
+                StateProj::Reject { response } => {
+                    let response = response.take().map(|r| r.map(ThrottleBody::full));
+                    this.state.set(State::Done);
+                    return match response {
+                        Some(response) => Poll::Ready(Ok(response)),
+                        None => Poll::Pending,
+                    };
+                }
+                StateProj::Done => {
+                    // Polled after completion: there is nothing left to give.
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}

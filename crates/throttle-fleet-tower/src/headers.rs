@@ -1,0 +1,225 @@
+//! Rate-limit header plumbing: the header names, the block of headers an
+//! answer carries, numbers as header values without allocating, and the
+//! `X-RateLimit-*` trio. What a custom [`Responder`](crate::responder::Responder)
+//! builds its answers from.
+
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
+use throttle_fleet_core::Allowed;
+use throttle_fleet_core::clock::unix_now_us;
+
+/// `X-RateLimit-Limit`.
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset` (Unix epoch seconds).
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `RateLimit-Policy` (IETF draft).
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `X-RateLimit-Shadow`: the shadow rules that would have denied the
+/// request, when [`Policy::shadow_header`](crate::Policy::shadow_header) is on.
+pub static X_RATELIMIT_SHADOW: HeaderName = HeaderName::from_static("x-ratelimit-shadow");
+/// `RateLimit` (IETF draft).
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Headers to add to an allowed response; small and allocation-free itself.
+#[derive(Debug, Clone, Default)]
+pub struct HeaderBlock {
+    entries: SmallVec<[(HeaderName, HeaderValue); 5]>,
+}
+
+impl HeaderBlock {
+    /// Adds a header.
+    pub fn push(&mut self, name: HeaderName, value: HeaderValue) {
+        self.entries.push((name, value));
+    }
+
+    /// Whether there is nothing to add.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The values, in the order they were pushed.
+    pub fn into_values(self) -> impl Iterator<Item = HeaderValue> {
+        self.entries.into_iter().map(|(_, value)| value)
+    }
+
+    /// Moves the headers into `headers`, replacing same-named ones.
+    pub fn apply(self, headers: &mut HeaderMap) {
+        for (name, value) in self.entries {
+            headers.insert(name, value);
+        }
+    }
+}
+
+/// Headers for an allowed request's response, decided in `call` and
+/// written when the inner service answers.
+///
+/// The standard `X-RateLimit-*` trio is kept as three numbers and rendered
+/// at the end without allocating for small values; anything else is a
+/// [`HeaderBlock`].
+#[derive(Debug, Clone, Default)]
+pub struct SuccessHeaders(SuccessRepr);
+
+#[derive(Debug, Clone, Default)]
+enum SuccessRepr {
+    #[default]
+    None,
+    Standard {
+        limit: u64,
+        /// `None`: not known for the fleet (a degraded decision).
+        remaining: Option<u64>,
+        reset_epoch: u64,
+    },
+    Block(Box<HeaderBlock>),
+}
+
+impl SuccessHeaders {
+    /// No headers.
+    pub fn none() -> Self {
+        Self(SuccessRepr::None)
+    }
+
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix epoch seconds at
+    /// which `reset` from now has passed).
+    pub fn standard(limit: u64, remaining: u64, reset: Duration) -> Self {
+        Self(SuccessRepr::Standard {
+            limit,
+            remaining: Some(remaining),
+            reset_epoch: reset_epoch_secs(reset),
+        })
+    }
+
+    /// The `X-RateLimit-*` trio of an allowed decision, its reset counted
+    /// from when the backend decided (no second clock read). A degraded
+    /// decision (the backend could not be asked) carries no
+    /// `X-RateLimit-Remaining`: the fleet's count is not known.
+    pub fn for_allowed(allowed: &Allowed) -> Self {
+        Self(SuccessRepr::Standard {
+            limit: allowed.limit,
+            remaining: (!allowed.degraded).then_some(allowed.remaining),
+            reset_epoch: epoch_secs_after(allowed.at_us, allowed.reset),
+        })
+    }
+
+    /// Any headers.
+    pub fn block(block: HeaderBlock) -> Self {
+        Self(SuccessRepr::Block(Box::new(block)))
+    }
+
+    /// The same headers and one more.
+    #[must_use]
+    pub fn with(self, name: HeaderName, value: HeaderValue) -> Self {
+        let mut block = match self.0 {
+            SuccessRepr::Block(block) => *block,
+            other => {
+                let mut map = HeaderMap::new();
+                Self(other).apply(&mut map);
+                let mut block = HeaderBlock::default();
+                let mut last = None;
+                for (name, value) in map {
+                    let name = name.or_else(|| last.clone());
+                    if let Some(name) = name {
+                        last = Some(name.clone());
+                        block.push(name, value);
+                    }
+                }
+                block
+            }
+        };
+        block.push(name, value);
+        Self::block(block)
+    }
+
+    /// Writes the headers into `headers`, replacing same-named ones.
+    pub fn apply(self, headers: &mut HeaderMap) {
+        match self.0 {
+            SuccessRepr::None => {}
+            SuccessRepr::Standard {
+                limit,
+                remaining,
+                reset_epoch,
+            } => {
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
+                if let Some(remaining) = remaining {
+                    headers.insert(X_RATELIMIT_REMAINING.clone(), number(remaining));
+                }
+                headers.insert(X_RATELIMIT_RESET.clone(), number(reset_epoch));
+            }
+            SuccessRepr::Block(block) => block.apply(headers),
+        }
+    }
+}
+
+/// The numbers 0 to 1023 as text, made once and kept for the program's
+/// life, so their header values are static: cloning one touches no shared
+/// reference count.
+static SMALL_NUMBER_TEXT: std::sync::LazyLock<Box<[String]>> =
+    std::sync::LazyLock::new(|| (0..1024u64).map(|n| n.to_string()).collect());
+
+static SMALL_NUMBERS: std::sync::LazyLock<Box<[HeaderValue]>> = std::sync::LazyLock::new(|| {
+    SMALL_NUMBER_TEXT
+        .iter()
+        .map(|s| HeaderValue::from_static(s.as_str()))
+        .collect()
+});
+
+/// A recently rendered larger number and its header value.
+type Recent = (u64, Option<HeaderValue>);
+
+thread_local! {
+    /// Recently rendered larger numbers (limits, reset times), per thread:
+    /// the same few values repeat from request to request.
+    static RECENT: std::cell::RefCell<[Recent; 16]> =
+        std::cell::RefCell::new(std::array::from_fn(|_| (0, None)));
+}
+
+/// `n` as a header value; no allocation for small or recently seen numbers.
+pub fn number(n: u64) -> HeaderValue {
+    if let Some(v) = SMALL_NUMBERS.get(n as usize) {
+        return v.clone();
+    }
+    RECENT.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        let slot = &mut recent[(n % 16) as usize];
+        match &slot.1 {
+            Some(v) if slot.0 == n => v.clone(),
+            _ => {
+                let v = HeaderValue::from(n);
+                *slot = (n, Some(v.clone()));
+                v
+            }
+        }
+    })
+}
+
+/// Whole seconds to wait, rounded up, and never 0 for a positive wait (a
+/// `Retry-After: 0` invites an immediate retry storm).
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    let secs = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
+    secs.max(u64::from(!wait.is_zero()))
+}
+
+/// Unix epoch seconds (rounded up) at which `reset` from now has passed.
+pub fn reset_epoch_secs(reset: Duration) -> u64 {
+    let at_us = unix_now_us() + reset.as_micros() as u64;
+    at_us.div_ceil(1_000_000)
+}
+
+/// Unix epoch seconds (rounded up) at which `after` from `at_us` (a
+/// decision's time, microseconds since the epoch) has passed: no clock read.
+pub fn epoch_secs_after(at_us: u64, after: Duration) -> u64 {
+    let after_us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+    at_us.saturating_add(after_us).div_ceil(1_000_000)
+}
+
+/// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`.
+pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset: Duration) {
+    out.push(X_RATELIMIT_LIMIT.clone(), number(limit));
+    out.push(X_RATELIMIT_REMAINING.clone(), number(remaining));
+    out.push(X_RATELIMIT_RESET.clone(), number(reset_epoch_secs(reset)));
+}

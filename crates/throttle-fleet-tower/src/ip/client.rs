@@ -1,0 +1,457 @@
+//! The peer-address extractor, proxy-aware when told which proxies to trust.
+
+use std::borrow::Cow;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::{HeaderMap, StatusCode};
+use ipnet::IpNet;
+use throttle_fleet_core::{ConfigError, Key};
+
+use super::forwarded::{self, ForwardedHeader, MAX_FORWARDED_ENTRIES};
+use super::prefix::IpPrefix;
+use crate::extract::Extracted;
+use crate::{KeyExtractor, MissingKey};
+
+/// Where a server put the connection's peer address in the request.
+///
+/// Each integration crate has one (`throttle_fleet_axum::ConnectInfoPeer` reads
+/// axum's `ConnectInfo<SocketAddr>`, `throttle_fleet_tonic::TonicPeer` tonic's
+/// `TcpConnectInfo` too); a closure `Fn(&Parts) -> Option<SocketAddr>` is
+/// one as well, for other servers.
+pub trait PeerSource: Send + Sync + 'static {
+    /// The peer address of the connection `req` came in on, if the server
+    /// recorded one.
+    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr>;
+
+    /// Called when [`peer_addr`](Self::peer_addr) found nothing, before the
+    /// request is answered by the rule's missing-key setting: the place to
+    /// tell the operator how to make the server record the address.
+    fn no_peer(&self) {}
+
+    /// The key kind of a [`ClientAddr`] reading this source (see
+    /// [`KeyExtractor::kind`]); default `client-ip`.
+    fn kind(&self) -> &'static str {
+        "client-ip"
+    }
+}
+
+impl<F> PeerSource for F
+where
+    F: Fn(&Parts) -> Option<SocketAddr> + Send + Sync + 'static,
+{
+    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr> {
+        self(req)
+    }
+}
+
+/// The client's IP address, grouped by prefix ([`IpPrefix`]: IPv4 `/32`,
+/// IPv6 `/64` unless told otherwise): the connection's peer address, or,
+/// when the peer is a trusted proxy, the address that proxy forwarded for.
+///
+/// `throttle_fleet_axum::ClientIp` and `throttle_fleet_tonic::PeerIp` are this type
+/// with their server's [`PeerSource`].
+///
+/// # Trusted proxies
+///
+/// With no proxy trusted (the default) forwarding headers are never read:
+/// any client can write them. Behind a load balancer every client would
+/// then share the balancer's key, so name the proxies:
+///
+/// - [`trusted_proxies`](Self::trusted_proxies) takes CIDRs
+///   (`"10.0.0.0/8"`) or plain addresses;
+/// - [`trusted_hops`](Self::trusted_hops) trusts the nearest `n` hops
+///   whatever their address, for proxies whose addresses are not known in
+///   advance. Only use it when nothing can reach the server except through
+///   those proxies: a client that connects directly is then trusted itself.
+///
+/// When the peer is trusted, the walk goes through the one header the
+/// proxies write ([`ForwardedHeader`]; `X-Forwarded-For` by default, RFC
+/// 7239 `Forwarded` when chosen) from the right, that is from the entry
+/// the nearest proxy appended, skipping trusted addresses; the first
+/// untrusted one is the client. The leftmost entry is never taken for
+/// what it says: it is whatever the client wrote, and each proxy only
+/// appends. Several lines of the header are one list, in order. A
+/// malformed entry (or `unknown`, an obfuscated identifier) ends the walk
+/// at the last good address, as does a chain in which every address is
+/// trusted or one longer than [`MAX_FORWARDED_ENTRIES`](Self::MAX_ENTRIES)
+/// entries. Nothing is allocated on the way.
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use http::request::Parts;
+/// use throttle_fleet_tower::KeyExtractor;
+/// use throttle_fleet_tower::key::{ClientAddr, Extracted, ForwardedHeader, IpPrefix};
+///
+/// // A server that puts the peer address in the extensions (axum and tonic
+/// // have theirs: `throttle_fleet_axum::ClientIp`, `throttle_fleet_tonic::PeerIp`).
+/// let from_extension = |req: &Parts| req.extensions.get::<SocketAddr>().copied();
+/// let ip = ClientAddr::new(from_extension).trusted_proxies(["10.0.0.0/8"]);
+/// assert!(ip.validate().is_ok());
+///
+/// let mut req = http::Request::get("/")
+///     .header("x-forwarded-for", "6.6.6.6, 203.0.113.7, 10.0.0.2")
+///     .body(()).unwrap().into_parts().0;
+/// req.extensions.insert("10.0.0.1:4711".parse::<SocketAddr>().unwrap());
+/// // 10.0.0.1 and 10.0.0.2 are ours, 203.0.113.7 is the client; the
+/// // leftmost entry is what the client wrote, and never read.
+/// assert_eq!(ip.client_ip(&req), Some("203.0.113.7".parse().unwrap()));
+/// assert_eq!(ip.extract(&req), Extracted::Key(IpPrefix::new().key_of("203.0.113.7".parse().unwrap())));
+///
+/// let bad = ClientAddr::new(from_extension).trusted_proxies(["10.0.0.0/33"]);
+/// assert_eq!(bad.validate().unwrap_err().field(), "trusted_proxies");
+/// # let _ = ForwardedHeader::Forwarded;
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientAddr<P> {
+    peer: P,
+    prefix: IpPrefix,
+    proxies: Arc<[IpNet]>,
+    /// The first entry of `trusted_proxies` that did not parse.
+    invalid: Option<Arc<str>>,
+    hops: usize,
+    header: ForwardedHeader,
+}
+
+impl<P: PeerSource + Default> Default for ClientAddr<P> {
+    fn default() -> Self {
+        Self::new(P::default())
+    }
+}
+
+impl<P: PeerSource> ClientAddr<P> {
+    /// The most forwarding-header entries one request's walk reads.
+    pub const MAX_ENTRIES: usize = MAX_FORWARDED_ENTRIES;
+
+    /// The peer address from `peer`, no proxy trusted, IPv4 `/32` and IPv6
+    /// `/64`.
+    pub fn new(peer: P) -> Self {
+        Self {
+            peer,
+            prefix: IpPrefix::new(),
+            proxies: Arc::from([]),
+            invalid: None,
+            hops: 0,
+            header: ForwardedHeader::default(),
+        }
+    }
+
+    /// Shorthand for `ClientAddr::default().ipv4_prefix(bits)`, as in
+    /// `(ClientIp::v4_prefix(24), UserAgentHash)`.
+    pub fn v4_prefix(bits: u8) -> Self
+    where
+        P: Default,
+    {
+        Self::new(P::default()).ipv4_prefix(bits)
+    }
+
+    /// Shorthand for `ClientAddr::default().ipv6_prefix(bits)`.
+    pub fn v6_prefix(bits: u8) -> Self
+    where
+        P: Default,
+    {
+        Self::new(P::default()).ipv6_prefix(bits)
+    }
+
+    /// Groups IPv4 addresses by this prefix length (1 to 32; default 32).
+    /// A `/24` groups a whole carrier-grade NAT pool with its neighbours:
+    /// combine it with other signals (e.g. `(ClientIp::v4_prefix(24),
+    /// UserAgentHash)`) rather than use it alone.
+    #[must_use]
+    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
+        self.prefix = self.prefix.ipv4(bits);
+        self
+    }
+
+    /// Groups IPv6 addresses by this prefix length (1 to 128; default 64,
+    /// as one subscriber usually holds a whole /64; 56 and 48 are common
+    /// allocations too).
+    #[must_use]
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.prefix = self.prefix.ipv6(bits);
+        self
+    }
+
+    /// The proxies whose forwarding headers are read: CIDRs
+    /// (`"10.0.0.0/8"`, `"2001:db8::/32"`) or single addresses
+    /// (`"127.0.0.1"`), replacing any given before. An IPv4 range also
+    /// covers the IPv4-mapped IPv6 form of its addresses. A string that is
+    /// neither fails [`validate`](KeyExtractor::validate) (so
+    /// `ThrottleLayer::new`) with an error naming `trusted_proxies`.
+    #[must_use]
+    pub fn trusted_proxies<I, S>(mut self, cidrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.invalid = None;
+        let mut nets = Vec::new();
+        for cidr in cidrs {
+            let cidr = cidr.as_ref().trim();
+            match parse_net(cidr) {
+                Some(net) => nets.push(net),
+                None if self.invalid.is_none() => self.invalid = Some(cidr.into()),
+                None => {}
+            }
+        }
+        self.proxies = nets.into();
+        self
+    }
+
+    /// Trusts the nearest `hops` hops whatever their address: the peer is
+    /// the first, the rightmost forwarding entry the second, and so on (at
+    /// most [`MAX_ENTRIES`](Self::MAX_ENTRIES)). With `trusted_hops(1)`
+    /// behind one load balancer, the client is the entry it appended.
+    /// Addresses in [`trusted_proxies`](Self::trusted_proxies) are skipped
+    /// beyond these hops too.
+    #[must_use]
+    pub fn trusted_hops(mut self, hops: usize) -> Self {
+        self.hops = hops;
+        self
+    }
+
+    /// The forwarding header the trusted proxies write (default
+    /// `X-Forwarded-For`); the other one is never read (see
+    /// [`ForwardedHeader`] for why).
+    #[must_use]
+    pub fn forwarded_header(mut self, header: ForwardedHeader) -> Self {
+        self.header = header;
+        self
+    }
+
+    /// The grouping of addresses into keys.
+    pub fn prefix(&self) -> IpPrefix {
+        self.prefix
+    }
+
+    /// The key of an address under this grouping (see [`IpPrefix`]).
+    pub fn key_of(&self, ip: IpAddr) -> Key {
+        self.prefix.key_of(ip)
+    }
+
+    /// The client address of `req`: the peer, or what trusted proxies
+    /// forwarded for. `None` when the server recorded no peer address.
+    pub fn client_ip(&self, req: &Parts) -> Option<IpAddr> {
+        let peer = self.peer.peer_addr(req)?.ip();
+        Some(self.resolve(peer, &req.headers))
+    }
+
+    /// The client address of a request from `peer` with these headers (the
+    /// walk described on the type).
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        if self.hops == 0 && self.proxies.is_empty() {
+            return peer.to_canonical();
+        }
+        forwarded::walk(peer, headers, self.header, |addr, hop| {
+            hop < self.hops || self.proxies.iter().any(|net| net.contains(&addr))
+        })
+    }
+}
+
+/// `a.b.c.d/n`, `v6/n` or a plain address (its host route); the address
+/// part is masked so `10.1.2.3/8` means `10.0.0.0/8`.
+fn parse_net(s: &str) -> Option<IpNet> {
+    if let Ok(net) = s.parse::<IpNet>() {
+        return Some(net.trunc());
+    }
+    s.parse::<IpAddr>()
+        .ok()
+        .map(|ip| IpNet::from(ip.to_canonical()))
+}
+
+impl<P: PeerSource> KeyExtractor for ClientAddr<P> {
+    #[inline]
+    fn extract(&self, req: &Parts) -> Extracted {
+        match self.client_ip(req) {
+            Some(ip) => Extracted::Key(self.key_of(ip)),
+            None => {
+                self.peer.no_peer();
+                Extracted::Missing
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.prefix.validate()?;
+        if let Some(bad) = &self.invalid {
+            return Err(ConfigError::new(
+                "trusted_proxies",
+                format!("{bad:?} is neither a CIDR (\"10.0.0.0/8\") nor an IP address"),
+            ));
+        }
+        if self.hops > Self::MAX_ENTRIES {
+            return Err(ConfigError::new(
+                "trusted_hops",
+                format!("must be at most {} (got {})", Self::MAX_ENTRIES, self.hops),
+            ));
+        }
+        Ok(())
+    }
+
+    fn on_missing(&self) -> MissingKey {
+        // Only a server that records no peer address lacks one.
+        MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The peer source's kind: `client-ip` unless it says otherwise
+    /// (`throttle_fleet_tonic::TonicPeer`: `peer-ip`).
+    fn kind(&self) -> Cow<'static, str> {
+        Cow::Borrowed(self.peer.kind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Ip = ClientAddr<fn(&Parts) -> Option<SocketAddr>>;
+
+    fn from_ext(req: &Parts) -> Option<SocketAddr> {
+        req.extensions.get::<SocketAddr>().copied()
+    }
+
+    fn ip() -> Ip {
+        ClientAddr::new(from_ext as fn(&Parts) -> Option<SocketAddr>)
+    }
+
+    fn req(peer: &str, xff: Option<&str>) -> Parts {
+        let mut b = http::Request::get("/");
+        if let Some(x) = xff {
+            b = b.header("x-forwarded-for", x);
+        }
+        let mut p = b.body(()).unwrap().into_parts().0;
+        p.extensions.insert(peer.parse::<SocketAddr>().unwrap());
+        p
+    }
+
+    fn addr(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn without_trusted_proxies_headers_are_never_read() {
+        let r = req("203.0.113.9:1", Some("198.51.100.1"));
+        assert_eq!(ip().client_ip(&r), Some(addr("203.0.113.9")));
+        let r = req("[::ffff:203.0.113.9]:1", Some("198.51.100.1"));
+        assert_eq!(ip().client_ip(&r), Some(addr("203.0.113.9")));
+    }
+
+    #[test]
+    fn trusted_proxies_are_cidrs_or_addresses() {
+        let ip = ip().trusted_proxies(["10.0.0.0/8", " 192.0.2.1 ", "2001:db8::/32"]);
+        assert!(ip.validate().is_ok());
+        let x = Some("203.0.113.7");
+        assert_eq!(
+            ip.client_ip(&req("10.9.9.9:1", x)),
+            Some(addr("203.0.113.7"))
+        );
+        assert_eq!(
+            ip.client_ip(&req("192.0.2.1:1", x)),
+            Some(addr("203.0.113.7"))
+        );
+        assert_eq!(
+            ip.client_ip(&req("192.0.2.2:1", x)),
+            Some(addr("192.0.2.2"))
+        );
+        assert_eq!(
+            ip.client_ip(&req("[2001:db8::5]:1", x)),
+            Some(addr("203.0.113.7"))
+        );
+        // The IPv4-mapped form of a trusted IPv4 peer is trusted too.
+        assert_eq!(
+            ip.client_ip(&req("[::ffff:10.0.0.1]:1", x)),
+            Some(addr("203.0.113.7"))
+        );
+    }
+
+    #[test]
+    fn hops_trust_the_nearest_proxies_by_position() {
+        let chain = Some("6.6.6.6, 203.0.113.7, 198.51.100.2");
+        let one = ip().trusted_hops(1);
+        assert_eq!(
+            one.client_ip(&req("198.51.100.1:1", chain)),
+            Some(addr("198.51.100.2"))
+        );
+        let two = ip().trusted_hops(2);
+        assert_eq!(
+            two.client_ip(&req("198.51.100.1:1", chain)),
+            Some(addr("203.0.113.7"))
+        );
+        // Hops and CIDRs together: 198.51.100.2 is trusted by range.
+        let both = ip().trusted_hops(1).trusted_proxies(["198.51.100.0/24"]);
+        assert_eq!(
+            both.client_ip(&req("192.0.2.1:1", chain)),
+            Some(addr("203.0.113.7"))
+        );
+    }
+
+    #[test]
+    fn bad_configuration_names_its_field() {
+        for bad in ["10.0.0.0/33", "10.0.0", "", "localhost", "2001:db8::/129"] {
+            let err = ip()
+                .trusted_proxies(["10.0.0.0/8", bad])
+                .validate()
+                .unwrap_err();
+            assert_eq!(err.field(), "trusted_proxies", "{bad:?}");
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+        // A later, good list replaces the bad one.
+        let fixed = ip()
+            .trusted_proxies(["nope"])
+            .trusted_proxies(["10.0.0.0/8"]);
+        assert!(fixed.validate().is_ok());
+        let err = ip()
+            .trusted_hops(Ip::MAX_ENTRIES + 1)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field(), "trusted_hops");
+        assert!(ip().trusted_hops(Ip::MAX_ENTRIES).validate().is_ok());
+        assert_eq!(
+            ip().ipv4_prefix(0).validate().unwrap_err().field(),
+            "key.ipv4_prefix"
+        );
+    }
+
+    #[test]
+    fn host_bits_of_a_cidr_are_masked() {
+        let ip = ip().trusted_proxies(["10.1.2.3/8"]);
+        let r = req("10.200.0.1:1", Some("203.0.113.7"));
+        assert_eq!(ip.client_ip(&r), Some(addr("203.0.113.7")));
+    }
+
+    #[test]
+    fn keys_group_the_resolved_address() {
+        let ip = ip().trusted_proxies(["10.0.0.0/8"]).ipv6_prefix(48);
+        let a = req("10.0.0.1:1", Some("2001:db8:1:2::1"));
+        let b = req("10.0.0.1:1", Some("2001:db8:1:ffff::9"));
+        let c = req("10.0.0.1:1", Some("2001:db8:2::1"));
+        assert_eq!(ip.extract(&a), ip.extract(&b));
+        assert_ne!(ip.extract(&a), ip.extract(&c));
+        let none = http::Request::get("/").body(()).unwrap().into_parts().0;
+        assert_eq!(ip.extract(&none), Extracted::Missing);
+        assert_eq!(
+            ip.on_missing(),
+            MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
+        );
+    }
+
+    #[test]
+    fn v4_prefix_is_a_shorthand() {
+        #[derive(Default)]
+        struct Nowhere;
+        impl PeerSource for Nowhere {
+            fn peer_addr(&self, _: &Parts) -> Option<SocketAddr> {
+                None
+            }
+        }
+        assert_eq!(
+            ClientAddr::<Nowhere>::v4_prefix(24).prefix(),
+            IpPrefix::new().ipv4(24)
+        );
+        assert_eq!(
+            ClientAddr::<Nowhere>::v6_prefix(56).prefix(),
+            IpPrefix::new().ipv6(56)
+        );
+    }
+}

@@ -1,0 +1,150 @@
+use std::fmt;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use throttle_fleet_core::rule_set::Carried;
+use throttle_fleet_core::{Backend, ConfigError, RuleSet};
+use tower_layer::Layer;
+
+use crate::engine::Engine;
+use crate::policy::Policy;
+use crate::responder::{HttpResponder, Responder};
+use crate::service::Throttle;
+
+/// Applies a [`Policy`] to every request of the services it wraps.
+///
+/// The layer is built once and is a cheap clone of an `Arc`: every clone,
+/// every route it is applied to and every connection share the same counters.
+///
+/// The responder type `R` decides what rejections look like; the
+/// integration crates fix it (`throttle_fleet_axum::ThrottleLayer` answers HTTP
+/// 429, `throttle_fleet_tonic::ThrottleLayer` answers gRPC `RESOURCE_EXHAUSTED`).
+///
+/// ```
+/// use throttle_fleet_tower::{HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+/// use throttle_fleet_tower::key::Global;
+///
+/// let policy = Policy::new().rule(Rule::new("global", Quota::per_second(1_000)), Global);
+/// let layer = ThrottleLayer::<HttpResponder>::new(policy, MemoryBackend::default())?;
+/// # let _ = layer;
+/// # Ok::<(), throttle_fleet_tower::ConfigError>(())
+/// ```
+pub struct ThrottleLayer<R = HttpResponder> {
+    /// The current rules; [`reload`](Self::reload) replaces them whole.
+    pub(crate) shared: Arc<ArcSwap<Engine<R>>>,
+}
+
+impl<R> Clone for ThrottleLayer<R> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<R> fmt::Debug for ThrottleLayer<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThrottleLayer")
+            .field("rules", &self.shared.load().rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Responder + Default> ThrottleLayer<R> {
+    /// Builds the layer: validates every rule and extractor, and binds each
+    /// rule to `backend` (or to the rule's own backend).
+    ///
+    /// Fails with a [`ConfigError`] naming the rule and field when a value
+    /// cannot work, or when the policy has no rules.
+    pub fn new(policy: Policy, backend: impl Backend) -> Result<Self, ConfigError> {
+        Self::with_responder(policy, backend, R::default())
+    }
+}
+
+impl<R: Responder> ThrottleLayer<R> {
+    /// Like [`new`](Self::new), answering rejections with `responder`.
+    pub fn with_responder(
+        policy: Policy,
+        backend: impl Backend,
+        responder: R,
+    ) -> Result<Self, ConfigError> {
+        let (shared, _) = Engine::build(policy, Arc::new(backend), responder, None)?;
+        Ok(Self {
+            shared: Arc::new(ArcSwap::from_pointee(shared)),
+        })
+    }
+
+    /// Replaces the policy of this layer and of every service it wraps,
+    /// from the next request on, binding new rules to `backend` (pass the
+    /// backend the layer was built with). Counts carry over: a rule whose
+    /// name and algorithm are unchanged keeps its counts, and a changed
+    /// quota applies from the next request (see [`Carried`]). A policy that
+    /// does not validate is refused whole, with the error, and the running
+    /// rules stay.
+    ///
+    /// ```
+    /// use throttle_fleet_tower::{HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+    /// use throttle_fleet_tower::key::Global;
+    /// use throttle_fleet_tower::core::rule_set::Carried;
+    ///
+    /// let backend = MemoryBackend::default();
+    /// let policy = |n| Policy::new().rule(Rule::new("global", Quota::per_second(n)), Global);
+    /// let layer = ThrottleLayer::<HttpResponder>::new(policy(100), backend.clone())?;
+    /// let reloaded = layer.reload(policy(200), backend.clone())?;
+    /// assert_eq!(reloaded.rules, [("global".to_owned(), Carried::Requoted)]);
+    /// assert!(layer.reload(policy(0), backend).is_err()); // the old rules stay
+    /// assert_eq!(layer.rules().rule(0).quota().limit(), 200);
+    /// # Ok::<(), throttle_fleet_tower::ConfigError>(())
+    /// ```
+    pub fn reload(&self, policy: Policy, backend: impl Backend) -> Result<Reloaded, ConfigError>
+    where
+        R: Clone,
+    {
+        let current = self.shared.load();
+        let responder = current.responder.clone();
+        self.reload_with_responder(policy, backend, responder)
+    }
+
+    /// Like [`reload`](Self::reload), answering with `responder` from now
+    /// on.
+    pub fn reload_with_responder(
+        &self,
+        policy: Policy,
+        backend: impl Backend,
+        responder: R,
+    ) -> Result<Reloaded, ConfigError> {
+        let current = self.shared.load_full();
+        let (shared, rules) =
+            Engine::build(policy, Arc::new(backend), responder, Some(&current.rules))?;
+        let removed = (0..current.rules.len())
+            .map(|i| current.rules.rule(i).name().to_owned())
+            .filter(|name| !rules.iter().any(|(n, _)| n == name))
+            .collect();
+        self.shared.store(Arc::new(shared));
+        Ok(Reloaded { rules, removed })
+    }
+
+    /// The rules, bound to their backends, in policy order (as they are
+    /// now: a reload replaces them).
+    pub fn rules(&self) -> RuleSet {
+        self.shared.load().rules.clone()
+    }
+}
+
+impl<S, R> Layer<S> for ThrottleLayer<R> {
+    type Service = Throttle<S, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Throttle::new(inner, self.shared.clone())
+    }
+}
+
+/// What a [`reload`](ThrottleLayer::reload) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reloaded {
+    /// Every rule of the new policy, in order, and what became of its counts.
+    pub rules: Vec<(String, Carried)>,
+    /// Rules of the old policy that the new one no longer has.
+    pub removed: Vec<String>,
+}

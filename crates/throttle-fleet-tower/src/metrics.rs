@@ -1,0 +1,342 @@
+//! What the layer reports through the [`metrics`](https://docs.rs/metrics)
+//! facade: every rule's decisions, near-limit warnings and configured limit.
+//!
+//! The layer records; it never installs an exporter. A service that wants
+//! Prometheus text installs one (e.g. `metrics-exporter-prometheus`) before
+//! it builds the layer, and every decision shows up there:
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `throttle_decisions_total` | counter | `rule`, `outcome` | one per rule asked per request; `outcome` is one of [`DecisionLabel`]'s labels |
+//! | `throttle_near_limit_total` | counter | `rule` | allowed decisions that left 20 % of the limit or less (80 % used, as envoy's ratelimit counts `near_limit`) |
+//! | `throttle_limit` | gauge | `rule` | the rule's capacity (the `X-RateLimit-Limit` it reports) |
+//!
+//! Labels are rule names (the policy's dimensions) and outcomes, never a
+//! key: client IPs and API keys stay out of metrics, whose label sets must be
+//! bounded.
+//!
+//! Handles are registered once per rule when the layer is built, with the
+//! recorder installed at that moment, so a request costs an atomic
+//! increment, not a registry lookup. Install the recorder first; a layer
+//! built before it reports to no one.
+//!
+//! With the crate's `metrics` feature off (it is on by default) nothing is
+//! recorded and the `metrics` crate is not a dependency; the names below
+//! stay, for code that reads them.
+
+use std::sync::Arc;
+
+use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::{Answer, Backend, ConfigError, Key, Rule};
+
+/// Counter of decisions, labelled `rule` and `outcome`.
+pub const DECISIONS: &str = "throttle_decisions_total";
+/// Counter of allowed decisions that left at most 20 % of the limit, labelled `rule`.
+pub const NEAR_LIMIT: &str = "throttle_near_limit_total";
+/// Gauge of each rule's configured capacity, labelled `rule`.
+pub const LIMIT: &str = "throttle_limit";
+
+/// The `outcome` label of [`DECISIONS`]: what one rule made of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DecisionLabel {
+    /// The rule's backend allowed the request (`allowed`).
+    Allowed,
+    /// The rule denied the request (`denied`), by its backend or by its
+    /// local fallback limit while the backend was unreachable.
+    Denied,
+    /// A shadow rule would have denied the request and let it through
+    /// (`shadow_denied`).
+    ShadowDenied,
+    /// The backend could not be asked and the rule's failure policy let
+    /// the request through (`degraded`): fail open, or within the local
+    /// fallback limit.
+    Degraded,
+    /// The backend could not be asked and the rule fails closed
+    /// (`unavailable`): the request was refused.
+    Unavailable,
+}
+
+impl DecisionLabel {
+    /// Every outcome, in label order.
+    pub const ALL: [Self; 5] = [
+        Self::Allowed,
+        Self::Denied,
+        Self::ShadowDenied,
+        Self::Degraded,
+        Self::Unavailable,
+    ];
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::ShadowDenied => "shadow_denied",
+            Self::Degraded => "degraded",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Whether a rule's denials are enforced or only reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Enforcement {
+    /// Denials deny: counted as [`DecisionLabel::Denied`].
+    #[default]
+    Enforced,
+    /// A shadow rule: it is decided and counted, and its denials are
+    /// counted as [`DecisionLabel::ShadowDenied`].
+    Shadow,
+}
+
+/// Gives the metrics above their descriptions and units in the recorder
+/// installed now. The layer calls it when it is built; call it yourself
+/// after installing an exporter if you want the descriptions before the
+/// first layer exists.
+pub fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::describe_counter!(
+            DECISIONS,
+            metrics::Unit::Count,
+            "Rate limit decisions, one per rule asked per request, by rule and outcome"
+        );
+        metrics::describe_counter!(
+            NEAR_LIMIT,
+            metrics::Unit::Count,
+            "Allowed decisions that left 20% of the rule's limit or less"
+        );
+        metrics::describe_gauge!(
+            LIMIT,
+            metrics::Unit::Count,
+            "The rule's configured capacity"
+        );
+    }
+}
+
+/// The pre-registered handles of one rule.
+#[derive(Debug)]
+pub(crate) struct RuleMetrics {
+    #[cfg(feature = "metrics")]
+    inner: imp::Handles,
+}
+
+impl RuleMetrics {
+    /// Registers `rule`'s handles with the recorder installed now and sets
+    /// its limit gauge.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(rule: &Rule, enforcement: Enforcement) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            inner: imp::Handles::new(rule, enforcement),
+        }
+    }
+
+    /// Counts what `rule` decided.
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn record(
+        &self,
+        outcome: &Result<Outcome, throttle_fleet_core::backend::Unavailable>,
+    ) {
+        #[cfg(feature = "metrics")]
+        self.inner.record(outcome);
+    }
+}
+
+/// A backend whose limiters report every decision to a [`RuleMetrics`].
+///
+/// The layer binds each rule through one of these, so the counting sits
+/// under the rule set: it sees each rule's own outcome, not only the
+/// combined decision.
+pub(crate) struct Metered {
+    backend: Arc<dyn Backend>,
+    enforcement: Enforcement,
+}
+
+impl Metered {
+    pub(crate) fn new(backend: Arc<dyn Backend>, enforcement: Enforcement) -> Self {
+        Self {
+            backend,
+            enforcement,
+        }
+    }
+}
+
+impl Backend for Metered {
+    fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+        let inner = self.backend.limiter(rule)?;
+        if cfg!(not(feature = "metrics")) {
+            return Ok(inner);
+        }
+        describe();
+        Ok(Arc::new(MeteredLimiter {
+            inner,
+            meter: Arc::new(RuleMetrics::new(rule, self.enforcement)),
+            enforcement: self.enforcement,
+        }))
+    }
+}
+
+struct MeteredLimiter {
+    inner: Arc<dyn Limiter>,
+    meter: Arc<RuleMetrics>,
+    enforcement: Enforcement,
+}
+
+impl Limiter for MeteredLimiter {
+    #[inline]
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        match self.inner.acquire(key, cost) {
+            Answer::Ready(outcome) => {
+                self.meter.record(&outcome);
+                Answer::Ready(outcome)
+            }
+            Answer::Pending(pending) => {
+                let meter = self.meter.clone();
+                Answer::Pending(Box::pin(async move {
+                    let outcome = pending.await;
+                    meter.record(&outcome);
+                    outcome
+                }))
+            }
+        }
+    }
+
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.inner.refund(key, cost, outcome);
+    }
+
+    fn is_remote(&self) -> bool {
+        self.inner.is_remote()
+    }
+
+    /// The inner limiter's, metered afresh (the limit gauge follows).
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        let inner = self.inner.requota(rule)?;
+        Some(Arc::new(MeteredLimiter {
+            inner,
+            meter: Arc::new(RuleMetrics::new(rule, self.enforcement)),
+            enforcement: self.enforcement,
+        }))
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod imp {
+    use metrics::{Counter, counter, gauge};
+    use throttle_fleet_core::Rule;
+    use throttle_fleet_core::backend::{Outcome, Unavailable};
+
+    use super::{DECISIONS, DecisionLabel, Enforcement, LIMIT, NEAR_LIMIT};
+
+    #[derive(Debug)]
+    pub(super) struct Handles {
+        allowed: Counter,
+        /// `denied`, or `shadow_denied` for a shadow rule.
+        denied: Counter,
+        degraded: Counter,
+        unavailable: Counter,
+        near_limit: Counter,
+        /// An allowed decision leaving this many units or fewer is near
+        /// the limit (20 % of the capacity, rounded down).
+        near_at: u64,
+    }
+
+    impl Handles {
+        pub(super) fn new(rule: &Rule, enforcement: Enforcement) -> Self {
+            let name = rule.name().to_owned();
+            let decisions = |outcome: DecisionLabel| counter!(DECISIONS, "rule" => name.clone(), "outcome" => outcome.as_str());
+            let capacity = rule.capacity();
+            gauge!(LIMIT, "rule" => name.clone()).set(capacity as f64);
+            Self {
+                allowed: decisions(DecisionLabel::Allowed),
+                denied: decisions(match enforcement {
+                    Enforcement::Enforced => DecisionLabel::Denied,
+                    Enforcement::Shadow => DecisionLabel::ShadowDenied,
+                }),
+                degraded: decisions(DecisionLabel::Degraded),
+                unavailable: decisions(DecisionLabel::Unavailable),
+                near_limit: counter!(NEAR_LIMIT, "rule" => name.clone()),
+                near_at: capacity / 5,
+            }
+        }
+
+        #[inline]
+        pub(super) fn record(&self, outcome: &Result<Outcome, Unavailable>) {
+            match outcome {
+                Ok(v) if v.step.allowed && v.degraded => self.degraded.increment(1),
+                Ok(v) if v.step.allowed => {
+                    self.allowed.increment(1);
+                    if v.step.remaining <= self.near_at {
+                        self.near_limit.increment(1);
+                    }
+                }
+                Ok(_) => self.denied.increment(1),
+                Err(_) => self.unavailable.increment(1),
+            }
+        }
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use throttle_fleet_core::algorithm::Step;
+    use throttle_fleet_core::backend::Outcome;
+    use throttle_fleet_core::{Quota, Rule};
+
+    use super::{DECISIONS, Enforcement, RuleMetrics};
+
+    fn outcome(allowed: bool) -> Outcome {
+        let step = Step {
+            allowed,
+            remaining: 5,
+            reset_us: 0,
+            retry_after_us: 0,
+            delay_us: 0,
+        };
+        Outcome::new(step, 0)
+    }
+
+    /// What one rule's meter counted, by outcome label.
+    fn counted(enforcement: Enforcement) -> Vec<(String, u64)> {
+        let recorder = DebuggingRecorder::new();
+        let snapshots = recorder.snapshotter();
+        let meter = metrics::with_local_recorder(&recorder, || {
+            RuleMetrics::new(&Rule::new("r", Quota::per_minute(10)), enforcement)
+        });
+        meter.record(&Ok(outcome(true)));
+        meter.record(&Ok(outcome(false)));
+        meter.record(&Ok(outcome(false)));
+        let mut out: Vec<(String, u64)> = snapshots
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(ck, ..)| ck.key().name() == DECISIONS)
+            .filter_map(|(ck, _, _, v)| {
+                let outcome = ck.key().labels().find(|l| l.key() == "outcome")?;
+                let DebugValue::Counter(n) = v else {
+                    return None;
+                };
+                (n > 0).then(|| (outcome.value().to_owned(), n))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_shadow_rules_denials_count_as_shadow_denied() {
+        let own = |s: &str, n| (s.to_owned(), n);
+        assert_eq!(
+            counted(Enforcement::Enforced),
+            [own("allowed", 1), own("denied", 2)]
+        );
+        assert_eq!(
+            counted(Enforcement::Shadow),
+            [own("allowed", 1), own("shadow_denied", 2)]
+        );
+    }
+}

@@ -1,0 +1,473 @@
+//! Responders: a decision -> the protocol's answer.
+
+use std::cell::RefCell;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use throttle_fleet_core::{Allowed, Denied, Refused, Rule};
+
+use crate::headers::{
+    HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, number, rate_limit_headers,
+    retry_after_secs,
+};
+
+/// Why a request is answered by the limiter instead of the service.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Rejection<'a> {
+    /// A rule denied the request.
+    Limited {
+        /// What the rule found.
+        denied: &'a Denied,
+        /// The rule (dimension) that denied it.
+        rule: &'a Rule,
+    },
+    /// A rule's key material was missing and the rule rejects such requests.
+    MissingKey {
+        /// The rule whose key was missing.
+        rule: &'a Rule,
+        /// The status the rule answers with.
+        status: StatusCode,
+    },
+    /// A fail-closed rule's backend could not be reached.
+    Refused {
+        /// What went wrong.
+        refused: &'a Refused,
+        /// The rule that could not be checked.
+        rule: &'a Rule,
+    },
+}
+
+/// Turns decisions into responses: a whole response for rejections, and
+/// headers for allowed requests.
+///
+/// Closures `Fn(&Parts, Rejection<'_>) -> Response<Bytes>` are responders
+/// whose allowed responses carry the standard `X-RateLimit-*` headers.
+pub trait Responder: Send + Sync + 'static {
+    /// The response to a rejected request.
+    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes>;
+
+    /// Headers for an allowed request's response (default: `X-RateLimit-*`
+    /// of the most restrictive rule, `rule`).
+    fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+        let _ = (req, rule);
+        SuccessHeaders::for_allowed(allowed)
+    }
+
+    /// Called when the layer is built, and again on every reload, before
+    /// the first request: every rule in policy order (the position is the
+    /// rule's index, as in [`Denied::rule`]) with its extractor's
+    /// [`kind`](crate::KeyExtractor::kind). The place to make once what
+    /// each rule's answers share. The default does nothing.
+    fn bind(&mut self, rules: &[(&Rule, &str)]) {
+        let _ = rules;
+    }
+}
+
+impl<F> Responder for F
+where
+    F: Fn(&Parts, Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
+{
+    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
+        self(req, rejection)
+    }
+}
+
+/// The HTTP responder: `429 Too Many Requests` with `Retry-After`, the
+/// `X-RateLimit-*` headers and a JSON body naming the dimension; success
+/// responses carry the same headers.
+///
+/// ```text
+/// HTTP/1.1 429 Too Many Requests
+/// content-type: application/json
+/// retry-after: 14
+/// x-ratelimit-limit: 100
+/// x-ratelimit-remaining: 0
+/// x-ratelimit-reset: 1774780860
+///
+/// {"error":"RATE_LIMIT_EXCEEDED","message":"Quota exceeded. Please retry after 14 seconds.","retry_after_seconds":14,"dimension":"ip"}
+/// ```
+///
+/// A missing key answers the rule's status (400 by default) with
+/// `{"error":"RATE_LIMIT_KEY_MISSING",...}`; an unreachable fail-closed
+/// backend answers `503` with `Retry-After: 1` and
+/// `{"error":"RATE_LIMITER_UNAVAILABLE",...}`. With
+/// [`ietf_headers`](Self::ietf_headers) on, the IETF draft fields
+/// `RateLimit-Policy: "ip";q=100;w=60` and `RateLimit: "ip";r=74;t=14` are
+/// added to both kinds of answer.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpResponder {
+    ietf: bool,
+}
+
+impl Default for HttpResponder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpResponder {
+    /// `X-RateLimit-*` headers only.
+    pub const fn new() -> Self {
+        Self { ietf: false }
+    }
+
+    /// Also sends the IETF draft `RateLimit-Policy` and `RateLimit` fields.
+    #[must_use]
+    pub const fn ietf_headers(mut self, on: bool) -> Self {
+        self.ietf = on;
+        self
+    }
+
+    /// `window` is the key's own quota period (its tier's, if any).
+    fn ietf_fields(
+        out: &mut HeaderBlock,
+        rule: &Rule,
+        (limit, window): (u64, Duration),
+        remaining: u64,
+        t: u64,
+    ) {
+        let name = rule.name();
+        let w = retry_after_secs(window);
+        let mut policy = String::with_capacity(name.len() + 32);
+        let mut buf = itoa::Buffer::new();
+        policy.push('"');
+        policy.push_str(name);
+        policy.push_str("\";q=");
+        policy.push_str(buf.format(limit));
+        policy.push_str(";w=");
+        policy.push_str(buf.format(w));
+        let mut now = String::with_capacity(name.len() + 32);
+        now.push('"');
+        now.push_str(name);
+        now.push_str("\";r=");
+        now.push_str(buf.format(remaining));
+        now.push_str(";t=");
+        now.push_str(buf.format(t));
+        // Rule names are restricted to [A-Za-z0-9_.-]: always valid.
+        if let (Ok(p), Ok(n)) = (HeaderValue::try_from(policy), HeaderValue::try_from(now)) {
+            out.push(RATELIMIT_POLICY.clone(), p);
+            out.push(RATELIMIT.clone(), n);
+        }
+    }
+}
+
+/// `{"error":..,"message":..,"dimension":..}` plus an optional retry field,
+/// the message given in pieces. Every string written is either fixed or a
+/// validated rule name, so no escaping is needed. One allocation of exactly
+/// the body's size (a `Vec` whose length is its capacity becomes `Bytes`
+/// without a second one).
+fn json_body(error: &str, message: &[&str], retry_after: Option<u64>, dimension: &str) -> Bytes {
+    let mut buf = itoa::Buffer::new();
+    let retry = retry_after.map(|secs| buf.format(secs));
+    let len = JSON_PARTS_LEN
+        + error.len()
+        + message.iter().map(|p| p.len()).sum::<usize>()
+        + retry.map_or(0, |r| RETRY_FIELD.len() + r.len())
+        + dimension.len();
+    let mut body = Vec::with_capacity(len);
+    body.extend_from_slice(b"{\"error\":\"");
+    body.extend_from_slice(error.as_bytes());
+    body.extend_from_slice(b"\",\"message\":\"");
+    for part in message {
+        body.extend_from_slice(part.as_bytes());
+    }
+    body.push(b'"');
+    if let Some(retry) = retry {
+        body.extend_from_slice(RETRY_FIELD.as_bytes());
+        body.extend_from_slice(retry.as_bytes());
+    }
+    body.extend_from_slice(b",\"dimension\":\"");
+    body.extend_from_slice(dimension.as_bytes());
+    body.extend_from_slice(b"\"}");
+    debug_assert_eq!(body.len(), len);
+    Bytes::from(body)
+}
+
+/// The body of a `429`: the same for every denial with the same wait under
+/// the same rule, so the last few are kept per thread and shared (a denial
+/// flood then allocates no body).
+fn limited_body(secs: u64, rule: &str) -> Bytes {
+    LIMITED_BODIES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let slot = &mut cache[(secs % LIMITED_BODIES_KEPT as u64) as usize];
+        if let Some((s, body)) = slot
+            && *s == secs
+            && names_rule(body, rule)
+        {
+            return body.clone();
+        }
+        let mut buf = itoa::Buffer::new();
+        let body = json_body(
+            "RATE_LIMIT_EXCEEDED",
+            &[
+                "Quota exceeded. Please retry after ",
+                buf.format(secs),
+                " seconds.",
+            ],
+            Some(secs),
+            rule,
+        );
+        *slot = Some((secs, body.clone()));
+        body
+    })
+}
+
+/// Whether a `429` body (a function of the wait and the rule's name only)
+/// ends with `rule` as its dimension.
+fn names_rule(body: &[u8], rule: &str) -> bool {
+    body.len() > rule.len() + 2
+        && body[body.len() - 2 - rule.len()..body.len() - 2] == *rule.as_bytes()
+        && body[body.len() - 3 - rule.len()] == b'"'
+}
+
+const LIMITED_BODIES_KEPT: usize = 8;
+
+thread_local! {
+    /// Recent `429` bodies by wait (seconds) modulo their number.
+    static LIMITED_BODIES: RefCell<[Option<(u64, Bytes)>; LIMITED_BODIES_KEPT]> =
+        const { RefCell::new([const { None }; LIMITED_BODIES_KEPT]) };
+}
+
+/// The fixed text of [`json_body`] besides the retry field.
+const JSON_PARTS_LEN: usize = "{\"error\":\"".len()
+    + "\",\"message\":\"".len()
+    + "\"".len()
+    + ",\"dimension\":\"".len()
+    + "\"}".len();
+const RETRY_FIELD: &str = ",\"retry_after_seconds\":";
+
+fn json_response(status: StatusCode, body: Bytes, headers: HeaderBlock) -> Response<Bytes> {
+    let mut res = Response::new(body);
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.apply(h);
+    res
+}
+
+/// The headers of a `429`, in the order they are sent, with placeholder
+/// values: a denial clones the map and overwrites the values by position,
+/// which hashes no header name and allocates the map once (see
+/// [`limited_headers`]).
+fn limited_template(ietf: bool) -> HeaderMap {
+    let zero = || HeaderValue::from_static("0");
+    let mut map = HeaderMap::with_capacity(if ietf { 7 } else { 5 });
+    map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    map.insert(RETRY_AFTER, zero());
+    map.insert(X_RATELIMIT_LIMIT.clone(), zero());
+    map.insert(X_RATELIMIT_REMAINING.clone(), zero());
+    map.insert(X_RATELIMIT_RESET.clone(), zero());
+    if ietf {
+        map.insert(RATELIMIT_POLICY.clone(), zero());
+        map.insert(RATELIMIT.clone(), zero());
+    }
+    map
+}
+
+static LIMITED: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(false));
+static LIMITED_IETF: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(true));
+
+/// A `429`'s headers: the template's names, `values` after the content
+/// type, in the template's order.
+fn limited_headers(
+    template: &HeaderMap,
+    values: impl IntoIterator<Item = HeaderValue>,
+) -> HeaderMap {
+    let mut map = template.clone();
+    // The template holds one value per name, so its values come in the
+    // order they were inserted.
+    for (slot, value) in map.values_mut().skip(1).zip(values) {
+        *slot = value;
+    }
+    map
+}
+
+impl Responder for HttpResponder {
+    fn reject(&self, _req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
+        match rejection {
+            Rejection::Limited { denied: d, rule } => {
+                let secs = retry_after_secs(d.retry_after);
+                let body = limited_body(secs, rule.name());
+                let standard = [
+                    number(secs),
+                    number(d.limit),
+                    number(d.remaining),
+                    number(epoch_secs_after(d.at_us, d.reset)),
+                ];
+                let headers = if self.ietf {
+                    let mut ietf = HeaderBlock::default();
+                    Self::ietf_fields(
+                        &mut ietf,
+                        rule,
+                        (d.limit, d.quota.period()),
+                        d.remaining,
+                        secs,
+                    );
+                    let ietf = ietf.into_values();
+                    limited_headers(&LIMITED_IETF, standard.into_iter().chain(ietf))
+                } else {
+                    limited_headers(&LIMITED, standard)
+                };
+                let mut res = Response::new(body);
+                *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                *res.headers_mut() = headers;
+                res
+            }
+            Rejection::MissingKey { rule, status } => {
+                let headers = HeaderBlock::default();
+                let message = "The request does not carry the key this rate limit is applied by.";
+                json_response(
+                    status,
+                    json_body("RATE_LIMIT_KEY_MISSING", &[message], None, rule.name()),
+                    headers,
+                )
+            }
+            Rejection::Refused { rule, .. } => {
+                let mut headers = HeaderBlock::default();
+                headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
+                let message = "The rate limiter is unavailable. Please retry later.";
+                let body = json_body("RATE_LIMITER_UNAVAILABLE", &[message], Some(1), rule.name());
+                json_response(StatusCode::SERVICE_UNAVAILABLE, body, headers)
+            }
+        }
+    }
+
+    fn allowed(&self, _req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+        if !self.ietf || allowed.degraded {
+            // (Degraded: no remaining count to report, in either form.)
+            return SuccessHeaders::for_allowed(allowed);
+        }
+        let mut headers = HeaderBlock::default();
+        rate_limit_headers(
+            &mut headers,
+            allowed.limit,
+            allowed.remaining,
+            allowed.reset,
+        );
+        let t = retry_after_secs(allowed.reset);
+        Self::ietf_fields(
+            &mut headers,
+            rule,
+            (allowed.limit, allowed.quota.period()),
+            allowed.remaining,
+            t,
+        );
+        SuccessHeaders::block(headers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use throttle_fleet_core::Quota;
+
+    fn denied(retry_after_ms: u64) -> Denied {
+        Denied {
+            rule: 0,
+            limit: 100,
+            quota: Quota::per_minute(100),
+            remaining: 0,
+            retry_after: Duration::from_millis(retry_after_ms),
+            reset: Duration::from_secs(60),
+            at_us: 1_700_000_000_000_000,
+        }
+    }
+
+    fn answer(responder: HttpResponder, rule: &str, retry_after_ms: u64) -> Response<Bytes> {
+        let (parts, ()) = http::Request::new(()).into_parts();
+        let rule = Rule::new(rule, Quota::per_minute(100));
+        let d = denied(retry_after_ms);
+        responder.reject(
+            &parts,
+            Rejection::Limited {
+                denied: &d,
+                rule: &rule,
+            },
+        )
+    }
+
+    fn headers(res: &Response<Bytes>) -> Vec<(String, String)> {
+        res.headers()
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_denial_sends_its_headers_in_order_with_their_values() {
+        let res = answer(HttpResponder::new(), "ip", 13_200);
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        let want = [
+            ("content-type", "application/json"),
+            ("retry-after", "14"),
+            ("x-ratelimit-limit", "100"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1700000060"),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(headers(&res), want);
+
+        let res = answer(HttpResponder::new().ietf_headers(true), "ip", 13_200);
+        let mut ietf = want.clone();
+        ietf.push(("ratelimit-policy".into(), "\"ip\";q=100;w=60".into()));
+        ietf.push(("ratelimit".into(), "\"ip\";r=0;t=14".into()));
+        assert_eq!(headers(&res), ietf);
+    }
+
+    #[test]
+    fn denial_bodies_name_their_own_rule_and_wait_whatever_was_sent_before() {
+        let body = |rule: &str, secs: u64| {
+            format!(
+                "{{\"error\":\"RATE_LIMIT_EXCEEDED\",\"message\":\"Quota exceeded. Please retry \
+                 after {secs} seconds.\",\"retry_after_seconds\":{secs},\"dimension\":\"{rule}\"}}"
+            )
+        };
+        // Same wait, rules whose names end alike, a wait sharing a slot
+        // (8 apart), and the first again: each answer is its own.
+        for (rule, ms) in [
+            ("ip", 14_000),
+            ("tip", 14_000),
+            ("p", 14_000),
+            ("ip", 22_000),
+            ("ip", 14_000),
+            ("a-rule-name-longer-than-the-rest", 14_000),
+            ("ip", 14_000),
+        ] {
+            let res = answer(HttpResponder::new(), rule, ms);
+            let secs = ms / 1000;
+            assert_eq!(res.body(), body(rule, secs).as_bytes(), "{rule} {secs}");
+        }
+    }
+
+    #[test]
+    fn numbers_render_the_same_from_the_tables_and_from_scratch() {
+        for n in [0, 1, 9, 10, 1_023, 1_024, 60_000, 1_796_025_675, u64::MAX] {
+            assert_eq!(number(n), HeaderValue::from(n));
+            assert_eq!(number(n), HeaderValue::from(n), "cached");
+        }
+        // Two values sharing a cache slot.
+        assert_eq!(number(1_040), HeaderValue::from(1_040u64));
+        assert_eq!(number(1_056), HeaderValue::from(1_056u64));
+        assert_eq!(number(1_040), HeaderValue::from(1_040u64));
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero_for_a_wait() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 0);
+        assert_eq!(retry_after_secs(Duration::from_micros(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(999)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(14)), 14);
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+    }
+}

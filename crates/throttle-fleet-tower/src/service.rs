@@ -1,0 +1,120 @@
+use std::fmt;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::{ArcSwap, Guard};
+use http::{Request, Response};
+use throttle_fleet_core::Answer;
+use tower_service::Service;
+
+use crate::body::ThrottleBody;
+use crate::engine::{Engine, Prepared, Settle};
+use crate::future::{PendingCheck, ResponseFuture};
+use crate::responder::Responder;
+
+/// The service [`ThrottleLayer`](crate::ThrottleLayer) wraps around another:
+/// decides in `call`, answers rejections itself, passes everything else on.
+///
+/// `poll_ready` only forwards to the inner service (limits are never
+/// enforced through back-pressure, which would be per clone and unkeyed),
+/// and the error type stays the inner service's.
+pub struct Throttle<S, R> {
+    inner: S,
+    /// The layer's current rules (replaced whole by a reload).
+    shared: Arc<ArcSwap<Engine<R>>>,
+}
+
+impl<S, R> Throttle<S, R> {
+    pub(crate) fn new(inner: S, shared: Arc<ArcSwap<Engine<R>>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Clone, R> Clone for Throttle<S, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, R> fmt::Debug for Throttle<S, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            .field("inner", &self.inner)
+            .field("rules", &self.shared.load().rules)
+            .finish()
+    }
+}
+
+impl<S: Clone, R> Throttle<S, R> {
+    /// The future of a check that needs a round trip.
+    fn checking<F, ReqBody>(
+        &mut self,
+        check: PendingCheck,
+        parts: http::request::Parts,
+        body: ReqBody,
+        shared: Arc<Engine<R>>,
+    ) -> ResponseFuture<F, S, ReqBody, R> {
+        // The inner call happens after an await: take the service that was
+        // polled ready and leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let ready = mem::replace(&mut self.inner, clone);
+        ResponseFuture::checking(check, ready, Request::from_parts(parts, body), shared)
+    }
+}
+
+impl<S, R, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    R: Responder,
+{
+    type Response = Response<ThrottleBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, S, ReqBody, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = req.into_parts();
+        // The rules as they are now; a reload during this request's check
+        // does not change which rules it was checked and charged against.
+        let shared = self.shared.load();
+        match shared.prepare(&parts) {
+            Prepared::Rejected(rejection) => {
+                ResponseFuture::rejected(shared.responder.reject(&parts, rejection))
+            }
+            Prepared::Plain(Answer::Ready(decision)) => {
+                ResponseFuture::decided(&shared, &mut self.inner, parts, body, decision)
+            }
+            Prepared::Plain(Answer::Pending(check)) => self.checking(
+                PendingCheck::Plain(check),
+                parts,
+                body,
+                Guard::into_inner(shared),
+            ),
+            Prepared::Settle(settle) => match *settle {
+                (Answer::Ready(charged), demands) => {
+                    let settle = Settle::of(&shared, &demands, &charged);
+                    ResponseFuture::decided(&shared, &mut self.inner, parts, body, charged.decision)
+                        .settling(settle)
+                }
+                (Answer::Pending(check), demands) => self.checking(
+                    PendingCheck::Charged(check, demands.into_vec()),
+                    parts,
+                    body,
+                    Guard::into_inner(shared),
+                ),
+            },
+        }
+    }
+}
