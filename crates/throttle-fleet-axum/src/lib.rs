@@ -37,6 +37,8 @@
 mod extract;
 #[cfg(feature = "config")]
 pub mod from_config;
+#[cfg(feature = "serve")]
+pub mod serve;
 
 pub use extract::{ClientIp, ConnectInfoPeer, Route};
 #[cfg(feature = "redis")]

@@ -230,6 +230,17 @@ impl<P: PeerSource> ClientAddr<P> {
         self.prefix.key_of(ip)
     }
 
+    /// Whether a connection from `peer` comes from a proxy this grouping
+    /// trusts: an address in [`trusted_proxies`](Self::trusted_proxies), or
+    /// any address once [`trusted_hops`](Self::trusted_hops) is at least 1
+    /// (then the peer is always a proxy). A server's per-client connection
+    /// cap exempts such peers: a load balancer carries everyone's
+    /// connections.
+    pub fn is_trusted_peer(&self, peer: IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.hops > 0 || self.proxies.iter().any(|net| net.contains(&peer))
+    }
+
     /// The client address of `req`: the peer, or what trusted proxies
     /// forwarded for. `None` when the server recorded no peer address.
     pub fn client_ip(&self, req: &Parts) -> Option<IpAddr> {
@@ -411,6 +422,17 @@ mod tests {
             ip().ipv4_prefix(0).validate().unwrap_err().field(),
             "key.ipv4_prefix"
         );
+    }
+
+    #[test]
+    fn trusted_peers_are_the_listed_proxies_or_every_peer_past_a_hop() {
+        let listed = ip().trusted_proxies(["10.0.0.0/8", "2001:db8::/32"]);
+        assert!(listed.is_trusted_peer(addr("10.9.8.7")));
+        assert!(listed.is_trusted_peer(addr("::ffff:10.9.8.7")));
+        assert!(listed.is_trusted_peer(addr("2001:db8::1")));
+        assert!(!listed.is_trusted_peer(addr("11.0.0.1")));
+        assert!(!ip().is_trusted_peer(addr("10.9.8.7")));
+        assert!(ip().trusted_hops(1).is_trusted_peer(addr("203.0.113.7")));
     }
 
     #[test]

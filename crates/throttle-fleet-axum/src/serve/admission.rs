@@ -1,0 +1,377 @@
+//! Which connections are let in: a global cap taken before `accept` (past
+//! it, new connections wait in the kernel's backlog), and a cap per client
+//! checked right after it (past it, the connection is closed, logged and
+//! counted).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use throttle_fleet_core::{ConfigError, Key};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::ServeLimits;
+use crate::ClientIp;
+
+/// At most one log line per this long for each kind of refusal, with the
+/// count since the last line: a flood of refused connections must not
+/// become a flood of log lines.
+const LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// How long to wait after a failed `accept` (out of file descriptors and
+/// the like) before the next.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The connections a server holds, and the counts behind its limits.
+/// Clones share one set of counts.
+///
+/// [`serve`](super::serve) uses one; a server with its own accept loop
+/// (a TLS handshake first, say) calls [`accept`](Self::accept) and hands
+/// each connection to [`serve_connection`](super::serve_connection).
+#[derive(Clone)]
+pub struct Connections {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    limits: ServeLimits,
+    clients: ClientIp,
+    permits: Arc<Semaphore>,
+    /// Open connections per client key (trusted proxies are not counted).
+    hosts: Mutex<HashMap<Key, usize>>,
+    stats: ConnectionStats,
+    refusals: Mutex<LogThrottle>,
+    accept_errors: Mutex<LogThrottle>,
+}
+
+/// Counts of what [`Connections`] let in and refused. Clones share the
+/// counts.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionStats {
+    inner: Arc<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    open: AtomicUsize,
+    accepted: AtomicU64,
+    refused_per_client: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+impl ConnectionStats {
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.inner.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections let in since the start.
+    pub fn accepted(&self) -> u64 {
+        self.inner.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed at accept because their client already held
+    /// `per_client` connections.
+    pub fn refused_per_client(&self) -> u64 {
+        self.inner.refused_per_client.load(Ordering::Relaxed)
+    }
+
+    /// `accept` calls that failed (out of file descriptors and the like).
+    pub fn accept_errors(&self) -> u64 {
+        self.inner.accept_errors.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection let in: holds its place under both caps until dropped.
+#[must_use = "the connection's place is given back when this is dropped"]
+pub struct Admitted {
+    shared: Arc<Shared>,
+    host: Option<Key>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.shared.stats.inner.open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(host) = &self.host {
+            let mut hosts = self.shared.hosts();
+            if let Some(n) = hosts.get_mut(host) {
+                *n -= 1;
+                if *n == 0 {
+                    hosts.remove(host);
+                }
+            }
+        }
+    }
+}
+
+impl Connections {
+    /// Connections under `limits`, with clients grouped as `clients` groups
+    /// them (its IPv4 and IPv6 prefixes; its trusted proxies are exempt
+    /// from the per-client cap). Pass the `ClientIp` the policy limits by,
+    /// so that a connection's client is the limiter's client. The error
+    /// names the limit that cannot work.
+    pub fn new(limits: ServeLimits, clients: ClientIp) -> Result<Self, ConfigError> {
+        Self::with_stats(limits, clients, ConnectionStats::default())
+    }
+
+    pub(super) fn with_stats(
+        limits: ServeLimits,
+        clients: ClientIp,
+        stats: ConnectionStats,
+    ) -> Result<Self, ConfigError> {
+        limits.validate()?;
+        throttle_fleet_tower::KeyExtractor::validate(&clients)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                limits,
+                clients,
+                permits: Arc::new(Semaphore::new(limits.max_connections)),
+                hosts: Mutex::new(HashMap::new()),
+                stats,
+                refusals: Mutex::new(LogThrottle::default()),
+                accept_errors: Mutex::new(LogThrottle::default()),
+            }),
+        })
+    }
+
+    /// The limits these connections are held to.
+    pub fn limits(&self) -> &ServeLimits {
+        &self.shared.limits
+    }
+
+    /// The counts behind the limits.
+    pub fn stats(&self) -> ConnectionStats {
+        self.shared.stats.clone()
+    }
+
+    /// The next connection let in: waits for a place under
+    /// `max_connections`, accepts, and closes (logs, counts) connections
+    /// from clients at their `per_client` cap. A failed `accept` is logged
+    /// and retried after 50 ms; this never returns an error.
+    pub async fn accept(&self, listener: &TcpListener) -> (TcpStream, SocketAddr, Admitted) {
+        loop {
+            let permit = Arc::clone(&self.shared.permits)
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    self.shared.accept_failed(&e);
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            if let Some(admitted) = self.admit(peer, permit) {
+                return (stream, peer, admitted);
+            }
+            // Refused: dropping the stream closes it.
+        }
+    }
+
+    /// Lets a connection from `peer` in under the per-client cap, or
+    /// refuses it (logged, counted).
+    fn admit(&self, peer: SocketAddr, permit: OwnedSemaphorePermit) -> Option<Admitted> {
+        let shared = &self.shared;
+        let ip = peer.ip();
+        let host = if shared.clients.is_trusted_peer(ip) {
+            None
+        } else {
+            let key = shared.clients.key_of(ip);
+            let mut hosts = shared.hosts();
+            let held = hosts.entry(key).or_insert(0);
+            if *held >= shared.limits.per_client {
+                drop(hosts);
+                shared.refused(peer);
+                return None;
+            }
+            *held += 1;
+            Some(key)
+        };
+        shared.stats.inner.open.fetch_add(1, Ordering::Relaxed);
+        shared.stats.inner.accepted.fetch_add(1, Ordering::Relaxed);
+        Some(Admitted {
+            shared: Arc::clone(shared),
+            host,
+            _permit: permit,
+        })
+    }
+
+    /// Waits until every connection let in has closed, at most `timeout`.
+    /// Returns whether they all did.
+    pub async fn drain(&self, timeout: Duration) -> bool {
+        let all = u32::try_from(self.shared.limits.max_connections).unwrap_or(u32::MAX);
+        tokio::time::timeout(timeout, self.shared.permits.acquire_many(all))
+            .await
+            .is_ok()
+    }
+}
+
+impl Shared {
+    fn hosts(&self) -> std::sync::MutexGuard<'_, HashMap<Key, usize>> {
+        self.hosts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn refused(&self, peer: SocketAddr) {
+        self.stats
+            .inner
+            .refused_per_client
+            .fetch_add(1, Ordering::Relaxed);
+        let lock = &mut *self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(refused) = lock.count() {
+            tracing::warn!(
+                client = %peer.ip(),
+                refused,
+                per_client = self.limits.per_client,
+                "connection refused: the client already holds its per-client cap of connections \
+                 ({refused} refused since the last such line)"
+            );
+        }
+    }
+
+    fn accept_failed(&self, e: &io::Error) {
+        self.stats
+            .inner
+            .accept_errors
+            .fetch_add(1, Ordering::Relaxed);
+        let lock = &mut *self
+            .accept_errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(failed) = lock.count() {
+            tracing::warn!(
+                error = %e,
+                failed,
+                "accept failed; retrying in 50 ms ({failed} failures since the last such line)"
+            );
+        }
+    }
+}
+
+/// Counts events and says when to log them: the first at once, then at
+/// most once per [`LOG_EVERY`], with how many happened since.
+#[derive(Default)]
+struct LogThrottle {
+    last: Option<Instant>,
+    pending: u64,
+}
+
+impl LogThrottle {
+    /// Counts one event; `Some(n)` when a line should be logged now for the
+    /// `n` events since the last line.
+    fn count(&mut self) -> Option<u64> {
+        self.pending += 1;
+        let now = Instant::now();
+        match self.last {
+            Some(last) if now.duration_since(last) < LOG_EVERY => None,
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.pending))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connections(per_client: usize, clients: ClientIp) -> Connections {
+        let limits = ServeLimits {
+            per_client,
+            ..ServeLimits::default()
+        };
+        Connections::new(limits, clients).unwrap()
+    }
+
+    fn permit() -> OwnedSemaphorePermit {
+        Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
+    }
+
+    fn peer(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_ipv6_slash_64_is_one_client() {
+        let c = connections(2, ClientIp::default());
+        let a = c.admit(peer("[2001:db8:1:2::1]:1000"), permit()).unwrap();
+        let b = c
+            .admit(peer("[2001:db8:1:2:ffff::9]:1001"), permit())
+            .unwrap();
+        assert!(c.admit(peer("[2001:db8:1:2::3]:1002"), permit()).is_none());
+        // Another /64 is another client.
+        let other = c.admit(peer("[2001:db8:1:3::1]:1000"), permit()).unwrap();
+        assert_eq!(c.stats().refused_per_client(), 1);
+        assert_eq!(c.stats().open(), 3);
+        drop((a, b, other));
+        assert_eq!(c.stats().open(), 0);
+        assert!(c.shared.hosts().is_empty(), "closed clients leave no entry");
+    }
+
+    #[tokio::test]
+    async fn an_ipv4_address_and_its_mapped_form_are_one_client() {
+        let c = connections(1, ClientIp::default());
+        let _a = c.admit(peer("203.0.113.7:1"), permit()).unwrap();
+        assert!(c.admit(peer("[::ffff:203.0.113.7]:2"), permit()).is_none());
+        assert!(c.admit(peer("203.0.113.8:1"), permit()).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_gives_its_place_back() {
+        let c = connections(1, ClientIp::default());
+        let a = c.admit(peer("203.0.113.7:1"), permit()).unwrap();
+        assert!(c.admit(peer("203.0.113.7:2"), permit()).is_none());
+        drop(a);
+        assert!(c.admit(peer("203.0.113.7:3"), permit()).is_some());
+    }
+
+    #[tokio::test]
+    async fn trusted_proxies_are_not_capped() {
+        let c = connections(1, ClientIp::default().trusted_proxies(["10.0.0.0/8"]));
+        let held: Vec<_> = (0..5)
+            .map(|i| c.admit(peer(&format!("10.0.0.1:{i}")), permit()).unwrap())
+            .collect();
+        assert_eq!(c.stats().open(), 5);
+        assert_eq!(c.stats().refused_per_client(), 0);
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn the_clients_grouping_is_the_limiters() {
+        let c = connections(1, ClientIp::default().ipv4_prefix(24));
+        let _a = c.admit(peer("203.0.113.7:1"), permit()).unwrap();
+        assert!(c.admit(peer("203.0.113.200:1"), permit()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_logged_at_most_once_a_second_with_their_count() {
+        let mut log = LogThrottle::default();
+        assert_eq!(log.count(), Some(1));
+        assert_eq!(log.count(), None);
+        assert_eq!(log.count(), None);
+        tokio::time::advance(LOG_EVERY).await;
+        assert_eq!(log.count(), Some(3));
+    }
+
+    #[test]
+    fn bad_limits_name_their_field() {
+        let bad = ServeLimits {
+            max_connections: 0,
+            ..ServeLimits::default()
+        };
+        let err = Connections::new(bad, ClientIp::default()).err().unwrap();
+        assert_eq!(err.field(), "serve.max_connections");
+        let bad_proxy = ClientIp::default().trusted_proxies(["10.0.0.0/33"]);
+        let err = Connections::new(ServeLimits::default(), bad_proxy)
+            .err()
+            .unwrap();
+        assert_eq!(err.field(), "trusted_proxies");
+    }
+}

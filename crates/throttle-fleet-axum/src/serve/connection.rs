@@ -1,0 +1,103 @@
+//! One HTTP/1.1 connection under the header and idle timeouts.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, HttpBody};
+use axum::response::Response;
+use http::Request;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tower::ServiceExt;
+use tower_service::Service;
+
+use super::ServeLimits;
+use super::deadline::{Activity, Deadlines, Running};
+
+/// Serves one HTTP/1.1 connection with keep-alive: a request's headers
+/// must arrive within `limits.header_timeout` (from the connection's start
+/// or the request's first byte), and a keep-alive connection waits at most
+/// `limits.idle_timeout` for its next request; past either the connection
+/// is closed. A running request is never cut: a slow handler or a long
+/// streamed response holds its connection as long as it runs.
+///
+/// When `shutdown` completes, idle connections close at once and a running
+/// request is finished first. HTTP upgrades (WebSocket) are not served
+/// here: their long-lived streams would fall under the idle timeout.
+pub async fn serve_connection<IO, S>(
+    io: IO,
+    service: S,
+    limits: &ServeLimits,
+    shutdown: impl Future<Output = ()>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    let activity = Arc::new(Activity::default());
+    let io = Deadlines::new(
+        io,
+        Arc::clone(&activity),
+        limits.header_timeout,
+        limits.idle_timeout,
+    );
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let running = activity.start();
+        let response = service.clone().oneshot(req);
+        async move {
+            let response = response.await?;
+            Ok::<_, Infallible>(response.map(|body| TrackedBody {
+                body,
+                _running: running,
+            }))
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::pin!(shutdown);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        () = &mut shutdown => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        // Timeouts and clients that went away: routine, not worth a warning.
+        tracing::debug!(error = %e, "connection closed");
+    }
+}
+
+/// A response body that marks its request running until it is sent in
+/// full or dropped.
+struct TrackedBody {
+    body: Body,
+    _running: Running,
+}
+
+impl HttpBody for TrackedBody {
+    type Data = <Body as HttpBody>::Data;
+    type Error = <Body as HttpBody>::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}

@@ -1,0 +1,201 @@
+//! The connection's own clock: a header timeout from the connection's
+//! start or a request's first byte, and an idle timeout between a response
+//! and the next request. Both are enforced on the read side, so a client
+//! that sends nothing is closed without the server polling anything.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// What the service side of one connection tells its reader: how many
+/// requests have started, and how many are still running (until their
+/// response body is sent or dropped).
+#[derive(Debug, Default)]
+pub(super) struct Activity {
+    started: AtomicU64,
+    running: AtomicUsize,
+    /// The reader waiting while a request runs: when the last one ends,
+    /// hyper need not read again before the client sends something, so the
+    /// idle clock must be started from here.
+    reader: AtomicWaker,
+}
+
+impl Activity {
+    /// A request's headers were read and its handler called; the returned
+    /// guard marks it running until dropped.
+    pub(super) fn start(self: &Arc<Self>) -> Running {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        self.running.fetch_add(1, Ordering::Relaxed);
+        Running(Arc::clone(self))
+    }
+}
+
+/// A running request; dropped with its response body.
+#[derive(Debug)]
+pub(super) struct Running(Arc<Activity>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.0.reader.wake();
+        }
+    }
+}
+
+/// Where the connection is, as the reader sees it.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Waiting for a request's headers, since then: the connection's start
+    /// or the request's first byte.
+    Head(Instant),
+    /// Between a response and the next request's first byte, since then.
+    Idle(Instant),
+    /// A request is running: its handler's time is the application's.
+    Busy,
+}
+
+/// An I/O stream whose reads fail with `TimedOut` once the phase's
+/// deadline passes; hyper then closes the connection.
+pub(super) struct Deadlines<IO> {
+    io: IO,
+    activity: Arc<Activity>,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+    /// Requests started as of the last read.
+    seen: u64,
+    phase: Phase,
+    sleep: Pin<Box<Sleep>>,
+    armed: Instant,
+}
+
+impl<IO> Deadlines<IO> {
+    pub(super) fn new(
+        io: IO,
+        activity: Arc<Activity>,
+        header_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Self {
+        let now = Instant::now();
+        let armed = now + header_timeout;
+        Self {
+            io,
+            activity,
+            header_timeout,
+            idle_timeout,
+            seen: 0,
+            phase: Phase::Head(now),
+            sleep: Box::pin(tokio::time::sleep_until(armed)),
+            armed,
+        }
+    }
+
+    /// Brings the phase up to date with the service side before a read.
+    fn update(&mut self) {
+        let started = self.activity.started.load(Ordering::Relaxed);
+        if started != self.seen {
+            self.seen = started;
+            self.phase = Phase::Busy;
+        }
+        let running = self.activity.running.load(Ordering::Relaxed);
+        match self.phase {
+            _ if running > 0 => self.phase = Phase::Busy,
+            // The last response has gone: the idle wait starts now.
+            Phase::Busy => self.phase = Phase::Idle(Instant::now()),
+            Phase::Head(_) | Phase::Idle(_) => {}
+        }
+    }
+
+    fn deadline(&self) -> Option<(Instant, &'static str)> {
+        match self.phase {
+            Phase::Head(since) => Some((since + self.header_timeout, "header")),
+            Phase::Idle(since) => Some((since + self.idle_timeout, "idle")),
+            Phase::Busy => None,
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Deadlines<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.update();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        match read {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before
+                    && let Phase::Idle(_) = this.phase
+                {
+                    // The next request's first byte: its headers are on
+                    // the header clock from here.
+                    this.phase = Phase::Head(Instant::now());
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if this.deadline().is_none() {
+                    this.activity.reader.register(cx.waker());
+                    // Registered first, then checked: an end in between is
+                    // not missed.
+                    this.update();
+                }
+                let Some((deadline, which)) = this.deadline() else {
+                    return Poll::Pending;
+                };
+                if this.armed != deadline {
+                    this.sleep.as_mut().reset(deadline);
+                    this.armed = deadline;
+                }
+                match this.sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{which} timeout"),
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Deadlines<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}

@@ -1,0 +1,90 @@
+//! What one client, slow, idle or greedy, may hold of a server.
+
+use std::time::Duration;
+
+use throttle_fleet_core::ConfigError;
+
+/// The connection limits [`serve`](super::serve) applies before the rate
+/// limiter sees a request: a connection that never sends a complete
+/// request never reaches a [`ThrottleLayer`](crate::ThrottleLayer), so
+/// these are what bound slowloris clients and connection hoards.
+///
+/// | field | default | what it bounds |
+/// |---|---:|---|
+/// | `max_connections` | 10,000 | connections open at once; past it, new ones wait in the kernel's listen backlog |
+/// | `per_client` | 256 | connections one client holds at once, counted per address as [`ClientIp`](crate::ClientIp) groups them (IPv6 by `/64`); past it a new connection is closed at accept, logged and counted. Trusted proxies are exempt |
+/// | `header_timeout` | 10 s | from a new connection, or from the first byte of a request, until its headers are complete (a slowloris client or a stalled request line) |
+/// | `idle_timeout` | 60 s | how long a keep-alive connection waits for its next request after a response |
+///
+/// Keep `max_connections` below the process's file-descriptor limit
+/// (`ulimit -n`) less what the service opens itself, or accepts fail with
+/// "too many open files" (logged, and retried after 50 ms).
+///
+/// ```
+/// use std::time::Duration;
+/// use throttle_fleet_axum::serve::ServeLimits;
+///
+/// let limits = ServeLimits {
+///     per_client: 64,
+///     idle_timeout: Duration::from_secs(30),
+///     ..ServeLimits::default()
+/// };
+/// assert!(limits.validate().is_ok());
+/// let none = ServeLimits { per_client: 0, ..limits };
+/// assert_eq!(none.validate().unwrap_err().field(), "serve.per_client");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Connections one client (one address, one IPv6 `/64`) holds at once.
+    pub per_client: usize,
+    /// How long a request's headers may take, counted from the
+    /// connection's start or the request's first byte.
+    pub header_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            per_client: 256,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ServeLimits {
+    /// Checks that every limit can work: counts of at least 1 and timeouts
+    /// longer than zero. The error names the field (`serve.per_client`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_connections == 0 {
+            return Err(ConfigError::new(
+                "serve.max_connections",
+                "must be at least 1 (no connection could be served)",
+            ));
+        }
+        if self.per_client == 0 {
+            return Err(ConfigError::new(
+                "serve.per_client",
+                "must be at least 1 (no client could connect)",
+            ));
+        }
+        if self.header_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "serve.header_timeout",
+                "must be longer than zero",
+            ));
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "serve.idle_timeout",
+                "must be longer than zero",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,389 @@
+//! `serve` from outside, over real TCP, on tokio's paused clock: the
+//! timeouts fire at their documented time to the millisecond, whatever the
+//! machine's load, and no test sleeps on the wall clock.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use throttle_fleet_axum::ClientIp;
+use throttle_fleet_axum::serve::{ConnectionStats, ServeLimits, serve};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::time::Instant;
+
+const HEADER: Duration = Duration::from_secs(10);
+const IDLE: Duration = Duration::from_secs(60);
+/// How late past its deadline a close may come: the paused clock jumps
+/// straight to the deadline, so only the work after it counts.
+const SLACK: Duration = Duration::from_millis(100);
+
+fn app() -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(120)).await;
+                "slow"
+            }),
+        )
+        .route(
+            "/stream",
+            get(|| async {
+                // Five chunks, 30 s apart: 120 s of one response body.
+                let chunks = futures_util::stream::unfold(0u32, |n| async move {
+                    if n == 5 {
+                        return None;
+                    }
+                    if n > 0 {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                    Some((Ok::<_, io::Error>(format!("chunk{n};")), n + 1))
+                });
+                Body::from_stream(chunks)
+            }),
+        )
+}
+
+struct Server {
+    addr: SocketAddr,
+    stats: ConnectionStats,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<io::Result<()>>,
+}
+
+async fn start(limits: ServeLimits, clients: ClientIp) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = serve(listener, app())
+        .limits(limits)
+        .client_ip(clients)
+        .drain_timeout(Duration::from_secs(300))
+        .with_graceful_shutdown(async move {
+            let _ = stopped.await;
+        });
+    let stats = server.stats();
+    let done = tokio::spawn(server.into_future());
+    Server {
+        addr,
+        stats,
+        stop: Some(stop),
+        done,
+    }
+}
+
+fn limits() -> ServeLimits {
+    ServeLimits {
+        header_timeout: HEADER,
+        idle_timeout: IDLE,
+        ..ServeLimits::default()
+    }
+}
+
+async fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// Longer than any deadline here: a close that never comes fails the test
+/// (the paused clock jumps here) instead of hanging it.
+const NEVER: Duration = Duration::from_secs(3_600);
+
+/// Reads until the server closes; returns what was read.
+async fn read_to_close(stream: &mut (impl AsyncReadExt + Unpin)) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read_all = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(NEVER, read_all)
+        .await
+        .expect("the server never closed the connection");
+    all
+}
+
+/// Reads one response whose body ends with `end`.
+async fn read_response(stream: &mut TcpStream, end: &str) -> String {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&all).ends_with(end) {
+        let n = tokio::time::timeout(NEVER, stream.read(&mut buf))
+            .await
+            .expect("no response")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the response ended: {:?}",
+            String::from_utf8_lossy(&all)
+        );
+        all.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(all).unwrap()
+}
+
+fn assert_closed_at(what: &str, took: Duration, deadline: Duration) {
+    assert!(
+        took >= deadline && took <= deadline + SLACK,
+        "{what}: closed after {took:?}, expected {deadline:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slowloris_client_is_closed_at_the_header_timeout() {
+    let server = start(limits(), ClientIp::default()).await;
+    let start = Instant::now();
+    let (mut read, mut write) = TcpStream::connect(server.addr).await.unwrap().into_split();
+    write
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
+        .await
+        .unwrap();
+    // A header line every 2 s, never the blank line that ends them.
+    let dribble = tokio::spawn(async move {
+        for i in 0.. {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if write
+                .write_all(format!("X-{i}: y\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let answer = read_to_close(&mut read).await;
+    assert_closed_at("slowloris", start.elapsed(), HEADER);
+    assert!(answer.is_empty(), "no answer to an unfinished request");
+    dribble.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_request_line_is_closed_at_the_header_timeout() {
+    let server = start(limits(), ClientIp::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    // The first bytes arrive 5 s after the connection: the clock runs from
+    // the connection's start, not from them.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let start = Instant::now();
+    stream.write_all(b"GET / HT").await.unwrap();
+    read_to_close(&mut stream).await;
+    assert_closed_at(
+        "stalled request line",
+        start.elapsed(),
+        HEADER - Duration::from_secs(5),
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_nothing_is_closed_at_the_header_timeout() {
+    let server = start(limits(), ClientIp::default()).await;
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    read_to_close(&mut stream).await;
+    assert_closed_at("silent connection", start.elapsed(), HEADER);
+    assert_eq!(server.stats.open(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_keep_alive_connection_is_closed_at_the_idle_timeout() {
+    let server = start(limits(), ClientIp::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    for _ in 0..2 {
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let response = read_response(&mut stream, "ok").await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        // Well past the header timeout, within the idle one: still open.
+        tokio::time::sleep(HEADER * 3).await;
+    }
+    let start = Instant::now();
+    read_to_close(&mut stream).await;
+    assert_closed_at("idle keep-alive", start.elapsed() + HEADER * 3, IDLE);
+    // The next request's first byte starts the header clock.
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    read_response(&mut stream, "ok").await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let start = Instant::now();
+    stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    read_to_close(&mut stream).await;
+    assert_closed_at("second request's headers", start.elapsed(), HEADER);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_handler_and_a_long_streamed_body_keep_their_connection() {
+    let server = start(limits(), ClientIp::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let start = Instant::now();
+    stream
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let response = read_response(&mut stream, "slow").await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(start.elapsed() >= Duration::from_secs(120));
+
+    let start = Instant::now();
+    stream
+        .write_all(b"GET /stream HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let response = read_response(&mut stream, "chunk4;\r\n0\r\n\r\n").await;
+    assert!(
+        response.contains("chunk0;") && response.contains("chunk3;"),
+        "{response}"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_secs(120),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_client_cannot_hold_more_than_its_cap_and_others_are_still_served() {
+    let logs = capture_logs();
+    let limits = ServeLimits {
+        per_client: 16,
+        ..limits()
+    };
+    let server = start(limits, ClientIp::default()).await;
+    // 2,000 connections from one address that send nothing.
+    let mut hoard = Vec::new();
+    for _ in 0..2_000 {
+        hoard.push(connect_from("127.0.0.2", server.addr).await);
+    }
+    // Another address is answered at once.
+    let start = Instant::now();
+    let mut other = connect_from("127.0.0.3", server.addr).await;
+    other
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    read_response(&mut other, "ok").await;
+    assert!(start.elapsed() < SLACK, "{:?}", start.elapsed());
+    // The cap held: 16 kept, the rest closed at accept (read: EOF).
+    let mut open = 0;
+    for stream in &mut hoard {
+        let mut buf = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(1), stream.read(&mut buf)).await {
+            Err(_) => open += 1,
+            Ok(Ok(0) | Err(_)) => {}
+            Ok(Ok(_)) => panic!("a refused connection was answered"),
+        }
+    }
+    assert_eq!(open, 16);
+    assert_eq!(server.stats.refused_per_client(), 2_000 - 16);
+    assert_eq!(server.stats.open(), 17);
+    let logged = logs.lock().unwrap().clone();
+    assert!(
+        logged.contains("connection refused") && logged.contains("127.0.0.2"),
+        "{logged}"
+    );
+    assert!(
+        logged.matches("connection refused").count() <= 2,
+        "refusals are logged at most once a second: {logged}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trusted_proxy_is_not_capped() {
+    let limits = ServeLimits {
+        per_client: 2,
+        ..limits()
+    };
+    let server = start(limits, ClientIp::default().trusted_proxies(["127.0.0.4"])).await;
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(connect_from("127.0.0.4", server.addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(server.stats.open(), 10);
+    assert_eq!(server.stats.refused_per_client(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_closes_idle_connections_and_finishes_running_requests() {
+    let mut server = start(limits(), ClientIp::default()).await;
+    let mut idle = TcpStream::connect(server.addr).await.unwrap();
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    read_response(&mut idle, "ok").await;
+    let mut running = TcpStream::connect(server.addr).await.unwrap();
+    running
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let start = Instant::now();
+    server.stop.take().unwrap().send(()).unwrap();
+    read_to_close(&mut idle).await;
+    assert!(
+        start.elapsed() < SLACK,
+        "idle closed at once: {:?}",
+        start.elapsed()
+    );
+    let answer = String::from_utf8(read_to_close(&mut running).await).unwrap();
+    assert!(answer.ends_with("slow"), "{answer}");
+    server.done.await.unwrap().unwrap();
+    assert!(
+        TcpStream::connect(server.addr).await.is_err(),
+        "no longer accepting"
+    );
+}
+
+#[tokio::test]
+async fn limits_that_cannot_work_are_refused_naming_the_field() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bad = ServeLimits {
+        idle_timeout: Duration::ZERO,
+        ..ServeLimits::default()
+    };
+    let err = serve(listener, app()).limits(bad).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("serve.idle_timeout"), "{err}");
+}
+
+/// Collects what `tracing` logs on this thread.
+fn capture_logs() -> Arc<Mutex<String>> {
+    #[derive(Clone)]
+    struct Sink(Arc<Mutex<String>>);
+    impl io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(buf));
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Arc::new(Mutex::new(String::new()));
+    let sink = Sink(Arc::clone(&logs));
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    // The guard is leaked: the test's runtime runs on this thread to its end.
+    std::mem::forget(tracing::subscriber::set_default(subscriber));
+    logs
+}
