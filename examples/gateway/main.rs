@@ -1,7 +1,7 @@
 //! A rate-limited API gateway driven by a configuration file:
 //!
 //! ```sh
-//! cargo run --example gateway -- --config examples/gateway.toml
+//! cargo run -p throttle-fleet-suite --example gateway -- --config examples/gateway.toml
 //! ```
 //!
 //! Serves `GET /search`, `GET /items/{id}`, `POST /checkout` and a fallback
@@ -18,7 +18,7 @@
 //! self-signed certificate:
 //!
 //! ```sh
-//! cargo run --example gateway -- --config examples/gateway-tls.toml
+//! cargo run -p throttle-fleet-suite --example gateway -- --config examples/gateway-tls.toml
 //! curl -k https://127.0.0.1:8443/
 //! ```
 //!
@@ -27,6 +27,8 @@
 //! `--server-timing` (a `Server-Timing` header on every response: how long
 //! the gateway took over it).
 
+#[path = "../support/logs.rs"]
+mod logs;
 mod metrics;
 mod server;
 #[cfg(test)]
@@ -107,6 +109,7 @@ pub(crate) fn app(layer: throttle_fleet_axum::ThrottleLayer) -> Router {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    logs::init();
     let args = match args() {
         Ok(a) => a,
         Err(e) => {
@@ -209,10 +212,17 @@ async fn main() -> ExitCode {
     if args.server_timing {
         router = router.layer(axum::middleware::from_fn(timing::server_timing));
     }
+    let connections = match server::connections(&config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     server::serve(
         listener,
         router,
-        config.server,
+        connections,
         tls,
         stop,
         Duration::from_secs(5),

@@ -1,24 +1,54 @@
-//! The accept loop: at most `max_connections` at once (TLS handshakes
-//! included), a header timeout that also closes idle keep-alive connections
-//! (so slowloris clients and idle hoards cost a bounded amount), the peer
-//! address handed to the router as axum's `ConnectInfo`, with `[tls]` the
-//! connection's ClientHello fingerprint too, and a graceful stop.
+//! The accept loop, on the library's hardened serving parts: at most
+//! `max_connections` at once (TLS handshakes included) and
+//! `max_connections_per_client` per client address, a header timeout and
+//! an idle keep-alive timeout (so slowloris clients and idle hoards cost a
+//! bounded amount), the peer address handed to the router as axum's
+//! `ConnectInfo`, with `[tls]` the connection's ClientHello fingerprint
+//! too, and a graceful stop.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use throttle_fleet_config::ServerConfig;
+use throttle_fleet_axum::ClientIp;
+use throttle_fleet_axum::core::ConfigError;
+use throttle_fleet_axum::serve::{Connections, ServeLimits, serve_connection};
+use throttle_fleet_config::{GatewayConfig, ServerConfig};
 use throttle_fleet_tls::{Fingerprint, FingerprintAcceptor};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tower::ServiceExt;
+
+/// The connections the file's `[server]` table allows, clients told apart
+/// by address with the file's trusted proxies exempt from the per-client
+/// cap.
+pub(crate) fn connections(config: &GatewayConfig) -> Result<Connections, ConfigError> {
+    Connections::new(limits(&config.server), clients(config))
+}
+
+/// The library's serving limits from the `[server]` table.
+fn limits(server: &ServerConfig) -> ServeLimits {
+    ServeLimits {
+        max_connections: server.max_connections,
+        per_client: server.max_connections_per_client,
+        header_timeout: server.header_timeout,
+        idle_timeout: server.idle_timeout,
+    }
+}
+
+/// Clients as the per-client cap tells them apart: by address, the file's
+/// trusted proxies exempt.
+fn clients(config: &GatewayConfig) -> ClientIp {
+    let ip =
+        ClientIp::default().trusted_proxies(config.trusted_proxies.iter().map(ToString::to_string));
+    match config.proxy_hops {
+        Some(hops) => ip.trusted_hops(usize::from(hops)),
+        None => ip,
+    }
+}
 
 /// Serves `app` on `listener` (over TLS through `tls` if given) until
 /// `stop` turns true, then waits up to `drain` for open connections to
@@ -26,56 +56,44 @@ use tower::ServiceExt;
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
-    limits: ServerConfig,
+    connections: Connections,
     tls: Option<FingerprintAcceptor>,
     mut stop: watch::Receiver<bool>,
     drain: Duration,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     loop {
-        // A permit before accepting: past the cap, new connections wait in
-        // the kernel's backlog instead of costing memory here.
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+        let (stream, peer, admitted) = tokio::select! {
+            accepted = connections.accept(&listener) => accepted,
             _ = stop.changed() => break,
         };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, go on.
-                    eprintln!("gateway: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stop.changed() => break,
-        };
+        let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let mut stop = stop.clone();
+        let stop = stop.clone();
         let tls = tls.clone();
+        let limits = *connections.limits();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _admitted = admitted;
             let Some(acceptor) = tls else {
-                return connection(stream, peer, None, app, limits, stop).await;
+                return connection(stream, peer, None, app, &limits, stop).await;
             };
-            // The handshake holds the connection's permit; the acceptor's
+            // The handshake holds the connection's place; the acceptor's
             // deadline bounds it.
+            let mut stopped = stop.clone();
             let accepted = tokio::select! {
                 accepted = acceptor.accept(stream) => accepted,
-                _ = stop.changed() => return,
+                _ = stopped.changed() => return,
             };
             match accepted {
                 Ok((stream, fingerprint)) => {
-                    connection(stream, peer, fingerprint, app, limits, stop).await
+                    connection(stream, peer, fingerprint, app, &limits, stop).await
                 }
                 Err(e) => eprintln!("gateway: TLS from {peer} refused: {e}"),
             }
         });
     }
     // Stopped accepting: wait for the connections still open.
-    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(drain, permits.acquire_many(all)).await;
+    drop(listener);
+    let _ = connections.drain(drain).await;
 }
 
 /// One HTTP/1.1 connection: every request gets the peer address and the
@@ -85,33 +103,22 @@ async fn connection<IO>(
     peer: SocketAddr,
     fingerprint: Option<Fingerprint>,
     app: Router,
-    limits: ServerConfig,
+    limits: &ServeLimits,
     mut stop: watch::Receiver<bool>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+    let service = tower::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         if let Some(fingerprint) = fingerprint {
             req.extensions_mut().insert(fingerprint);
         }
-        let app = app.clone();
-        async move { Ok::<_, Infallible>(app.oneshot(req).await.unwrap_or_else(|e| match e {})) }
+        app.clone().oneshot(req)
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = stop.changed() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
+    let stopped = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    serve_connection(io, service, limits, stopped).await;
 }
 
 /// The address a listener is bound to, for logs.

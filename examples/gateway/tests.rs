@@ -71,7 +71,7 @@ async fn start(config: &GatewayConfig, file: &str) -> (SocketAddr, watch::Sender
     tokio::spawn(crate::server::serve(
         listener,
         crate::app(layer),
-        config.server,
+        crate::server::connections(config).unwrap(),
         Some(tls),
         stop,
         Duration::from_secs(1),

@@ -49,6 +49,10 @@
 //! address is and what a route is (`throttle-fleet-axum` and `throttle-fleet-tonic`
 //! have one each, behind their `config` feature).
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with
+// the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backend;
 pub mod build;
 mod error;

@@ -40,17 +40,26 @@ pub struct ServerConfig {
     /// Connections open at once (`max_connections`, default 10,000); past
     /// it, new ones wait in the listen backlog.
     pub max_connections: usize,
-    /// How long a request's headers may take to arrive, and how long an
-    /// idle keep-alive connection stays open (`header_timeout_secs`,
-    /// default 10).
+    /// Connections one client (an address; an IPv6 `/64`) holds at once
+    /// (`max_connections_per_client`, default 256); past it, new ones are
+    /// closed at accept, logged and counted. Trusted proxies are exempt.
+    pub max_connections_per_client: usize,
+    /// How long a request's headers may take to arrive, from the
+    /// connection's start or the request's first byte
+    /// (`header_timeout_secs`, default 10).
     pub header_timeout: Duration,
+    /// How long an idle keep-alive connection waits for its next request
+    /// (`idle_timeout_secs`, default 60).
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }

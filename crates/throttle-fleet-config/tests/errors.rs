@@ -34,7 +34,9 @@ listen = "127.0.0.1:9090"
 
 [server]
 max_connections = 500
+max_connections_per_client = 20
 header_timeout_secs = 3
+idle_timeout_secs = 30
 
 [backend]
 kind = "redis-leased"
@@ -87,6 +89,8 @@ failure = "closed"
     assert_eq!(c.metrics_listen.unwrap().port(), 9090);
     assert_eq!(c.server.max_connections, 500);
     assert_eq!(c.server.header_timeout, Duration::from_secs(3));
+    assert_eq!(c.server.idle_timeout, Duration::from_secs(30));
+    assert_eq!(c.server.max_connections_per_client, 20);
     assert_eq!(c.backend.kind, BackendKind::RedisLeased);
     assert_eq!(c.backend.command_timeout, Some(Duration::from_millis(20)));
     assert_eq!(
@@ -181,6 +185,14 @@ fn each_error_names_the_place_rule_and_field() {
         (
             format!("[metrics]\nlisten = \"9090\"\n{}", rule("")),
             "g.toml:2:10: field \"metrics.listen\"",
+        ),
+        (
+            format!("[server]\nidle_timeout_secs = 0\n{}", rule("")),
+            "g.toml:2:21: field \"server.idle_timeout_secs\"",
+        ),
+        (
+            format!("[server]\nmax_connections_per_client = 0\n{}", rule("")),
+            "g.toml:2:30: field \"server.max_connections_per_client\"",
         ),
         // Backend.
         (
