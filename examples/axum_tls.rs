@@ -1,7 +1,7 @@
 //! HTTPS with the unauthenticated composite key: address prefix + TLS
 //! fingerprint (JA4) + User-Agent.
 //!
-//! Run with `cargo run --example axum_tls`, then:
+//! Run with `cargo run -p throttle-fleet-suite --example axum_tls`, then:
 //!
 //! ```text
 //! curl -sk -D - https://127.0.0.1:3443/ -o /dev/null
@@ -14,6 +14,9 @@
 //! `429`, while openssl, another TLS stack from the same address, still gets
 //! `200`. The certificate is self-signed and made at start (hence `-k`).
 //! The address is `127.0.0.1:3443` unless `THROTTLE_LISTEN` says otherwise.
+
+#[path = "support/logs.rs"]
+mod logs;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +47,7 @@ async fn hello(fingerprint: Option<Extension<Fingerprint>>) -> (HeaderMap, &'sta
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    logs::init();
     let addr = std::env::var("THROTTLE_LISTEN").unwrap_or_else(|_| "127.0.0.1:3443".to_owned());
 
     // A /24 alone would lock out a whole carrier-grade NAT pool; with the

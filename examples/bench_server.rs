@@ -1,7 +1,7 @@
 //! The server of the HTTP load benchmark: axum's hello world, bare or behind
 //! a rate limiter, so that `benches/http/run.sh` can compare them.
 //!
-//! Run with `BENCH_MODE=memory cargo run --release --example bench_server`
+//! Run with `BENCH_MODE=memory cargo run --release -p throttle-fleet-suite --example bench_server`
 //! (the scripts in `benches/http/` do this for every mode). Settings
 //! (environment variables):
 //!

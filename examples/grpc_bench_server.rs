@@ -2,7 +2,7 @@
 //! `helloworld.Greeter` on `tonic::transport::Server`, bare or behind
 //! throttle-fleet-tonic's layer, so that `benches/grpc/run.sh` can compare them.
 //!
-//! Run with `BENCH_MODE=denied cargo run --release --example grpc_bench_server`
+//! Run with `BENCH_MODE=denied cargo run --release -p throttle-fleet-suite --example grpc_bench_server`
 //! (the script does this for every mode). `BENCH_LISTEN` sets the address
 //! (default `127.0.0.1:50151`), `BENCH_WORKERS` the runtime's worker threads
 //! (default 1). `BENCH_MODE` is one of:

@@ -1,7 +1,7 @@
 //! The `helloworld.Greeter` of the gRPC quick starts, limited per peer IP,
 //! in memory: 5 calls per 60 seconds.
 //!
-//! Run with `cargo run --example tonic_greeter`, then call it with any gRPC
+//! Run with `cargo run -p throttle-fleet-suite --example tonic_greeter`, then call it with any gRPC
 //! client, e.g. `grpcurl` with the quick starts' `helloworld.proto`
 //! (`crates/throttle-fleet-tonic/proto/helloworld.proto`):
 //!
@@ -25,7 +25,7 @@
 //! `examples/tonic_greeter.toml` is the same 5 calls a minute:
 //!
 //! ```text
-//! cargo run --example tonic_greeter -- --config examples/tonic_greeter.toml
+//! cargo run -p throttle-fleet-suite --example tonic_greeter -- --config examples/tonic_greeter.toml
 //! ```
 //!
 //! An invalid file makes it exit with status 2 and the error (file, line,
@@ -45,6 +45,8 @@ use tonic::transport::server::TcpIncoming;
 
 #[path = "support/greeter.rs"]
 mod greeter;
+#[path = "support/logs.rs"]
+mod logs;
 
 use greeter::MyGreeter;
 use greeter::helloworld::greeter_server::GreeterServer;
@@ -91,6 +93,7 @@ async fn layer_and_address(
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    logs::init();
     let (layer, addr) = match config_arg() {
         Ok(config) => match layer_and_address(config).await {
             Ok(found) => found,

@@ -25,7 +25,7 @@ build_example() {
     local profile=(--release)
     [ "${RELEASE:-1}" = 0 ] && profile=()
     say "building example $name (${profile[*]:-debug})"
-    BIN=$(cargo build "${profile[@]}" --example "$name" --message-format=json-render-diagnostics |
+    BIN=$(cargo build "${profile[@]}" --workspace --example "$name" --message-format=json-render-diagnostics |
         sed -n "s/.*\"executable\":\"\([^\"]*$name\)\".*/\1/p" | tail -n 1)
     [ -x "$BIN" ] || die "could not find the $name executable"
 }

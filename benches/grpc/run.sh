@@ -74,7 +74,7 @@ CG_CALLS=${CG_CALLS:-2000}
 LISTEN=${BENCH_LISTEN:-127.0.0.1:50151}
 TARGET="http://$LISTEN"
 
-cargo build --release --example grpc_bench_server --example grpc_load >&2
+cargo build --release -p throttle-fleet-suite --example grpc_bench_server --example grpc_load >&2
 BIN="${CARGO_TARGET_DIR:-target}/release/examples"
 SERVER=${SERVER:-$BIN/grpc_bench_server}
 WORK=$(mktemp -d)

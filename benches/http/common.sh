@@ -35,7 +35,7 @@ trap cleanup EXIT
 # Builds examples/bench_server.rs in release and sets BIN.
 build_server() {
     say "building examples/bench_server.rs (release)"
-    BIN=$(cargo build --release --example bench_server --message-format=json-render-diagnostics \
+    BIN=$(cargo build --release -p throttle-fleet-suite --example bench_server --message-format=json-render-diagnostics \
         | sed -n 's/.*"executable":"\([^"]*bench_server\)".*/\1/p' | tail -n 1)
     [ -x "$BIN" ] || { say "could not find the bench_server executable"; exit 1; }
 }

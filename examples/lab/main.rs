@@ -2,7 +2,7 @@
 //! traffic, window-edge bursts, bot swarms and traffic of your own, side by
 //! side on one time axis, in a browser.
 //!
-//! Run with `cargo run --example lab`, then open <http://127.0.0.1:3000/>
+//! Run with `cargo run -p throttle-fleet-suite --example lab`, then open <http://127.0.0.1:3000/>
 //! (or the address in `THROTTLE_LISTEN`).
 //!
 //! The page is a thin view: every timeline it draws comes from
@@ -14,10 +14,12 @@
 //! gets `400` with a message naming it; one simulation sends at most 20,000
 //! requests. The endpoint is itself rate limited per client IP by throttle.
 //!
-//! `cargo run --example lab -- --svg docs/lab-boundary.svg` writes the
+//! `cargo run -p throttle-fleet-suite --example lab -- --svg docs/lab-boundary.svg` writes the
 //! boundary attack's timelines as the README's SVG figure instead
 //! (`--query 'pattern=bot_swarm&limit=20'` draws another scenario).
 
+#[path = "../support/logs.rs"]
+mod logs;
 mod params;
 mod simulation;
 mod svg;
@@ -40,6 +42,7 @@ const STYLE: &str = include_str!("page/lab.css");
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    logs::init();
     let mut args = std::env::args().skip(1);
     let (mut svg_path, mut query) = (None, String::new());
     while let Some(arg) = args.next() {

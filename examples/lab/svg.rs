@@ -278,7 +278,7 @@ mod tests {
     }
 
     /// The README's figure is what the code draws today: regenerate it
-    /// with `cargo run --example lab -- --svg docs/lab-boundary.svg`.
+    /// with `cargo run -p throttle-fleet-suite --example lab -- --svg docs/lab-boundary.svg`.
     #[test]
     fn the_committed_figure_is_up_to_date() {
         let lab = Lab::run(Scenario::boundary_attack()).unwrap();
@@ -296,7 +296,7 @@ mod tests {
         assert_eq!(
             svg,
             include_str!("../../docs/lab-boundary.svg"),
-            "docs/lab-boundary.svg is stale: cargo run --example lab -- --svg docs/lab-boundary.svg"
+            "docs/lab-boundary.svg is stale: cargo run -p throttle-fleet-suite --example lab -- --svg docs/lab-boundary.svg"
         );
     }
 }

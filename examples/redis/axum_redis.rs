@@ -17,15 +17,24 @@
 //! reaches Redis before it exits; anything that could not be written is
 //! logged.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::{Router, routing::get};
+use throttle_fleet_axum::serve::serve;
 use throttle_fleet_axum::{ClientIp, Policy, Quota, Rule, ThrottleLayer};
 use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Logs (a Redis outage, a breaker opening, a refused connection) at
+    // the level RUST_LOG gives, `info` by default.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let var =
         |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
     let addr = var("THROTTLE_LISTEN", "127.0.0.1:3000");
@@ -70,7 +79,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .into());
         }
     };
-    let policy = Policy::new().rule(rule, ClientIp::default());
+    let client = ClientIp::default();
+    let policy = Policy::new().rule(rule, client.clone());
 
     let app = Router::new()
         .route("/", get(|| async { "Hello, world!\n" }))
@@ -81,12 +91,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "listening on http://{} ({mode} mode, fail {failure})",
         listener.local_addr()?
     );
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop_signal())
-    .await?;
+    // Connection limits before the rate limit (`serve`'s documentation).
+    serve(listener, app)
+        .client_ip(client)
+        .with_graceful_shutdown(stop_signal())
+        .await?;
     // The router is gone; the backend still holds what it must write.
     match backend.shutdown().await {
         Ok(()) => println!("stopped; every count is in Redis"),

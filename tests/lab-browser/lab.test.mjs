@@ -1,6 +1,6 @@
 // The laboratory's page in a real headless Chromium (Debian's package),
 // driven by playwright-core. Run by .ci/lab-browser-test, which builds and
-// starts `cargo run --example lab` and sets LAB_URL; the screenshot goes to
+// starts `cargo run -p throttle-fleet-suite --example lab` and sets LAB_URL; the screenshot goes to
 // LAB_ARTIFACTS (default: target/lab-browser).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";

@@ -1,7 +1,7 @@
 //! A small traffic simulator: drives any [`Meter`](crate::algorithm::Meter) with a
 //! synthetic timeline for one key and measures what got through. Used by
 //! the property tests, to produce the figures quoted in the documentation,
-//! and by the laboratory (`cargo run --example lab`), which draws what
+//! and by the laboratory (`cargo run -p throttle-fleet-suite --example lab`), which draws what
 //! [`simulate`] returns.
 //!
 //! - [`Pattern`]: the laboratory's traffic, sized from a quota: steady

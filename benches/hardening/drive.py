@@ -1,0 +1,146 @@
+"""Slow, idle and hoarding clients against a server on 127.0.0.1:PORT."""
+import multiprocessing
+import socket
+import sys
+import threading
+import time
+
+PORT = int(sys.argv[1])
+HOARD = int(sys.argv[2])
+
+
+def connect(source="127.0.0.1"):
+    return socket.create_connection(("127.0.0.1", PORT), source_address=(source, 0))
+
+
+def closed_after(sock, limit=120):
+    """Seconds until the server closes `sock` (None if not within `limit`)."""
+    sock.settimeout(limit)
+    start = time.monotonic()
+    try:
+        while sock.recv(4096):
+            pass
+    except socket.timeout:
+        return None
+    except OSError:
+        pass
+    return time.monotonic() - start
+
+
+def slowloris():
+    s = connect()
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+    stop = threading.Event()
+
+    def dribble():
+        i = 0
+        while not stop.wait(2):
+            try:
+                s.sendall(f"X-{i}: y\r\n".encode())
+            except OSError:
+                return
+            i += 1
+
+    threading.Thread(target=dribble, daemon=True).start()
+    took = closed_after(s)
+    stop.set()
+    return took
+
+
+def stalled_line():
+    s = connect()
+    s.sendall(b"GET / HT")
+    return closed_after(s)
+
+
+def silent():
+    return closed_after(connect())
+
+
+def idle_keep_alive():
+    s = connect()
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.settimeout(5)
+    got = b""
+    while b"Hello, world!" not in got:
+        got += s.recv(4096)
+    return closed_after(s)
+
+
+def hoarder(n, ready, done):
+    """Holds n connections from 127.0.0.2 until told to stop."""
+    held = []
+    for _ in range(n):
+        try:
+            held.append(connect("127.0.0.2"))
+        except OSError:
+            break
+    ready.set()
+    done.wait()
+
+
+def ask_meanwhile(stop, waits):
+    """A request from 127.0.0.3 every 200 ms; appends each answer's wait."""
+    while not stop.wait(0.2):
+        t = time.monotonic()
+        try:
+            c = connect("127.0.0.3")
+            c.settimeout(5)
+            c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            # 200 or 429 (the quick start allows 10 a minute): answered.
+            ok = c.recv(64).startswith(b"HTTP/1.1 ")
+            c.close()
+        except OSError:
+            ok = False
+        waits.append(time.monotonic() - t if ok else None)
+
+
+def hoard():
+    stop, waits = threading.Event(), []
+    asker = threading.Thread(target=ask_meanwhile, args=(stop, waits))
+    asker.start()
+    procs, readies, done = [], [], multiprocessing.Event()
+    per = -(-HOARD // 3)
+    start = time.monotonic()
+    for i in range(3):
+        ready = multiprocessing.Event()
+        n = min(per, HOARD - i * per)
+        p = multiprocessing.Process(target=hoarder, args=(n, ready, done))
+        p.start()
+        procs.append(p)
+        readies.append(ready)
+    for r in readies:
+        r.wait()
+    opened = time.monotonic() - start
+    t = time.monotonic()
+    c = connect("127.0.0.3")
+    c.settimeout(5)
+    c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    reply = c.recv(64)
+    answered = time.monotonic() - t
+    done.set()
+    stop.set()
+    asker.join()
+    for p in procs:
+        p.join()
+    return opened, reply.split(b"\r\n")[0].decode(), answered, waits
+
+
+results = {}
+threads = [threading.Thread(target=lambda n=n, f=f: results.__setitem__(n, f()))
+           for n, f in [("slowloris (a header line every 2 s)", slowloris),
+                        ("stalled request line", stalled_line),
+                        ("connection that sends nothing", silent),
+                        ("idle keep-alive connection, after its response", idle_keep_alive)]]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for name, took in results.items():
+    print(f"{name}: closed after {took:.2f} s" if took is not None else f"{name}: still open after 120 s")
+opened, status, answered, waits = hoard()
+served = [w for w in waits if w is not None]
+print(f"{HOARD} connections from 127.0.0.2 opened in {opened:.1f} s; then 127.0.0.3: "
+      f"{status!r} in {answered * 1000:.0f} ms; while they opened, 127.0.0.3 asked "
+      f"{len(waits)} times: {len(served)} answered, slowest "
+      f"{max(served, default=0) * 1000:.0f} ms")
