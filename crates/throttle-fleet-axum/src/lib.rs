@@ -34,6 +34,10 @@
 //!
 //! [axum]: https://docs.rs/axum
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with
+// the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod extract;
 #[cfg(feature = "config")]
 pub mod from_config;

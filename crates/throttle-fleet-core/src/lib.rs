@@ -20,6 +20,10 @@
 //! # Ok::<(), throttle_fleet_core::ConfigError>(())
 //! ```
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with
+// the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod algorithm;
 mod answer;
 pub mod backend;

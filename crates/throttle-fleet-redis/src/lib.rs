@@ -58,6 +58,10 @@
 //!
 //! [`FailurePolicy`]: throttle_fleet_core::FailurePolicy
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with
+// the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod approximate;
 mod breaker;
 mod call_failure;

@@ -38,6 +38,10 @@
 //!
 //! [JA4]: https://github.com/FoxIO-LLC/ja4/blob/main/technical_details/JA4.md
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with
+// the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod acceptor;
 #[cfg(feature = "axum")]
 pub mod axum;

@@ -79,6 +79,10 @@
 //!
 //! [tonic]: https://docs.rs/tonic
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with
+// the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod arena;
 mod denial;
 mod extract;

@@ -31,6 +31,10 @@
 //! # }
 //! ```
 
+// docs.rs (`--cfg docsrs`, nightly) marks each feature-gated item with
+// the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod body;
 mod engine;
 mod extract;
