@@ -139,8 +139,11 @@ for t in threads:
 for name, took in results.items():
     print(f"{name}: closed after {took:.2f} s" if took is not None else f"{name}: still open after 120 s")
 opened, status, answered, waits = hoard()
-served = [w for w in waits if w is not None]
+served = sorted(w for w in waits if w is not None)
+p50 = served[len(served) // 2] if served else 0
+p99 = served[min(len(served) - 1, len(served) * 99 // 100)] if served else 0
 print(f"{HOARD} connections from 127.0.0.2 opened in {opened:.1f} s; then 127.0.0.3: "
       f"{status!r} in {answered * 1000:.0f} ms; while they opened, 127.0.0.3 asked "
-      f"{len(waits)} times: {len(served)} answered, slowest "
-      f"{max(served, default=0) * 1000:.0f} ms")
+      f"{len(waits)} times: {len(served)} answered, p50 {p50 * 1000:.1f} ms, "
+      f"p99 {p99 * 1000:.0f} ms, slowest {max(served, default=0) * 1000:.0f} ms, "
+      f"{sum(w >= 1 for w in served)} took 1 s or more")
