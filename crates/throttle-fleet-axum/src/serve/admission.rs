@@ -23,6 +23,15 @@ use crate::ClientIp;
 /// become a flood of log lines.
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
+/// The `metrics` names of the counts (with the `metrics` feature).
+#[cfg(feature = "metrics")]
+mod names {
+    pub(super) const ACCEPTED: &str = "throttle_connections_accepted_total";
+    pub(super) const REFUSED: &str = "throttle_connections_refused_total";
+    pub(super) const OPEN: &str = "throttle_connections_open";
+    pub(super) const ACCEPT_ERRORS: &str = "throttle_accept_errors_total";
+}
+
 /// How long to wait after a failed `accept` (out of file descriptors and
 /// the like) before the next.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -50,7 +59,11 @@ struct Shared {
 }
 
 /// Counts of what [`Connections`] let in and refused. Clones share the
-/// counts.
+/// counts. With the `metrics` feature (on by default) the same counts go to
+/// the `metrics` facade, summed over every server in the process:
+/// `throttle_connections_accepted_total`,
+/// `throttle_connections_refused_total{reason="per_client"}`,
+/// `throttle_connections_open` (a gauge) and `throttle_accept_errors_total`.
 #[derive(Debug, Clone, Default)]
 pub struct ConnectionStats {
     inner: Arc<Counts>,
@@ -98,6 +111,8 @@ pub struct Admitted {
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.shared.stats.inner.open.fetch_sub(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(names::OPEN).decrement(1.0);
         if let Some(host) = &self.host {
             let mut hosts = self.shared.hosts();
             if let Some(n) = hosts.get_mut(host) {
@@ -196,6 +211,11 @@ impl Connections {
         };
         shared.stats.inner.open.fetch_add(1, Ordering::Relaxed);
         shared.stats.inner.accepted.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            metrics::gauge!(names::OPEN).increment(1.0);
+            metrics::counter!(names::ACCEPTED).increment(1);
+        }
         Some(Admitted {
             shared: Arc::clone(shared),
             host,
@@ -223,6 +243,8 @@ impl Shared {
             .inner
             .refused_per_client
             .fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::REFUSED, "reason" => "per_client").increment(1);
         let lock = &mut *self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(refused) = lock.count() {
             tracing::warn!(
@@ -240,6 +262,8 @@ impl Shared {
             .inner
             .accept_errors
             .fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::ACCEPT_ERRORS).increment(1);
         let lock = &mut *self
             .accept_errors
             .lock()
@@ -348,6 +372,31 @@ mod tests {
         let c = connections(1, ClientIp::default().ipv4_prefix(24));
         let _a = c.admit(peer("203.0.113.7:1"), permit()).unwrap();
         assert!(c.admit(peer("203.0.113.200:1"), permit()).is_none());
+    }
+
+    #[cfg(feature = "metrics")]
+    #[tokio::test]
+    async fn the_counts_reach_the_metrics_facade() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let c = connections(1, ClientIp::default());
+        let a = c.admit(peer("203.0.113.7:1"), permit()).unwrap();
+        assert!(c.admit(peer("203.0.113.7:2"), permit()).is_none());
+        let _b = c.admit(peer("203.0.113.8:1"), permit()).unwrap();
+        drop(a);
+        // One snapshot: taking one resets the counters.
+        let snapshot = snapshotter.snapshot().into_vec();
+        let value = |name: &str| {
+            snapshot
+                .iter()
+                .find(|(key, ..)| key.key().name() == name)
+                .map(|(.., value)| value)
+        };
+        assert_eq!(value(names::ACCEPTED), Some(&DebugValue::Counter(2)));
+        assert_eq!(value(names::REFUSED), Some(&DebugValue::Counter(1)));
+        assert_eq!(value(names::OPEN), Some(&DebugValue::Gauge(1.0.into())));
     }
 
     #[tokio::test(start_paused = true)]
