@@ -33,6 +33,7 @@ impl PeerSource for ConnectInfoPeer {
         if !WARNED_NO_CONNECT_INFO.swap(true, Ordering::Relaxed) {
             tracing::error!(
                 "throttle: ClientIp found no peer address in the request. Serve the app with \
+                 `throttle_fleet_axum::serve::serve(listener, app)` or \
                  `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`; \
                  until then requests limited by client IP are answered 500"
             );

@@ -2,14 +2,15 @@
 //! HTTP 429 answers that tell clients when to retry.
 //!
 //! ```no_run
-//! use std::net::SocketAddr;
 //! use axum::{Router, routing::get};
 //! use throttle_fleet_axum::prelude::*;
+//! use throttle_fleet_axum::serve::serve;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = ClientIp::default();
 //! let policy = Policy::new()
-//!     .rule(Rule::new("ip", Quota::per_minute(100)).sliding_window_counter(), ClientIp::default())
+//!     .rule(Rule::new("ip", Quota::per_minute(100)).sliding_window_counter(), client.clone())
 //!     .rule(Rule::new("tenant", Quota::per_minute(1_000)).token_bucket(), Header::new("x-api-key"))
 //!     .rule(Rule::new("search", Quota::per_minute(20)).fixed_window(), Route::only(["/search"]));
 //!
@@ -18,10 +19,15 @@
 //!     .layer(ThrottleLayer::new(policy, MemoryBackend::default())?);
 //!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
-//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! // axum::serve with connection caps and header and idle timeouts.
+//! serve(listener, app).client_ip(client).await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Serve with [`serve::serve`] rather than `axum::serve`: the limiter only
+//! sees complete requests, and `serve` bounds the connections that never
+//! make one (slowloris clients, idle hoards; see [`serve`]).
 //!
 //! Denials are `429 Too Many Requests` with `Retry-After` (whole seconds,
 //! rounded up), `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
