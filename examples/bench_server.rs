@@ -49,8 +49,10 @@
 //! IP" above become "per `x-client` header value" with `BENCH_KEY=header`.
 //!
 //! Every mode serves with `into_make_service_with_connect_info::<SocketAddr>()`
-//! so that they differ only by the layer. The server stops on Ctrl-C or
-//! `SIGINT`.
+//! so that they differ only by the layer; with `BENCH_SERVE=hardened` they
+//! serve through `throttle_fleet_axum::serve` instead (the quick start's
+//! server, the per-client cap lifted), to measure what its connection
+//! limits cost. The server stops on Ctrl-C or `SIGINT`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -388,13 +390,27 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         listener.local_addr()?,
         if keying == Keying::Ip { "ip" } else { "header" }
     );
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
+    let stop = async {
         let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    };
+    if std::env::var("BENCH_SERVE").as_deref() == Ok("hardened") {
+        // The quick start's server: connection caps, header and idle
+        // timeouts (the per-client cap lifted for load from one address).
+        let limits = throttle_fleet_axum::serve::ServeLimits {
+            per_client: 1_000_000,
+            ..Default::default()
+        };
+        throttle_fleet_axum::serve::serve(listener, app)
+            .limits(limits)
+            .with_graceful_shutdown(stop)
+            .await?;
+    } else {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stop)
+        .await?;
+    }
     Ok(())
 }

@@ -7,10 +7,18 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
+use throttle_fleet_axum::core::ManualClock;
 use throttle_fleet_axum::key::Header;
 use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
 use throttle_fleet_test_support::http::{client, client_from, serve};
 use throttle_fleet_test_support::unix_secs;
+
+/// A memory backend on a clock that does not move: these tests count with
+/// fixed windows, and a window aligned to the wall clock's minute could roll
+/// over between two requests and refill.
+fn frozen() -> MemoryBackend<ManualClock> {
+    MemoryBackend::with_clock(ManualClock::new(1_000_000))
+}
 
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, world!" }))
@@ -86,7 +94,9 @@ async fn each_client_address_has_its_own_count() {
 async fn clones_and_routes_share_one_set_of_counters() {
     let layer = ThrottleLayer::new(
         Policy::new().rule(
-            Rule::new("ip", Quota::per_minute(6)).fixed_window(),
+            // A token bucket, not a fixed window: a window aligned to the
+            // minute could roll over between the requests and refill.
+            Rule::new("ip", Quota::per_minute(6).with_burst(6)).token_bucket(),
             ClientIp::default(),
         ),
         MemoryBackend::default(),
@@ -140,7 +150,7 @@ async fn route_only_limits_its_route_by_template() {
     let app = Router::new()
         .route("/", get(|| async { "home" }))
         .route("/search/{term}", get(|| async { "results" }))
-        .layer(ThrottleLayer::new(policy, MemoryBackend::default()).unwrap());
+        .layer(ThrottleLayer::new(policy, frozen()).unwrap());
     let addr = serve(app, true).await;
     let c = client();
     // Different terms, same template: one count.
@@ -173,7 +183,7 @@ async fn several_dimensions_all_must_allow_and_the_denial_names_one() {
             Rule::new("tenant", Quota::per_minute(2)).token_bucket(),
             Header::new("x-api-key"),
         );
-    let app = hello().layer(ThrottleLayer::new(policy, MemoryBackend::default()).unwrap());
+    let app = hello().layer(ThrottleLayer::new(policy, frozen()).unwrap());
     let addr = serve(app, true).await;
     let c = client();
     let acme = [("x-api-key", "acme")];

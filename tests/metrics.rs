@@ -9,10 +9,18 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use throttle_fleet_axum::core::ManualClock;
 use throttle_fleet_axum::key::Global;
 use throttle_fleet_axum::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
 use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use throttle_fleet_test_support::http::{client_from, serve};
+
+/// A memory backend on a clock that does not move: these tests count with
+/// fixed windows, and a window aligned to the wall clock's minute could roll
+/// over between two requests and refill.
+fn frozen() -> MemoryBackend<ManualClock> {
+    MemoryBackend::with_clock(ManualClock::new(1_000_000))
+}
 
 /// One metric of a snapshot: name, labels, value.
 type Metric = (String, Vec<(String, String)>, DebugValue);
@@ -33,7 +41,7 @@ async fn decisions_near_limit_and_limit_by_rule_with_no_client_ip_in_a_label() {
         .rule(Rule::new("global", Quota::per_minute(1_000)), Global);
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
-        .layer(ThrottleLayer::new(policy, MemoryBackend::default()).unwrap());
+        .layer(ThrottleLayer::new(policy, frozen()).unwrap());
     let addr = serve(app, true).await;
 
     // 127.0.0.2 spends 7 of its 10 (under 80 % used); 127.0.0.3 spends

@@ -21,6 +21,14 @@ use tonic::{Code, Request, Response, Status};
 use helloworld::greeter_client::GreeterClient;
 use helloworld::greeter_server::{Greeter, GreeterServer};
 use helloworld::{HelloReply, HelloRequest};
+use throttle_fleet_tonic::core::ManualClock;
+
+/// A memory backend on a clock that does not move: these tests count with
+/// fixed windows, and a window aligned to the wall clock's minute could roll
+/// over between two requests and refill.
+fn frozen() -> MemoryBackend<ManualClock> {
+    MemoryBackend::with_clock(ManualClock::new(1_000_000))
+}
 
 /// Answers with the JA4 of the caller's connection.
 struct Fingerprints;
@@ -50,7 +58,7 @@ async fn serve(certs: &Certs) -> std::net::SocketAddr {
         Rule::new("fingerprint", Quota::new(2, Duration::from_secs(60))).fixed_window(),
         (PeerIp::default(), TlsFingerprint::ja4()),
     );
-    let layer = ThrottleLayer::new(policy, MemoryBackend::default()).unwrap();
+    let layer = ThrottleLayer::new(policy, frozen()).unwrap();
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = tcp.local_addr().unwrap();
     let incoming = TlsIncoming::new(tcp, FingerprintAcceptor::new(Arc::new(tls)));
