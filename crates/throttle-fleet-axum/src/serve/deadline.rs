@@ -154,16 +154,30 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Deadlines<IO> {
                 let Some((deadline, which)) = this.deadline() else {
                     return Poll::Pending;
                 };
-                if this.armed != deadline {
+                // The timer moves earlier at once, later only once it fires:
+                // on a busy keep-alive connection every request moves the
+                // deadline later, and a timer-wheel reset per request
+                // would cost more than the rest of this together.
+                if this.armed > deadline {
                     this.sleep.as_mut().reset(deadline);
                     this.armed = deadline;
                 }
-                match this.sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("{which} timeout"),
-                    ))),
-                    Poll::Pending => Poll::Pending,
+                loop {
+                    match this.sleep.as_mut().poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(()) if this.armed >= deadline => {
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!("{which} timeout"),
+                            )));
+                        }
+                        // Fired for an earlier phase's deadline: wait on
+                        // for this one.
+                        Poll::Ready(()) => {
+                            this.sleep.as_mut().reset(deadline);
+                            this.armed = deadline;
+                        }
+                    }
                 }
             }
         }
