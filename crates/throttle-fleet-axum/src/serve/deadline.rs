@@ -72,8 +72,8 @@ pub(super) struct Deadlines<IO> {
     /// Requests started as of the last read.
     seen: u64,
     phase: Phase,
+    /// The timer; its deadline is never later than the phase's.
     sleep: Pin<Box<Sleep>>,
-    armed: Instant,
 }
 
 impl<IO> Deadlines<IO> {
@@ -84,7 +84,6 @@ impl<IO> Deadlines<IO> {
         idle_timeout: Duration,
     ) -> Self {
         let now = Instant::now();
-        let armed = now + header_timeout;
         Self {
             io,
             activity,
@@ -92,8 +91,7 @@ impl<IO> Deadlines<IO> {
             idle_timeout,
             seen: 0,
             phase: Phase::Head(now),
-            sleep: Box::pin(tokio::time::sleep_until(armed)),
-            armed,
+            sleep: Box::pin(tokio::time::sleep_until(now + header_timeout)),
         }
     }
 
@@ -158,14 +156,13 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Deadlines<IO> {
                 // on a busy keep-alive connection every request moves the
                 // deadline later, and a timer-wheel reset per request
                 // would cost more than the rest of this together.
-                if this.armed > deadline {
+                if this.sleep.deadline() > deadline {
                     this.sleep.as_mut().reset(deadline);
-                    this.armed = deadline;
                 }
                 loop {
                     match this.sleep.as_mut().poll(cx) {
                         Poll::Pending => return Poll::Pending,
-                        Poll::Ready(()) if this.armed >= deadline => {
+                        Poll::Ready(()) if this.sleep.deadline() >= deadline => {
                             return Poll::Ready(Err(io::Error::new(
                                 io::ErrorKind::TimedOut,
                                 format!("{which} timeout"),
@@ -173,10 +170,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Deadlines<IO> {
                         }
                         // Fired for an earlier phase's deadline: wait on
                         // for this one.
-                        Poll::Ready(()) => {
-                            this.sleep.as_mut().reset(deadline);
-                            this.armed = deadline;
-                        }
+                        Poll::Ready(()) => this.sleep.as_mut().reset(deadline),
                     }
                 }
             }
