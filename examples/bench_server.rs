@@ -397,7 +397,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         // The quick start's server: connection caps, header and idle
         // timeouts (the per-client cap lifted for load from one address).
         let limits = throttle_fleet_axum::serve::ServeLimits {
-            per_client: 1_000_000,
+            max_connections_per_client: 1_000_000,
             ..Default::default()
         };
         throttle_fleet_axum::serve::serve(listener, app)

@@ -212,7 +212,7 @@ async fn main() -> ExitCode {
     if args.server_timing {
         router = router.layer(axum::middleware::from_fn(timing::server_timing));
     }
-    let connections = match server::connections(&config) {
+    let connections = match from_config::connections(&config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gateway: {e}");

@@ -12,43 +12,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
-use throttle_fleet_axum::ClientIp;
-use throttle_fleet_axum::core::ConfigError;
 use throttle_fleet_axum::serve::{Connections, ServeLimits, serve_connection};
-use throttle_fleet_config::{GatewayConfig, ServerConfig};
 use throttle_fleet_tls::{Fingerprint, FingerprintAcceptor};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::ServiceExt;
-
-/// The connections the file's `[server]` table allows, clients told apart
-/// by address with the file's trusted proxies exempt from the per-client
-/// cap.
-pub(crate) fn connections(config: &GatewayConfig) -> Result<Connections, ConfigError> {
-    Connections::new(limits(&config.server), clients(config))
-}
-
-/// The library's serving limits from the `[server]` table.
-fn limits(server: &ServerConfig) -> ServeLimits {
-    ServeLimits {
-        max_connections: server.max_connections,
-        per_client: server.max_connections_per_client,
-        header_timeout: server.header_timeout,
-        idle_timeout: server.idle_timeout,
-    }
-}
-
-/// Clients as the per-client cap tells them apart: by address, the file's
-/// trusted proxies exempt.
-fn clients(config: &GatewayConfig) -> ClientIp {
-    let ip =
-        ClientIp::default().trusted_proxies(config.trusted_proxies.iter().map(ToString::to_string));
-    match config.proxy_hops {
-        Some(hops) => ip.trusted_hops(usize::from(hops)),
-        None => ip,
-    }
-}
 
 /// Serves `app` on `listener` (over TLS through `tls` if given) until
 /// `stop` turns true, then waits up to `drain` for open connections to

@@ -71,7 +71,7 @@ async fn start(config: &GatewayConfig, file: &str) -> (SocketAddr, watch::Sender
     tokio::spawn(crate::server::serve(
         listener,
         crate::app(layer),
-        crate::server::connections(config).unwrap(),
+        throttle_fleet_axum::from_config::connections(config).unwrap(),
         Some(tls),
         stop,
         Duration::from_secs(1),

@@ -64,3 +64,44 @@ pub fn layer(
 pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileError> {
     throttle_fleet_config::build::policy(config, file, &Axum)
 }
+
+/// The connections a configuration's `[server]` table allows, for
+/// [`serve`](crate::serve): its caps and timeouts, with clients told apart
+/// as `ip` keys tell them (the file's trusted proxies exempt from the
+/// per-client cap). The error names the limit that cannot work.
+///
+/// ```
+/// use throttle_fleet_axum::from_config;
+/// use throttle_fleet_config::GatewayConfig;
+///
+/// let config = GatewayConfig::parse("gateway.toml", r#"
+///     [server]
+///     max_connections_per_client = 20
+///     idle_timeout_secs = 30
+///     [[rules]]
+///     name = "ip"
+///     key = "ip"
+///     limit = 100
+///     period_secs = 60
+/// "#, None)?;
+/// let connections = from_config::connections(&config).unwrap();
+/// assert_eq!(connections.limits().max_connections_per_client, 20);
+/// assert_eq!(connections.limits().idle_timeout.as_secs(), 30);
+/// # Ok::<(), throttle_fleet_config::ConfigFileError>(())
+/// ```
+#[cfg(feature = "serve")]
+pub fn connections(
+    config: &GatewayConfig,
+) -> Result<crate::serve::Connections, throttle_fleet_core::ConfigError> {
+    let server = &config.server;
+    let limits = crate::serve::ServeLimits {
+        max_connections: server.max_connections,
+        max_connections_per_client: server.max_connections_per_client,
+        header_timeout: server.header_timeout,
+        idle_timeout: server.idle_timeout,
+    };
+    crate::serve::Connections::new(
+        limits,
+        throttle_fleet_config::build::client_addr(config, ConnectInfoPeer),
+    )
+}

@@ -260,7 +260,7 @@ async fn a_slow_handler_and_a_long_streamed_body_keep_their_connection() {
 async fn one_client_cannot_hold_more_than_its_cap_and_others_are_still_served() {
     let logs = capture_logs();
     let limits = ServeLimits {
-        per_client: 16,
+        max_connections_per_client: 16,
         ..limits()
     };
     let server = start(limits, ClientIp::default()).await;
@@ -305,7 +305,7 @@ async fn one_client_cannot_hold_more_than_its_cap_and_others_are_still_served() 
 #[tokio::test(start_paused = true)]
 async fn a_trusted_proxy_is_not_capped() {
     let limits = ServeLimits {
-        per_client: 2,
+        max_connections_per_client: 2,
         ..limits()
     };
     let server = start(limits, ClientIp::default().trusted_proxies(["127.0.0.4"])).await;

@@ -94,6 +94,19 @@ fn extractor<I: Integration>(
     })
 }
 
+/// The client address as the file sees it: the peer from `peer`, or what
+/// the file's trusted proxies (`trusted_proxies`, `proxy_hops`) forwarded
+/// for; the default prefixes (IPv4 `/32`, IPv6 `/64`). `ip` keys start
+/// from it, and so does a server's per-client connection cap.
+pub fn client_addr<P: PeerSource>(config: &GatewayConfig, peer: P) -> ClientAddr<P> {
+    let ip = ClientAddr::new(peer)
+        .trusted_proxies(config.trusted_proxies.iter().map(ToString::to_string));
+    match config.proxy_hops {
+        Some(hops) => ip.trusted_hops(usize::from(hops)),
+        None => ip,
+    }
+}
+
 fn part<I: Integration>(
     config: &GatewayConfig,
     spec: &KeySpec,
@@ -105,16 +118,11 @@ fn part<I: Integration>(
         KeySpec::Ip {
             ipv4_prefix,
             ipv6_prefix,
-        } => {
-            let mut ip = ClientAddr::new(integration.peer())
+        } => Box::new(
+            client_addr(config, integration.peer())
                 .ipv4_prefix(*ipv4_prefix)
-                .ipv6_prefix(*ipv6_prefix)
-                .trusted_proxies(config.trusted_proxies.iter().map(ToString::to_string));
-            if let Some(hops) = config.proxy_hops {
-                ip = ip.trusted_hops(usize::from(hops));
-            }
-            Box::new(ip)
-        }
+                .ipv6_prefix(*ipv6_prefix),
+        ),
         KeySpec::Header(name) => Box::new(Header::new(name)),
         KeySpec::Route => integration.route(None),
         KeySpec::Global => Box::new(Global),

@@ -89,7 +89,7 @@ impl ConnectionStats {
     }
 
     /// Connections closed at accept because their client already held
-    /// `per_client` connections.
+    /// `max_connections_per_client` connections.
     pub fn refused_per_client(&self) -> u64 {
         self.inner.refused_per_client.load(Ordering::Relaxed)
     }
@@ -167,7 +167,7 @@ impl Connections {
 
     /// The next connection let in: waits for a place under
     /// `max_connections`, accepts, and closes (logs, counts) connections
-    /// from clients at their `per_client` cap. A failed `accept` is logged
+    /// from clients at their `max_connections_per_client` cap. A failed `accept` is logged
     /// and retried after 50 ms; this never returns an error.
     pub async fn accept(&self, listener: &TcpListener) -> (TcpStream, SocketAddr, Admitted) {
         loop {
@@ -201,7 +201,7 @@ impl Connections {
             let key = shared.clients.key_of(ip);
             let mut hosts = shared.hosts();
             let held = hosts.entry(key).or_insert(0);
-            if *held >= shared.limits.per_client {
+            if *held >= shared.limits.max_connections_per_client {
                 drop(hosts);
                 shared.refused(peer);
                 return None;
@@ -250,7 +250,7 @@ impl Shared {
             tracing::warn!(
                 client = %peer.ip(),
                 refused,
-                per_client = self.limits.per_client,
+                max_connections_per_client = self.limits.max_connections_per_client,
                 "connection refused: the client already holds its per-client cap of connections \
                  ({refused} refused since the last such line)"
             );
@@ -306,9 +306,9 @@ impl LogThrottle {
 mod tests {
     use super::*;
 
-    fn connections(per_client: usize, clients: ClientIp) -> Connections {
+    fn connections(max_connections_per_client: usize, clients: ClientIp) -> Connections {
         let limits = ServeLimits {
-            per_client,
+            max_connections_per_client,
             ..ServeLimits::default()
         };
         Connections::new(limits, clients).unwrap()

@@ -12,7 +12,7 @@ use throttle_fleet_core::ConfigError;
 /// | field | default | what it bounds |
 /// |---|---:|---|
 /// | `max_connections` | 10,000 | connections open at once; past it, new ones wait in the kernel's listen backlog |
-/// | `per_client` | 256 | connections one client holds at once, counted per address as [`ClientIp`](crate::ClientIp) groups them (IPv6 by `/64`); past it a new connection is closed at accept, logged and counted. Trusted proxies are exempt |
+/// | `max_connections_per_client` | 256 | connections one client holds at once, counted per address as [`ClientIp`](crate::ClientIp) groups them (IPv6 by `/64`); past it a new connection is closed at accept, logged and counted. Trusted proxies are exempt |
 /// | `header_timeout` | 10 s | from a new connection, or from the first byte of a request, until its headers are complete (a slowloris client or a stalled request line) |
 /// | `idle_timeout` | 60 s | how long a keep-alive connection waits for its next request after a response |
 ///
@@ -25,20 +25,20 @@ use throttle_fleet_core::ConfigError;
 /// use throttle_fleet_axum::serve::ServeLimits;
 ///
 /// let limits = ServeLimits {
-///     per_client: 64,
+///     max_connections_per_client: 64,
 ///     idle_timeout: Duration::from_secs(30),
 ///     ..ServeLimits::default()
 /// };
 /// assert!(limits.validate().is_ok());
-/// let none = ServeLimits { per_client: 0, ..limits };
-/// assert_eq!(none.validate().unwrap_err().field(), "serve.per_client");
+/// let none = ServeLimits { max_connections_per_client: 0, ..limits };
+/// assert_eq!(none.validate().unwrap_err().field(), "serve.max_connections_per_client");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
     /// Connections open at once.
     pub max_connections: usize,
     /// Connections one client (one address, one IPv6 `/64`) holds at once.
-    pub per_client: usize,
+    pub max_connections_per_client: usize,
     /// How long a request's headers may take, counted from the
     /// connection's start or the request's first byte.
     pub header_timeout: Duration,
@@ -50,7 +50,7 @@ impl Default for ServeLimits {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
-            per_client: 256,
+            max_connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
         }
@@ -59,7 +59,7 @@ impl Default for ServeLimits {
 
 impl ServeLimits {
     /// Checks that every limit can work: counts of at least 1 and timeouts
-    /// longer than zero. The error names the field (`serve.per_client`).
+    /// longer than zero. The error names the field (`serve.max_connections_per_client`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_connections == 0 {
             return Err(ConfigError::new(
@@ -67,9 +67,9 @@ impl ServeLimits {
                 "must be at least 1 (no connection could be served)",
             ));
         }
-        if self.per_client == 0 {
+        if self.max_connections_per_client == 0 {
             return Err(ConfigError::new(
-                "serve.per_client",
+                "serve.max_connections_per_client",
                 "must be at least 1 (no client could connect)",
             ));
         }
