@@ -67,8 +67,20 @@ def idle_keep_alive():
     return closed_after(s)
 
 
-def hoarder(n, ready, done):
-    """Holds n connections from 127.0.0.2 until told to stop."""
+def still_open(sock):
+    """Whether the server still holds `sock` open (no EOF waiting)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def hoarder(n, ready, done, kept):
+    """Holds n connections from 127.0.0.2 until told to stop; reports how
+    many the server kept open."""
     held = []
     for _ in range(n):
         try:
@@ -77,6 +89,7 @@ def hoarder(n, ready, done):
             break
     ready.set()
     done.wait()
+    kept.put(sum(still_open(s) for s in held))
 
 
 def ask_meanwhile(stop, waits):
@@ -99,13 +112,13 @@ def hoard():
     stop, waits = threading.Event(), []
     asker = threading.Thread(target=ask_meanwhile, args=(stop, waits))
     asker.start()
-    procs, readies, done = [], [], multiprocessing.Event()
+    procs, readies, done, kept = [], [], multiprocessing.Event(), multiprocessing.Queue()
     per = -(-HOARD // 3)
     start = time.monotonic()
     for i in range(3):
         ready = multiprocessing.Event()
         n = min(per, HOARD - i * per)
-        p = multiprocessing.Process(target=hoarder, args=(n, ready, done))
+        p = multiprocessing.Process(target=hoarder, args=(n, ready, done, kept))
         p.start()
         procs.append(p)
         readies.append(ready)
@@ -118,12 +131,14 @@ def hoard():
     c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     reply = c.recv(64)
     answered = time.monotonic() - t
+    time.sleep(0.5)  # refusals closed at accept have reached the clients
     done.set()
     stop.set()
     asker.join()
+    held = sum(kept.get() for _ in procs)
     for p in procs:
         p.join()
-    return opened, reply.split(b"\r\n")[0].decode(), answered, waits
+    return opened, reply.split(b"\r\n")[0].decode(), answered, waits, held
 
 
 results = {}
@@ -138,11 +153,12 @@ for t in threads:
     t.join()
 for name, took in results.items():
     print(f"{name}: closed after {took:.2f} s" if took is not None else f"{name}: still open after 120 s")
-opened, status, answered, waits = hoard()
+opened, status, answered, waits, held = hoard()
 served = sorted(w for w in waits if w is not None)
 p50 = served[len(served) // 2] if served else 0
 p99 = served[min(len(served) - 1, len(served) * 99 // 100)] if served else 0
-print(f"{HOARD} connections from 127.0.0.2 opened in {opened:.1f} s; then 127.0.0.3: "
+print(f"{HOARD} connections from 127.0.0.2 opened in {opened:.1f} s, {held} kept open by "
+      f"the server; then 127.0.0.3: "
       f"{status!r} in {answered * 1000:.0f} ms; while they opened, 127.0.0.3 asked "
       f"{len(waits)} times: {len(served)} answered, p50 {p50 * 1000:.1f} ms, "
       f"p99 {p99 * 1000:.0f} ms, slowest {max(served, default=0) * 1000:.0f} ms, "
