@@ -28,6 +28,12 @@
 //!   `x-ratelimit-*` headers like ours do.
 //! - `governor-deny`: `tower_governor` per peer IP, 1 per hour: after the
 //!   first request every request is answered 429.
+//! - `throttle-kit`: `throttle-kit`'s `RateLimitLayer` (GCRA, in-memory
+//!   backend) per peer IP (its default `ClientIpConfig`: no trusted
+//!   proxies), a quota so large that nothing is denied. It always sends
+//!   `X-RateLimit-Limit`, `-Remaining` and `-Reset` on success.
+//! - `throttle-kit-deny`: the same at 1 per hour: its 429 has an empty body
+//!   and `retry-after: 1`.
 //! - `memory`: our `ThrottleLayer` on the memory backend, a token bucket per
 //!   client IP (`ClientIp`), a quota so large that nothing is denied.
 //! - `memory-deny`: the same with 1 per hour: after the first request every
@@ -149,6 +155,25 @@ macro_rules! with_governor {
             }
         }
     };
+}
+
+/// throttle-kit's layer at `quota`, keyed by `keying`. Its custom key
+/// extractor returns a `String`: one allocation per request by its API.
+fn throttle_kit_layer(
+    keying: Keying,
+    quota: throttle_kit::Quota,
+) -> throttle_kit::RateLimitLayer<throttle_kit::InMemoryBackend> {
+    let layer = throttle_kit::RateLimitLayer::new(quota, throttle_kit::InMemoryBackend::new());
+    match keying {
+        Keying::Ip => layer,
+        Keying::Header => layer.with_key_extractor(std::sync::Arc::new(|headers, _| {
+            headers
+                .get(CLIENT_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        })),
+    }
 }
 
 /// The memory backend, with `BENCH_MAX_KEYS` if set.
@@ -310,6 +335,13 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         "governor-deny" => with_governor!(app, keying, |b| b
             .period(Duration::from_secs(3600))
             .burst_size(1)),
+        "throttle-kit" => app.layer(throttle_kit_layer(
+            keying,
+            throttle_kit::Quota::per_second(1_000_000_000),
+        )),
+        "throttle-kit-deny" => {
+            app.layer(throttle_kit_layer(keying, throttle_kit::Quota::per_hour(1)))
+        }
         "memory" => app.layer(ours(keying, Quota::per_second(1_000_000_000))?),
         "memory-deny" => app.layer(ours(keying, Quota::per_hour(1))?),
         "memory-no-headers" => {
@@ -377,7 +409,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         other => {
             return Err(format!(
                 "unknown BENCH_MODE {other:?}: use bare, governor, governor-headers, \
-                 governor-deny, memory, memory-deny, memory-no-headers, naive-pool, naive-mux, \
+                 governor-deny, throttle-kit, throttle-kit-deny, memory, memory-deny, memory-no-headers, naive-pool, naive-mux, \
                  exact, exact-2conn, approximate or leased"
             )
             .into());

@@ -35,7 +35,9 @@
 #
 # Settings (environment variables):
 #   MODES        modes, in order (default: bare governor governor-headers
+#                throttle-kit
 #                memory memory-no-headers memory-deny governor-deny
+#                throttle-kit-deny
 #                naive-pool naive-mux exact approximate leased)
 #   KEYS         client keys (default: unset, keyed by peer IP)
 #   N            measured requests per run (default 2000)
@@ -59,7 +61,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-MODES=${MODES:-"bare governor governor-headers memory memory-no-headers memory-deny governor-deny naive-pool naive-mux exact approximate leased"}
+MODES=${MODES:-"bare governor governor-headers throttle-kit memory memory-no-headers memory-deny governor-deny throttle-kit-deny naive-pool naive-mux exact approximate leased"}
 KEYS=${KEYS:-}
 N=${N:-2000}
 WARM=${WARM:-${KEYS:-200}}

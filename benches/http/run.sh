@@ -29,8 +29,9 @@
 #   MODES        modes to run, in order (the Redis modes naive-pool,
 #                naive-mux, exact, exact-2conn, approximate and leased
 #                start a private redis-server; default: "bare governor
-#                governor-headers memory memory-deny governor-deny
-#                naive-pool naive-mux exact approximate leased"; the
+#                governor-headers throttle-kit memory memory-deny
+#                governor-deny throttle-kit-deny naive-pool naive-mux
+#                exact approximate leased"; the
 #                server also knows "memory-no-headers" and "exact-2conn";
 #                see examples/bench_server.rs for what each one is)
 #   KEYS         client keys (default: unset, keyed by peer IP)
@@ -62,7 +63,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-MODES=${MODES:-"bare governor governor-headers memory memory-deny governor-deny naive-pool naive-mux exact approximate leased"}
+MODES=${MODES:-"bare governor governor-headers throttle-kit memory memory-deny governor-deny throttle-kit-deny naive-pool naive-mux exact approximate leased"}
 KEYS=${KEYS:-}
 REPEATS=${REPEATS:-3}
 DURATION=${DURATION:-8}

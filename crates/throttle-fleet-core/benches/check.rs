@@ -1,4 +1,5 @@
-//! Cost of one check, ours side by side with governor's keyed limiter.
+//! Cost of one check, ours side by side with governor's keyed limiter and
+//! throttle-kit's.
 //!
 //! Run with `cargo bench -p throttle-fleet-core --bench check` (about two
 //! minutes); add a filter to run part of it, e.g. `-- allowed/2t`.
@@ -13,6 +14,8 @@
 //!   the headers need).
 //! - `governor`: `governor::DefaultKeyedRateLimiter<u64>::check_key` (a
 //!   `DashMap` with std's hasher, as `tower_governor` uses it).
+//! - `throttle_kit`: `throttle_kit::RateLimiter<InMemoryBackend>::check`
+//!   (GCRA on a `DashMap<String, _>`), the key's text rendered at setup.
 //!
 //! Groups are `allowed/<threads>t/<keys>` (a quota of 1e9 per second, so
 //! nothing is denied) and `denied/<threads>t/1` (1 per hour, the key used up

@@ -1,8 +1,12 @@
 //! What the check benchmarks share: the subjects (ours bare, ours through
-//! `RuleSet`, governor) with the same quota, and the visiting order of keys.
+//! `RuleSet`, governor, throttle-kit) with the same quota, and the visiting
+//! order of keys.
 
+use std::future::Future;
 use std::num::NonZeroU32;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use throttle_fleet_core::algorithm::Gcra;
@@ -60,15 +64,51 @@ impl Subject for Governor {
     }
 }
 
-/// The three subjects, all with the same quota.
+/// `throttle-kit`'s keyed in-memory limiter (GCRA on a `DashMap` keyed by
+/// `String`): its keys are strings, so each key's text is rendered once at
+/// setup, as a server holds the key's text from the request already. Its
+/// check is an `async fn` that never waits on the in-memory backend; it is
+/// polled once with a no-op waker, which is what `.await` costs there.
+pub(crate) struct ThrottleKit {
+    limiter: throttle_kit::RateLimiter<throttle_kit::InMemoryBackend>,
+    names: Vec<String>,
+}
+
+impl ThrottleKit {
+    fn new(quota: throttle_kit::Quota, keys: u64) -> Self {
+        Self {
+            limiter: throttle_kit::RateLimiter::new(quota, throttle_kit::InMemoryBackend::new()),
+            names: (0..keys.max(1)).map(|k| k.to_string()).collect(),
+        }
+    }
+}
+
+impl Subject for ThrottleKit {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let check = pin!(self.limiter.check(&self.names[key as usize]));
+        match check.poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(result) => result.allowed,
+            Poll::Pending => unreachable!("the in-memory backend decides at once"),
+        }
+    }
+}
+
+/// The four subjects, all with the same quota.
 pub(crate) struct Subjects {
     pub(crate) ours: Ours,
     pub(crate) ruleset: OursRuleSet,
     pub(crate) governor: Governor,
+    pub(crate) throttle_kit: ThrottleKit,
 }
 
 impl Subjects {
-    pub(crate) fn new(quota: Quota, governor_quota: governor::Quota) -> Self {
+    pub(crate) fn new(
+        quota: Quota,
+        governor_quota: governor::Quota,
+        kit_quota: throttle_kit::Quota,
+        keys: u64,
+    ) -> Self {
         let backend = MemoryBackend::default().max_keys(MAX_KEYS);
         let ours = Ours(
             backend
@@ -83,14 +123,16 @@ impl Subjects {
             ours,
             ruleset: OursRuleSet { rules, rule },
             governor: Governor(RateLimiter::keyed(governor_quota)),
+            throttle_kit: ThrottleKit::new(kit_quota, keys),
         }
     }
 
-    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 3] {
+    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 4] {
         [
             ("throttle", &self.ours),
             ("throttle_ruleset", &self.ruleset),
             ("governor", &self.governor),
+            ("throttle_kit", &self.throttle_kit),
         ]
     }
 }
@@ -131,11 +173,18 @@ pub(crate) fn nonzero(n: u32) -> NonZeroU32 {
 /// the order to visit them in.
 pub(crate) fn scenario(keys: u64, denied: bool, only: Option<&str>) -> (Subjects, Vec<u64>) {
     let subjects = if denied {
-        Subjects::new(Quota::per_hour(1), governor::Quota::per_hour(nonzero(1)))
+        Subjects::new(
+            Quota::per_hour(1),
+            governor::Quota::per_hour(nonzero(1)),
+            throttle_kit::Quota::per_hour(1),
+            keys,
+        )
     } else {
         Subjects::new(
             Quota::per_second(1_000_000_000),
             governor::Quota::per_second(nonzero(1_000_000_000)),
+            throttle_kit::Quota::per_second(1_000_000_000),
+            keys,
         )
     };
     for (name, subject) in subjects.each() {
