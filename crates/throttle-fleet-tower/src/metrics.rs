@@ -24,10 +24,9 @@
 //! recorded and the `metrics` crate is not a dependency; the names below
 //! stay, for code that reads them.
 
-use std::sync::Arc;
-
-use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
-use throttle_fleet_core::{Answer, Backend, ConfigError, Key, Rule};
+use throttle_fleet_core::Rule;
+use throttle_fleet_core::backend::{Outcome, Unavailable};
+use throttle_fleet_core::rule_set::Observer;
 
 /// Counter of decisions, labelled `rule` and `outcome`.
 pub const DECISIONS: &str = "throttle_decisions_total";
@@ -136,90 +135,21 @@ impl RuleMetrics {
     /// Counts what `rule` decided.
     #[inline]
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn record(
-        &self,
-        outcome: &Result<Outcome, throttle_fleet_core::backend::Unavailable>,
-    ) {
+    pub(crate) fn record(&self, outcome: &Result<Outcome, Unavailable>) {
         #[cfg(feature = "metrics")]
         self.inner.record(outcome);
     }
 }
 
-/// A backend whose limiters report every decision to a [`RuleMetrics`].
-///
-/// The layer binds each rule through one of these, so the counting sits
-/// under the rule set: it sees each rule's own outcome, not only the
-/// combined decision.
-pub(crate) struct Metered {
-    backend: Arc<dyn Backend>,
-    enforcement: Enforcement,
-}
-
-impl Metered {
-    pub(crate) fn new(backend: Arc<dyn Backend>, enforcement: Enforcement) -> Self {
-        Self {
-            backend,
-            enforcement,
-        }
-    }
-}
-
-impl Backend for Metered {
-    fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
-        let inner = self.backend.limiter(rule)?;
-        if cfg!(not(feature = "metrics")) {
-            return Ok(inner);
-        }
-        describe();
-        Ok(Arc::new(MeteredLimiter {
-            inner,
-            meter: Arc::new(RuleMetrics::new(rule, self.enforcement)),
-            enforcement: self.enforcement,
-        }))
-    }
-}
-
-struct MeteredLimiter {
-    inner: Arc<dyn Limiter>,
-    meter: Arc<RuleMetrics>,
-    enforcement: Enforcement,
-}
-
-impl Limiter for MeteredLimiter {
+/// The rule set shows each rule's own answers to its [`RuleMetrics`]
+/// ([`RuleSet::observe`](throttle_fleet_core::RuleSet::observe)): counted
+/// where the rule set gets them, so it sees each rule's outcome, not only
+/// the combined decision, and the rule's limiter is not wrapped (the
+/// memory backend's direct call still applies).
+impl Observer for RuleMetrics {
     #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        match self.inner.acquire(key, cost) {
-            Answer::Ready(outcome) => {
-                self.meter.record(&outcome);
-                Answer::Ready(outcome)
-            }
-            Answer::Pending(pending) => {
-                let meter = self.meter.clone();
-                Answer::Pending(Box::pin(async move {
-                    let outcome = pending.await;
-                    meter.record(&outcome);
-                    outcome
-                }))
-            }
-        }
-    }
-
-    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        self.inner.refund(key, cost, outcome);
-    }
-
-    fn is_remote(&self) -> bool {
-        self.inner.is_remote()
-    }
-
-    /// The inner limiter's, metered afresh (the limit gauge follows).
-    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
-        let inner = self.inner.requota(rule)?;
-        Some(Arc::new(MeteredLimiter {
-            inner,
-            meter: Arc::new(RuleMetrics::new(rule, self.enforcement)),
-            enforcement: self.enforcement,
-        }))
+    fn observe(&self, result: &Result<Outcome, Unavailable>) {
+        self.record(result);
     }
 }
 

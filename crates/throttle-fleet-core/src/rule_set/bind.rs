@@ -8,7 +8,7 @@ use crate::decision::ShadowDenials;
 use crate::memory::Engine;
 use crate::{Backend, ConfigError, Key, Quota, Rule};
 
-use super::RuleSet;
+use super::{Observer, RuleSet};
 
 pub(super) struct Bound {
     pub(super) rule: Arc<Rule>,
@@ -25,6 +25,8 @@ pub(super) struct Bound {
     /// One limiter per distinct tier quota, in `rule.tier_set()` order
     /// (the default limiter again where a tier's quota is the rule's).
     pub(super) tiers: Option<TierLimiters>,
+    /// Sees each of the rule's answers ([`RuleSet::observe`]).
+    pub(super) observer: Option<Arc<dyn Observer>>,
 }
 
 /// One limiter per distinct tier quota of a rule.
@@ -41,6 +43,7 @@ impl Clone for Bound {
             remote: self.remote,
             shadow: self.shadow,
             tiers: self.tiers.clone(),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -65,6 +68,14 @@ impl Bound {
             return None;
         }
         self.engine.local(key, cost)
+    }
+
+    /// Shows `result`, this rule's answer, to its observer.
+    #[inline(always)]
+    pub(super) fn observed(&self, result: &Result<Outcome, Unavailable>) {
+        if let Some(observer) = &self.observer {
+            observer.observe(result);
+        }
     }
 
     /// Asks `key`'s limiter for `cost`.
@@ -192,6 +203,7 @@ impl RuleSet {
             engine: Engine::new(&limiter),
             limiter,
             tiers,
+            observer: None,
         });
         self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
         self.rules = rules.into();

@@ -67,7 +67,9 @@ impl<const N: usize> Tally<N> {
         rule: usize,
         result: Result<Outcome, Unavailable>,
     ) {
-        match count(set.rules[rule].shadow, result) {
+        let bound = &set.rules[rule];
+        bound.observed(&result);
+        match count(bound.shadow, result) {
             Counted::Taken(o) => self.held.push((i, o)),
             Counted::ShadowDenied(o) => {
                 self.shadow.insert(rule);
@@ -145,7 +147,9 @@ impl RuleSet {
         d: &Demand,
         result: Result<Outcome, Unavailable>,
     ) -> K {
-        let shadow = self.rules[d.rule].shadow;
+        let bound = &self.rules[d.rule];
+        bound.observed(&result);
+        let shadow = bound.shadow;
         match count(shadow, result) {
             Counted::Taken(o) => {
                 // A shadow rule never shapes traffic.

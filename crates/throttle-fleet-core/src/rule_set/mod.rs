@@ -5,6 +5,7 @@
 mod bind;
 mod check;
 mod combine;
+mod observe;
 #[cfg(test)]
 mod tests;
 
@@ -17,6 +18,7 @@ use crate::{Allowed, Decision};
 
 use bind::Bound;
 pub use bind::Carried;
+pub use observe::Observer;
 
 /// The ordered rules a request must all pass, each bound to its backend.
 ///

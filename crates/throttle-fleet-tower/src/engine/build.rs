@@ -6,7 +6,7 @@ use throttle_fleet_core::rule_set::Carried;
 use throttle_fleet_core::{Backend, ConfigError, RuleSet};
 
 use super::{BoundLimit, Engine};
-use crate::metrics::{Enforcement, Metered};
+use crate::metrics::{Enforcement, RuleMetrics, describe};
 use crate::policy::Policy;
 use crate::responder::Responder;
 
@@ -27,6 +27,9 @@ impl<R> Engine<R> {
                 "has no rules: add at least one with Policy::rule",
             ));
         }
+        if cfg!(feature = "metrics") {
+            describe();
+        }
         let mut rules = RuleSet::new();
         let mut limits = Vec::with_capacity(policy.limits.len());
         let mut carried = Vec::with_capacity(policy.limits.len());
@@ -41,18 +44,24 @@ impl<R> Engine<R> {
             let static_cost = u64::from(limit.rule.static_cost());
             kinds.push(limit.extractor.kind());
             let name = limit.rule.name().to_owned();
-            // Each rule is bound through a meter of its decisions.
-            let own = limit.backend.as_ref().unwrap_or(&backend).clone();
+            let own = limit.backend.as_ref().unwrap_or(&backend);
             let enforcement = if limit.rule.is_shadow() {
                 Enforcement::Shadow
             } else {
                 Enforcement::Enforced
             };
-            let own = Metered::new(own, enforcement);
+            // Made before binding (the rule moves into the set) and afresh
+            // on every build, so a reload's new capacity reaches the gauge.
+            let metrics =
+                cfg!(feature = "metrics").then(|| RuleMetrics::new(&limit.rule, enforcement));
             let (index, how) = match previous {
-                Some(previous) => rules.bind_after(limit.rule, &own, previous)?,
-                None => (rules.bind(limit.rule, &own)?, Carried::Fresh),
+                Some(previous) => rules.bind_after(limit.rule, &**own, previous)?,
+                None => (rules.bind(limit.rule, &**own)?, Carried::Fresh),
             };
+            // Each rule's decisions are counted as the rule set gets them.
+            if let Some(metrics) = metrics {
+                rules.observe(index, Arc::new(metrics))?;
+            }
             carried.push((name, how));
             limits.push(BoundLimit {
                 index,
