@@ -144,7 +144,7 @@ impl SuccessHeaders {
             } => {
                 headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
                 if let Some(remaining) = remaining {
-                    headers.insert(X_RATELIMIT_REMAINING.clone(), number(remaining));
+                    headers.insert(X_RATELIMIT_REMAINING.clone(), fresh_number(remaining));
                 }
                 headers.insert(X_RATELIMIT_RESET.clone(), number(reset_epoch));
             }
@@ -169,11 +169,16 @@ static SMALL_NUMBERS: std::sync::LazyLock<Box<[HeaderValue]>> = std::sync::LazyL
 /// A recently rendered larger number and its header value.
 type Recent = (u64, Option<HeaderValue>);
 
+/// Sets of the per-thread cache; each holds two numbers.
+const RECENT_SETS: usize = 8;
+
 thread_local! {
     /// Recently rendered larger numbers (limits, reset times), per thread:
-    /// the same few values repeat from request to request.
-    static RECENT: std::cell::RefCell<[Recent; 16]> =
-        std::cell::RefCell::new(std::array::from_fn(|_| (0, None)));
+    /// the same few values repeat from request to request. Two-way sets,
+    /// so two numbers that land in the same set (a limit and a reset time
+    /// answered together) never evict each other.
+    static RECENT: std::cell::RefCell<[[Recent; 2]; RECENT_SETS]> =
+        std::cell::RefCell::new(std::array::from_fn(|_| [(0, None), (0, None)]));
 }
 
 /// `n` as a header value; no allocation for small or recently seen numbers.
@@ -183,16 +188,35 @@ pub fn number(n: u64) -> HeaderValue {
     }
     RECENT.with(|recent| {
         let mut recent = recent.borrow_mut();
-        let slot = &mut recent[(n % 16) as usize];
-        match &slot.1 {
-            Some(v) if slot.0 == n => v.clone(),
-            _ => {
-                let v = HeaderValue::from(n);
-                *slot = (n, Some(v.clone()));
-                v
-            }
+        let set = &mut recent[(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) as usize];
+        if let (m, Some(v)) = &set[0]
+            && *m == n
+        {
+            return v.clone();
         }
+        if let (m, Some(v)) = &set[1]
+            && *m == n
+        {
+            let v = v.clone();
+            set.swap(0, 1);
+            return v;
+        }
+        // The most recent first: the older of the two makes room.
+        let v = HeaderValue::from(n);
+        set[1] = std::mem::replace(&mut set[0], (n, Some(v.clone())));
+        v
     })
+}
+
+/// `n` as a header value, for a number that changes from one answer to
+/// the next (a remaining count): static when small, rendered otherwise,
+/// and kept out of [`number`]'s cache, where it would only push out the
+/// numbers that do repeat.
+pub(crate) fn fresh_number(n: u64) -> HeaderValue {
+    match SMALL_NUMBERS.get(n as usize) {
+        Some(v) => v.clone(),
+        None => HeaderValue::from(n),
+    }
 }
 
 /// Whole seconds to wait, rounded up, and never 0 for a positive wait (a
@@ -220,6 +244,6 @@ pub fn epoch_secs_after(at_us: u64, after: Duration) -> u64 {
 /// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`.
 pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset: Duration) {
     out.push(X_RATELIMIT_LIMIT.clone(), number(limit));
-    out.push(X_RATELIMIT_REMAINING.clone(), number(remaining));
+    out.push(X_RATELIMIT_REMAINING.clone(), fresh_number(remaining));
     out.push(X_RATELIMIT_RESET.clone(), number(reset_epoch_secs(reset)));
 }
