@@ -18,6 +18,10 @@
 //!   counts under callgrind repeatable).
 //! - `BENCH_MAX_KEYS`: the memory backend's bound on keys per rule (default
 //!   the backend's, 1,000,000), for the key flood.
+//! - `BENCH_LEASE_RETURN_AFTER_SECS`: the leased mode's
+//!   `LeaseOptions::return_after` (default 1 s), so that under callgrind,
+//!   where 10,000 keys take half a minute to come round, their leases are
+//!   still held (warm) when they come back.
 //!
 //! `BENCH_MODE` is one of:
 //!
@@ -395,11 +399,12 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             )?)
         }
         "leased" => {
-            let backend = RedisBackend::leased(
-                RedisConfig::standalone(redis_url()),
-                LeaseOptions::default(),
-            )
-            .await?;
+            let mut options = LeaseOptions::default();
+            if let Ok(secs) = std::env::var("BENCH_LEASE_RETURN_AFTER_SECS") {
+                options = options.return_after(Duration::from_secs(secs.parse()?));
+            }
+            let backend =
+                RedisBackend::leased(RedisConfig::standalone(redis_url()), options).await?;
             app.layer(redis_layer(
                 keying,
                 backend,
