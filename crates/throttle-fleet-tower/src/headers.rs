@@ -144,7 +144,7 @@ impl SuccessHeaders {
             } => {
                 headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
                 if let Some(remaining) = remaining {
-                    headers.insert(X_RATELIMIT_REMAINING.clone(), fresh_number(remaining));
+                    headers.insert(X_RATELIMIT_REMAINING.clone(), number(remaining));
                 }
                 headers.insert(X_RATELIMIT_RESET.clone(), number(reset_epoch));
             }
@@ -170,7 +170,7 @@ static SMALL_NUMBERS: std::sync::LazyLock<Box<[HeaderValue]>> = std::sync::LazyL
 type Recent = (u64, Option<HeaderValue>);
 
 /// Sets of the per-thread cache; each holds two numbers.
-const RECENT_SETS: usize = 8;
+const RECENT_SETS: usize = 16;
 
 thread_local! {
     /// Recently rendered larger numbers (limits, reset times), per thread:
@@ -188,7 +188,7 @@ pub fn number(n: u64) -> HeaderValue {
     }
     RECENT.with(|recent| {
         let mut recent = recent.borrow_mut();
-        let set = &mut recent[(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) as usize];
+        let set = &mut recent[(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize];
         if let (m, Some(v)) = &set[0]
             && *m == n
         {
@@ -206,17 +206,6 @@ pub fn number(n: u64) -> HeaderValue {
         set[1] = std::mem::replace(&mut set[0], (n, Some(v.clone())));
         v
     })
-}
-
-/// `n` as a header value, for a number that changes from one answer to
-/// the next (a remaining count): static when small, rendered otherwise,
-/// and kept out of [`number`]'s cache, where it would only push out the
-/// numbers that do repeat.
-pub(crate) fn fresh_number(n: u64) -> HeaderValue {
-    match SMALL_NUMBERS.get(n as usize) {
-        Some(v) => v.clone(),
-        None => HeaderValue::from(n),
-    }
 }
 
 /// Whole seconds to wait, rounded up, and never 0 for a positive wait (a
@@ -244,6 +233,6 @@ pub fn epoch_secs_after(at_us: u64, after: Duration) -> u64 {
 /// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`.
 pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset: Duration) {
     out.push(X_RATELIMIT_LIMIT.clone(), number(limit));
-    out.push(X_RATELIMIT_REMAINING.clone(), fresh_number(remaining));
+    out.push(X_RATELIMIT_REMAINING.clone(), number(remaining));
     out.push(X_RATELIMIT_RESET.clone(), number(reset_epoch_secs(reset)));
 }

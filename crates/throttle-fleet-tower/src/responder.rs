@@ -12,8 +12,8 @@ use throttle_fleet_core::{Allowed, Denied, Refused, Rule};
 
 use crate::headers::{
     HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, fresh_number, number,
-    rate_limit_headers, retry_after_secs,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, number, rate_limit_headers,
+    retry_after_secs,
 };
 
 /// Why a request is answered by the limiter instead of the service.
@@ -297,7 +297,7 @@ impl Responder for HttpResponder {
                 let standard = [
                     number(secs),
                     number(d.limit),
-                    fresh_number(d.remaining),
+                    number(d.remaining),
                     number(epoch_secs_after(d.at_us, d.reset)),
                 ];
                 let headers = if self.ietf {
