@@ -206,7 +206,8 @@ const NO_HEADERS: i64 = 5;
 /// remaining count near a full bucket) come from the per-thread cache; the
 /// response's header map has room for them.
 const HEADERS: i64 = 0;
-/// A 429 with its headers (the template cloned) and its JSON body (shared
+/// A 429 with its headers (the template cloned, `Content-Length` in it so
+/// that axum need not grow the clone to add it) and its JSON body (shared
 /// with recent denials of the same wait), over bare axum, whose handler is
 /// not called.
-const DENIED: i64 = 3;
+const DENIED: i64 = 1;
