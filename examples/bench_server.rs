@@ -44,6 +44,9 @@
 //!   request is answered 429 with our headers and JSON body.
 //! - `memory-no-headers`: `memory` with a responder that adds no headers to
 //!   allowed responses, to show what the `X-RateLimit-*` headers cost.
+//! - `memory-ietf`: `memory` sending the IETF draft's `RateLimit-Policy` and
+//!   `RateLimit` instead of the trio (`headers = "ietf-only"`);
+//!   `memory-ietf-both`: both sets (`headers = "ietf"`).
 //!
 //! - `naive-pool`: the API-gateway design's Lua token bucket run on every
 //!   request through a `deadpool-redis` connection checkout, as an axum
@@ -348,6 +351,19 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         }
         "memory" => app.layer(ours(keying, Quota::per_second(1_000_000_000))?),
         "memory-deny" => app.layer(ours(keying, Quota::per_hour(1))?),
+        "memory-ietf" | "memory-ietf-both" => {
+            let policy = keying.policy(
+                Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
+            );
+            let responder = HttpResponder::new()
+                .ietf_headers(true)
+                .x_ratelimit_headers(mode == "memory-ietf-both");
+            app.layer(ThrottleLayer::with_responder(
+                policy,
+                memory_backend()?,
+                responder,
+            )?)
+        }
         "memory-no-headers" => {
             let policy = keying.policy(
                 Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
@@ -414,7 +430,8 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         other => {
             return Err(format!(
                 "unknown BENCH_MODE {other:?}: use bare, governor, governor-headers, \
-                 governor-deny, throttle-kit, throttle-kit-deny, memory, memory-deny, memory-no-headers, naive-pool, naive-mux, \
+                 governor-deny, throttle-kit, throttle-kit-deny, memory, memory-deny, memory-no-headers, \
+                 memory-ietf, memory-ietf-both, naive-pool, naive-mux, \
                  exact, exact-2conn, approximate or leased"
             )
             .into());

@@ -2,7 +2,7 @@
 //! axum's [`Axum`] integration (peer addresses from `ConnectInfo`, routes
 //! from `MatchedPath`, denials as HTTP 429).
 
-use throttle_fleet_config::{ConfigFileError, GatewayConfig, HeaderStyle, Integration};
+use throttle_fleet_config::{ConfigFileError, GatewayConfig, Integration};
 use throttle_fleet_core::Backend;
 use throttle_fleet_tower::{HttpResponder, KeyExtractor, Policy};
 
@@ -30,7 +30,7 @@ impl Integration for Axum {
     }
 
     fn responder(&self, config: &GatewayConfig) -> HttpResponder {
-        HttpResponder::new().ietf_headers(config.headers == HeaderStyle::Ietf)
+        config.headers.responder()
     }
 }
 

@@ -89,6 +89,21 @@ pub enum HeaderStyle {
     /// The IETF draft's `RateLimit` and `RateLimit-Policy` as well
     /// (`"ietf"`).
     Ietf,
+    /// The IETF draft's fields instead of the `X-RateLimit-*` trio
+    /// (`"ietf-only"`; a `429` keeps `Retry-After`).
+    IetfOnly,
+}
+
+impl HeaderStyle {
+    /// The HTTP responder sending these headers.
+    pub fn responder(self) -> throttle_fleet_tower::HttpResponder {
+        let responder = throttle_fleet_tower::HttpResponder::new();
+        match self {
+            Self::XRateLimit => responder,
+            Self::Ietf => responder.ietf_headers(true),
+            Self::IetfOnly => responder.ietf_headers(true).x_ratelimit_headers(false),
+        }
+    }
 }
 
 /// Which backend counts.

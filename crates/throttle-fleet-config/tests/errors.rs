@@ -86,6 +86,9 @@ failure = "closed"
     assert_eq!(proxies, ["10.0.0.0/8", "127.0.0.1/32", "fd00::/8"]);
     assert_eq!(c.proxy_hops, Some(2));
     assert_eq!(c.headers, HeaderStyle::Ietf);
+    let only = text.replace("headers = \"ietf\"", "headers = \"ietf-only\"");
+    let only = GatewayConfig::parse("g.toml", &only, None).unwrap();
+    assert_eq!(only.headers, HeaderStyle::IetfOnly);
     assert_eq!(c.metrics_listen.unwrap().port(), 9090);
     assert_eq!(c.server.max_connections, 500);
     assert_eq!(c.server.header_timeout, Duration::from_secs(3));
@@ -180,7 +183,7 @@ fn each_error_names_the_place_rule_and_field() {
         ),
         (
             format!("headers = \"draft\"\n{}", rule("")),
-            "field \"headers\": must be \"x-ratelimit\" or \"ietf\"",
+            "field \"headers\": must be \"x-ratelimit\", \"ietf\" or \"ietf-only\"",
         ),
         (
             format!("[metrics]\nlisten = \"9090\"\n{}", rule("")),

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use http::request::Parts;
 use throttle_fleet_config::reload::{ReloadEvent, Reloader};
-use throttle_fleet_config::{GatewayConfig, HeaderStyle, Integration};
+use throttle_fleet_config::{GatewayConfig, Integration};
 use throttle_fleet_core::MemoryBackend;
 use throttle_fleet_core::rule_set::Carried;
 use throttle_fleet_tower::key::Global;
@@ -35,7 +35,7 @@ impl Integration for Plain {
     }
 
     fn responder(&self, config: &GatewayConfig) -> HttpResponder {
-        HttpResponder::new().ietf_headers(config.headers == HeaderStyle::Ietf)
+        config.headers.responder()
     }
 }
 

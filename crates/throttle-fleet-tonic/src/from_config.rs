@@ -2,9 +2,9 @@
 //! tonic's [`Tonic`] integration (peer addresses from the connection,
 //! routes as gRPC methods, denials as `RESOURCE_EXHAUSTED`).
 
-use throttle_fleet_config::{ConfigFileError, GatewayConfig, HeaderStyle, Integration};
+use throttle_fleet_config::{ConfigFileError, GatewayConfig, Integration};
 use throttle_fleet_core::Backend;
-use throttle_fleet_tower::{HttpResponder, KeyExtractor, Policy};
+use throttle_fleet_tower::{KeyExtractor, Policy};
 
 use crate::{GrpcMethod, GrpcResponder, ThrottleLayer, TonicPeer};
 
@@ -33,7 +33,7 @@ impl Integration for Tonic {
 
     fn responder(&self, config: &GatewayConfig) -> GrpcResponder {
         GrpcResponder::new()
-            .http(HttpResponder::new().ietf_headers(config.headers == HeaderStyle::Ietf))
+            .http(config.headers.responder())
     }
 }
 

@@ -73,6 +73,15 @@ enum SuccessRepr {
         remaining: Option<u64>,
         reset_epoch: u64,
     },
+    /// The IETF fields alone: `RateLimit-Policy` as made for the rule
+    /// (its name inside), and `RateLimit`'s figures.
+    Ietf {
+        policy: HeaderValue,
+        /// `None`: not known for the fleet (a degraded decision): no
+        /// `RateLimit` field.
+        remaining: Option<u64>,
+        t: u64,
+    },
     Block(Box<HeaderBlock>),
 }
 
@@ -101,6 +110,17 @@ impl SuccessHeaders {
             limit: allowed.limit,
             remaining: (!allowed.degraded).then_some(allowed.remaining),
             reset_epoch: epoch_secs_after(allowed.at_us, allowed.reset),
+        })
+    }
+
+    /// The IETF draft fields alone: `RateLimit-Policy: policy` and
+    /// `RateLimit: "name";r=remaining;t=t`, the name taken from `policy`
+    /// (`"name";q=..;w=..`); no `RateLimit` when `remaining` is `None`.
+    pub fn ietf(policy: HeaderValue, remaining: Option<u64>, t: u64) -> Self {
+        Self(SuccessRepr::Ietf {
+            policy,
+            remaining,
+            t,
         })
     }
 
@@ -148,9 +168,37 @@ impl SuccessHeaders {
                 }
                 headers.insert(X_RATELIMIT_RESET.clone(), number(reset_epoch));
             }
+            SuccessRepr::Ietf {
+                policy,
+                remaining,
+                t,
+            } => {
+                let now = remaining.and_then(|r| ratelimit_field(&policy, r, t));
+                headers.insert(RATELIMIT_POLICY.clone(), policy);
+                if let Some(now) = now {
+                    headers.insert(RATELIMIT.clone(), now);
+                }
+            }
             SuccessRepr::Block(block) => block.apply(headers),
         }
     }
+}
+
+/// `RateLimit: "name";r=remaining;t=t`, the quoted name being the start of
+/// `policy` (a `RateLimit-Policy` value); one allocation of its size.
+fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
+    let bytes = policy.as_bytes();
+    let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
+    let name = &bytes[..=end];
+    let (mut r_buf, mut t_buf) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (r, t) = (r_buf.format(remaining), t_buf.format(t));
+    let mut text = Vec::with_capacity(name.len() + 6 + r.len() + t.len());
+    text.extend_from_slice(name);
+    text.extend_from_slice(b";r=");
+    text.extend_from_slice(r.as_bytes());
+    text.extend_from_slice(b";t=");
+    text.extend_from_slice(t.as_bytes());
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
 }
 
 /// The numbers 0 to 1023 as text, made once and kept for the program's

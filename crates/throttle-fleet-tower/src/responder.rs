@@ -102,10 +102,14 @@ where
 /// `{"error":"RATE_LIMITER_UNAVAILABLE",...}`. With
 /// [`ietf_headers`](Self::ietf_headers) on, the IETF draft fields
 /// `RateLimit-Policy: "ip";q=100;w=60` and `RateLimit: "ip";r=74;t=14` are
-/// added to both kinds of answer.
+/// added to both kinds of answer; with
+/// [`x_ratelimit_headers`](Self::x_ratelimit_headers) off as well, they
+/// replace the `X-RateLimit-*` trio (the `429` keeps `Retry-After`).
 #[derive(Debug, Clone, Copy)]
 pub struct HttpResponder {
     ietf: bool,
+    /// The `X-RateLimit-*` trio (on unless turned off with `ietf` on).
+    legacy: bool,
 }
 
 impl Default for HttpResponder {
@@ -117,7 +121,10 @@ impl Default for HttpResponder {
 impl HttpResponder {
     /// `X-RateLimit-*` headers only.
     pub const fn new() -> Self {
-        Self { ietf: false }
+        Self {
+            ietf: false,
+            legacy: true,
+        }
     }
 
     /// Also sends the IETF draft `RateLimit-Policy` and `RateLimit` fields.
@@ -125,6 +132,29 @@ impl HttpResponder {
     pub const fn ietf_headers(mut self, on: bool) -> Self {
         self.ietf = on;
         self
+    }
+
+    /// Whether the `X-RateLimit-*` trio is sent alongside the IETF fields
+    /// (default on). Off, an IETF answer carries only `RateLimit-Policy`
+    /// and `RateLimit` (and a `429` its `Retry-After`): two headers an
+    /// allowed answer instead of five, cheaper than the trio alone. Without
+    /// [`ietf_headers`](Self::ietf_headers) the trio is always sent.
+    ///
+    /// ```
+    /// use throttle_fleet_tower::HttpResponder;
+    ///
+    /// let ietf_only = HttpResponder::new().ietf_headers(true).x_ratelimit_headers(false);
+    /// # let _ = ietf_only;
+    /// ```
+    #[must_use]
+    pub const fn x_ratelimit_headers(mut self, on: bool) -> Self {
+        self.legacy = on;
+        self
+    }
+
+    /// Only the IETF fields.
+    const fn ietf_only(&self) -> bool {
+        self.ietf && !self.legacy
     }
 
     /// `window` is the key's own quota period (its tier's, if any).
@@ -158,6 +188,46 @@ impl HttpResponder {
             out.push(RATELIMIT.clone(), n);
         }
     }
+}
+
+/// `RateLimit-Policy`'s value, `"name";q=limit;w=window`, for a rule
+/// named `name`: the same for every answer under that rule and quota, so
+/// the last few are kept per thread and cloned (no allocation).
+fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderValue {
+    let w = retry_after_secs(window);
+    let slot =
+        (limit ^ w.rotate_left(32) ^ name.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
+    POLICIES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let entry = &mut cache[slot as usize];
+        if let Some((l, ww, value)) = entry
+            && *l == limit
+            && *ww == w
+            && value.as_bytes().get(1..=name.len()) == Some(name.as_bytes())
+            && value.as_bytes().get(name.len() + 1) == Some(&b'"')
+        {
+            return value.clone();
+        }
+        let mut buf = itoa::Buffer::new();
+        let mut text = String::with_capacity(name.len() + 32);
+        text.push('"');
+        text.push_str(name);
+        text.push_str("\";q=");
+        text.push_str(buf.format(limit));
+        text.push_str(";w=");
+        text.push_str(buf.format(w));
+        // Rule names are restricted to [A-Za-z0-9_.-]: always valid.
+        let value =
+            HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("\"\""));
+        *entry = Some((limit, w, value.clone()));
+        value
+    })
+}
+
+thread_local! {
+    /// Recent `RateLimit-Policy` values: (limit, window seconds, value).
+    static POLICIES: RefCell<[Option<(u64, u64, HeaderValue)>; 8]> =
+        const { RefCell::new([const { None }; 8]) };
 }
 
 /// `{"error":..,"message":..,"dimension":..}` plus an optional retry field,
@@ -261,15 +331,17 @@ fn json_response(status: StatusCode, body: Bytes, headers: HeaderBlock) -> Respo
 /// adds it to a map without it (axum does) would insert into a clone that
 /// has no room to spare, and grow it (a reallocation and a rehash, about
 /// 700 instructions per denial).
-fn limited_template(ietf: bool) -> HeaderMap {
+fn limited_template(ietf: bool, legacy: bool) -> HeaderMap {
     let zero = || HeaderValue::from_static("0");
-    let mut map = HeaderMap::with_capacity(if ietf { 8 } else { 6 });
+    let mut map = HeaderMap::with_capacity(8);
     map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     map.insert(CONTENT_LENGTH, zero());
     map.insert(RETRY_AFTER, zero());
-    map.insert(X_RATELIMIT_LIMIT.clone(), zero());
-    map.insert(X_RATELIMIT_REMAINING.clone(), zero());
-    map.insert(X_RATELIMIT_RESET.clone(), zero());
+    if legacy {
+        map.insert(X_RATELIMIT_LIMIT.clone(), zero());
+        map.insert(X_RATELIMIT_REMAINING.clone(), zero());
+        map.insert(X_RATELIMIT_RESET.clone(), zero());
+    }
     if ietf {
         map.insert(RATELIMIT_POLICY.clone(), zero());
         map.insert(RATELIMIT.clone(), zero());
@@ -277,8 +349,9 @@ fn limited_template(ietf: bool) -> HeaderMap {
     map
 }
 
-static LIMITED: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(false));
-static LIMITED_IETF: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(true));
+static LIMITED: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(false, true));
+static LIMITED_IETF: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(true, true));
+static LIMITED_IETF_ONLY: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(true, false));
 
 /// A `429`'s headers: the template's names, `values` after the content
 /// type, in the template's order.
@@ -308,7 +381,19 @@ impl Responder for HttpResponder {
                     number(d.remaining),
                     number(epoch_secs_after(d.at_us, d.reset)),
                 ];
-                let headers = if self.ietf {
+                let headers = if self.ietf_only() {
+                    let mut ietf = HeaderBlock::default();
+                    Self::ietf_fields(
+                        &mut ietf,
+                        rule,
+                        (d.limit, d.quota.period()),
+                        d.remaining,
+                        secs,
+                    );
+                    let [length, retry, ..] = standard;
+                    let values = [length, retry].into_iter().chain(ietf.into_values());
+                    limited_headers(&LIMITED_IETF_ONLY, values)
+                } else if self.ietf {
                     let mut ietf = HeaderBlock::default();
                     Self::ietf_fields(
                         &mut ietf,
@@ -347,6 +432,13 @@ impl Responder for HttpResponder {
     }
 
     fn allowed(&self, _req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+        if self.ietf_only() {
+            let policy = policy_value(rule.name(), allowed.limit, allowed.quota.period());
+            // (Degraded: the fleet's remaining count is not known, so no
+            // `RateLimit` field, as no `X-RateLimit-Remaining` otherwise.)
+            let remaining = (!allowed.degraded).then_some(allowed.remaining);
+            return SuccessHeaders::ietf(policy, remaining, retry_after_secs(allowed.reset));
+        }
         if !self.ietf || allowed.degraded {
             // (Degraded: no remaining count to report, in either form.)
             return SuccessHeaders::for_allowed(allowed);

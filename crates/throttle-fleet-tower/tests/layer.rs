@@ -360,6 +360,91 @@ async fn ietf_headers_when_asked() {
     assert!(r.starts_with("\"ip\";r=99;t="), "{r}");
 }
 
+#[tokio::test]
+async fn ietf_only_sends_the_two_fields_and_no_trio() {
+    // Two layers on this thread whose rules differ only by name: a policy
+    // value kept for one is never sent for the other.
+    let ietf_only = HttpResponder::new()
+        .ietf_headers(true)
+        .x_ratelimit_headers(false);
+    let layer = |name: &str| {
+        let policy = Policy::new().rule(Rule::new(name, Quota::per_minute(100)), Global);
+        ThrottleLayer::with_responder(policy, MemoryBackend::default(), ietf_only).unwrap()
+    };
+    for (name, requests) in [("ip", 1), ("ix", 3), ("ip", 1)] {
+        let (_, inner) = counting();
+        let mut svc = layer(name).layer(inner);
+        let mut res = None;
+        for _ in 0..requests {
+            res = Some(svc.ready().await.unwrap().call(get("a")).await.unwrap());
+        }
+        let res = res.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let names: Vec<_> = res
+            .headers()
+            .keys()
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.starts_with("x-ratelimit")),
+            "{names:?}"
+        );
+        let policy = format!("\"{name}\";q=100;w=60");
+        assert_eq!(res.headers()["ratelimit-policy"], policy.as_str());
+        let r = res.headers()["ratelimit"].to_str().unwrap();
+        let want = format!("\"{name}\";r={};t=", 100 - requests);
+        assert!(r.starts_with(&want), "{r}");
+    }
+}
+
+#[tokio::test]
+async fn ietf_only_denial_keeps_retry_after() {
+    let policy = Policy::new().rule(Rule::new("ip", Quota::per_minute(1)), Global);
+    let layer = ThrottleLayer::with_responder(
+        policy,
+        MemoryBackend::default(),
+        HttpResponder::new()
+            .ietf_headers(true)
+            .x_ratelimit_headers(false),
+    )
+    .unwrap();
+    let (_, inner) = counting();
+    let mut svc = layer.layer(inner);
+    svc.ready().await.unwrap().call(get("a")).await.unwrap();
+    let res = svc.ready().await.unwrap().call(get("a")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let names: Vec<_> = res
+        .headers()
+        .keys()
+        .map(|n| n.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "content-type",
+            "content-length",
+            "retry-after",
+            "ratelimit-policy",
+            "ratelimit"
+        ]
+    );
+    let retry = res.headers()["retry-after"].to_str().unwrap().to_owned();
+    assert_eq!(res.headers()["ratelimit-policy"], "\"ip\";q=1;w=60");
+    assert_eq!(
+        res.headers()["ratelimit"],
+        format!("\"ip\";r=0;t={retry}").as_str()
+    );
+    let length: usize = res.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        res.into_body().collect().await.unwrap().to_bytes().len(),
+        length
+    );
+}
+
 #[test]
 fn poll_ready_forwards_to_the_inner_service() {
     #[derive(Clone)]

@@ -142,11 +142,14 @@ impl Loader<'_> {
             Some(h) => match h.get_ref().as_str() {
                 "x-ratelimit" => HeaderStyle::XRateLimit,
                 "ietf" => HeaderStyle::Ietf,
+                "ietf-only" => HeaderStyle::IetfOnly,
                 other => {
                     return Err(self.err(
                         "headers",
                         h.span(),
-                        format!("must be \"x-ratelimit\" or \"ietf\" (got {other:?})"),
+                        format!(
+                            "must be \"x-ratelimit\", \"ietf\" or \"ietf-only\" (got {other:?})"
+                        ),
                     ));
                 }
             },
