@@ -185,20 +185,45 @@ impl SuccessHeaders {
 }
 
 /// `RateLimit: "name";r=remaining;t=t`, the quoted name being the start of
-/// `policy` (a `RateLimit-Policy` value); one allocation of its size.
+/// `policy` (a `RateLimit-Policy` value). The last few are kept per thread,
+/// as rendered numbers are: a key far from its limit, or answers within
+/// one second of each other at a full bucket, repeat the same field.
 fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
     let bytes = policy.as_bytes();
     let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
     let name = &bytes[..=end];
-    let (mut r_buf, mut t_buf) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let (r, t) = (r_buf.format(remaining), t_buf.format(t));
-    let mut text = Vec::with_capacity(name.len() + 6 + r.len() + t.len());
-    text.extend_from_slice(name);
-    text.extend_from_slice(b";r=");
-    text.extend_from_slice(r.as_bytes());
-    text.extend_from_slice(b";t=");
-    text.extend_from_slice(t.as_bytes());
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
+    let slot = (remaining ^ t.rotate_left(40) ^ name.len() as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> 61;
+    RECENT_FIELDS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let entry = &mut cache[slot as usize];
+        if let Some((r, tt, value)) = entry
+            && *r == remaining
+            && *tt == t
+            && value.as_bytes().get(..name.len()) == Some(name)
+            && value.as_bytes().get(name.len()) == Some(&b';')
+        {
+            return Some(value.clone());
+        }
+        let (mut r_buf, mut t_buf) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (r, t_text) = (r_buf.format(remaining), t_buf.format(t));
+        let mut text = Vec::with_capacity(name.len() + 6 + r.len() + t_text.len());
+        text.extend_from_slice(name);
+        text.extend_from_slice(b";r=");
+        text.extend_from_slice(r.as_bytes());
+        text.extend_from_slice(b";t=");
+        text.extend_from_slice(t_text.as_bytes());
+        let value = HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()?;
+        *entry = Some((remaining, t, value.clone()));
+        Some(value)
+    })
+}
+
+thread_local! {
+    /// Recent `RateLimit` fields: (remaining, t, value).
+    static RECENT_FIELDS: std::cell::RefCell<[Option<(u64, u64, HeaderValue)>; 8]> =
+        const { std::cell::RefCell::new([const { None }; 8]) };
 }
 
 /// The numbers 0 to 1023 as text, made once and kept for the program's

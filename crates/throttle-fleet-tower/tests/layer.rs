@@ -371,7 +371,7 @@ async fn ietf_only_sends_the_two_fields_and_no_trio() {
         let policy = Policy::new().rule(Rule::new(name, Quota::per_minute(100)), Global);
         ThrottleLayer::with_responder(policy, MemoryBackend::default(), ietf_only).unwrap()
     };
-    for (name, requests) in [("ip", 1), ("ix", 3), ("ip", 1)] {
+    for (name, requests) in [("ip", 1), ("ix", 1), ("ip", 3)] {
         let (_, inner) = counting();
         let mut svc = layer(name).layer(inner);
         let mut res = None;
