@@ -32,8 +32,7 @@ impl Integration for Tonic {
     }
 
     fn responder(&self, config: &GatewayConfig) -> GrpcResponder {
-        GrpcResponder::new()
-            .http(config.headers.responder())
+        GrpcResponder::new().http(config.headers.responder())
     }
 }
 

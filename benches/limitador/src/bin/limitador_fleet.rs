@@ -25,7 +25,8 @@
 //! windows, which start at the first check after the last one expired)
 //! and in any sliding window of one interval, as multiples of the quota;
 //! Redis commands per check (`INFO commandstats` totals, reset before each
-//! run, those run inside scripts included).
+//! run, those run inside scripts included), and of those the heartbeat
+//! `PING`s of our node watch (limitador sends none).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -250,27 +251,33 @@ fn worst_aligned(admitted: &[u64], anchored: bool) -> usize {
     counts.values().copied().max().unwrap_or(0)
 }
 
-async fn redis_commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+/// Commands Redis ran since the stats were reset (this program's own
+/// `INFO` and `CONFIG` left out), and of those the `PING`s (our node
+/// watch's heartbeats).
+async fn redis_commands(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await
         .expect("INFO answers");
-    info.lines()
-        .filter(|l| {
-            l.starts_with("cmdstat_")
-                && !l.starts_with("cmdstat_info")
-                && !l.starts_with("cmdstat_config")
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    let calls = |l: &str| {
+        l.split("calls=")
+            .nth(1)
+            .and_then(|c| c.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (mut total, mut pings) = (0, 0);
+    for l in info.lines().filter(|l| {
+        l.starts_with("cmdstat_")
+            && !l.starts_with("cmdstat_info")
+            && !l.starts_with("cmdstat_config")
+    }) {
+        total += calls(l);
+        if l.starts_with("cmdstat_ping:") {
+            pings += calls(l);
+        }
+    }
+    (total, pings)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -291,12 +298,17 @@ async fn main() {
     );
     println!();
     println!(
-        "| traffic | subject | checks | admitted | worst aligned interval | worst sliding interval | Redis commands per check |"
+        "| traffic | subject | checks | admitted | worst aligned interval | worst sliding interval | Redis commands per check | of which heartbeats |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    // `FLEET_ONLY=<text>`: only the models and subjects whose name holds it.
+    let only = std::env::var("FLEET_ONLY").unwrap_or_default();
     for model in ["uniform 3x", "skewed 2x", "burst"] {
         let plan = schedule(model, seconds);
         for subject in ["throttle approximate", "limitador cached"] {
+            if !format!("{model} {subject}").contains(&only) {
+                continue;
+            }
             let _: () = redis::cmd("FLUSHALL")
                 .query_async(&mut conn)
                 .await
@@ -317,16 +329,17 @@ async fn main() {
             let admitted = play(fleet.clone(), &plan).await;
             // The last flushes of what was admitted.
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            let commands = redis_commands(&mut conn).await;
+            let (commands, pings) = redis_commands(&mut conn).await;
             drop(fleet);
             let aligned = worst_aligned(&admitted, subject.starts_with("limitador"));
             println!(
-                "| {model} | {subject} | {} | {} | {:.3}x | {:.3}x | {:.4} |",
+                "| {model} | {subject} | {} | {} | {:.3}x | {:.3}x | {:.4} | {:.4} |",
                 plan.len(),
                 admitted.len(),
                 aligned as f64 / QUOTA as f64,
                 worst_sliding(&admitted) as f64 / QUOTA as f64,
                 commands as f64 / plan.len() as f64,
+                pings as f64 / plan.len() as f64,
             );
         }
     }
