@@ -1,5 +1,6 @@
 //! Memory per tracked key at one million keys: the memory backend (token
-//! bucket) next to governor's keyed limiter.
+//! bucket) next to governor's keyed limiter and throttle-kit's (its keys
+//! are strings: the text of each key is counted, as its table owns it).
 //!
 //! Run with `cargo bench -p throttle-fleet-core --bench memory` (Linux only; a few
 //! seconds).
@@ -43,6 +44,16 @@ fn rss_anon() -> u64 {
     kib * 1024
 }
 
+/// Polls a future that is ready at once (throttle-kit's in-memory check).
+fn ready_now<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => unreachable!("the in-memory backend decides at once"),
+    }
+}
+
 /// Measures one subject in this process and prints bytes per key.
 fn child(subject: &str) {
     // Keys are built on the stack in the loop: nothing but the limiter grows.
@@ -74,6 +85,23 @@ fn child(subject: &str) {
             black_box(&limiter);
             (before, after, limiter.len())
         }
+        "throttle-kit" => {
+            let limiter = throttle_kit::RateLimiter::new(
+                throttle_kit::Quota::per_second(1_000_000_000),
+                throttle_kit::InMemoryBackend::new(),
+            );
+            let before = rss_anon();
+            let mut text = String::new();
+            for k in 0..KEYS {
+                use std::fmt::Write as _;
+                text.clear();
+                let _ = write!(text, "{k}");
+                assert!(ready_now(limiter.check(&text)).allowed);
+            }
+            let after = rss_anon();
+            black_box(&limiter);
+            (before, after, KEYS as usize)
+        }
         other => panic!("unknown subject {other:?}"),
     };
     assert_eq!(tracked as u64, KEYS);
@@ -92,10 +120,10 @@ fn main() {
     let exe = std::env::current_exe().expect("current executable");
     println!("resident bytes per tracked key at {KEYS} keys");
     println!(
-        "{:<10} {:>16} {:>20}",
+        "{:<12} {:>16} {:>20}",
         "subject", "glibc defaults", "mmap threshold 64K"
     );
-    for subject in ["throttle", "governor"] {
+    for subject in ["throttle", "governor", "throttle-kit"] {
         let mut cells = Vec::new();
         for threshold in [None, Some("65536")] {
             let mut cmd = Command::new(&exe);
@@ -116,6 +144,6 @@ fn main() {
                 .expect("bytes per key");
             cells.push(format!("{bytes:.1}"));
         }
-        println!("{subject:<10} {:>16} {:>20}", cells[0], cells[1]);
+        println!("{subject:<12} {:>16} {:>20}", cells[0], cells[1]);
     }
 }
