@@ -184,46 +184,97 @@ impl SuccessHeaders {
     }
 }
 
-/// `RateLimit: "name";r=remaining;t=t`, the quoted name being the start of
-/// `policy` (a `RateLimit-Policy` value). The last few are kept per thread,
-/// as rendered numbers are: a key far from its limit, or answers within
-/// one second of each other at a full bucket, repeat the same field.
-fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
-    let bytes = policy.as_bytes();
-    let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
-    let name = &bytes[..=end];
-    let slot = (remaining ^ t.rotate_left(40) ^ name.len() as u64)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        >> 61;
-    RECENT_FIELDS.with(|cache| {
+/// A rendered header value kept for reuse, with the figures it was made
+/// from.
+type Kept = Option<(u64, u64, HeaderValue)>;
+
+/// Eight recent IETF field values per thread, direct-mapped by `(a, b)`
+/// and the rule name's length: a kept value with the same figures that
+/// `fits` (the name compared) is cloned; otherwise `render` makes one and
+/// it takes the slot.
+fn kept_or_render(
+    cache: &'static std::thread::LocalKey<std::cell::RefCell<[Kept; 8]>>,
+    (a, b, name_len): (u64, u64, usize),
+    fits: impl Fn(&[u8]) -> bool,
+    render: impl FnOnce() -> Option<HeaderValue>,
+) -> Option<HeaderValue> {
+    let slot = (a ^ b.rotate_left(32) ^ name_len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
+    cache.with(|cache| {
         let mut cache = cache.borrow_mut();
         let entry = &mut cache[slot as usize];
-        if let Some((r, tt, value)) = entry
-            && *r == remaining
-            && *tt == t
-            && value.as_bytes().get(..name.len()) == Some(name)
-            && value.as_bytes().get(name.len()) == Some(&b';')
+        if let Some((ka, kb, value)) = entry
+            && (*ka, *kb) == (a, b)
+            && fits(value.as_bytes())
         {
             return Some(value.clone());
         }
-        let (mut r_buf, mut t_buf) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let (r, t_text) = (r_buf.format(remaining), t_buf.format(t));
-        let mut text = Vec::with_capacity(name.len() + 6 + r.len() + t_text.len());
-        text.extend_from_slice(name);
-        text.extend_from_slice(b";r=");
-        text.extend_from_slice(r.as_bytes());
-        text.extend_from_slice(b";t=");
-        text.extend_from_slice(t_text.as_bytes());
-        let value = HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()?;
-        *entry = Some((remaining, t, value.clone()));
+        let value = render()?;
+        *entry = Some((a, b, value.clone()));
         Some(value)
     })
 }
 
 thread_local! {
-    /// Recent `RateLimit` fields: (remaining, t, value).
-    static RECENT_FIELDS: std::cell::RefCell<[Option<(u64, u64, HeaderValue)>; 8]> =
+    /// Recent `RateLimit-Policy` values: (limit, window seconds, value).
+    static POLICIES: std::cell::RefCell<[Kept; 8]> =
         const { std::cell::RefCell::new([const { None }; 8]) };
+    /// Recent `RateLimit` fields: (remaining, t, value).
+    static FIELDS: std::cell::RefCell<[Kept; 8]> =
+        const { std::cell::RefCell::new([const { None }; 8]) };
+}
+
+/// `"name"` followed by `{k1}{v1}{k2}{v2}` (keys such as `;q=`), as a
+/// header value (rule names are restricted to `[A-Za-z0-9_.-]`, so it is
+/// always valid).
+fn draft_item(name: &[u8], (k1, v1): (&[u8], u64), (k2, v2): (&[u8], u64)) -> Option<HeaderValue> {
+    let (mut b1, mut b2) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (v1, v2) = (b1.format(v1).as_bytes(), b2.format(v2).as_bytes());
+    let mut text = Vec::with_capacity(name.len() + 2 + k1.len() + k2.len() + v1.len() + v2.len());
+    text.push(b'"');
+    text.extend_from_slice(name);
+    text.push(b'"');
+    text.extend_from_slice(k1);
+    text.extend_from_slice(v1);
+    text.extend_from_slice(k2);
+    text.extend_from_slice(v2);
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
+}
+
+/// Whether a kept IETF value is `name`'s: it starts with `"name";`.
+fn names(value: &[u8], name: &[u8]) -> bool {
+    value.first() == Some(&b'"')
+        && value.get(1..=name.len()) == Some(name)
+        && value.get(name.len() + 1..name.len() + 3) == Some(b"\";")
+}
+
+/// `RateLimit-Policy`'s value, `"name";q=limit;w=window` (the window in
+/// whole seconds, rounded up), for the rule named `name`: the same for
+/// every answer under that rule and quota, so recent ones are cloned.
+pub(crate) fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderValue {
+    let (w, name) = (retry_after_secs(window), name.as_bytes());
+    kept_or_render(
+        &POLICIES,
+        (limit, w, name.len()),
+        |value| names(value, name),
+        || draft_item(name, (b";q=", limit), (b";w=", w)),
+    )
+    .unwrap_or_else(|| HeaderValue::from_static("\"\""))
+}
+
+/// `RateLimit: "name";r=remaining;t=t`, the quoted name being the start of
+/// `policy` (a [`policy_value`]). Recent ones are cloned, as rendered
+/// numbers are: a key far from its limit, or answers within one second of
+/// each other at a full bucket, repeat the same field.
+pub(crate) fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
+    let bytes = policy.as_bytes();
+    let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
+    let name = &bytes[1..end];
+    kept_or_render(
+        &FIELDS,
+        (remaining, t, name.len()),
+        |value| names(value, name),
+        || draft_item(name, (b";r=", remaining), (b";t=", t)),
+    )
 }
 
 /// The numbers 0 to 1023 as text, made once and kept for the program's

@@ -12,8 +12,8 @@ use throttle_fleet_core::{Allowed, Denied, Refused, Rule};
 
 use crate::headers::{
     HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, number, rate_limit_headers,
-    retry_after_secs,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, number, policy_value,
+    rate_limit_headers, ratelimit_field, retry_after_secs,
 };
 
 /// Why a request is answered by the limiter instead of the service.
@@ -165,69 +165,12 @@ impl HttpResponder {
         remaining: u64,
         t: u64,
     ) {
-        let name = rule.name();
-        let w = retry_after_secs(window);
-        let mut policy = String::with_capacity(name.len() + 32);
-        let mut buf = itoa::Buffer::new();
-        policy.push('"');
-        policy.push_str(name);
-        policy.push_str("\";q=");
-        policy.push_str(buf.format(limit));
-        policy.push_str(";w=");
-        policy.push_str(buf.format(w));
-        let mut now = String::with_capacity(name.len() + 32);
-        now.push('"');
-        now.push_str(name);
-        now.push_str("\";r=");
-        now.push_str(buf.format(remaining));
-        now.push_str(";t=");
-        now.push_str(buf.format(t));
-        // Rule names are restricted to [A-Za-z0-9_.-]: always valid.
-        if let (Ok(p), Ok(n)) = (HeaderValue::try_from(policy), HeaderValue::try_from(now)) {
-            out.push(RATELIMIT_POLICY.clone(), p);
-            out.push(RATELIMIT.clone(), n);
+        let policy = policy_value(rule.name(), limit, window);
+        if let Some(now) = ratelimit_field(&policy, remaining, t) {
+            out.push(RATELIMIT_POLICY.clone(), policy);
+            out.push(RATELIMIT.clone(), now);
         }
     }
-}
-
-/// `RateLimit-Policy`'s value, `"name";q=limit;w=window`, for a rule
-/// named `name`: the same for every answer under that rule and quota, so
-/// the last few are kept per thread and cloned (no allocation).
-fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderValue {
-    let w = retry_after_secs(window);
-    let slot =
-        (limit ^ w.rotate_left(32) ^ name.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
-    POLICIES.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        let entry = &mut cache[slot as usize];
-        if let Some((l, ww, value)) = entry
-            && *l == limit
-            && *ww == w
-            && value.as_bytes().get(1..=name.len()) == Some(name.as_bytes())
-            && value.as_bytes().get(name.len() + 1) == Some(&b'"')
-        {
-            return value.clone();
-        }
-        let mut buf = itoa::Buffer::new();
-        let mut text = String::with_capacity(name.len() + 32);
-        text.push('"');
-        text.push_str(name);
-        text.push_str("\";q=");
-        text.push_str(buf.format(limit));
-        text.push_str(";w=");
-        text.push_str(buf.format(w));
-        // Rule names are restricted to [A-Za-z0-9_.-]: always valid.
-        let value =
-            HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("\"\""));
-        *entry = Some((limit, w, value.clone()));
-        value
-    })
-}
-
-thread_local! {
-    /// Recent `RateLimit-Policy` values: (limit, window seconds, value).
-    static POLICIES: RefCell<[Option<(u64, u64, HeaderValue)>; 8]> =
-        const { RefCell::new([const { None }; 8]) };
 }
 
 /// `{"error":..,"message":..,"dimension":..}` plus an optional retry field,
