@@ -74,13 +74,8 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::{Router, routing::get};
-use bytes::Bytes;
-use http::Response;
-use http::request::Parts;
-use throttle_fleet_axum::core::Allowed;
-use throttle_fleet_axum::headers::SuccessHeaders;
 use throttle_fleet_axum::key::Header;
-use throttle_fleet_axum::responder::{HttpResponder, Rejection, Responder};
+use throttle_fleet_axum::responder::HttpResponder;
 use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 use tower_governor::governor::GovernorConfigBuilder;
@@ -195,19 +190,6 @@ fn memory_backend() -> Result<MemoryBackend, Box<dyn std::error::Error>> {
 fn ours(keying: Keying, quota: Quota) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
     let policy = keying.policy(Rule::new(keying.rule_name(), quota).token_bucket());
     Ok(ThrottleLayer::new(policy, memory_backend()?)?)
-}
-
-/// The HTTP responder without success headers.
-struct NoSuccessHeaders(HttpResponder);
-
-impl Responder for NoSuccessHeaders {
-    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
-        self.0.reject(req, rejection)
-    }
-
-    fn allowed(&self, _req: &Parts, _allowed: &Allowed, _rule: &Rule) -> SuccessHeaders {
-        SuccessHeaders::none()
-    }
 }
 
 /// The token bucket script of the API-gateway design, verbatim.
@@ -371,7 +353,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             app.layer(throttle_fleet_tower::ThrottleLayer::with_responder(
                 policy,
                 memory_backend()?,
-                NoSuccessHeaders(HttpResponder::new()),
+                HttpResponder::new().success_headers(false),
             )?)
         }
         "naive-pool" | "naive-mux" => {

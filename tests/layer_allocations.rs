@@ -23,15 +23,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
-use bytes::Bytes;
-use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use throttle_fleet_axum::core::Allowed;
-use throttle_fleet_axum::headers::SuccessHeaders;
-use throttle_fleet_axum::responder::{HttpResponder, Rejection, Responder};
-use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule};
+use throttle_fleet_axum::responder::HttpResponder;
+use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
 use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -42,32 +38,14 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 /// Requests per subject; the least count of one request is kept.
 const REQUESTS: usize = 50;
 
-/// The HTTP responder without success headers.
-#[derive(Default)]
-struct NoSuccessHeaders(HttpResponder);
-
-impl Responder for NoSuccessHeaders {
-    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
-        self.0.reject(req, rejection)
-    }
-
-    fn allowed(&self, _req: &Parts, _allowed: &Allowed, _rule: &Rule) -> SuccessHeaders {
-        SuccessHeaders::none()
-    }
-}
-
 fn hello() -> Router {
     Router::new().route("/", get(|| async { "Hello, World!" }))
 }
 
-fn ours<R: Responder + Default>(quota: Quota) -> Router {
+fn ours(quota: Quota, responder: HttpResponder) -> Router {
     let policy = Policy::new().rule(Rule::new("ip", quota), ClientIp::default());
-    let layer = throttle_fleet_tower::ThrottleLayer::<R>::with_responder(
-        policy,
-        MemoryBackend::default(),
-        R::default(),
-    )
-    .expect("a valid policy");
+    let layer = ThrottleLayer::with_responder(policy, MemoryBackend::default(), responder)
+        .expect("a valid policy");
     hello().layer(layer)
 }
 
@@ -162,9 +140,12 @@ fn main() {
     let count =
         |router: Router, status: StatusCode| per_request(&rt, router, status) as i64 - bare as i64;
 
-    let ours_allowed = count(ours::<HttpResponder>(plenty), ok);
-    let ours_no_headers = count(ours::<NoSuccessHeaders>(plenty), ok);
-    let ours_denied = count(ours::<HttpResponder>(Quota::per_hour(1)), limited);
+    let ours_allowed = count(ours(plenty, HttpResponder::new()), ok);
+    let ours_no_headers = count(
+        ours(plenty, HttpResponder::new().success_headers(false)),
+        ok,
+    );
+    let ours_denied = count(ours(Quota::per_hour(1), HttpResponder::new()), limited);
     let governor_allowed = count(governor(true, true), ok);
     let governor_no_headers = count(governor(true, false), ok);
     let governor_denied = count(governor(false, true), limited);

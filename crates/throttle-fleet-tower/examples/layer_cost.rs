@@ -25,31 +25,13 @@
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response, header::CONTENT_TYPE};
-use throttle_fleet_tower::core::Allowed;
-use throttle_fleet_tower::headers::SuccessHeaders;
 use throttle_fleet_tower::key::{ClientAddr, Header};
-use throttle_fleet_tower::responder::{Rejection, Responder};
 use throttle_fleet_tower::{
     HttpResponder, KeyExtractor, MemoryBackend, Policy, Quota, Rule, ThrottleLayer,
 };
 use tower::{Layer, Service, ServiceExt, service_fn};
-
-/// The HTTP responder without success headers.
-#[derive(Default)]
-struct NoSuccessHeaders(HttpResponder);
-
-impl Responder for NoSuccessHeaders {
-    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
-        self.0.reject(req, rejection)
-    }
-
-    fn allowed(&self, _req: &Parts, _allowed: &Allowed, _rule: &Rule) -> SuccessHeaders {
-        SuccessHeaders::none()
-    }
-}
 
 fn peer(req: &Parts) -> Option<SocketAddr> {
     req.extensions.get::<SocketAddr>().copied()
@@ -94,9 +76,10 @@ fn main() {
             rt.block_on(drive(layer.layer(service_fn(hello)), n))
         }
         "no-headers" => {
-            let layer = ThrottleLayer::<NoSuccessHeaders>::new(
+            let layer = ThrottleLayer::with_responder(
                 policy(plenty, by_peer()),
                 MemoryBackend::default(),
+                HttpResponder::new().success_headers(false),
             )
             .unwrap();
             rt.block_on(drive(layer.layer(service_fn(hello)), n))

@@ -110,6 +110,8 @@ pub struct HttpResponder {
     ietf: bool,
     /// The `X-RateLimit-*` trio (on unless turned off with `ietf` on).
     legacy: bool,
+    /// Headers on allowed answers at all.
+    success: bool,
 }
 
 impl Default for HttpResponder {
@@ -124,7 +126,17 @@ impl HttpResponder {
         Self {
             ietf: false,
             legacy: true,
+            success: true,
         }
+    }
+
+    /// Whether allowed answers carry rate-limit headers (default on). Off,
+    /// only refusals do: for services whose clients do not read them, or
+    /// that must not tell a client how close it is to its limit.
+    #[must_use]
+    pub const fn success_headers(mut self, on: bool) -> Self {
+        self.success = on;
+        self
     }
 
     /// Also sends the IETF draft `RateLimit-Policy` and `RateLimit` fields.
@@ -375,6 +387,9 @@ impl Responder for HttpResponder {
     }
 
     fn allowed(&self, _req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+        if !self.success {
+            return SuccessHeaders::none();
+        }
         if self.ietf_only() {
             let policy = policy_value(rule.name(), allowed.limit, allowed.quota.period());
             // (Degraded: the fleet's remaining count is not known, so no

@@ -360,6 +360,34 @@ async fn ietf_headers_when_asked() {
     assert!(r.starts_with("\"ip\";r=99;t="), "{r}");
 }
 
+/// A layer of `rule` keyed by nothing (`Global`), on the memory backend.
+fn one_rule(rule: Rule, responder: HttpResponder) -> ThrottleLayer<HttpResponder> {
+    let policy = Policy::new().rule(rule, Global);
+    ThrottleLayer::with_responder(policy, MemoryBackend::default(), responder).unwrap()
+}
+
+/// The names of a response's headers, in order.
+fn header_names<B>(res: &Response<B>) -> Vec<String> {
+    res.headers()
+        .keys()
+        .map(|n| n.as_str().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn no_success_headers_when_turned_off_but_a_denial_keeps_them() {
+    let quiet = HttpResponder::new().success_headers(false);
+    let (_, inner) = counting();
+    let mut svc = one_rule(Rule::new("ip", Quota::per_minute(1)), quiet).layer(inner);
+    let res = svc.ready().await.unwrap().call(get("a")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let names = header_names(&res);
+    assert!(!names.iter().any(|n| n.contains("ratelimit")), "{names:?}");
+    let res = svc.ready().await.unwrap().call(get("a")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["x-ratelimit-limit"], "1");
+}
+
 #[tokio::test]
 async fn ietf_only_sends_the_two_fields_and_no_trio() {
     // Two layers on this thread whose rules differ only by name: a policy
@@ -367,10 +395,7 @@ async fn ietf_only_sends_the_two_fields_and_no_trio() {
     let ietf_only = HttpResponder::new()
         .ietf_headers(true)
         .x_ratelimit_headers(false);
-    let layer = |name: &str| {
-        let policy = Policy::new().rule(Rule::new(name, Quota::per_minute(100)), Global);
-        ThrottleLayer::with_responder(policy, MemoryBackend::default(), ietf_only).unwrap()
-    };
+    let layer = |name: &str| one_rule(Rule::new(name, Quota::per_minute(100)), ietf_only);
     for (name, requests) in [("ip", 1), ("ix", 1), ("ip", 3)] {
         let (_, inner) = counting();
         let mut svc = layer(name).layer(inner);
@@ -380,11 +405,7 @@ async fn ietf_only_sends_the_two_fields_and_no_trio() {
         }
         let res = res.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
-        let names: Vec<_> = res
-            .headers()
-            .keys()
-            .map(|n| n.as_str().to_owned())
-            .collect();
+        let names = header_names(&res);
         assert!(
             !names.iter().any(|n| n.starts_with("x-ratelimit")),
             "{names:?}"
@@ -399,25 +420,16 @@ async fn ietf_only_sends_the_two_fields_and_no_trio() {
 
 #[tokio::test]
 async fn ietf_only_denial_keeps_retry_after() {
-    let policy = Policy::new().rule(Rule::new("ip", Quota::per_minute(1)), Global);
-    let layer = ThrottleLayer::with_responder(
-        policy,
-        MemoryBackend::default(),
-        HttpResponder::new()
-            .ietf_headers(true)
-            .x_ratelimit_headers(false),
-    )
-    .unwrap();
+    let ietf_only = HttpResponder::new()
+        .ietf_headers(true)
+        .x_ratelimit_headers(false);
+    let layer = one_rule(Rule::new("ip", Quota::per_minute(1)), ietf_only);
     let (_, inner) = counting();
     let mut svc = layer.layer(inner);
     svc.ready().await.unwrap().call(get("a")).await.unwrap();
     let res = svc.ready().await.unwrap().call(get("a")).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-    let names: Vec<_> = res
-        .headers()
-        .keys()
-        .map(|n| n.as_str().to_owned())
-        .collect();
+    let names = header_names(&res);
     assert_eq!(
         names,
         [
