@@ -15,10 +15,11 @@
 //! the table subtracts it. Each figure is the least of three runs (a check
 //! that reads the clock can differ by a few instructions from run to run).
 
+#[path = "support/callgrind.rs"]
+mod callgrind;
 mod common;
 
 use std::hint::black_box;
-use std::process::Command;
 
 use common::{ORDER_MASK, Subject};
 
@@ -85,27 +86,7 @@ fn child(spec: &str) {
 
 /// Instructions collected in one child run.
 fn collected(scenario: &str, subject: &str) -> u64 {
-    let exe = std::env::current_exe().expect("own path");
-    let out = Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--toggle-collect=*measured*",
-            "--callgrind-out-file=/dev/null",
-        ])
-        .arg(exe)
-        .env(CHILD_VAR, format!("{scenario} {subject}"))
-        .output()
-        .expect("valgrind runs (is it installed?)");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{scenario} {subject}: {stderr}");
-    stderr
-        .lines()
-        .find_map(|l| {
-            l.split_once("Collected :")
-                .map(|(_, n)| n.trim().to_owned())
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no `Collected :` line from callgrind: {stderr}"))
+    callgrind::collected(CHILD_VAR, &format!("{scenario} {subject}"))
 }
 
 fn main() {

@@ -24,9 +24,12 @@
 //! `measured` is counted, the empty loop (`loop`) is subtracted, and each
 //! figure is the least of three runs.
 
+// The core's instruction-count runner, so both count the same way.
+#[path = "../../../../crates/throttle-fleet-core/benches/support/callgrind.rs"]
+mod callgrind;
+
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::process::Command;
 
 use limitador::RateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
@@ -156,26 +159,7 @@ fn child(spec: &str) {
 }
 
 fn collected(scenario: &str, subject: &str) -> u64 {
-    let out = Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--toggle-collect=*measured*",
-            "--callgrind-out-file=/dev/null",
-        ])
-        .arg(std::env::current_exe().expect("own path"))
-        .env(CHILD_VAR, format!("{scenario} {subject}"))
-        .output()
-        .expect("valgrind runs (is it installed?)");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{scenario} {subject}: {stderr}");
-    stderr
-        .lines()
-        .find_map(|l| {
-            l.split_once("Collected :")
-                .map(|(_, n)| n.trim().to_owned())
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no `Collected :` line from callgrind: {stderr}"))
+    callgrind::collected(CHILD_VAR, &format!("{scenario} {subject}"))
 }
 
 fn main() {
