@@ -20,10 +20,17 @@
 //! - `burst`: 0.5x for one interval, then 3,000 checks within one second
 //!   round-robin, then 0.5x again.
 //!
-//! Figures per subject and model: the most admitted in any aligned
+//! Beside the modelled client (`heavy`), a second one (`polite`) keeps to
+//! half its quota, evenly over the instances, in every model.
+//!
+//! Figures per subject and model: of the heavy client, the most admitted in any aligned
 //! interval (ours: the Unix clock's 10 s windows; limitador: its counter's
 //! windows, which start at the first check after the last one expired)
-//! and in any sliding window of one interval, as multiples of the quota;
+//! and in any sliding window of one interval, as multiples of the quota,
+//! and its false denials (checks a perfect fixed-window limiter on the Unix
+//! clock admits that the subject denied, as a share of what that limiter
+//! admits); how many of the polite client's checks were denied (a perfect
+//! limiter denies none);
 //! Redis commands per check (`INFO commandstats` totals, reset before each
 //! run, those run inside scripts included), and of those the heartbeat
 //! `PING`s of our node watch (limitador sends none).
@@ -56,12 +63,12 @@ enum Instance {
 }
 
 impl Instance {
-    async fn check(&self) -> bool {
+    async fn check(&self, client: &'static str) -> bool {
         match self {
             Self::Ours { rules, rule, .. } => {
                 let demand = [Demand {
                     rule: *rule,
-                    key: Key::new("client-1"),
+                    key: Key::new(client),
                     cost: 1,
                 }];
                 match rules.check(&demand) {
@@ -70,10 +77,7 @@ impl Instance {
                 }
             }
             Self::Limitador { limiter, namespace } => {
-                let ctx = Context::from(HashMap::from([(
-                    "client".to_owned(),
-                    "client-1".to_owned(),
-                )]));
+                let ctx = Context::from(HashMap::from([("client".to_owned(), client.to_owned())]));
                 match limiter
                     .check_rate_limited_and_update(namespace, &ctx, 1)
                     .await
@@ -185,27 +189,56 @@ fn schedule(model: &str, seconds: u64) -> Vec<(Duration, usize)> {
     out
 }
 
-/// Plays `plan` against `fleet`: the Unix time (µs) of every admitted
-/// check, in order.
-async fn play(fleet: Arc<Vec<Instance>>, plan: &[(Duration, usize)]) -> Vec<u64> {
+/// The two clients: the one the traffic model drives, and one that keeps
+/// to half its quota, evenly over the instances.
+const CLIENTS: [&str; 2] = ["heavy", "polite"];
+
+/// One check as played: when it was sent (Unix µs), by which client, and
+/// whether it was admitted.
+struct Played {
+    at_us: u64,
+    client: usize,
+    allowed: bool,
+}
+
+/// Plays `plan` (when, on which instance, for which client) against
+/// `fleet`, in time order.
+async fn play(fleet: Arc<Vec<Instance>>, plan: &[(Duration, usize, usize)]) -> Vec<Played> {
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(plan.len());
-    for &(at, i) in plan {
+    for &(at, i, client) in plan {
         tokio::time::sleep_until(start + at).await;
         let fleet = fleet.clone();
         tasks.push(tokio::spawn(async move {
-            let allowed = fleet[i].check().await;
-            allowed.then(unix_us)
+            let at_us = unix_us();
+            let allowed = fleet[i].check(CLIENTS[client]).await;
+            Played {
+                at_us,
+                client,
+                allowed,
+            }
         }));
     }
-    let mut admitted = Vec::new();
+    let mut played = Vec::with_capacity(tasks.len());
     for t in tasks {
-        if let Some(at) = t.await.expect("a check task") {
-            admitted.push(at);
-        }
+        played.push(t.await.expect("a check task"));
     }
-    admitted.sort_unstable();
-    admitted
+    played
+}
+
+/// What a perfect fixed-window limiter on the Unix clock admits of
+/// `played`: the first `QUOTA` of each client in each window.
+fn perfect(played: &[Played]) -> Vec<bool> {
+    let period = PERIOD.as_micros() as u64;
+    let mut used: HashMap<(usize, u64), u64> = HashMap::new();
+    played
+        .iter()
+        .map(|p| {
+            let n = used.entry((p.client, p.at_us / period)).or_default();
+            *n += 1;
+            *n <= QUOTA
+        })
+        .collect()
 }
 
 fn unix_us() -> u64 {
@@ -298,13 +331,24 @@ async fn main() {
     );
     println!();
     println!(
-        "| traffic | subject | checks | admitted | worst aligned interval | worst sliding interval | Redis commands per check | of which heartbeats |"
+        "| traffic | subject | checks | heavy client admitted | worst aligned interval | worst sliding interval | false denials | polite client denied | Redis commands per check | of which heartbeats |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     // `FLEET_ONLY=<text>`: only the models and subjects whose name holds it.
     let only = std::env::var("FLEET_ONLY").unwrap_or_default();
     for model in ["uniform 3x", "skewed 2x", "burst"] {
-        let plan = schedule(model, seconds);
+        let mut plan: Vec<(Duration, usize, usize)> = schedule(model, seconds)
+            .into_iter()
+            .map(|(at, i)| (at, i, 0))
+            .collect();
+        let polite = QUOTA / PERIOD.as_secs() / 2;
+        let step = Duration::from_secs(1) / polite as u32;
+        let mut at = step / 2;
+        while at < Duration::from_secs(seconds) {
+            plan.push((at, plan.len() % INSTANCES, 1));
+            at += step;
+        }
+        plan.sort_by_key(|&(at, ..)| at);
         for subject in ["throttle approximate", "limitador cached"] {
             if !format!("{model} {subject}").contains(&only) {
                 continue;
@@ -326,18 +370,36 @@ async fn main() {
                 .query_async(&mut conn)
                 .await
                 .expect("CONFIG RESETSTAT");
-            let admitted = play(fleet.clone(), &plan).await;
+            let played = play(fleet.clone(), &plan).await;
             // The last flushes of what was admitted.
             tokio::time::sleep(Duration::from_millis(1_500)).await;
             let (commands, pings) = redis_commands(&mut conn).await;
             drop(fleet);
+            let mut admitted: Vec<u64> = played
+                .iter()
+                .filter(|p| p.client == 0 && p.allowed)
+                .map(|p| p.at_us)
+                .collect();
+            admitted.sort_unstable();
+            let perfect = perfect(&played);
+            let heavy_perfect = played
+                .iter()
+                .zip(&perfect)
+                .filter(|(p, ok)| p.client == 0 && **ok);
+            let (given, false_denials) = heavy_perfect.fold((0, 0), |(n, f), (p, _)| {
+                (n + 1, f + usize::from(!p.allowed))
+            });
+            let polite: Vec<_> = played.iter().filter(|p| p.client == 1).collect();
+            let polite_denied = polite.iter().filter(|p| !p.allowed).count();
             let aligned = worst_aligned(&admitted, subject.starts_with("limitador"));
             println!(
-                "| {model} | {subject} | {} | {} | {:.3}x | {:.3}x | {:.4} | {:.4} |",
+                "| {model} | {subject} | {} | {} | {:.3}x | {:.3}x | {:.2}% | {polite_denied} of {} | {:.4} | {:.4} |",
                 plan.len(),
                 admitted.len(),
                 aligned as f64 / QUOTA as f64,
                 worst_sliding(&admitted) as f64 / QUOTA as f64,
+                100.0 * false_denials as f64 / given.max(1) as f64,
+                polite.len(),
                 commands as f64 / plan.len() as f64,
                 pings as f64 / plan.len() as f64,
             );
