@@ -72,6 +72,19 @@ impl Quota {
         Self::new(limit, Duration::from_secs(86_400))
     }
 
+    /// `limit` requests in flight at once, for a concurrency rule
+    /// ([`Rule::concurrency`](crate::Rule::concurrency), and its tiers).
+    /// Such a quota has no window: its period (one second) is never used.
+    ///
+    /// ```
+    /// use throttle_fleet_core::Quota;
+    ///
+    /// assert_eq!(Quota::in_flight(20).limit(), 20);
+    /// ```
+    pub const fn in_flight(limit: u64) -> Self {
+        Self::new(limit, Duration::from_secs(1))
+    }
+
     /// The same rate with a bucket of `burst` units: how much a key may spend
     /// at once after being idle. Applies to the token and leaky buckets; the
     /// window algorithms reject it (their window *is* the burst).

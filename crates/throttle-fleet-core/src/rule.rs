@@ -5,13 +5,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{
-    Algorithm, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
+    Algorithm, Concurrency, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
 };
 use crate::tier::Tiers;
 use crate::{ConfigError, Key, Quota};
 
 /// The longest rule name accepted.
 pub const MAX_RULE_NAME_LEN: usize = 64;
+
+/// How long a concurrency rule's slot lives in a shared backend without
+/// being renewed, unless the rule says otherwise ([`Rule::slot_ttl`]).
+pub const DEFAULT_SLOT_TTL: Duration = Duration::from_secs(10);
+
+/// The shortest slot lifetime accepted: renewals run three times per
+/// lifetime, each bounded by a command timeout of tens of milliseconds.
+pub const MIN_SLOT_TTL: Duration = Duration::from_millis(100);
+
+/// The longest slot lifetime accepted (one day).
+pub const MAX_SLOT_TTL: Duration = Duration::from_secs(86_400);
 
 /// What a rule does when its backend cannot answer (Redis down, hung, or its
 /// circuit breaker open). The memory backend always answers.
@@ -60,6 +71,7 @@ pub struct Rule {
     failure: FailurePolicy,
     tiers: Option<Tiers>,
     shadow: bool,
+    slot_ttl: Duration,
 }
 
 impl Rule {
@@ -74,7 +86,46 @@ impl Rule {
             failure: FailurePolicy::default(),
             tiers: None,
             shadow: false,
+            slot_ttl: DEFAULT_SLOT_TTL,
         }
+    }
+
+    /// A concurrency rule named `name`: at most `limit` requests of a key in
+    /// flight at once (see [`Concurrency`]). A request takes its slot (its
+    /// cost, 1 unless told otherwise) when it is admitted, and the layer
+    /// gives it back when the response body has been sent in full or
+    /// dropped; a denial is answered like a rate limit's, with
+    /// `Retry-After: 1`.
+    ///
+    /// ```
+    /// use throttle_fleet_core::{Algorithm, Quota, Rule};
+    ///
+    /// let rule = Rule::concurrency("inflight", 20);
+    /// assert_eq!(rule.algorithm(), Algorithm::Concurrency);
+    /// assert_eq!(rule.quota(), Quota::in_flight(20));
+    /// assert!(rule.validate().is_ok());
+    /// assert_eq!(Rule::concurrency("inflight", 0).validate().unwrap_err().field(), "quota.limit");
+    /// ```
+    pub fn concurrency(name: impl AsRef<str>, limit: u64) -> Self {
+        Self::new(name, Quota::in_flight(limit)).algorithm_is(Algorithm::Concurrency)
+    }
+
+    /// How long a concurrency rule's slot lives in a shared backend (Redis)
+    /// unless its instance renews it (default [`DEFAULT_SLOT_TTL`], from
+    /// [`MIN_SLOT_TTL`] to [`MAX_SLOT_TTL`], whole milliseconds). An
+    /// instance renews the slots of its running requests three times per
+    /// lifetime, so a slow request keeps its slot however long it runs,
+    /// while the slots of an instance that died come back after at most
+    /// this long. Rate rules and the memory backend do not use it.
+    #[must_use]
+    pub fn slot_ttl(mut self, ttl: Duration) -> Self {
+        self.slot_ttl = ttl;
+        self
+    }
+
+    /// The slot lifetime (see [`slot_ttl`](Self::slot_ttl)).
+    pub fn slot_lifetime(&self) -> Duration {
+        self.slot_ttl
     }
 
     /// Uses `algorithm`.
@@ -321,6 +372,20 @@ impl Rule {
             return Err(ConfigError::new("cost", "must be at least 1 (got 0)"));
         }
         self.quota.validate(self.algorithm.uses_burst())?;
+        if self.algorithm.is_concurrency() {
+            let ttl = self.slot_ttl;
+            if ttl < MIN_SLOT_TTL
+                || ttl > MAX_SLOT_TTL
+                || !ttl.subsec_nanos().is_multiple_of(1_000_000)
+            {
+                return Err(ConfigError::new(
+                    "slot_ttl",
+                    format!(
+                        "must be a whole number of milliseconds from {MIN_SLOT_TTL:?} to one day (got {ttl:?})"
+                    ),
+                ));
+            }
+        }
         if let Some(tiers) = &self.tiers {
             tiers.validate()?;
             for (i, q) in tiers.quotas().iter().enumerate() {
@@ -369,10 +434,12 @@ impl Rule {
             }
             Algorithm::TokenBucket => visit.visit(Gcra::token_bucket(q).map_err(named)?),
             Algorithm::LeakyBucket => visit.visit(Gcra::leaky_bucket(q).map_err(named)?),
+            Algorithm::Concurrency => visit.visit(Concurrency::new(q).map_err(named)?),
         })
     }
 
-    /// The period, for `RateLimit-Policy`-style reporting.
+    /// The period, for `RateLimit-Policy`-style reporting (a concurrency
+    /// rule has none: see [`Algorithm::is_concurrency`]).
     pub fn window(&self) -> Duration {
         self.quota.period()
     }
@@ -434,6 +501,19 @@ mod tests {
             Rule::new("ip", q).cost(0).validate().unwrap_err().rule(),
             Some("ip")
         );
+        assert_eq!(field(Rule::concurrency("c", 2).cost(3)), "cost");
+        for ttl in [
+            Duration::from_millis(99),
+            Duration::from_secs(86_401),
+            Duration::from_micros(150_500),
+        ] {
+            assert_eq!(field(Rule::concurrency("c", 2).slot_ttl(ttl)), "slot_ttl");
+        }
+        // Rate rules do not use a slot lifetime, so none is checked.
+        Rule::new("r", q)
+            .slot_ttl(Duration::ZERO)
+            .validate()
+            .unwrap();
     }
 
     #[test]

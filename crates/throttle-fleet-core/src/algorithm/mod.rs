@@ -15,14 +15,17 @@
 //! | [`SlidingWindowCounter`] | window number + two counts | at most `limit` per aligned window; smooth estimate of the sliding window | approximate: assumes the previous window's traffic was uniform |
 //! | [`Gcra`] as token bucket | one timestamp | at most `burst + elapsed * rate` over any interval | none beyond the burst you choose |
 //! | [`Gcra`] as leaky bucket | one timestamp | admitted requests leave at `rate`, at most `burst` queued | admitted requests wait (shaping) |
+//! | [`Concurrency`] | cost in flight | at most `limit` in flight at once | a slot is held until the request ends (the layer gives it back) |
 //!
 //! [`Quota`]: crate::Quota
 
+mod concurrency;
 mod fixed_window;
 mod gcra;
 mod sliding_counter;
 mod sliding_log;
 
+pub use concurrency::{Concurrency, InFlight};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use sliding_counter::{SlidingWindowCounter, SlidingWindowCounterState};
@@ -47,10 +50,14 @@ pub enum Algorithm {
     /// A queue of `burst` drained at `limit / period` (GCRA); admitted
     /// requests are delayed until their turn instead of passing at once.
     LeakyBucket,
+    /// At most `limit` requests of a key in flight at once, each holding
+    /// its slots until it ends ([`Concurrency`]): not a rate, so not in
+    /// [`ALL`](Self::ALL).
+    Concurrency,
 }
 
 impl Algorithm {
-    /// All five, in the order of the table above.
+    /// The five rate algorithms, in the order of the table above.
     pub const ALL: [Self; 5] = [
         Self::FixedWindow,
         Self::SlidingWindowLog,
@@ -67,7 +74,14 @@ impl Algorithm {
             Self::SlidingWindowCounter => "sliding_window_counter",
             Self::TokenBucket => "token_bucket",
             Self::LeakyBucket => "leaky_bucket",
+            Self::Concurrency => "concurrency",
         }
+    }
+
+    /// Whether the algorithm bounds requests in flight rather than a rate
+    /// ([`Concurrency`]): no window, slots given back as requests end.
+    pub const fn is_concurrency(self) -> bool {
+        matches!(self, Self::Concurrency)
     }
 
     /// Whether the algorithm uses [`Quota::burst`](crate::Quota::burst).

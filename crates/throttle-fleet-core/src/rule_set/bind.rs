@@ -206,6 +206,7 @@ impl RuleSet {
             observer: None,
         });
         self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
+        self.holds = rules.iter().any(|b| b.rule.algorithm().is_concurrency());
         self.rules = rules.into();
         Ok(self.rules.len() - 1)
     }

@@ -6,6 +6,7 @@ mod bind;
 mod check;
 mod combine;
 mod observe;
+mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -19,6 +20,7 @@ use crate::{Allowed, Decision};
 use bind::Bound;
 pub use bind::Carried;
 pub use observe::Observer;
+pub use slots::Slots;
 
 /// The ordered rules a request must all pass, each bound to its backend.
 ///
@@ -56,6 +58,8 @@ pub struct RuleSet {
     /// Whether a remote rule comes before a local one: checks then ask the
     /// local ones first.
     reorder: bool,
+    /// Whether a rule is a concurrency rule ([`RuleSet::holds_slots`]).
+    holds: bool,
 }
 
 impl fmt::Debug for RuleSet {
