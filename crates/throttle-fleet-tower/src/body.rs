@@ -1,5 +1,6 @@
-//! The response body of the throttle service: the inner service's body, or
-//! the limiter's own answer.
+//! The response body of the throttle service: the inner service's body
+//! (holding the request's concurrency slots until it ends), or the
+//! limiter's own answer.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -7,6 +8,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use throttle_fleet_core::rule_set::Slots;
 
 pin_project! {
     /// Either the inner service's body or a complete body written by the
@@ -23,6 +25,8 @@ pin_project! {
         Inner {
             #[pin]
             body: B,
+            // Given back when the body ends, or when it is dropped.
+            slots: Option<Box<Slots>>,
         },
         Full {
             data: Option<Bytes>,
@@ -33,8 +37,15 @@ pin_project! {
 impl<B> ThrottleBody<B> {
     /// Wraps the inner service's body.
     pub fn inner(body: B) -> Self {
+        Self::holding(body, None)
+    }
+
+    /// Wraps the inner service's body, which holds `slots` (a concurrency
+    /// rule's) until its last frame has been read, or until it is dropped
+    /// (a client that went away, a response that was never sent).
+    pub fn holding(body: B, slots: Option<Box<Slots>>) -> Self {
         Self {
-            kind: Kind::Inner { body },
+            kind: Kind::Inner { body, slots },
         }
     }
 
@@ -60,24 +71,43 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Inner { mut body, slots } => {
+                let frame = body.as_mut().poll_frame(cx);
+                if slots.is_some() && ended(&frame, &body) {
+                    *slots = None;
+                }
+                frame
+            }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Inner { body, .. } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body, .. } => body.size_hint(),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
+    }
+}
+
+/// Whether `frame`, just polled from `body`, ends it: no frame left, an
+/// error, or the last frame of a body that knows it is done.
+fn ended<B: Body>(
+    frame: &Poll<Option<Result<Frame<B::Data>, B::Error>>>,
+    body: &Pin<&mut B>,
+) -> bool {
+    match frame {
+        Poll::Ready(None | Some(Err(_))) => true,
+        Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+        Poll::Pending => false,
     }
 }

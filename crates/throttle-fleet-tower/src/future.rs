@@ -9,6 +9,7 @@ use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use throttle_fleet_core::decision::Charged;
+use throttle_fleet_core::rule_set::Slots;
 use throttle_fleet_core::{Decision, Demand};
 use tokio::time::Sleep;
 use tower_service::Service;
@@ -41,6 +42,9 @@ pin_project! {
         headers: SuccessHeaders,
         // Response-aware charges to settle when the inner service answers.
         settle: Option<Box<Settle<R>>>,
+        // Concurrency slots, handed to the body when the inner service
+        // answers (given back if this future is dropped first).
+        slots: Option<Box<Slots>>,
     }
 }
 
@@ -88,13 +92,20 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
             },
             headers: SuccessHeaders::none(),
             settle: None,
+            slots: None,
         }
     }
 
-    /// Settles `settle` when the inner service answers (if it is called).
-    pub(crate) fn settling(mut self, settle: Option<Box<Settle<R>>>) -> Self {
+    /// Settles `settle` when the inner service answers, and holds `slots`
+    /// until its response ends (if it is called).
+    pub(crate) fn settling(
+        mut self,
+        settle: Option<Box<Settle<R>>>,
+        slots: Option<Box<Slots>>,
+    ) -> Self {
         if matches!(self.state, State::Call { .. } | State::Delay { .. }) {
             self.settle = settle;
+            self.slots = slots;
         }
         self
     }
@@ -116,6 +127,7 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
             },
             headers: SuccessHeaders::none(),
             settle: None,
+            slots: None,
         }
     }
 }
@@ -155,6 +167,7 @@ where
                 },
                 headers,
                 settle: None,
+                slots: None,
             },
             Next::Delay(headers, delay) => {
                 let clone = service.clone();
@@ -163,6 +176,7 @@ where
                     state: delaying(delay, ready, Request::from_parts(parts, body)),
                     headers,
                     settle: None,
+                    slots: None,
                 }
             }
             Next::Reject(response) => Self::rejected(response),
@@ -185,7 +199,8 @@ where
                 StateProj::Call { future } => {
                     let result = ready!(future.poll(cx));
                     let settle = this.settle.take();
-                    let mut response = result?.map(ThrottleBody::inner);
+                    let slots = this.slots.take();
+                    let mut response = result?.map(|body| ThrottleBody::holding(body, slots));
                     if let Some(settle) = settle {
                         settle.settle(response.status());
                     }
@@ -194,12 +209,13 @@ where
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Check { pending } => {
-                    let (decision, settle) = match &mut pending.check {
-                        PendingCheck::Plain(check) => (ready!(check.as_mut().poll(cx)), None),
+                    let (decision, settle, slots) = match &mut pending.check {
+                        PendingCheck::Plain(check) => (ready!(check.as_mut().poll(cx)), None, None),
                         PendingCheck::Charged(check, demands) => {
                             let charged = ready!(check.as_mut().poll(cx));
                             let settle = Settle::of(&pending.shared, demands, &charged);
-                            (charged.decision, settle)
+                            let slots = pending.shared.rules.slots(demands, &charged);
+                            (charged.decision, settle, slots)
                         }
                     };
                     let StateOwned::Check { pending } =
@@ -218,12 +234,14 @@ where
                         Next::Call(headers) => {
                             *this.headers = headers;
                             *this.settle = settle;
+                            *this.slots = slots;
                             let future = service.call(Request::from_parts(parts, body));
                             this.state.set(State::Call { future });
                         }
                         Next::Delay(headers, delay) => {
                             *this.headers = headers;
                             *this.settle = settle;
+                            *this.slots = slots;
                             this.state.set(delaying(
                                 delay,
                                 service,

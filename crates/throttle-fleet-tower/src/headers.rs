@@ -261,6 +261,51 @@ pub(crate) fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderVa
     .unwrap_or_else(|| HeaderValue::from_static("\"\""))
 }
 
+/// `RateLimit-Policy`'s value for a concurrency rule:
+/// `"name";q=limit;qu="concurrent-requests"`, with no window (the rule has
+/// none). Kept apart from the rate rules' values in the same cache: no
+/// window is `u64::MAX` seconds long.
+pub(crate) fn in_flight_policy_value(name: &str, limit: u64) -> HeaderValue {
+    let name = name.as_bytes();
+    kept_or_render(
+        &POLICIES,
+        (limit, u64::MAX, name.len()),
+        |value| names(value, name) && value.ends_with(IN_FLIGHT_UNIT),
+        || {
+            let mut value = draft_item(name, (b";q=", limit), (b"", 0))?
+                .as_bytes()
+                .to_vec();
+            value.pop(); // the placeholder's `0`
+            value.extend_from_slice(IN_FLIGHT_UNIT);
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
+        },
+    )
+    .unwrap_or_else(|| HeaderValue::from_static("\"\""))
+}
+
+/// The quota unit of a concurrency rule's `RateLimit-Policy`.
+const IN_FLIGHT_UNIT: &[u8] = b";qu=\"concurrent-requests\"";
+
+/// `RateLimit: "name";r=remaining` for a concurrency rule: no `t`, since
+/// nothing resets with time (a slot comes back when a request ends).
+pub(crate) fn in_flight_field(policy: &HeaderValue, remaining: u64) -> Option<HeaderValue> {
+    let bytes = policy.as_bytes();
+    let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
+    let name = &bytes[1..end];
+    kept_or_render(
+        &FIELDS,
+        (remaining, u64::MAX, name.len()),
+        |value| names(value, name) && !value.windows(3).any(|w| w == b";t="),
+        || {
+            let mut value = draft_item(name, (b";r=", remaining), (b"", 0))?
+                .as_bytes()
+                .to_vec();
+            value.pop();
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
+        },
+    )
+}
+
 /// `RateLimit: "name";r=remaining;t=t`, the quoted name being the start of
 /// `policy` (a [`policy_value`]). Recent ones are cloned, as rendered
 /// numbers are: a key far from its limit, or answers within one second of

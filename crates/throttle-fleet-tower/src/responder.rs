@@ -12,8 +12,9 @@ use throttle_fleet_core::{Allowed, Denied, Refused, Rule};
 
 use crate::headers::{
     HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, number, policy_value,
-    rate_limit_headers, ratelimit_field, retry_after_secs,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, in_flight_field,
+    in_flight_policy_value, number, policy_value, rate_limit_headers, ratelimit_field,
+    retry_after_secs,
 };
 
 /// Why a request is answered by the limiter instead of the service.
@@ -177,8 +178,16 @@ impl HttpResponder {
         remaining: u64,
         t: u64,
     ) {
-        let policy = policy_value(rule.name(), limit, window);
-        if let Some(now) = ratelimit_field(&policy, remaining, t) {
+        let (policy, now) = if rule.algorithm().is_concurrency() {
+            let policy = in_flight_policy_value(rule.name(), limit);
+            let now = in_flight_field(&policy, remaining);
+            (policy, now)
+        } else {
+            let policy = policy_value(rule.name(), limit, window);
+            let now = ratelimit_field(&policy, remaining, t);
+            (policy, now)
+        };
+        if let Some(now) = now {
             out.push(RATELIMIT_POLICY.clone(), policy);
             out.push(RATELIMIT.clone(), now);
         }
@@ -390,24 +399,35 @@ impl Responder for HttpResponder {
         if !self.success {
             return SuccessHeaders::none();
         }
-        if self.ietf_only() {
+        if self.ietf_only() && !rule.algorithm().is_concurrency() {
             let policy = policy_value(rule.name(), allowed.limit, allowed.quota.period());
             // (Degraded: the fleet's remaining count is not known, so no
             // `RateLimit` field, as no `X-RateLimit-Remaining` otherwise.)
             let remaining = (!allowed.degraded).then_some(allowed.remaining);
             return SuccessHeaders::ietf(policy, remaining, retry_after_secs(allowed.reset));
         }
+        if self.ietf_only() && allowed.degraded {
+            // A concurrency rule's policy alone: no remaining count to report.
+            let mut headers = HeaderBlock::default();
+            headers.push(
+                RATELIMIT_POLICY.clone(),
+                in_flight_policy_value(rule.name(), allowed.limit),
+            );
+            return SuccessHeaders::block(headers);
+        }
         if !self.ietf || allowed.degraded {
             // (Degraded: no remaining count to report, in either form.)
             return SuccessHeaders::for_allowed(allowed);
         }
         let mut headers = HeaderBlock::default();
-        rate_limit_headers(
-            &mut headers,
-            allowed.limit,
-            allowed.remaining,
-            allowed.reset,
-        );
+        if self.legacy {
+            rate_limit_headers(
+                &mut headers,
+                allowed.limit,
+                allowed.remaining,
+                allowed.reset,
+            );
+        }
         let t = retry_after_secs(allowed.reset);
         Self::ietf_fields(
             &mut headers,

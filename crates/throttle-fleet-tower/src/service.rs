@@ -105,8 +105,9 @@ where
             Prepared::Settle(settle) => match *settle {
                 (Answer::Ready(charged), demands) => {
                     let settle = Settle::of(&shared, &demands, &charged);
+                    let slots = shared.rules.slots(&demands, &charged);
                     ResponseFuture::decided(&shared, &mut self.inner, parts, body, charged.decision)
-                        .settling(settle)
+                        .settling(settle, slots)
                 }
                 (Answer::Pending(check), demands) => self.checking(
                     PendingCheck::Charged(check, demands.into_vec()),

@@ -41,6 +41,13 @@ impl<R> Engine<R> {
                 .extractor
                 .validate()
                 .map_err(|e| e.in_rule(limit.rule.name()))?;
+            if limit.refund.is_some() && limit.rule.algorithm().is_concurrency() {
+                return Err(ConfigError::new(
+                    "refund_when",
+                    "does not apply to a concurrency rule: its slots always come back when the response ends",
+                )
+                .in_rule(limit.rule.name()));
+            }
             let static_cost = u64::from(limit.rule.static_cost());
             kinds.push(limit.extractor.kind());
             let name = limit.rule.name().to_owned();
@@ -81,6 +88,7 @@ impl<R> Engine<R> {
         responder.bind(&bound);
         Ok((
             Self {
+                holds: rules.holds_slots(),
                 rules,
                 limits: limits.into(),
                 responder,

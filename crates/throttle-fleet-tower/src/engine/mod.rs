@@ -29,6 +29,9 @@ pub(crate) struct Engine<R> {
     pub(crate) shadow_header: bool,
     /// Whether any limit settles its cost from the response.
     settles: bool,
+    /// Whether any rule is a concurrency rule: its slots are kept with the
+    /// response until the body ends ([`RuleSet::holds_slots`]).
+    holds: bool,
 }
 
 /// One limit of the policy: how a request's key and cost are found for its

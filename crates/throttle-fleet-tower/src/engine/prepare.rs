@@ -14,8 +14,9 @@ use crate::responder::{Rejection, Responder};
 /// What the policy made of a request before the backends are asked.
 pub(crate) enum Prepared<'a> {
     Plain(Answer),
-    /// A check whose charges a response-aware limit settles later (boxed:
-    /// only policies with such a limit pay for its size).
+    /// A check whose charges are kept: a response-aware limit settles
+    /// them later, a concurrency rule holds its slots until the response
+    /// ends (boxed: only policies with such a limit pay for its size).
     Settle(Box<(Answer<Charged>, SmallVec<[Demand; 4]>)>),
     Rejected(Rejection<'a>),
 }
@@ -56,8 +57,9 @@ impl<R: Responder> Engine<R> {
 
     /// Extracts every rule's key and cost, then checks them.
     pub(crate) fn prepare(&self, req: &Parts) -> Prepared<'_> {
+        let charged = self.settles || self.holds;
         if let [limit] = &*self.limits
-            && !self.settles
+            && !charged
         {
             // One rule, nothing to settle: no list of demands.
             return match limit.demand(req) {
@@ -78,7 +80,7 @@ impl<R: Responder> Engine<R> {
                 Err(status) => return self.missing(limit, status),
             }
         }
-        if self.settles {
+        if charged {
             let check = self.rules.check_charged(&demands);
             return Prepared::Settle(Box::new((check, demands)));
         }
