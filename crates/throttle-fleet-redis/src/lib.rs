@@ -15,6 +15,13 @@
 //!   skewed, sticky-and-moving, bursty and churning traffic, with clients
 //!   under their quota denied on none of their requests in most runs (the
 //!   fleet scenario suite).
+//! - **Concurrency rules** ([`Rule::concurrency`](throttle_fleet_core::Rule::concurrency)),
+//!   on the exact mode's connections: at most `n` requests of a key in
+//!   flight across the fleet, each slot held in Redis with an expiry that
+//!   its instance renews while the request runs, so the slots of an
+//!   instance that dies come back after one slot lifetime. One round trip
+//!   to acquire; the release leaves the response path. The approximate and
+//!   leased modes refuse such a rule.
 //! - **Leased** ([`RedisBackend::leased`]): tokens taken from a Redis token
 //!   bucket in batches sized to each key and spent locally; about one Redis
 //!   call per batch (under 0.1 per request for a key at 1 request per
@@ -77,6 +84,7 @@ mod reply;
 mod scripts;
 mod shutdown;
 mod slot;
+mod slots;
 
 use std::sync::Arc;
 
@@ -89,6 +97,7 @@ pub use conn::RedisStats;
 pub use exact::ExactLimiter;
 pub use leased::{LeaseOptions, LeaseStats, WhenEmpty};
 pub use shutdown::Unflushed;
+pub use slots::SlotStats;
 
 /// The bounds the backends enforce on their settings.
 pub mod limits {
@@ -106,7 +115,7 @@ pub struct RedisBackend {
 
 #[derive(Clone)]
 enum Mode {
-    Exact,
+    Exact(Arc<slots::Shared>),
     Approximate(Arc<approximate::Shared>),
     Leased(Arc<leased::Shared>),
 }
@@ -114,7 +123,7 @@ enum Mode {
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mode = match self.mode {
-            Mode::Exact => "exact",
+            Mode::Exact(_) => "exact",
             Mode::Approximate(_) => "approximate",
             Mode::Leased(_) => "leased",
         };
@@ -133,7 +142,7 @@ impl RedisBackend {
     pub async fn exact(config: RedisConfig) -> Result<Self, ConfigError> {
         Ok(Self {
             redis: conn::Redis::connect(config).await?,
-            mode: Mode::Exact,
+            mode: Mode::Exact(slots::Shared::new()),
         })
     }
 
@@ -185,7 +194,26 @@ impl RedisBackend {
         match &self.mode {
             Mode::Approximate(shared) => shared.flush_all().await,
             Mode::Leased(shared) => shared.give_back(false).await,
-            Mode::Exact => true,
+            Mode::Exact(_) => true,
+        }
+    }
+
+    /// Renews every concurrency slot this instance holds now (the exact
+    /// mode's concurrency rules; the background task does it every third
+    /// of the slot lifetime, except with a test clock). Returns whether
+    /// every renewal reached Redis. Other modes: `true`.
+    pub async fn renew_slots(&self) -> bool {
+        match &self.mode {
+            Mode::Exact(slots) => slots.renew().await,
+            _ => true,
+        }
+    }
+
+    /// The concurrency rules' counters (`None` outside the exact mode).
+    pub fn slot_stats(&self) -> Option<SlotStats> {
+        match &self.mode {
+            Mode::Exact(slots) => Some(slots.stats()),
+            _ => None,
         }
     }
 
@@ -204,12 +232,13 @@ impl RedisBackend {
     async fn flush_for_shutdown(&self) -> bool {
         match &self.mode {
             Mode::Leased(shared) => shared.give_back(true).await,
+            Mode::Exact(slots) => slots.release_all().await,
             _ => self.flush().await,
         }
     }
 
-    /// Graceful shutdown: sends what is pending (and gives back every leased
-    /// token), trying up to three times (a connection broken while Redis was
+    /// Graceful shutdown: sends what is pending (gives back every leased
+    /// token, and every concurrency slot still held), trying up to three times (a connection broken while Redis was
     /// away reconnects on the first failure). Call it after the server stops
     /// accepting requests; the router may already be gone (an approximate
     /// rule whose layer was dropped keeps its counts in the backend until
@@ -242,7 +271,7 @@ impl RedisBackend {
         let (counts, tokens_kept) = match &self.mode {
             Mode::Approximate(shared) => (shared.unwritten(), false),
             Mode::Leased(_) => (0, !ok),
-            Mode::Exact => (0, false),
+            Mode::Exact(_) => (0, false),
         };
         if counts == 0 && !tokens_kept {
             Ok(())
@@ -285,8 +314,22 @@ impl RedisBackend {
 
 impl Backend for RedisBackend {
     fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+        if rule.algorithm().is_concurrency() {
+            return match &self.mode {
+                Mode::Exact(slots) => Ok(Arc::new(slots::SlotLimiter::new(
+                    self.redis.clone(),
+                    slots.clone(),
+                    rule,
+                )?)),
+                _ => Err(ConfigError::new(
+                    "algorithm",
+                    "concurrency needs the exact mode: the approximate and leased modes decide from local counts, which cannot bound requests in flight across the fleet",
+                )
+                .in_rule(rule.name())),
+            };
+        }
         Ok(match &self.mode {
-            Mode::Exact => Arc::new(self.exact_limiter(rule)?),
+            Mode::Exact(_) => Arc::new(self.exact_limiter(rule)?),
             Mode::Approximate(shared) => Arc::new(approximate::ApproxLimiter::new(
                 self.redis.clone(),
                 shared.clone(),

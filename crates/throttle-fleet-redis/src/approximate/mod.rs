@@ -42,7 +42,7 @@ mod stats;
 
 pub(crate) use limiter::ApproxLimiter;
 pub use options::ApproximateOptions;
-pub(crate) use shared::Shared;
+pub(crate) use shared::{Shared, instance_id};
 pub use stats::ApproximateStats;
 
 /// The oldest Redis the flush script runs on (multi-field `HSET`, `HMGET`,

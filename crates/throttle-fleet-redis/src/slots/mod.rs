@@ -1,0 +1,352 @@
+//! Concurrency rules in Redis, on the exact mode's connections: at most
+//! `n` requests of a key in flight across the fleet.
+//!
+//! - **Acquire**: one script call (one round trip) adds this request's
+//!   member to the key's sorted set, scored by when it expires, if the
+//!   cost fits; it first drops the members whose time has passed.
+//! - **Release**: when the request ends, its member is removed by a script
+//!   sent in the background: the response never waits for it.
+//! - **Renewal**: every third of the slot lifetime, one script call per key
+//!   with running requests moves their members' expiry forward, so a
+//!   request keeps its slot however long it runs, while the slots of an
+//!   instance that died (SIGKILL, power loss) come back after at most one
+//!   slot lifetime.
+//! - **Failure**: while Redis cannot be asked, the rule's failure policy
+//!   decides (open: allow, counted locally; closed: refuse; local: a
+//!   local limit of `n /` fleet size). A grant whose reply was lost (a
+//!   timeout) is taken back in the background, and otherwise expires
+//!   after one slot lifetime. A slot that expired while this instance
+//!   could not reach Redis for a whole lifetime is not added back (a
+//!   release racing the renewal could otherwise bring back a slot whose
+//!   request had ended): its request runs on uncounted, and
+//!   [`SlotStats::lost`] counts it.
+
+mod held;
+mod scripts;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use throttle_fleet_core::algorithm::Concurrency;
+use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
+
+use crate::conn::{Eval, Redis};
+use crate::failure::{degraded, local_limiter};
+use crate::keys::KeyBase;
+use crate::registry::Registry;
+use crate::reply::Reply;
+use held::{Held, Slot};
+use scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+
+/// What the concurrency rules of a backend have done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotStats {
+    /// Slots this instance holds in Redis now (its running requests').
+    pub held: u64,
+    /// Slots granted by Redis so far.
+    pub granted: u64,
+    /// Slots given back so far.
+    pub released: u64,
+    /// Renewal calls sent (one per key with running requests, every third
+    /// of the slot lifetime).
+    pub renewals: u64,
+    /// Slots found expired at a renewal: their instance could not reach
+    /// Redis for a whole slot lifetime; their requests ran on uncounted.
+    pub lost: u64,
+}
+
+/// The concurrency rules of one backend: this instance's id in the
+/// members' names, and the live rules (for renewals and shutdown).
+pub(crate) struct Shared {
+    instance: String,
+    seq: AtomicU64,
+    rules: Registry<Inner>,
+    granted: AtomicU64,
+    released: AtomicU64,
+    renewals: AtomicU64,
+    lost: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            instance: crate::approximate::instance_id(),
+            seq: AtomicU64::new(1),
+            rules: Registry::default(),
+            granted: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            renewals: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn stats(&self) -> SlotStats {
+        SlotStats {
+            held: self
+                .rules
+                .live()
+                .iter()
+                .map(|r| r.held.lock().len() as u64)
+                .sum(),
+            granted: self.granted.load(Ordering::Relaxed),
+            released: self.released.load(Ordering::Relaxed),
+            renewals: self.renewals.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Renews every slot of every rule now. Returns whether every renewal
+    /// reached Redis.
+    pub(crate) async fn renew(&self) -> bool {
+        let mut ok = true;
+        for rule in self.rules.live() {
+            ok &= rule.renew().await;
+        }
+        ok
+    }
+
+    /// Gives back every slot still held (a shutdown: the requests that
+    /// held them will not end here). Returns whether all got there.
+    pub(crate) async fn release_all(&self) -> bool {
+        let mut ok = true;
+        for rule in self.rules.live() {
+            let drained = rule.held.lock().drain();
+            for (key, slots) in drained {
+                for slot in slots {
+                    let inv = rule.release_call(&key, slot);
+                    let timeout = rule.redis.config.command_timeout;
+                    ok &= rule
+                        .redis
+                        .eval_off_path::<redis::Value>(&inv, rule.group(&key), timeout)
+                        .await
+                        .is_ok();
+                    self.released.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        ok
+    }
+}
+
+struct Inner {
+    redis: Arc<Redis>,
+    shared: Arc<Shared>,
+    rule: Rule,
+    meter: Concurrency,
+    keys: KeyBase,
+    /// Fail open: counts locally (never denies); local fallback: decides.
+    local: Option<Arc<dyn Limiter>>,
+    held: Mutex<Held>,
+    /// Whether the background renewal was started.
+    renewing: AtomicBool,
+}
+
+/// One concurrency rule in Redis (see the module's docs).
+#[derive(Clone)]
+pub(crate) struct SlotLimiter(Arc<Inner>);
+
+impl SlotLimiter {
+    pub(crate) fn new(
+        redis: Arc<Redis>,
+        shared: Arc<Shared>,
+        rule: &Rule,
+    ) -> Result<Self, ConfigError> {
+        rule.validate()?;
+        let meter = Concurrency::new(rule.quota()).map_err(|e| e.in_rule(rule.name()))?;
+        let local = local_limiter(&redis, rule)?;
+        let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
+        let inner = Arc::new(Inner {
+            redis,
+            shared,
+            rule: rule.clone(),
+            meter,
+            keys,
+            local,
+            held: Mutex::new(Held::default()),
+            renewing: AtomicBool::new(false),
+        });
+        inner.shared.rules.add(&inner);
+        Ok(Self(inner))
+    }
+}
+
+impl Inner {
+    fn group(&self, key: &Key) -> u16 {
+        self.redis.slot_for(&self.keys, key)
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.rule.slot_lifetime().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn member(&self, slot: Slot) -> String {
+        format!("{}:{}:{}", self.shared.instance, slot.seq, slot.cost)
+    }
+
+    fn call(&self, script: &'static redis::Script, key: &Key, args: usize) -> Eval {
+        let mut inv = Eval::new(script, 2, args, 24 * args);
+        inv.arg(self.keys.key(key, "cz"))
+            .arg(self.keys.key(key, "ct"));
+        inv
+    }
+
+    fn release_call(&self, key: &Key, slot: Slot) -> Eval {
+        let mut inv = self.call(&RELEASE_SCRIPT, key, 2);
+        inv.arg(self.member(slot)).arg(slot.cost);
+        inv
+    }
+
+    async fn acquire(self: Arc<Self>, key: Key, cost: u64) -> Result<Outcome, Unavailable> {
+        let slot = Slot {
+            seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
+            cost,
+        };
+        let mut inv = self.call(&ACQUIRE_SCRIPT, &key, 5);
+        inv.arg(self.redis.script_now())
+            .arg(self.meter_limit())
+            .arg(cost)
+            .arg(self.ttl_ms())
+            .arg(self.member(slot));
+        match self.redis.eval::<Reply>(&inv, self.group(&key)).await {
+            Ok(reply) => {
+                if let (Some(ok), Some(remaining), Some(now)) =
+                    (reply.int(0), reply.u64(1), reply.u64(2))
+                {
+                    let allowed = ok == 1;
+                    if allowed {
+                        self.held.lock().add(key, slot);
+                        self.shared.granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let in_flight = self.meter_limit().saturating_sub(remaining);
+                    return Ok(Outcome::new(self.meter.report(in_flight, allowed), now));
+                }
+                tracing::debug!(
+                    rule = self.rule.name(),
+                    "unexpected reply from the slot script"
+                );
+            }
+            Err(failure) => {
+                tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
+                // The script may have run: take the grant back if it did.
+                self.redis
+                    .spawn_eval(self.release_call(&key, slot), self.group(&key));
+            }
+        }
+        self.degraded(&key, cost)
+    }
+
+    fn meter_limit(&self) -> u64 {
+        throttle_fleet_core::algorithm::Meter::capacity(&self.meter)
+    }
+
+    fn degraded(&self, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
+        degraded(&self.redis, &self.rule, self.local.as_deref(), key, cost)
+    }
+
+    /// Renews every slot this rule holds: one call per key.
+    async fn renew(&self) -> bool {
+        let snapshot = self.held.lock().snapshot();
+        let timeout = self.redis.config.command_timeout;
+        let calls = snapshot.into_iter().map(|(key, slots)| {
+            let mut inv = self.call(&RENEW_SCRIPT, &key, 2 + slots.len());
+            inv.arg(self.redis.script_now()).arg(self.ttl_ms());
+            for slot in slots {
+                inv.arg(self.member(slot));
+            }
+            let group = self.group(&key);
+            async move { self.redis.eval_off_path::<i64>(&inv, group, timeout).await }
+        });
+        let mut ok = true;
+        for result in futures_util::future::join_all(calls).await {
+            self.shared.renewals.fetch_add(1, Ordering::Relaxed);
+            match result {
+                Ok(lost) => {
+                    if lost > 0 {
+                        tracing::warn!(
+                            rule = self.rule.name(),
+                            lost,
+                            "throttle: concurrency slots expired before their renewal; their requests run uncounted"
+                        );
+                        self.shared
+                            .lost
+                            .fetch_add(lost.unsigned_abs(), Ordering::Relaxed);
+                    }
+                }
+                Err(_) => ok = false,
+            }
+        }
+        ok
+    }
+
+    /// Starts the background renewal (once; not with a test clock, whose
+    /// driver calls [`RedisBackend::renew_slots`](crate::RedisBackend::renew_slots)).
+    fn start_renewing(self: &Arc<Self>) {
+        if self.renewing.load(Ordering::Relaxed)
+            || self.redis.config.test_clock.is_some()
+            || self.renewing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.renewing.store(false, Ordering::Release);
+            return;
+        };
+        let every = self.rule.slot_lifetime() / 3;
+        let weak: Weak<Self> = Arc::downgrade(self);
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(rule) = weak.upgrade() else { return };
+                if rule.held.lock().len() > 0 {
+                    rule.renew().await;
+                }
+            }
+        });
+    }
+}
+
+impl Limiter for SlotLimiter {
+    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        if self.0.redis.is_open(self.0.group(key)) {
+            return Answer::Ready(self.0.degraded(key, cost));
+        }
+        self.0.start_renewing();
+        Answer::Pending(Box::pin(self.0.clone().acquire(*key, cost)))
+    }
+
+    /// The request ended: its slot goes back, off the response path.
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        if outcome.degraded {
+            if let Some(local) = &self.0.local {
+                local.refund(key, cost, outcome);
+            }
+            return;
+        }
+        let Some(slot) = self.0.held.lock().take(key, cost) else {
+            return;
+        };
+        self.0.shared.released.fetch_add(1, Ordering::Relaxed);
+        self.0
+            .redis
+            .spawn_eval(self.0.release_call(key, slot), self.0.group(key));
+    }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
+
+    /// Slots live in Redis under the rule's name: a limiter for the new
+    /// limit reads them as they are. (The old limiter keeps renewing the
+    /// slots of the requests it admitted, and gives them back, until the
+    /// last of them ends.)
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        Some(Arc::new(
+            SlotLimiter::new(self.0.redis.clone(), self.0.shared.clone(), rule).ok()?,
+        ))
+    }
+}

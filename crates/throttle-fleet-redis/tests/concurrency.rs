@@ -1,0 +1,293 @@
+//! Concurrency rules in Redis: several instances (each its own backend,
+//! connections and instance id) on one real `redis-server`, driven
+//! through the rule set and the `Slots` a layer keeps with each response.
+//! Time is a shared manual clock that the scripts read too, so slot
+//! expiry and renewal are decided on the test's timeline, not by sleeps.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use throttle_fleet_core::rule_set::Slots;
+use throttle_fleet_core::{Answer, Decision, Demand, Key, ManualClock, Rule, RuleSet};
+use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_test_support::RedisServer;
+use throttle_fleet_test_support::fleet::Rng;
+
+const T0: u64 = 1_800_000_000_000_000;
+const TTL: Duration = Duration::from_secs(3);
+
+/// One instance: its own backend and rule set with the rule at index 0.
+struct Instance {
+    backend: RedisBackend,
+    rules: RuleSet,
+}
+
+async fn instance(server: &RedisServer, clock: &ManualClock, rule: &Rule) -> Instance {
+    let config = RedisConfig::standalone(server.url()).clock_for_tests(clock.clone());
+    let backend = RedisBackend::exact(config).await.unwrap();
+    let mut rules = RuleSet::new();
+    rules.bind(rule.clone(), &backend).unwrap();
+    Instance { backend, rules }
+}
+
+/// One request of `cost` on `key`: its decision and, when admitted, its slots.
+async fn request(inst: &Instance, key: &str, cost: u64) -> (Decision, Option<Box<Slots>>) {
+    let demands = [Demand {
+        rule: 0,
+        key: Key::new(key),
+        cost,
+    }];
+    let charged = match inst.rules.check_charged(&demands) {
+        Answer::Ready(c) => c,
+        Answer::Pending(f) => f.await,
+    };
+    let slots = inst.rules.slots(&demands, &charged);
+    (charged.decision, slots)
+}
+
+/// The cost Redis holds for `key` (its `ct` value), 0 when absent.
+fn held_in_redis(server: &RedisServer, rule: &str, key: &str) -> u64 {
+    let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+    let name = format!("rl:{{{rule}:r{hex}}}:ct");
+    server.cli(&["GET", &name]).trim().parse().unwrap_or(0)
+}
+
+/// Waits (bounded) until the background releases have reached Redis.
+async fn settled(server: &RedisServer, rule: &str, key: &str, expect: u64) {
+    for _ in 0..500 {
+        if held_in_redis(server, rule, key) == expect {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "Redis holds {} for {key}, expected {expect}",
+        held_in_redis(server, rule, key)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_interleaving_of_acquires_and_releases_on_four_instances_holds_more_than_n() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let n = 5;
+    let rule = Rule::concurrency("inflight", n).slot_ttl(TTL);
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        fleet.push(instance(&server, &clock, &rule).await);
+    }
+    for seed in 0..4u64 {
+        let mut rng = Rng::new(seed);
+        // The perfect limiter: what is in flight, request by request.
+        let mut running: VecDeque<(u64, Box<Slots>)> = VecDeque::new();
+        let mut in_flight = 0;
+        for step in 0..300 {
+            if rng.below(100) < 55 {
+                let cost = 1 + rng.below(2);
+                let at = rng.below(4) as usize;
+                let (decision, slots) = request(&fleet[at], "k", cost).await;
+                let fits = in_flight + cost <= n;
+                assert_eq!(
+                    decision.is_allowed(),
+                    fits,
+                    "seed {seed} step {step}: {in_flight} in flight, cost {cost}: {decision:?}"
+                );
+                if let Some(slots) = slots {
+                    in_flight += cost;
+                    running.push_back((cost, slots));
+                }
+            } else if !running.is_empty() {
+                let i = rng.below(running.len() as u64) as usize;
+                let (cost, slots) = running.remove(i).unwrap();
+                drop(slots);
+                in_flight -= cost;
+                // A release leaves the response path: wait for it to land.
+                settled(&server, "inflight", "k", in_flight).await;
+            }
+            assert!(held_in_redis(&server, "inflight", "k") <= n);
+            clock.advance(Duration::from_millis(1));
+        }
+        running.clear();
+        settled(&server, "inflight", "k", 0).await;
+    }
+    // Every request ended: nothing is left in Redis.
+    assert_eq!(server.cli(&["DBSIZE"]).trim(), "0");
+    let stats = fleet[0].backend.slot_stats().unwrap();
+    assert_eq!(stats.held, 0);
+    assert_eq!(stats.granted, stats.released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_instances_slots_come_back_after_one_lifetime_while_a_renewed_request_keeps_its_own()
+{
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rule = Rule::concurrency("inflight", 3).slot_ttl(TTL);
+    let dead = instance(&server, &clock, &rule).await;
+    let alive = instance(&server, &clock, &rule).await;
+    let other = instance(&server, &clock, &rule).await;
+
+    // The instance that will die holds two slots, the living one one.
+    let (_, a) = request(&dead, "k", 1).await;
+    let (_, b) = request(&dead, "k", 1).await;
+    let (_, kept) = request(&alive, "k", 1).await;
+    assert!(a.is_some() && b.is_some() && kept.is_some());
+    assert!(!request(&other, "k", 1).await.0.is_allowed());
+    // SIGKILL: no release, no renewal ever again.
+    std::mem::forget((a, b));
+    drop(dead);
+
+    // The living request runs for ten lifetimes, renewed every third of one.
+    let step = TTL / 3;
+    let mut came_back_at = None;
+    for i in 1..=30u32 {
+        clock.advance(step);
+        assert!(alive.backend.renew_slots().await);
+        let (decision, slots) = request(&other, "k", 1).await;
+        if decision.is_allowed() {
+            came_back_at.get_or_insert(step * i);
+        }
+        // Never more than the limit: the renewed slot is never taken.
+        let (two, more) = (request(&other, "k", 1).await, request(&other, "k", 1).await);
+        assert!(
+            !(decision.is_allowed() && two.0.is_allowed() && more.0.is_allowed()),
+            "three new slots while a renewed request held one"
+        );
+        drop((slots, two, more));
+        let before = if came_back_at.is_some() { 1 } else { 3 };
+        settled(&server, "inflight", "k", before).await;
+    }
+    // The dead instance's slots came back once their lifetime had passed
+    // (its members expire at the millisecond they were last renewed plus
+    // the lifetime), not a step before.
+    assert_eq!(came_back_at, Some(TTL));
+    assert_eq!(alive.backend.slot_stats().unwrap().lost, 0);
+    drop(kept);
+    settled(&server, "inflight", "k", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_not_renewed_for_a_lifetime_is_lost_and_counted_not_brought_back() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rule = Rule::concurrency("inflight", 1).slot_ttl(TTL);
+    let slow = instance(&server, &clock, &rule).await;
+    let other = instance(&server, &clock, &rule).await;
+    let (_, held) = request(&slow, "k", 1).await;
+    assert!(held.is_some());
+    // No renewal for a whole lifetime (Redis away, say): another instance
+    // takes the slot back, and the late renewal does not add it again.
+    clock.advance(TTL + Duration::from_millis(1));
+    let (_, taken) = request(&other, "k", 1).await;
+    assert!(taken.is_some());
+    assert!(slow.backend.renew_slots().await);
+    assert_eq!(slow.backend.slot_stats().unwrap().lost, 1);
+    assert_eq!(held_in_redis(&server, "inflight", "k"), 1);
+    // Its late release does not free the other instance's slot either.
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!request(&slow, "k", 1).await.0.is_allowed());
+    drop(taken);
+    settled(&server, "inflight", "k", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_costs_and_shutdown_give_every_slot_back() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rule = Rule::concurrency("inflight", 2)
+        .slot_ttl(TTL)
+        .tiers([("big", throttle_fleet_core::Quota::in_flight(4))]);
+    let a = instance(&server, &clock, &rule).await;
+    let (_, s1) = request(&a, "big", 3).await;
+    assert!(s1.is_some(), "the tier's own limit");
+    assert!(!request(&a, "big", 2).await.0.is_allowed());
+    let (d, s2) = request(&a, "small", 2).await;
+    let Decision::Allowed(allowed) = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!((allowed.limit, allowed.remaining), (2, 0));
+    // Shutdown gives back what requests still hold.
+    std::mem::forget((s1, s2));
+    assert_eq!(a.backend.slot_stats().unwrap().held, 2);
+    a.backend.shutdown().await.unwrap();
+    assert_eq!(server.cli(&["DBSIZE"]).trim(), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policies_decide_while_redis_is_away() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let open = Rule::concurrency("open", 2).slot_ttl(TTL);
+    let closed = Rule::concurrency("closed", 2).slot_ttl(TTL).fail_closed();
+    let local = Rule::concurrency("local", 4).slot_ttl(TTL).local_fallback();
+    let config = RedisConfig::standalone(server.url())
+        .clock_for_tests(clock.clone())
+        .fleet_size(2);
+    let backend = RedisBackend::exact(config).await.unwrap();
+    let mut rules = RuleSet::new();
+    for rule in [open, closed, local] {
+        rules.bind(rule, &backend).unwrap();
+    }
+    let inst = Instance { backend, rules };
+    server.kill();
+    let ask = |rule: usize| {
+        let demands = [Demand {
+            rule,
+            key: Key::new("k"),
+            cost: 1,
+        }];
+        let inst = &inst;
+        async move {
+            let charged = match inst.rules.check_charged(&demands) {
+                Answer::Ready(c) => c,
+                Answer::Pending(f) => f.await,
+            };
+            let slots = inst.rules.slots(&demands, &charged);
+            (charged.decision, slots)
+        }
+    };
+    // Fail open: allowed past the limit, counted locally.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (d, s) = ask(0).await;
+        assert!(d.is_allowed(), "{d:?}");
+        held.push(s);
+    }
+    // Fail closed: refused.
+    assert!(matches!(ask(1).await.0, Decision::Refused(_)));
+    // Local fallback: a share of the limit (4 / fleet of 2), given back
+    // when a request ends.
+    let (d1, s1) = ask(2).await;
+    let (d2, _s2) = ask(2).await;
+    assert!(d1.is_allowed() && d2.is_allowed());
+    assert!(matches!(ask(2).await.0, Decision::Denied(_)));
+    drop(s1);
+    assert!(ask(2).await.0.is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approximate_and_leased_modes_refuse_a_concurrency_rule_naming_the_field() {
+    let server = RedisServer::start();
+    let rule = Rule::concurrency("inflight", 2);
+    let approximate = RedisBackend::approximate(
+        RedisConfig::standalone(server.url()),
+        ApproximateOptions::default(),
+    )
+    .await
+    .unwrap();
+    let leased = RedisBackend::leased(
+        RedisConfig::standalone(server.url()),
+        LeaseOptions::default(),
+    )
+    .await
+    .unwrap();
+    for backend in [approximate, leased] {
+        let err = RuleSet::new().bind(rule.clone(), &backend).unwrap_err();
+        assert_eq!(
+            (err.rule(), err.field()),
+            (Some("inflight"), "algorithm"),
+            "{err}"
+        );
+    }
+}
