@@ -33,12 +33,13 @@ const SCENARIOS: [(&str, u64, bool); 4] = [
     ("allowed/1M", 1_000_000, false),
     ("denied", 1, true),
 ];
-const SUBJECTS: [&str; 5] = [
+const SUBJECTS: [&str; 6] = [
     "loop",
     "throttle",
     "throttle_ruleset",
     "governor",
     "throttle_kit",
+    "throttle_concurrency",
 ];
 
 /// Nothing but the benchmark's loop: what every other subject also pays.
@@ -74,6 +75,7 @@ fn child(spec: &str) {
         "throttle_ruleset" => measured(&subjects.ruleset, &order),
         "governor" => measured(&subjects.governor, &order),
         "throttle_kit" => measured(&subjects.throttle_kit, &order),
+        "throttle_concurrency" => measured(&subjects.concurrency, &order),
         other => panic!("unknown subject {other}"),
     };
     let expected = if denied && subject != "loop" {
@@ -103,9 +105,9 @@ fn main() {
     );
     println!();
     println!(
-        "| scenario | throttle | ruleset | governor | throttle-kit | ruleset / governor | ruleset / throttle-kit |"
+        "| scenario | throttle | ruleset | governor | throttle-kit | ruleset / governor | ruleset / throttle-kit | concurrency (slot taken and given back) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (scenario, ..) in SCENARIOS {
         if !filter.is_empty() && !filter.iter().any(|f| f == scenario) {
             continue;
@@ -120,9 +122,10 @@ fn main() {
                 least as f64 / CHECKS as f64
             })
             .collect();
-        let [ours, ruleset, governor, kit] = [1, 2, 3, 4].map(|i| per_check[i] - per_check[0]);
+        let [ours, ruleset, governor, kit, concurrency] =
+            [1, 2, 3, 4, 5].map(|i| per_check[i] - per_check[0]);
         println!(
-            "| {scenario} | {ours:.1} | {ruleset:.1} | {governor:.1} | {kit:.1} | {:.2} | {:.2} |",
+            "| {scenario} | {ours:.1} | {ruleset:.1} | {governor:.1} | {kit:.1} | {:.2} | {:.2} | {concurrency:.1} |",
             ruleset / governor,
             ruleset / kit
         );

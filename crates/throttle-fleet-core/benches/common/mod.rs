@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
-use throttle_fleet_core::algorithm::Gcra;
+use throttle_fleet_core::algorithm::{Concurrency, Gcra};
+use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::memory::MemoryLimiter;
 use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet, SystemClock};
 
@@ -32,6 +33,25 @@ impl Subject for Ours {
     #[inline]
     fn check(&self, key: u64) -> bool {
         self.0.check(&Key::from(key), 1).step.allowed
+    }
+}
+
+/// A concurrency rule's meter in the memory backend: a request that takes
+/// its slot and (when `release`) gives it back as it ends.
+pub(crate) struct OursConcurrency {
+    limiter: Arc<MemoryLimiter<Concurrency, SystemClock>>,
+    release: bool,
+}
+
+impl Subject for OursConcurrency {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let key = Key::from(key);
+        let outcome = self.limiter.check(&key, 1);
+        if self.release && outcome.step.allowed {
+            Limiter::refund(&*self.limiter, &key, 1, &outcome);
+        }
+        outcome.step.allowed
     }
 }
 
@@ -100,6 +120,7 @@ pub(crate) struct Subjects {
     pub(crate) ruleset: OursRuleSet,
     pub(crate) governor: Governor,
     pub(crate) throttle_kit: ThrottleKit,
+    pub(crate) concurrency: OursConcurrency,
 }
 
 impl Subjects {
@@ -119,7 +140,19 @@ impl Subjects {
         let rule = rules
             .bind(Rule::new("bench", quota).token_bucket(), &backend)
             .expect("valid rule");
+        // Allowed scenarios: every request ends at once; denied: the one
+        // slot stays taken.
+        let release = quota.limit() > 1;
+        let concurrency = OursConcurrency {
+            limiter: backend
+                .limiter_for(
+                    Concurrency::new(Quota::in_flight(quota.limit())).expect("valid quota"),
+                )
+                .expect("valid backend"),
+            release,
+        };
         Self {
+            concurrency,
             ours,
             ruleset: OursRuleSet { rules, rule },
             governor: Governor(RateLimiter::keyed(governor_quota)),
@@ -127,12 +160,13 @@ impl Subjects {
         }
     }
 
-    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 4] {
+    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 5] {
         [
             ("throttle", &self.ours),
             ("throttle_ruleset", &self.ruleset),
             ("governor", &self.governor),
             ("throttle_kit", &self.throttle_kit),
+            ("throttle_concurrency", &self.concurrency),
         ]
     }
 }
