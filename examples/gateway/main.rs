@@ -4,8 +4,10 @@
 //! cargo run -p throttle-fleet-suite --example gateway -- --config examples/gateway.toml
 //! ```
 //!
-//! Serves `GET /search`, `GET /items/{id}`, `POST /checkout` and a fallback
-//! (200 with a small JSON body) under the file's rules, reloads the file
+//! Serves `GET /search`, `GET /items/{id}`, `POST /checkout`, `GET
+//! /slow?ms=N` (answers after N milliseconds, at most 10,000: a slow
+//! endpoint for a concurrency rule) and a fallback (200 with a small JSON
+//! body) under the file's rules, reloads the file
 //! when it changes (`throttle_fleet_config::reload`), bounds what slow and idle
 //! clients hold (`[server]`), and stops cleanly on SIGINT or SIGTERM. An
 //! invalid file makes it exit with status 2 and the error (file, line,
@@ -43,6 +45,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Path;
+use axum::http::{StatusCode, Uri};
 use axum::routing::{get, post};
 use throttle_fleet_axum::from_config;
 use throttle_fleet_config::reload::Reloader;
@@ -102,9 +105,42 @@ pub(crate) fn app(layer: throttle_fleet_axum::ThrottleLayer) -> Router {
             get(|Path(id): Path<String>| async move { format!(r#"{{"id":{id:?}}}"#) }),
         )
         .route("/checkout", post(|| async { r#"{"order":"accepted"}"# }))
+        .route("/slow", get(slow))
         .fallback(|| async { r#"{"ok":true}"# })
         // Router::layer, so the limits see the matched route.
         .layer(layer)
+}
+
+/// The longest `GET /slow` sleeps, in milliseconds.
+pub(crate) const MAX_SLOW_MS: u64 = 10_000;
+
+/// `GET /slow?ms=N`: sleeps N milliseconds, then answers 200; a missing or
+/// bad `ms` is a 400 saying so.
+async fn slow(uri: Uri) -> (StatusCode, String) {
+    match slow_ms(uri.query()) {
+        Ok(ms) => {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            (StatusCode::OK, format!(r#"{{"slept_ms":{ms}}}"#))
+        }
+        Err(why) => (StatusCode::BAD_REQUEST, why),
+    }
+}
+
+/// The `ms` of `/slow`'s query, from 0 to [`MAX_SLOW_MS`].
+pub(crate) fn slow_ms(query: Option<&str>) -> Result<u64, String> {
+    let usage = format!("GET /slow?ms=N, N from 0 to {MAX_SLOW_MS}");
+    let value = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("ms="))
+        .ok_or_else(|| format!("ms is missing: {usage}\n"))?;
+    match value.parse::<u64>() {
+        Ok(ms) if ms <= MAX_SLOW_MS => Ok(ms),
+        _ => Err(format!(
+            "ms={:?} is not a number of milliseconds: {usage}\n",
+            value.chars().take(32).collect::<String>()
+        )),
+    }
 }
 
 #[tokio::main]

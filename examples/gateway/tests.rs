@@ -1,6 +1,6 @@
-//! The gateway over HTTPS, end to end: a file with `[tls]` and a composite
-//! key with the TLS fingerprint, the gateway's own accept loop, real
-//! rustls clients.
+//! The gateway end to end, on its own accept loop: over HTTPS, a file with
+//! `[tls]` and a composite key with the TLS fingerprint, real rustls
+//! clients; over plain HTTP, `GET /slow` and a concurrency rule on it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -165,4 +165,106 @@ async fn a_client_speaking_plain_http_to_the_tls_gateway_is_closed() {
         .unwrap_or(0);
     assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&answer));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn slow_reads_its_milliseconds_and_refuses_anything_else() {
+    use crate::{MAX_SLOW_MS, slow_ms};
+    assert_eq!(slow_ms(Some("ms=250")), Ok(250));
+    assert_eq!(slow_ms(Some("x=1&ms=0")), Ok(0));
+    assert_eq!(slow_ms(Some("ms=10000")), Ok(MAX_SLOW_MS));
+    for bad in [
+        None,
+        Some(""),
+        Some("ms="),
+        Some("ms=-1"),
+        Some("ms=1.5"),
+        Some("ms=10001"),
+    ] {
+        let why = slow_ms(bad).unwrap_err();
+        assert!(why.contains("GET /slow?ms=N"), "{bad:?}: {why}");
+    }
+    let long = format!("ms={}", "9".repeat(100));
+    assert!(
+        slow_ms(Some(&long)).unwrap_err().len() < 120,
+        "the echo is cut short"
+    );
+}
+
+/// A concurrency rule of one slot on `/slow`, per client address.
+const GATEWAY_SLOW: &str = r#"
+[[rules]]
+name = "slow"
+key = "ip"
+routes = ["/slow"]
+algorithm = "concurrency"
+limit = 1
+"#;
+
+#[tokio::test]
+async fn slow_holds_its_concurrency_slot_until_it_answers_or_its_client_leaves() {
+    use throttle_fleet_test_support::http;
+    let config = GatewayConfig::parse("gateway.toml", GATEWAY_SLOW, None).unwrap();
+    let layer = throttle_fleet_axum::from_config::layer(
+        &config,
+        "gateway.toml",
+        throttle_fleet_axum::MemoryBackend::default(),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop_tx, stop) = watch::channel(false);
+    tokio::spawn(crate::server::serve(
+        listener,
+        crate::app(layer),
+        throttle_fleet_axum::from_config::connections(&config).unwrap(),
+        None,
+        stop,
+        Duration::from_secs(1),
+    ));
+    for bad in ["/slow", "/slow?ms=abc", "/slow?ms=10001"] {
+        let reply = http::get(addr, bad).await;
+        let text = String::from_utf8_lossy(&reply.body);
+        assert_eq!(reply.status, 400, "{bad}: {text}");
+        assert!(text.contains("GET /slow?ms=N"), "{bad}: {text}");
+    }
+    assert_eq!(http::get(addr, "/slow?ms=0").await.status, 200);
+    // A request that would sleep 10 s holds the one slot...
+    let held = tokio::spawn(async move { http::get(addr, "/slow?ms=10000").await });
+    let reply = guard(async {
+        loop {
+            // (until the held request has been admitted)
+            let reply = http::get(addr, "/slow?ms=0").await;
+            if reply.status != 200 {
+                return reply;
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&reply.body);
+    assert_eq!(reply.status, 429, "{text}");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert!(text.contains(r#""dimension":"slow""#), "{text}");
+    // ...until its client goes away: the slot comes back.
+    held.abort();
+    let _ = held.await;
+    let reply = guard(async {
+        loop {
+            // (until the server has seen the connection close)
+            let reply = http::get(addr, "/slow?ms=0").await;
+            if reply.status != 429 {
+                return reply;
+            }
+        }
+    })
+    .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+}
+
+/// `wait`, or a failure if it has not happened within 10 s (a hang guard,
+/// not a measure: the loops it bounds end as soon as the server has moved).
+async fn guard<T>(wait: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .expect("the gateway never got there")
 }

@@ -91,7 +91,11 @@ pub(crate) struct Rule {
     pub(crate) ipv6_prefix: Option<Spanned<i64>>,
     pub(crate) algorithm: Option<Spanned<String>>,
     pub(crate) limit: Spanned<i64>,
-    pub(crate) period_secs: Spanned<i64>,
+    /// Required by the rate algorithms; refused on a concurrency rule.
+    pub(crate) period_secs: Option<Spanned<i64>>,
+    /// A concurrency rule's slot lifetime in a shared backend, in seconds
+    /// (fractions allowed).
+    pub(crate) slot_ttl_secs: Option<Spanned<f64>>,
     pub(crate) burst: Option<Spanned<i64>>,
     pub(crate) cost: Option<Spanned<i64>>,
     pub(crate) failure: Option<Spanned<String>>,

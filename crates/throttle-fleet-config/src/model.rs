@@ -249,14 +249,16 @@ pub enum KeySpec {
 /// One `[[rules]]` entry.
 #[derive(Debug, Clone)]
 pub struct RuleConfig {
-    /// The rule (name, quota, algorithm, cost, failure policy).
+    /// The rule (name, quota, algorithm, cost, failure policy; a
+    /// concurrency rule's slot lifetime).
     pub rule: Rule,
     /// Where its key comes from.
     pub key: KeySpec,
     /// The only route templates it applies to (`routes`), if set.
     pub routes: Option<Vec<String>>,
     /// Quotas of particular keys (`tiers`: key as written -> limit per the
-    /// rule's period).
+    /// rule's period; for a concurrency rule, the key's own number of
+    /// requests in flight, [`Quota::in_flight`]).
     pub tiers: Vec<(String, Quota)>,
     /// Decide, count and report, never deny (`shadow`).
     pub shadow: bool,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use throttle_fleet_config::{
     BackendKind, GatewayConfig, HeaderStyle, InvalidHello, KeySpec, TlsIdentity,
 };
-use throttle_fleet_core::{Algorithm, FailurePolicy};
+use throttle_fleet_core::limits::DEFAULT_SLOT_TTL;
+use throttle_fleet_core::{Algorithm, FailurePolicy, Quota};
 
 fn error(text: &str) -> String {
     match GatewayConfig::parse("g.toml", text, None) {
@@ -19,6 +20,13 @@ fn error(text: &str) -> String {
 /// A rule with `extra` lines added.
 fn rule(extra: &str) -> String {
     format!("[[rules]]\nname = \"r\"\nkey = \"ip\"\nlimit = 10\nperiod_secs = 60\n{extra}")
+}
+
+/// A concurrency rule of 2 slots with `extra` lines added.
+fn concurrency(extra: &str) -> String {
+    format!(
+        "[[rules]]\nname = \"c\"\nkey = \"ip\"\nalgorithm = \"concurrency\"\nlimit = 2\n{extra}"
+    )
 }
 
 #[test]
@@ -137,6 +145,48 @@ failure = "closed"
     );
     assert_eq!(bots.rule.failure_policy(), FailurePolicy::FailClosed);
     assert_eq!(bots.rule.quota().period(), Duration::from_secs(1));
+}
+
+#[test]
+fn a_concurrency_rule_reads_as_written() {
+    let text = r#"
+[[rules]]
+name = "inflight"
+key = "header:X-Api-Key"
+algorithm = "concurrency"
+limit = 4
+slot_ttl_secs = 2.5
+tiers = { "premium-key" = 16 }
+
+[[rules]]
+name = "whole"
+key = "global"
+algorithm = "concurrency"
+limit = 100
+slot_ttl_secs = 30
+shadow = true
+
+[[rules]]
+name = "default-ttl"
+key = "ip"
+algorithm = "concurrency"
+limit = 1
+"#;
+    let c = GatewayConfig::parse("g.toml", text, None).unwrap_or_else(|e| panic!("{e}"));
+    let [inflight, whole, default] = &c.rules[..] else {
+        panic!("{} rules", c.rules.len())
+    };
+    assert_eq!(inflight.rule.algorithm(), Algorithm::Concurrency);
+    assert_eq!(inflight.rule.quota(), Quota::in_flight(4));
+    assert_eq!(inflight.rule.slot_lifetime(), Duration::from_millis(2500));
+    assert_eq!(
+        inflight.tiers,
+        [("premium-key".to_owned(), Quota::in_flight(16))]
+    );
+    assert_eq!(whole.rule.quota(), Quota::in_flight(100));
+    assert_eq!(whole.rule.slot_lifetime(), Duration::from_secs(30));
+    assert!(whole.shadow);
+    assert_eq!(default.rule.slot_lifetime(), DEFAULT_SLOT_TTL);
 }
 
 #[test]
@@ -386,6 +436,56 @@ fn each_error_names_the_place_rule_and_field() {
         (
             rule("tiers = { \"\" = 5 }\n"),
             "rule \"r\", field \"tiers\": a tier's key must not be empty",
+        ),
+        // Concurrency rules.
+        (
+            concurrency("period_secs = 60\n"),
+            "g.toml:6:15: rule \"c\", field \"period_secs\": does not apply to a concurrency rule",
+        ),
+        (
+            concurrency("burst = 5\n"),
+            "g.toml:6:9: rule \"c\", field \"burst\": applies only to token_bucket and leaky_bucket, not concurrency",
+        ),
+        (
+            concurrency("slot_ttl_secs = 0.05\n"),
+            "g.toml:6:17: rule \"c\", field \"slot_ttl_secs\": must be from 0.1 to 86400 seconds (got 0.05)",
+        ),
+        (
+            concurrency("slot_ttl_secs = 86401\n"),
+            "g.toml:6:17: rule \"c\", field \"slot_ttl_secs\": must be from 0.1 to 86400 seconds (got 86401)",
+        ),
+        (
+            concurrency("slot_ttl_secs = 0.1005\n"),
+            "g.toml:6:17: rule \"c\", field \"slot_ttl_secs\": must be a whole number of milliseconds",
+        ),
+        (
+            concurrency("slot_ttl_secs = \"5s\"\n"),
+            "g.toml:6:17: field \"file\": invalid type",
+        ),
+        (
+            rule("slot_ttl_secs = 5\n"),
+            "g.toml:6:17: rule \"r\", field \"slot_ttl_secs\": applies only to algorithm = \"concurrency\", not token_bucket",
+        ),
+        (
+            concurrency("cost = 3\n"),
+            "g.toml:6:8: rule \"c\", field \"cost\": must not exceed the rule's capacity of 2",
+        ),
+        (
+            concurrency("tiers = { gold = 0 }\n"),
+            "g.toml:6:18: rule \"c\", field \"tiers\": must be at least 1 (got 0)",
+        ),
+        (
+            "[[rules]]\nname = \"r\"\nkey = \"ip\"\nlimit = 10\n".into(),
+            "g.toml:1:1: rule \"r\", field \"period_secs\": is missing: a token_bucket rule needs one",
+        ),
+        (
+            "[[rules]]\nname = \"r\"\nkey = \"ip\"\nalgorithm = \"fixed_window\"\nlimit = 10\n"
+                .into(),
+            "rule \"r\", field \"period_secs\": is missing: a fixed_window rule needs one",
+        ),
+        (
+            rule("algorithm = \"semaphore\"\n"),
+            "rule \"r\", field \"algorithm\": must be one of fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket, concurrency (got \"semaphore\")",
         ),
         // Keys.
         (

@@ -99,12 +99,12 @@ where
     }
 }
 
+/// What polling a body for its next frame gives.
+type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
 /// Whether `frame`, just polled from `body`, ends it: no frame left, an
 /// error, or the last frame of a body that knows it is done.
-fn ended<B: Body>(
-    frame: &Poll<Option<Result<Frame<B::Data>, B::Error>>>,
-    body: &Pin<&mut B>,
-) -> bool {
+fn ended<B: Body>(frame: &Polled<B>, body: &Pin<&mut B>) -> bool {
     match frame {
         Poll::Ready(None | Some(Err(_))) => true,
         Poll::Ready(Some(Ok(_))) => body.is_end_stream(),

@@ -198,9 +198,12 @@ impl Loader<'_> {
         let mut names = HashSet::new();
         let mut rules = Vec::with_capacity(raw.rules.len());
         for rule in &raw.rules {
+            let span = rule.span();
             let rule = rule.get_ref();
             let name = rule.name.get_ref();
-            let config = self.rule(rule, tables).map_err(|e| e.in_rule(Some(name)))?;
+            let config = self
+                .rule(rule, span, tables)
+                .map_err(|e| e.in_rule(Some(name)))?;
             if !names.insert(name.clone()) {
                 return Err(self
                     .err("name", rule.name.span(), "is used by an earlier rule")

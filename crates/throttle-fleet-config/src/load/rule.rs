@@ -1,7 +1,10 @@
-//! The `[[rules]]`: quota, algorithm, failure policy, tiers and keys.
+//! The `[[rules]]`: quota, algorithm (a rate, or a concurrency rule's
+//! slots in flight), failure policy, tiers and keys.
 
+use std::ops::Range;
 use std::time::Duration;
 
+use throttle_fleet_core::limits::{MAX_SLOT_TTL, MIN_SLOT_TTL};
 use throttle_fleet_core::{Algorithm, FailurePolicy, Quota, Rule};
 use toml::Spanned;
 
@@ -10,28 +13,39 @@ use super::{MAX_KEY_PARTS, MAX_TIER_KEYS, Tables};
 use crate::file;
 use crate::model::{KeySpec, RuleConfig};
 
+/// The algorithms a rule may name: the five rates and the concurrency
+/// rule.
+const ALGORITHMS: [Algorithm; 6] = [
+    Algorithm::ALL[0],
+    Algorithm::ALL[1],
+    Algorithm::ALL[2],
+    Algorithm::ALL[3],
+    Algorithm::ALL[4],
+    Algorithm::Concurrency,
+];
+
 impl Loader<'_> {
-    pub(super) fn rule(&self, raw: &file::Rule, tables: Tables) -> Result<RuleConfig> {
+    /// One rule; `at` is where the rule's table starts (for a missing
+    /// field).
+    pub(super) fn rule(
+        &self,
+        raw: &file::Rule,
+        at: Range<usize>,
+        tables: Tables,
+    ) -> Result<RuleConfig> {
         let limit = self.int(
             "limit",
             &raw.limit,
             1,
             throttle_fleet_core::limits::MAX_LIMIT as i64,
         )? as u64;
-        let period = self.int(
-            "period_secs",
-            &raw.period_secs,
-            1,
-            throttle_fleet_core::limits::MAX_PERIOD.as_secs() as i64,
-        )? as u64;
-        let mut quota = Quota::new(limit, Duration::from_secs(period));
         let algorithm = match raw.algorithm.as_ref() {
             None => Algorithm::default(),
-            Some(a) => Algorithm::ALL
+            Some(a) => ALGORITHMS
                 .into_iter()
                 .find(|x| x.name() == a.get_ref())
                 .ok_or_else(|| {
-                    let names: Vec<&str> = Algorithm::ALL.iter().map(|x| x.name()).collect();
+                    let names: Vec<&str> = ALGORITHMS.iter().map(|x| x.name()).collect();
                     self.err(
                         "algorithm",
                         a.span(),
@@ -42,6 +56,34 @@ impl Loader<'_> {
                         ),
                     )
                 })?,
+        };
+        let mut quota = if algorithm.is_concurrency() {
+            if let Some(p) = &raw.period_secs {
+                return Err(self.err(
+                    "period_secs",
+                    p.span(),
+                    "does not apply to a concurrency rule: it bounds requests in flight, not a rate over a period",
+                ));
+            }
+            Quota::in_flight(limit)
+        } else {
+            let Some(p) = &raw.period_secs else {
+                return Err(self.err(
+                    "period_secs",
+                    at,
+                    format!(
+                        "is missing: a {} rule needs one (only a concurrency rule has none)",
+                        algorithm.name()
+                    ),
+                ));
+            };
+            let period = self.int(
+                "period_secs",
+                p,
+                1,
+                throttle_fleet_core::limits::MAX_PERIOD.as_secs() as i64,
+            )? as u64;
+            Quota::new(limit, Duration::from_secs(period))
         };
         if let Some(b) = &raw.burst {
             if !algorithm.uses_burst() {
@@ -62,6 +104,19 @@ impl Loader<'_> {
             )? as u64);
         }
         let mut rule = Rule::new(raw.name.get_ref(), quota).algorithm_is(algorithm);
+        if let Some(ttl) = &raw.slot_ttl_secs {
+            if !algorithm.is_concurrency() {
+                return Err(self.err(
+                    "slot_ttl_secs",
+                    ttl.span(),
+                    format!(
+                        "applies only to algorithm = \"concurrency\", not {}",
+                        algorithm.name()
+                    ),
+                ));
+            }
+            rule = rule.slot_ttl(self.slot_ttl(ttl)?);
+        }
         if let Some(c) = &raw.cost {
             rule = rule.cost(self.int("cost", c, 1, i64::from(u32::MAX))? as u32);
         }
@@ -87,7 +142,18 @@ impl Loader<'_> {
                     raw.cost.as_ref().map_or(raw.name.span(), Spanned::span),
                 ),
                 "quota.limit" => ("limit", raw.limit.span()),
-                "quota.period" => ("period_secs", raw.period_secs.span()),
+                "quota.period" => (
+                    "period_secs",
+                    raw.period_secs
+                        .as_ref()
+                        .map_or(raw.limit.span(), Spanned::span),
+                ),
+                "slot_ttl" => (
+                    "slot_ttl_secs",
+                    raw.slot_ttl_secs
+                        .as_ref()
+                        .map_or(raw.name.span(), Spanned::span),
+                ),
                 "quota.burst" => (
                     "burst",
                     raw.burst.as_ref().map_or(raw.limit.span(), Spanned::span),
@@ -139,7 +205,12 @@ impl Loader<'_> {
                     1,
                     throttle_fleet_core::limits::MAX_LIMIT as i64,
                 )? as u64;
-                let mut q = Quota::new(limit, quota.period());
+                // A concurrency rule's tier is its own number of slots.
+                let mut q = if algorithm.is_concurrency() {
+                    Quota::in_flight(limit)
+                } else {
+                    Quota::new(limit, quota.period())
+                };
                 if let Some(b) = quota.explicit_burst() {
                     // The burst scales with the tier's limit.
                     q = q.with_burst(
@@ -157,6 +228,29 @@ impl Loader<'_> {
             tiers,
             shadow: raw.shadow,
         })
+    }
+
+    /// A slot lifetime in seconds, fractions allowed, as whole
+    /// milliseconds within the core's bounds.
+    fn slot_ttl(&self, value: &Spanned<f64>) -> Result<Duration> {
+        let secs = *value.get_ref();
+        let (min, max) = (MIN_SLOT_TTL.as_secs_f64(), MAX_SLOT_TTL.as_secs_f64());
+        if !(min..=max).contains(&secs) {
+            return Err(self.err(
+                "slot_ttl_secs",
+                value.span(),
+                format!("must be from {min} to {max} seconds (got {secs})"),
+            ));
+        }
+        let ms = (secs * 1000.0).round();
+        if (secs * 1000.0 - ms).abs() > 1e-6 {
+            return Err(self.err(
+                "slot_ttl_secs",
+                value.span(),
+                format!("must be a whole number of milliseconds (got {secs} seconds)"),
+            ));
+        }
+        Ok(Duration::from_millis(ms as u64))
     }
 
     pub(super) fn key(&self, raw: &file::Rule, tables: Tables) -> Result<KeySpec> {
