@@ -25,7 +25,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// `now`: the caller's, or Redis `TIME`.
-const NOW: &str = r#"
+pub(crate) const NOW: &str = r#"
 local now = tonumber(ARGV[1])
 if now == 0 then
   local t = redis.call('TIME')

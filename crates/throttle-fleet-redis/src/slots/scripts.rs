@@ -11,14 +11,12 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Acquire. KEYS: set, held. ARGV: now (us, 0 for Redis `TIME`), limit,
+use crate::scripts::NOW;
+
+/// Acquire (after the shared `NOW` prelude). KEYS: set, held. ARGV: now
+/// (us, 0 for Redis `TIME`), limit,
 /// cost, slot lifetime (ms), member. Reply: `allowed remaining now_us`.
 const ACQUIRE: &str = r#"
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
 local ms = math.floor(now / 1000)
 local limit, cost, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local held = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -59,18 +57,14 @@ end
 return 0
 "#;
 
-/// Renewal of one key's members of one instance. KEYS: set, held. ARGV:
+/// Renewal of one key's members of one instance (after the shared `NOW`
+/// prelude). KEYS: set, held. ARGV:
 /// now (us, 0 for Redis `TIME`), slot lifetime (ms), members. Only members
 /// still present are renewed (`XX`): one that expired while this instance
 /// could not reach Redis is not added back, since a release racing the
 /// renewal could otherwise bring back a slot whose request had ended.
 /// Reply: how many members were missing.
 const RENEW: &str = r#"
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
 local until_ms = math.floor(now / 1000) + tonumber(ARGV[2])
 local lost = 0
 for i = 3, #ARGV do
@@ -86,6 +80,8 @@ end
 return lost
 "#;
 
-pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
+pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{NOW}{ACQUIRE}")));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
-pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
+pub(crate) static RENEW_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{NOW}{RENEW}")));
