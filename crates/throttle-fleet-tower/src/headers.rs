@@ -223,21 +223,40 @@ thread_local! {
         const { std::cell::RefCell::new([const { None }; 8]) };
 }
 
-/// `"name"` followed by `{k1}{v1}{k2}{v2}` (keys such as `;q=`), as a
-/// header value (rule names are restricted to `[A-Za-z0-9_.-]`, so it is
-/// always valid).
-fn draft_item(name: &[u8], (k1, v1): (&[u8], u64), (k2, v2): (&[u8], u64)) -> Option<HeaderValue> {
-    let (mut b1, mut b2) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let (v1, v2) = (b1.format(v1).as_bytes(), b2.format(v2).as_bytes());
-    let mut text = Vec::with_capacity(name.len() + 2 + k1.len() + k2.len() + v1.len() + v2.len());
+/// `"name"` followed by each `{key}{value}` of `params` (one or two, keys
+/// such as `;q=`) and then `tail`, as a header value (rule names are restricted to
+/// `[A-Za-z0-9_.-]`, so it is always valid).
+fn draft_item(name: &[u8], params: &[(&[u8], u64)], tail: &[u8]) -> Option<HeaderValue> {
+    let mut numbers = [itoa::Buffer::new(), itoa::Buffer::new()];
+    let params = &params[..params.len().min(2)];
+    let mut rendered: [&[u8]; 2] = [b""; 2];
+    for ((_, value), (buf, out)) in params.iter().zip(numbers.iter_mut().zip(&mut rendered)) {
+        *out = buf.format(*value).as_bytes();
+    }
+    let len = name.len()
+        + 2
+        + params.iter().map(|(k, _)| k.len()).sum::<usize>()
+        + rendered.iter().map(|r| r.len()).sum::<usize>()
+        + tail.len();
+    // Exactly its length: a `Vec` whose length is its capacity becomes
+    // `Bytes` without a second allocation.
+    let mut text = Vec::with_capacity(len);
     text.push(b'"');
     text.extend_from_slice(name);
     text.push(b'"');
-    text.extend_from_slice(k1);
-    text.extend_from_slice(v1);
-    text.extend_from_slice(k2);
-    text.extend_from_slice(v2);
+    for ((key, _), value) in params.iter().zip(rendered) {
+        text.extend_from_slice(key);
+        text.extend_from_slice(value);
+    }
+    text.extend_from_slice(tail);
     HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
+}
+
+/// The rule name a [`policy_value`] starts with (quoted).
+fn policy_name(policy: &HeaderValue) -> Option<&[u8]> {
+    let bytes = policy.as_bytes();
+    let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
+    Some(&bytes[1..end])
 }
 
 /// Whether a kept IETF value is `name`'s: it starts with `"name";`.
@@ -256,7 +275,7 @@ pub(crate) fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderVa
         &POLICIES,
         (limit, w, name.len()),
         |value| names(value, name),
-        || draft_item(name, (b";q=", limit), (b";w=", w)),
+        || draft_item(name, &[(b";q=", limit), (b";w=", w)], b""),
     )
     .unwrap_or_else(|| HeaderValue::from_static("\"\""))
 }
@@ -271,14 +290,7 @@ pub(crate) fn in_flight_policy_value(name: &str, limit: u64) -> HeaderValue {
         &POLICIES,
         (limit, u64::MAX, name.len()),
         |value| names(value, name) && value.ends_with(IN_FLIGHT_UNIT),
-        || {
-            let mut value = draft_item(name, (b";q=", limit), (b"", 0))?
-                .as_bytes()
-                .to_vec();
-            value.pop(); // the placeholder's `0`
-            value.extend_from_slice(IN_FLIGHT_UNIT);
-            HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
-        },
+        || draft_item(name, &[(b";q=", limit)], IN_FLIGHT_UNIT),
     )
     .unwrap_or_else(|| HeaderValue::from_static("\"\""))
 }
@@ -289,20 +301,12 @@ const IN_FLIGHT_UNIT: &[u8] = b";qu=\"concurrent-requests\"";
 /// `RateLimit: "name";r=remaining` for a concurrency rule: no `t`, since
 /// nothing resets with time (a slot comes back when a request ends).
 pub(crate) fn in_flight_field(policy: &HeaderValue, remaining: u64) -> Option<HeaderValue> {
-    let bytes = policy.as_bytes();
-    let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
-    let name = &bytes[1..end];
+    let name = policy_name(policy)?;
     kept_or_render(
         &FIELDS,
         (remaining, u64::MAX, name.len()),
         |value| names(value, name) && !value.windows(3).any(|w| w == b";t="),
-        || {
-            let mut value = draft_item(name, (b";r=", remaining), (b"", 0))?
-                .as_bytes()
-                .to_vec();
-            value.pop();
-            HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
-        },
+        || draft_item(name, &[(b";r=", remaining)], b""),
     )
 }
 
@@ -311,14 +315,12 @@ pub(crate) fn in_flight_field(policy: &HeaderValue, remaining: u64) -> Option<He
 /// numbers are: a key far from its limit, or answers within one second of
 /// each other at a full bucket, repeat the same field.
 pub(crate) fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
-    let bytes = policy.as_bytes();
-    let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
-    let name = &bytes[1..end];
+    let name = policy_name(policy)?;
     kept_or_render(
         &FIELDS,
         (remaining, t, name.len()),
         |value| names(value, name),
-        || draft_item(name, (b";r=", remaining), (b";t=", t)),
+        || draft_item(name, &[(b";r=", remaining), (b";t=", t)], b""),
     )
 }
 
