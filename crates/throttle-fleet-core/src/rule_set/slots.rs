@@ -87,7 +87,8 @@ impl RuleSet {
     /// request ([`check_charged`](Self::check_charged)), took under
     /// concurrency rules; `None` when it took none (no such rule applied,
     /// or the request was not allowed). A shadow rule that would have
-    /// denied took nothing, and holds nothing.
+    /// denied took nothing ([`Charged::taken`] holds what was taken), and
+    /// holds nothing.
     pub fn slots(&self, demands: &[Demand], charged: &Charged) -> Option<Box<Slots>> {
         if !self.holds {
             return None;
@@ -95,12 +96,11 @@ impl RuleSet {
         let held: SmallVec<[(Demand, Outcome); 1]> = charged
             .taken
             .iter()
-            .filter(|(i, o)| {
-                o.step.allowed
-                    && self.rules[demands[*i].rule]
-                        .rule
-                        .algorithm()
-                        .is_concurrency()
+            .filter(|(i, _)| {
+                self.rules[demands[*i].rule]
+                    .rule
+                    .algorithm()
+                    .is_concurrency()
             })
             .map(|&(i, o)| (demands[i], o))
             .collect();
@@ -110,5 +110,53 @@ impl RuleSet {
                 held,
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Answer, Decision, Demand, Key, MemoryBackend, Rule, RuleSet};
+
+    fn charged(rules: &RuleSet, demands: &[Demand]) -> crate::decision::Charged {
+        match rules.check_charged(demands) {
+            Answer::Ready(c) => c,
+            Answer::Pending(_) => unreachable!("memory decides at once"),
+        }
+    }
+
+    #[test]
+    fn a_shadow_denial_holds_no_slot_so_its_end_frees_none_of_the_others() {
+        let mut rules = RuleSet::new();
+        let backend = MemoryBackend::default();
+        let shadow = rules
+            .bind(Rule::concurrency("shadow", 1).shadow(), &backend)
+            .unwrap();
+        let demands = [Demand {
+            rule: shadow,
+            key: Key::new("k"),
+            cost: 1,
+        }];
+        let first = charged(&rules, &demands);
+        let held = rules
+            .slots(&demands, &first)
+            .expect("the first takes the slot");
+        let second = charged(&rules, &demands);
+        let Decision::Allowed(a) = &second.decision else {
+            panic!("{:?}", second.decision)
+        };
+        assert!(a.shadow_denied.contains(shadow));
+        // It took nothing: it holds nothing, and its end gives nothing back.
+        assert!(rules.slots(&demands, &second).is_none());
+        let third = charged(&rules, &demands);
+        let Decision::Allowed(a) = &third.decision else {
+            panic!("{:?}", third.decision)
+        };
+        assert!(a.shadow_denied.contains(shadow), "the first still runs");
+        drop(held);
+        let fourth = charged(&rules, &demands);
+        let Decision::Allowed(a) = &fourth.decision else {
+            panic!("{:?}", fourth.decision)
+        };
+        assert!(a.shadow_denied.is_empty());
     }
 }
