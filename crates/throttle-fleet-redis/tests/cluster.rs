@@ -343,3 +343,90 @@ async fn approximate_one_hung_primary_closes_only_its_buckets() {
     println!("served again {:?} after the primary woke", woke.elapsed());
     backend.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_slots_hold_on_every_primary_and_a_hung_one_refuses_only_its_own_keys() {
+    let _one = SERIAL.lock().await;
+    let cluster = tokio::task::spawn_blocking(|| {
+        RedisCluster::start_with_args(
+            3,
+            0,
+            Duration::from_millis(1_000),
+            &["--cluster-require-full-coverage", "no"],
+        )
+    })
+    .await
+    .unwrap();
+    let config = RedisConfig::cluster(cluster.nodes())
+        .command_timeout(Duration::from_millis(250))
+        .connect_timeout(Duration::from_millis(100))
+        .probe_interval(Duration::from_millis(100));
+    let backend = RedisBackend::exact(config).await.unwrap();
+    let rule = Rule::concurrency("inflight", 2).fail_closed();
+    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let keys: Vec<Key> = (0..60u64).map(Key::from).collect();
+    let owner: Vec<u16> = keys
+        .iter()
+        .map(|k| {
+            let mut hex = String::new();
+            k.write_hex(&mut hex);
+            cluster
+                .primary_for_key(&format!("rl:{{inflight:{hex}}}:cz"))
+                .port()
+        })
+        .collect();
+    assert!(
+        owner.iter().collect::<std::collections::HashSet<_>>().len() == 3,
+        "the keys reach every primary"
+    );
+    // On every primary: two slots per key, the third refused by Redis.
+    let mut held = Vec::new();
+    for k in &keys {
+        for expect in [true, true, false] {
+            let (result, asked) = check(limiter.as_ref(), k).await;
+            let outcome = result.unwrap();
+            assert!(asked && !outcome.degraded, "decided by Redis");
+            assert_eq!(outcome.step.allowed, expect, "{k:?}");
+            if expect {
+                held.push((*k, outcome));
+            }
+        }
+    }
+    for (k, outcome) in held.drain(..) {
+        limiter.refund(&k, 1, &outcome);
+    }
+    // Once the releases have landed, every key has its two slots again.
+    for k in &keys {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (a, _) = check(limiter.as_ref(), k).await;
+            let (b, _) = check(limiter.as_ref(), k).await;
+            let (a, b) = (a.unwrap(), b.unwrap());
+            let both = a.step.allowed && b.step.allowed;
+            for o in [a, b].into_iter().filter(|o| o.step.allowed) {
+                limiter.refund(k, 1, &o);
+            }
+            if both {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{k:?} never got its slots back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // A hung primary: its keys are refused (fail closed); the others' keys
+    // are still decided by Redis.
+    let hung = owner[0];
+    let node = cluster.node_by_port(hung);
+    node.stop();
+    for (k, &port) in keys.iter().zip(&owner) {
+        let (result, _) = check(limiter.as_ref(), k).await;
+        if port == hung {
+            assert!(result.is_err(), "{k:?} on the hung primary: {result:?}");
+        } else {
+            let outcome = result.unwrap();
+            assert!(outcome.step.allowed && !outcome.degraded, "{k:?}");
+            limiter.refund(k, 1, &outcome);
+        }
+    }
+    node.resume();
+}
