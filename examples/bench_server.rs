@@ -47,6 +47,9 @@
 //! - `memory-ietf`: `memory` sending the IETF draft's `RateLimit-Policy` and
 //!   `RateLimit` instead of the trio (`headers = "ietf-only"`);
 //!   `memory-ietf-both`: both sets (`headers = "ietf"`).
+//! - `memory-concurrency`: a concurrency rule per client instead of the
+//!   token bucket, slots enough for every request: each takes its slot and
+//!   gives it back when its body has been sent.
 //!
 //! - `naive-pool`: the API-gateway design's Lua token bucket run on every
 //!   request through a `deadpool-redis` connection checkout, as an axum
@@ -333,6 +336,10 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         }
         "memory" => app.layer(ours(keying, Quota::per_second(1_000_000_000))?),
         "memory-deny" => app.layer(ours(keying, Quota::per_hour(1))?),
+        "memory-concurrency" => app.layer(ThrottleLayer::new(
+            keying.policy(Rule::concurrency(keying.rule_name(), 1_000_000_000)),
+            memory_backend()?,
+        )?),
         "memory-ietf" | "memory-ietf-both" => {
             let policy = keying.policy(
                 Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),

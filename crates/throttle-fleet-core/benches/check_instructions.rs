@@ -1,5 +1,7 @@
 //! Instructions per check (callgrind), ours side by side with governor's
 //! keyed limiter and throttle-kit's: the figure this shared machine does not move.
+//! Beside them, a concurrency rule's meter: a slot taken (the request path)
+//! and a slot taken and given back (the whole request).
 //!
 //! Run with `cargo bench -p throttle-fleet-core --bench check_instructions`
 //! (needs `valgrind` on the path; a few minutes). The subjects and
@@ -33,13 +35,14 @@ const SCENARIOS: [(&str, u64, bool); 4] = [
     ("allowed/1M", 1_000_000, false),
     ("denied", 1, true),
 ];
-const SUBJECTS: [&str; 6] = [
+const SUBJECTS: [&str; 7] = [
     "loop",
     "throttle",
     "throttle_ruleset",
     "governor",
     "throttle_kit",
     "throttle_concurrency",
+    "throttle_concurrency_ended",
 ];
 
 /// Nothing but the benchmark's loop: what every other subject also pays.
@@ -76,6 +79,7 @@ fn child(spec: &str) {
         "governor" => measured(&subjects.governor, &order),
         "throttle_kit" => measured(&subjects.throttle_kit, &order),
         "throttle_concurrency" => measured(&subjects.concurrency, &order),
+        "throttle_concurrency_ended" => measured(&subjects.concurrency_ended, &order),
         other => panic!("unknown subject {other}"),
     };
     let expected = if denied && subject != "loop" {
@@ -105,9 +109,9 @@ fn main() {
     );
     println!();
     println!(
-        "| scenario | throttle | ruleset | governor | throttle-kit | ruleset / governor | ruleset / throttle-kit | concurrency (slot taken and given back) |"
+        "| scenario | throttle | ruleset | governor | throttle-kit | ruleset / governor | ruleset / throttle-kit | concurrency: slot taken | concurrency: taken and given back |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (scenario, ..) in SCENARIOS {
         if !filter.is_empty() && !filter.iter().any(|f| f == scenario) {
             continue;
@@ -122,10 +126,10 @@ fn main() {
                 least as f64 / CHECKS as f64
             })
             .collect();
-        let [ours, ruleset, governor, kit, concurrency] =
-            [1, 2, 3, 4, 5].map(|i| per_check[i] - per_check[0]);
+        let [ours, ruleset, governor, kit, concurrency, ended] =
+            [1, 2, 3, 4, 5, 6].map(|i| per_check[i] - per_check[0]);
         println!(
-            "| {scenario} | {ours:.1} | {ruleset:.1} | {governor:.1} | {kit:.1} | {:.2} | {:.2} | {concurrency:.1} |",
+            "| {scenario} | {ours:.1} | {ruleset:.1} | {governor:.1} | {kit:.1} | {:.2} | {:.2} | {concurrency:.1} | {ended:.1} |",
             ruleset / governor,
             ruleset / kit
         );

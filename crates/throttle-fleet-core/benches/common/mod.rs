@@ -36,8 +36,9 @@ impl Subject for Ours {
     }
 }
 
-/// A concurrency rule's meter in the memory backend: a request that takes
-/// its slot and (when `release`) gives it back as it ends.
+/// A concurrency rule's meter in the memory backend: a request taking its
+/// slot (the request path), and with `release` also giving it back as it
+/// ends (the whole request's cost).
 pub(crate) struct OursConcurrency {
     limiter: Arc<MemoryLimiter<Concurrency, SystemClock>>,
     release: bool,
@@ -121,6 +122,7 @@ pub(crate) struct Subjects {
     pub(crate) governor: Governor,
     pub(crate) throttle_kit: ThrottleKit,
     pub(crate) concurrency: OursConcurrency,
+    pub(crate) concurrency_ended: OursConcurrency,
 }
 
 impl Subjects {
@@ -140,19 +142,20 @@ impl Subjects {
         let rule = rules
             .bind(Rule::new("bench", quota).token_bucket(), &backend)
             .expect("valid rule");
-        // Allowed scenarios: every request ends at once; denied: the one
-        // slot stays taken.
-        let release = quota.limit() > 1;
-        let concurrency = OursConcurrency {
+        // Allowed scenarios: room for every request (and, ended, each
+        // gives its slot back); denied: the one slot stays taken.
+        let concurrency = |release: bool| OursConcurrency {
             limiter: backend
                 .limiter_for(
                     Concurrency::new(Quota::in_flight(quota.limit())).expect("valid quota"),
                 )
                 .expect("valid backend"),
-            release,
+            release: release && quota.limit() > 1,
         };
+        let (concurrency, concurrency_ended) = (concurrency(false), concurrency(true));
         Self {
             concurrency,
+            concurrency_ended,
             ours,
             ruleset: OursRuleSet { rules, rule },
             governor: Governor(RateLimiter::keyed(governor_quota)),
@@ -160,13 +163,14 @@ impl Subjects {
         }
     }
 
-    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 5] {
+    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 6] {
         [
             ("throttle", &self.ours),
             ("throttle_ruleset", &self.ruleset),
             ("governor", &self.governor),
             ("throttle_kit", &self.throttle_kit),
             ("throttle_concurrency", &self.concurrency),
+            ("throttle_concurrency_ended", &self.concurrency_ended),
         ]
     }
 }
