@@ -291,3 +291,43 @@ async fn the_approximate_and_leased_modes_refuse_a_concurrency_rule_naming_the_f
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cancelled_while_its_acquire_is_on_its_way_leaves_no_slot() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    // A lifetime far longer than the wait below: Redis' own expiry of the
+    // keys (real time) must not be what frees the slot.
+    let rule = Rule::concurrency("inflight", 2).slot_ttl(Duration::from_secs(600));
+    let a = instance(&server, &clock, &rule).await;
+    // Polled only until Redis has run the script, then dropped with its
+    // answer unread (the client went away). A poll that happens to find the
+    // answer already there completes the request: try again on a new key.
+    for attempt in 0..20 {
+        let key = format!("k{attempt}");
+        let demands = [Demand {
+            rule: 0,
+            key: Key::new(&key),
+            cost: 1,
+        }];
+        let Answer::Pending(mut pending) = a.rules.check_charged(&demands) else {
+            panic!("a Redis check is answered later");
+        };
+        let mut completed = false;
+        while held_in_redis(&server, "inflight", &key) == 0 {
+            let once = std::future::poll_fn(|cx| std::task::Poll::Ready(pending.as_mut().poll(cx)));
+            if once.await.is_ready() {
+                completed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if completed {
+            continue;
+        }
+        drop(pending);
+        settled(&server, "inflight", &key, 0).await;
+        return;
+    }
+    panic!("every attempt was answered before it could be cancelled");
+}

@@ -14,8 +14,9 @@
 //! - **Failure**: while Redis cannot be asked, the rule's failure policy
 //!   decides (open: allow, counted locally; closed: refuse; local: a
 //!   local limit of `n /` fleet size). A grant whose reply was lost (a
-//!   timeout) is taken back in the background, and otherwise expires
-//!   after one slot lifetime. A slot that expired while this instance
+//!   timeout, or a request cancelled while its acquire was on its way) is
+//!   taken back in the background, and otherwise expires after one slot
+//!   lifetime. A slot that expired while this instance
 //!   could not reach Redis for a whole lifetime is not added back (a
 //!   release racing the renewal could otherwise bring back a slot whose
 //!   request had ended): its request runs on uncounted, and
@@ -210,7 +211,16 @@ impl Inner {
             .arg(cost)
             .arg(self.ttl_ms())
             .arg(self.member(slot));
-        match self.redis.eval::<Reply>(&inv, self.group(&key)).await {
+        // A request cancelled while its acquire is on its way (a client
+        // that went away) gives back the slot the script may have granted.
+        let mut unanswered = Unanswered {
+            rule: Some(&self),
+            key,
+            slot,
+        };
+        let answer = self.redis.eval::<Reply>(&inv, self.group(&key)).await;
+        unanswered.rule = None;
+        match answer {
             Ok(reply) => {
                 if let (Some(ok), Some(remaining), Some(now)) =
                     (reply.int(0), reply.u64(1), reply.u64(2))
@@ -307,6 +317,25 @@ impl Inner {
                 }
             }
         });
+    }
+}
+
+/// An acquire on its way: dropped before its answer (the request was
+/// cancelled), it sends the release of the member it may have added.
+struct Unanswered<'a> {
+    rule: Option<&'a Arc<Inner>>,
+    key: Key,
+    slot: Slot,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(rule) = self.rule {
+            rule.redis.spawn_eval(
+                rule.release_call(&self.key, self.slot),
+                rule.group(&self.key),
+            );
+        }
     }
 }
 
