@@ -37,7 +37,9 @@ pin_project! {
 impl<B> ThrottleBody<B> {
     /// Wraps the inner service's body.
     pub fn inner(body: B) -> Self {
-        Self::holding(body, None)
+        Self {
+            kind: Kind::Inner { body, slots: None },
+        }
     }
 
     /// Wraps the inner service's body, which holds `slots` (a concurrency
@@ -46,6 +48,15 @@ impl<B> ThrottleBody<B> {
     pub fn holding(body: B, slots: Option<Box<Slots>>) -> Self {
         Self {
             kind: Kind::Inner { body, slots },
+        }
+    }
+
+    /// Makes the inner service's body hold `slots` (see
+    /// [`holding`](Self::holding)); a complete body written by the limiter
+    /// holds none, and `slots` are given back at once.
+    pub(crate) fn hold(&mut self, slots: Option<Box<Slots>>) {
+        if let Kind::Inner { slots: held, .. } = &mut self.kind {
+            *held = slots;
         }
     }
 
@@ -73,8 +84,8 @@ where
         match self.project().kind.project() {
             KindProj::Inner { mut body, slots } => {
                 let frame = body.as_mut().poll_frame(cx);
-                if slots.is_some() && ended(&frame, &body) {
-                    *slots = None;
+                if slots.is_some() {
+                    release_at_end(&frame, &body, slots);
                 }
                 frame
             }
@@ -102,12 +113,19 @@ where
 /// What polling a body for its next frame gives.
 type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
 
-/// Whether `frame`, just polled from `body`, ends it: no frame left, an
-/// error, or the last frame of a body that knows it is done.
-fn ended<B: Body>(frame: &Polled<B>, body: &Pin<&mut B>) -> bool {
-    match frame {
+/// Gives `slots` back if `frame`, just polled from `body`, ends it: no
+/// frame left, an error, or the last frame of a body that knows it is
+/// done. Out of line: a body without slots (no concurrency rule) never
+/// comes here.
+#[cold]
+#[inline(never)]
+fn release_at_end<B: Body>(frame: &Polled<B>, body: &Pin<&mut B>, slots: &mut Option<Box<Slots>>) {
+    let ended = match frame {
         Poll::Ready(None | Some(Err(_))) => true,
         Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
         Poll::Pending => false,
+    };
+    if ended {
+        *slots = None;
     }
 }

@@ -9,7 +9,6 @@ use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use throttle_fleet_core::decision::Charged;
-use throttle_fleet_core::rule_set::Slots;
 use throttle_fleet_core::{Decision, Demand};
 use tokio::time::Sleep;
 use tower_service::Service;
@@ -40,11 +39,10 @@ pin_project! {
         #[pin]
         state: State<F, S, ReqBody, R>,
         headers: SuccessHeaders,
-        // Response-aware charges to settle when the inner service answers.
+        // Response-aware charges to settle when the inner service answers,
+        // and concurrency slots handed to the body then (given back if this
+        // future is dropped first).
         settle: Option<Box<Settle<R>>>,
-        // Concurrency slots, handed to the body when the inner service
-        // answers (given back if this future is dropped first).
-        slots: Option<Box<Slots>>,
     }
 }
 
@@ -92,20 +90,14 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
             },
             headers: SuccessHeaders::none(),
             settle: None,
-            slots: None,
         }
     }
 
-    /// Settles `settle` when the inner service answers, and holds `slots`
-    /// until its response ends (if it is called).
-    pub(crate) fn settling(
-        mut self,
-        settle: Option<Box<Settle<R>>>,
-        slots: Option<Box<Slots>>,
-    ) -> Self {
+    /// Settles `settle` when the inner service answers, its slots held by
+    /// the response until it ends (if the service is called).
+    pub(crate) fn settling(mut self, settle: Option<Box<Settle<R>>>) -> Self {
         if matches!(self.state, State::Call { .. } | State::Delay { .. }) {
             self.settle = settle;
-            self.slots = slots;
         }
         self
     }
@@ -127,7 +119,6 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
             },
             headers: SuccessHeaders::none(),
             settle: None,
-            slots: None,
         }
     }
 }
@@ -167,7 +158,6 @@ where
                 },
                 headers,
                 settle: None,
-                slots: None,
             },
             Next::Delay(headers, delay) => {
                 let clone = service.clone();
@@ -176,7 +166,6 @@ where
                     state: delaying(delay, ready, Request::from_parts(parts, body)),
                     headers,
                     settle: None,
-                    slots: None,
                 }
             }
             Next::Reject(response) => Self::rejected(response),
@@ -199,23 +188,22 @@ where
                 StateProj::Call { future } => {
                     let result = ready!(future.poll(cx));
                     let settle = this.settle.take();
-                    let slots = this.slots.take();
-                    let mut response = result?.map(|body| ThrottleBody::holding(body, slots));
+                    let mut response = result?.map(ThrottleBody::inner);
                     if let Some(settle) = settle {
-                        settle.settle(response.status());
+                        let slots = settle.settle(response.status());
+                        response.body_mut().hold(slots);
                     }
                     std::mem::take(this.headers).apply(response.headers_mut());
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Check { pending } => {
-                    let (decision, settle, slots) = match &mut pending.check {
-                        PendingCheck::Plain(check) => (ready!(check.as_mut().poll(cx)), None, None),
+                    let (decision, settle) = match &mut pending.check {
+                        PendingCheck::Plain(check) => (ready!(check.as_mut().poll(cx)), None),
                         PendingCheck::Charged(check, demands) => {
                             let charged = ready!(check.as_mut().poll(cx));
                             let settle = Settle::of(&pending.shared, demands, &charged);
-                            let slots = pending.shared.rules.slots(demands, &charged);
-                            (charged.decision, settle, slots)
+                            (charged.decision, settle)
                         }
                     };
                     let StateOwned::Check { pending } =
@@ -234,14 +222,12 @@ where
                         Next::Call(headers) => {
                             *this.headers = headers;
                             *this.settle = settle;
-                            *this.slots = slots;
                             let future = service.call(Request::from_parts(parts, body));
                             this.state.set(State::Call { future });
                         }
                         Next::Delay(headers, delay) => {
                             *this.headers = headers;
                             *this.settle = settle;
-                            *this.slots = slots;
                             this.state.set(delaying(
                                 delay,
                                 service,

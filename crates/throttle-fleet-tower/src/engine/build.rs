@@ -88,12 +88,11 @@ impl<R> Engine<R> {
         responder.bind(&bound);
         Ok((
             Self {
-                holds: rules.holds_slots(),
+                settles: settles || rules.holds_slots(),
                 rules,
                 limits: limits.into(),
                 responder,
                 shadow_header,
-                settles,
             },
             carried,
         ))

@@ -27,11 +27,11 @@ pub(crate) struct Engine<R> {
     pub(crate) responder: R,
     /// `Policy::shadow_header`.
     pub(crate) shadow_header: bool,
-    /// Whether any limit settles its cost from the response.
+    /// Whether a request keeps something until its response: a limit
+    /// that settles its cost from the response, or a concurrency rule
+    /// whose slots the response holds until its body ends
+    /// ([`RuleSet::holds_slots`]).
     settles: bool,
-    /// Whether any rule is a concurrency rule: its slots are kept with the
-    /// response until the body ends ([`RuleSet::holds_slots`]).
-    holds: bool,
 }
 
 /// One limit of the policy: how a request's key and cost are found for its

@@ -56,10 +56,10 @@ impl<R: Responder> Engine<R> {
     }
 
     /// Extracts every rule's key and cost, then checks them.
+    #[inline]
     pub(crate) fn prepare(&self, req: &Parts) -> Prepared<'_> {
-        let charged = self.settles || self.holds;
         if let [limit] = &*self.limits
-            && !charged
+            && !self.settles
         {
             // One rule, nothing to settle: no list of demands.
             return match limit.demand(req) {
@@ -80,7 +80,7 @@ impl<R: Responder> Engine<R> {
                 Err(status) => return self.missing(limit, status),
             }
         }
-        if charged {
+        if self.settles {
             let check = self.rules.check_charged(&demands);
             return Prepared::Settle(Box::new((check, demands)));
         }
