@@ -9,6 +9,7 @@ use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use throttle_fleet_core::decision::Charged;
+use throttle_fleet_core::rule_set::Holding;
 use throttle_fleet_core::{Decision, Demand};
 use tokio::time::Sleep;
 use tower_service::Service;
@@ -20,11 +21,14 @@ use crate::responder::Responder;
 
 type Pending = Pin<Box<dyn Future<Output = Decision> + Send>>;
 type PendingCharged = Pin<Box<dyn Future<Output = Charged> + Send>>;
+type PendingHeld = Pin<Box<dyn Future<Output = Holding> + Send>>;
 
-/// A remote check: plain, or with charges a response-aware limit settles.
+/// A remote check: plain, with charges a response-aware limit settles, or
+/// with the slots of concurrency rules.
 pub(crate) enum PendingCheck {
     Plain(Pending),
     Charged(PendingCharged, Vec<Demand>),
+    Held(PendingHeld),
 }
 
 pin_project! {
@@ -204,6 +208,10 @@ where
                             let charged = ready!(check.as_mut().poll(cx));
                             let settle = Settle::of(&pending.shared, demands, &charged);
                             (charged.decision, settle)
+                        }
+                        PendingCheck::Held(check) => {
+                            let held = ready!(check.as_mut().poll(cx));
+                            (held.decision, Settle::holding(&pending.shared, held.slots))
                         }
                     };
                     let StateOwned::Check { pending } =

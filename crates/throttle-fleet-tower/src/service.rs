@@ -106,6 +106,17 @@ where
                 body,
                 Guard::into_inner(shared),
             ),
+            Prepared::Held(Answer::Ready(held)) => {
+                let settle = Settle::holding(&shared, held.slots);
+                ResponseFuture::decided(&shared, &mut self.inner, parts, body, held.decision)
+                    .settling(settle)
+            }
+            Prepared::Held(Answer::Pending(check)) => self.checking(
+                PendingCheck::Held(check),
+                parts,
+                body,
+                Guard::into_inner(shared),
+            ),
             Prepared::Settle(settle) => match *settle {
                 (Answer::Ready(charged), demands) => {
                     let settle = Settle::of(&shared, &demands, &charged);

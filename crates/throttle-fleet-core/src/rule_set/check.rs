@@ -34,7 +34,7 @@ impl RuleSet {
     /// A check of one demand, the common case: no order to work out,
     /// nothing to give back, nothing to combine.
     #[inline]
-    fn one<K: Keep>(&self, d: &Demand) -> Answer<K> {
+    pub(super) fn one<K: Keep>(&self, d: &Demand) -> Answer<K> {
         let bound = &self.rules[d.rule];
         if let Some(o) = bound.local(&d.key, d.cost) {
             return Answer::Ready(self.decide_one(d, Ok(o)));
@@ -50,7 +50,7 @@ impl RuleSet {
 
     // Kept out of `check`, so the one-demand path stays small.
     #[inline(never)]
-    fn run<K: Keep>(&self, demands: &[Demand]) -> Answer<K> {
+    pub(super) fn run<K: Keep>(&self, demands: &[Demand]) -> Answer<K> {
         let mut tally = Tally::<8>::new();
         let remote = |d: &Demand| self.rules[d.rule].remote;
         let order: SmallVec<[usize; 8]> = if self.reorder {

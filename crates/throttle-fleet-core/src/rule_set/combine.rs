@@ -104,27 +104,39 @@ impl<const N: usize> Tally<N> {
         match self.refusal {
             Some((i, result)) => {
                 set.refund_held(demands, &self.held);
-                K::keep(set.refusal(&demands[i], result), &[])
+                K::keep(set, demands, set.refusal(&demands[i], result), &[])
             }
-            None => K::keep(set.allowed(demands, &self.held, self.shadow), &self.held),
+            None => K::keep(
+                set,
+                demands,
+                set.allowed(demands, &self.held, self.shadow),
+                &self.held,
+            ),
         }
     }
 }
 
-/// What a check hands back: a decision, or a decision and its charges.
+/// What a check hands back: a decision, a decision and its charges, or a
+/// decision and the slots it holds. `held` are the answers that took
+/// their cost (and the shadow denials), by index in `demands`.
 pub(super) trait Keep: Send + 'static {
-    fn keep(decision: Decision, held: &[(usize, Outcome)]) -> Self;
+    fn keep(
+        set: &RuleSet,
+        demands: &[Demand],
+        decision: Decision,
+        held: &[(usize, Outcome)],
+    ) -> Self;
 }
 
 impl Keep for Decision {
     #[inline]
-    fn keep(decision: Decision, _: &[(usize, Outcome)]) -> Self {
+    fn keep(_: &RuleSet, _: &[Demand], decision: Decision, _: &[(usize, Outcome)]) -> Self {
         decision
     }
 }
 
 impl Keep for Charged {
-    fn keep(decision: Decision, held: &[(usize, Outcome)]) -> Self {
+    fn keep(_: &RuleSet, _: &[Demand], decision: Decision, held: &[(usize, Outcome)]) -> Self {
         let taken = if decision.is_allowed() {
             held.iter()
                 .filter(|(_, o)| o.step.allowed)
@@ -155,14 +167,17 @@ impl RuleSet {
                 // A shadow rule never shapes traffic.
                 let delay_us = if shadow { 0 } else { o.step.delay_us };
                 let decision = self.allowed_by(d, o, shadow, delay_us, ShadowDenials::default());
-                K::keep(decision, &[(0, o)])
+                K::keep(self, std::slice::from_ref(d), decision, &[(0, o)])
             }
             Counted::ShadowDenied(o) => {
                 let mut denied = ShadowDenials::default();
                 denied.insert(d.rule);
-                K::keep(self.allowed_by(d, o, true, 0, denied), &[(0, o)])
+                let decision = self.allowed_by(d, o, true, 0, denied);
+                K::keep(self, std::slice::from_ref(d), decision, &[(0, o)])
             }
-            Counted::Refused(result) => K::keep(self.refusal(d, result), &[]),
+            Counted::Refused(result) => {
+                K::keep(self, std::slice::from_ref(d), self.refusal(d, result), &[])
+            }
         }
     }
 

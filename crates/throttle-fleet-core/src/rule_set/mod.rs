@@ -20,7 +20,7 @@ use crate::{Allowed, Decision};
 use bind::Bound;
 pub use bind::Carried;
 pub use observe::Observer;
-pub use slots::Slots;
+pub use slots::{Holding, Slots};
 
 /// The ordered rules a request must all pass, each bound to its backend.
 ///

@@ -5,8 +5,11 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
+use crate::Answer;
 use crate::backend::Outcome;
-use crate::decision::{Charged, Demand};
+use crate::decision::{Charged, Decision, Demand};
+
+use super::combine::Keep;
 
 use super::RuleSet;
 
@@ -87,20 +90,36 @@ impl RuleSet {
     /// request ([`check_charged`](Self::check_charged)), took under
     /// concurrency rules; `None` when it took none (no such rule applied,
     /// or the request was not allowed). A shadow rule that would have
-    /// denied took nothing ([`Charged::taken`] holds what was taken), and
-    /// holds nothing.
+    /// denied took nothing, and holds nothing.
     pub fn slots(&self, demands: &[Demand], charged: &Charged) -> Option<Box<Slots>> {
+        self.slots_of(demands, &charged.taken)
+    }
+
+    /// Like [`check`](Self::check), and also hands back the slots the
+    /// request took under concurrency rules, for a layer to hold until the
+    /// response ends (what [`check_charged`](Self::check_charged) and
+    /// [`slots`](Self::slots) give, without the list of every charge).
+    pub fn check_holding(&self, demands: &[Demand]) -> Answer<Holding> {
+        match demands {
+            [d] => self.one(d),
+            _ => self.run(demands),
+        }
+    }
+
+    /// The slots among `taken` (by index in `demands`) that took their
+    /// cost under a concurrency rule.
+    fn slots_of(&self, demands: &[Demand], taken: &[(usize, Outcome)]) -> Option<Box<Slots>> {
         if !self.holds {
             return None;
         }
-        let held: SmallVec<[(Demand, Outcome); 1]> = charged
-            .taken
+        let held: SmallVec<[(Demand, Outcome); 1]> = taken
             .iter()
-            .filter(|(i, _)| {
-                self.rules[demands[*i].rule]
-                    .rule
-                    .algorithm()
-                    .is_concurrency()
+            .filter(|(i, o)| {
+                o.step.allowed
+                    && self.rules[demands[*i].rule]
+                        .rule
+                        .algorithm()
+                        .is_concurrency()
             })
             .map(|&(i, o)| (demands[i], o))
             .collect();
@@ -110,6 +129,33 @@ impl RuleSet {
                 held,
             })
         })
+    }
+}
+
+/// A decision and the slots the request took under concurrency rules
+/// ([`RuleSet::check_holding`]): `None` unless it was allowed by such a
+/// rule.
+#[derive(Debug)]
+pub struct Holding {
+    /// What the check decided.
+    pub decision: Decision,
+    /// What the request holds until it ends (dropping it gives it back).
+    pub slots: Option<Box<Slots>>,
+}
+
+impl Keep for Holding {
+    fn keep(
+        set: &RuleSet,
+        demands: &[Demand],
+        decision: Decision,
+        held: &[(usize, Outcome)],
+    ) -> Self {
+        let slots = if decision.is_allowed() {
+            set.slots_of(demands, held)
+        } else {
+            None
+        };
+        Self { decision, slots }
     }
 }
 

@@ -88,11 +88,12 @@ impl<R> Engine<R> {
         responder.bind(&bound);
         Ok((
             Self {
-                settles: settles || rules.holds_slots(),
+                holds: rules.holds_slots(),
                 rules,
                 limits: limits.into(),
                 responder,
                 shadow_header,
+                settles,
             },
             carried,
         ))

@@ -27,11 +27,12 @@ pub(crate) struct Engine<R> {
     pub(crate) responder: R,
     /// `Policy::shadow_header`.
     pub(crate) shadow_header: bool,
-    /// Whether a request keeps something until its response: a limit
-    /// that settles its cost from the response, or a concurrency rule
-    /// whose slots the response holds until its body ends
-    /// ([`RuleSet::holds_slots`]).
+    /// Whether a limit settles its cost from the response (its charges,
+    /// and any slots, are then kept with the whole list of demands).
     settles: bool,
+    /// Whether a rule is a concurrency rule, whose slots the response
+    /// holds until its body ends ([`RuleSet::holds_slots`]).
+    holds: bool,
 }
 
 /// One limit of the policy: how a request's key and cost are found for its

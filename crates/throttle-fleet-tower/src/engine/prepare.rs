@@ -4,6 +4,7 @@
 use http::request::Parts;
 use smallvec::SmallVec;
 use throttle_fleet_core::decision::Charged;
+use throttle_fleet_core::rule_set::Holding;
 use throttle_fleet_core::{Answer, Demand};
 
 use super::{BoundLimit, Engine};
@@ -14,10 +15,13 @@ use crate::responder::{Rejection, Responder};
 /// What the policy made of a request before the backends are asked.
 pub(crate) enum Prepared<'a> {
     Plain(Answer),
-    /// A check whose charges are kept: a response-aware limit settles
-    /// them later, a concurrency rule holds its slots until the response
-    /// ends (boxed: only policies with such a limit pay for its size).
+    /// A check whose charges a response-aware limit settles later, with
+    /// any concurrency slots among them (boxed: only policies with such a
+    /// limit pay for its size).
     Settle(Box<(Answer<Charged>, SmallVec<[Demand; 4]>)>),
+    /// A check of a policy with a concurrency rule (and no response-aware
+    /// limit): the decision and the slots it took.
+    Held(Answer<Holding>),
     Rejected(Rejection<'a>),
 }
 
@@ -63,6 +67,9 @@ impl<R: Responder> Engine<R> {
         {
             // One rule, nothing to settle: no list of demands.
             return match limit.demand(req) {
+                Ok(Some(demand)) if self.holds => {
+                    Prepared::Held(self.rules.check_holding(std::slice::from_ref(&demand)))
+                }
                 Ok(Some(demand)) => {
                     Prepared::Plain(self.rules.check(std::slice::from_ref(&demand)))
                 }
@@ -83,6 +90,9 @@ impl<R: Responder> Engine<R> {
         if self.settles {
             let check = self.rules.check_charged(&demands);
             return Prepared::Settle(Box::new((check, demands)));
+        }
+        if self.holds {
+            return Prepared::Held(self.rules.check_holding(&demands));
         }
         Prepared::Plain(self.rules.check(&demands))
     }

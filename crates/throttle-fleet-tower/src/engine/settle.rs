@@ -46,6 +46,17 @@ impl<R> Settle<R> {
         })
     }
 
+    /// Keeps `slots` alone (a policy with no response-aware limit).
+    pub(crate) fn holding(shared: &Arc<Engine<R>>, slots: Option<Box<Slots>>) -> Option<Box<Self>> {
+        slots.map(|slots| {
+            Box::new(Self {
+                shared: shared.clone(),
+                charges: SmallVec::new(),
+                slots: Some(slots),
+            })
+        })
+    }
+
     /// Gives back the costs whose limit says so for `status`; hands back
     /// the slots, for the response body to hold until it ends.
     pub(crate) fn settle(self, status: http::StatusCode) -> Option<Box<Slots>> {
