@@ -285,6 +285,30 @@ impl Redis {
         });
     }
 
+    /// Like [`spawn_eval`](Self::spawn_eval), but the command is queued on
+    /// the node's connection before this returns (its first poll happens
+    /// here), and the rest runs in the background. A later call of this
+    /// instance on that connection (with one connection per node, the
+    /// default: any later call for the same key) runs after it in Redis:
+    /// a concurrency slot released at a response's last frame is free
+    /// before the client that read it can send its next request.
+    pub(crate) fn send_now(self: &Arc<Self>, inv: impl Call + Send + 'static, slot: u16) {
+        if self.is_open(slot) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        let mut call = Box::pin(async move {
+            let _ = this.eval::<redis::Value>(&inv, slot).await;
+        });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if call.as_mut().poll(&mut cx).is_pending() {
+            rt.spawn(call);
+        }
+    }
+
     fn failed(self: &Arc<Self>, failure: &Failure, node: &Arc<Node>) {
         if node.breaker.failure() {
             self.breaker_opened.fetch_add(1, Ordering::Relaxed);

@@ -39,7 +39,7 @@ use crate::keys::KeyBase;
 use crate::registry::Registry;
 use crate::reply::Reply;
 use held::{Held, Slot};
-use scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+use scripts::{NO_CLOCK, SLOTS_SCRIPT};
 
 /// What the concurrency rules of a backend have done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -187,15 +187,19 @@ impl Inner {
         format!("{}:{}:{}", self.shared.instance, slot.seq, slot.cost)
     }
 
-    fn call(&self, script: &'static redis::Script, key: &Key, args: usize) -> Eval {
-        let mut inv = Eval::new(script, 2, args, 24 * args);
+    /// A call of the slots script for `key`: operation `op`, at `now`,
+    /// with room for `args` more arguments.
+    fn call(&self, key: &Key, now: u64, op: &str, args: usize) -> Eval {
+        let mut inv = Eval::new(&SLOTS_SCRIPT, 2, 2 + args, 24 * (2 + args));
         inv.arg(self.keys.key(key, "cz"))
-            .arg(self.keys.key(key, "ct"));
+            .arg(self.keys.key(key, "ct"))
+            .arg(now)
+            .arg(op);
         inv
     }
 
     fn release_call(&self, key: &Key, slot: Slot) -> Eval {
-        let mut inv = self.call(&RELEASE_SCRIPT, key, 2);
+        let mut inv = self.call(key, NO_CLOCK, "r", 2);
         inv.arg(self.member(slot)).arg(slot.cost);
         inv
     }
@@ -205,9 +209,8 @@ impl Inner {
             seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
             cost,
         };
-        let mut inv = self.call(&ACQUIRE_SCRIPT, &key, 5);
-        inv.arg(self.redis.script_now())
-            .arg(self.meter_limit())
+        let mut inv = self.call(&key, self.redis.script_now(), "a", 4);
+        inv.arg(self.meter_limit())
             .arg(cost)
             .arg(self.ttl_ms())
             .arg(self.member(slot));
@@ -242,7 +245,7 @@ impl Inner {
                 tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
                 // The script may have run: take the grant back if it did.
                 self.redis
-                    .spawn_eval(self.release_call(&key, slot), self.group(&key));
+                    .send_now(self.release_call(&key, slot), self.group(&key));
             }
         }
         self.degraded(&key, cost)
@@ -261,8 +264,8 @@ impl Inner {
         let snapshot = self.held.lock().snapshot();
         let timeout = self.redis.config.command_timeout;
         let calls = snapshot.into_iter().map(|(key, slots)| {
-            let mut inv = self.call(&RENEW_SCRIPT, &key, 2 + slots.len());
-            inv.arg(self.redis.script_now()).arg(self.ttl_ms());
+            let mut inv = self.call(&key, self.redis.script_now(), "n", 1 + slots.len());
+            inv.arg(self.ttl_ms());
             for slot in slots {
                 inv.arg(self.member(slot));
             }
@@ -331,7 +334,7 @@ struct Unanswered<'a> {
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if let Some(rule) = self.rule {
-            rule.redis.spawn_eval(
+            rule.redis.send_now(
                 rule.release_call(&self.key, self.slot),
                 rule.group(&self.key),
             );
@@ -362,7 +365,7 @@ impl Limiter for SlotLimiter {
         self.0.shared.released.fetch_add(1, Ordering::Relaxed);
         self.0
             .redis
-            .spawn_eval(self.0.release_call(key, slot), self.0.group(key));
+            .send_now(self.0.release_call(key, slot), self.0.group(key));
     }
 
     fn is_remote(&self) -> bool {
