@@ -176,13 +176,13 @@ async fn four_copies_never_run_more_than_n_and_refuse_almost_never_below_it() {
     );
     assert_eq!(violations, 0, "more than {N} requests ran at once");
     assert!(refused > 0, "the load never reached the limit");
-    // The goal is 1%; measured here 3.2% over twenty runs, at most 5.9% in
-    // one (debug build, two shared cores: the release's trip takes
-    // milliseconds). 10% still tells a release made at the body's end from
-    // one that waits for anything more (a third of the refusals measured
-    // with no jitter and a late count, or a stall).
+    // The goal is 1%; measured 0.07% over twenty runs (release build) and
+    // 0.23% over three (debug). Before a release was queued in place and
+    // sent with the acquire's script (a first release answered NOSCRIPT
+    // went out again behind the next acquire), twenty runs gave 2.6%
+    // (release) to 3.2% (debug): 2% tells the two apart in one run.
     assert!(
-        share <= 0.10,
+        share <= 0.02,
         "{false_refusals} of {refused} refusals below the limit"
     );
 }
