@@ -15,14 +15,9 @@ use crate::model::{KeySpec, RuleConfig};
 
 /// The algorithms a rule may name: the five rates and the concurrency
 /// rule.
-const ALGORITHMS: [Algorithm; 6] = [
-    Algorithm::ALL[0],
-    Algorithm::ALL[1],
-    Algorithm::ALL[2],
-    Algorithm::ALL[3],
-    Algorithm::ALL[4],
-    Algorithm::Concurrency,
-];
+fn algorithms() -> impl Iterator<Item = Algorithm> {
+    Algorithm::ALL.into_iter().chain([Algorithm::Concurrency])
+}
 
 impl Loader<'_> {
     /// One rule; `at` is where the rule's table starts (for a missing
@@ -41,11 +36,10 @@ impl Loader<'_> {
         )? as u64;
         let algorithm = match raw.algorithm.as_ref() {
             None => Algorithm::default(),
-            Some(a) => ALGORITHMS
-                .into_iter()
+            Some(a) => algorithms()
                 .find(|x| x.name() == a.get_ref())
                 .ok_or_else(|| {
-                    let names: Vec<&str> = ALGORITHMS.iter().map(|x| x.name()).collect();
+                    let names: Vec<&str> = algorithms().map(|x| x.name()).collect();
                     self.err(
                         "algorithm",
                         a.span(),
