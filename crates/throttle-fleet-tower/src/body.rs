@@ -42,18 +42,11 @@ impl<B> ThrottleBody<B> {
         }
     }
 
-    /// Wraps the inner service's body, which holds `slots` (a concurrency
-    /// rule's) until its last frame has been read, or until it is dropped
-    /// (a client that went away, a response that was never sent).
-    pub fn holding(body: B, slots: Option<Box<Slots>>) -> Self {
-        Self {
-            kind: Kind::Inner { body, slots },
-        }
-    }
-
-    /// Makes the inner service's body hold `slots` (see
-    /// [`holding`](Self::holding)); a complete body written by the limiter
-    /// holds none, and `slots` are given back at once.
+    /// Makes the inner service's body hold `slots` (a concurrency rule's)
+    /// until its last frame has been read, or until it is dropped (a
+    /// client that went away, a response that was never sent); a complete
+    /// body written by the limiter holds none, and `slots` are given back
+    /// at once.
     pub(crate) fn hold(&mut self, slots: Option<Box<Slots>>) {
         if let Kind::Inner { slots: held, .. } = &mut self.kind {
             *held = slots;
