@@ -243,11 +243,12 @@ impl Inner {
             }
             Err(failure) => {
                 tracing::debug!(rule = self.rule.name(), %failure, "deciding by failure policy");
-                // The script may have run: take the grant back if it did.
-                self.redis
-                    .send_now(self.release_call(&key, slot), self.group(&key));
             }
         }
+        // The script may have granted a slot that no answer reports: take
+        // it back if it did.
+        self.redis
+            .send_now(self.release_call(&key, slot), self.group(&key));
         self.degraded(&key, cost)
     }
 
