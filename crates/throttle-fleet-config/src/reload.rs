@@ -1,7 +1,8 @@
 //! Reload on change: the file is read again when its modification time
 //! changes; a valid file replaces the layer's rules (counts carried over
 //! where a rule's name and algorithm stay), an invalid one is reported and
-//! the running rules stay. Works for any server with an [`Integration`].
+//! the running rules stay. Works for any server with an [`Integration`],
+//! and for any other [`ReloadTarget`].
 //!
 //! ```no_run
 //! # use throttle_fleet_config::{GatewayConfig, Integration, reload::Reloader};
@@ -84,17 +85,59 @@ impl fmt::Display for ReloadEvent {
     }
 }
 
-/// Reloads a layer's rules from its configuration file.
-pub struct Reloader<I: Integration, B> {
-    path: PathBuf,
-    running: GatewayConfig,
+/// What a reload swaps the rules of: a server's layer ([`LayerTarget`]),
+/// or another server built on the same file (the Envoy rate limit
+/// services of `throttle-fleet-envoy`).
+pub trait ReloadTarget {
+    /// Why `config` can only replace `running` on a restart, if it cannot
+    /// be reloaded at all (the running rules stay).
+    fn refuse(&self, running: &GatewayConfig, config: &GatewayConfig, file: &str) -> Option<String> {
+        let _ = (running, config, file);
+        None
+    }
+
+    /// Replaces the running rules with `config`'s, carrying counts over
+    /// where a rule's name and algorithm stay; what became of each, or why
+    /// nothing changed (naming `file`).
+    fn apply(&mut self, config: &GatewayConfig, file: &str) -> Result<Reloaded, String>;
+}
+
+/// A server's [`ThrottleLayer`], reloaded on `backend` for the server
+/// `integration` describes.
+pub struct LayerTarget<I: Integration, B> {
     layer: ThrottleLayer<I::Responder>,
     backend: B,
     integration: I,
+}
+
+impl<I: Integration, B: Backend + Clone> ReloadTarget for LayerTarget<I, B> {
+    fn refuse(&self, running: &GatewayConfig, config: &GatewayConfig, file: &str) -> Option<String> {
+        // The listener speaks HTTP or HTTPS from its start; rules keyed by
+        // fingerprints on a plain listener would find none.
+        (config.tls.is_some() != running.tls.is_some())
+            .then(|| format!("{file}: [tls] is added or removed only on restart"))
+    }
+
+    fn apply(&mut self, config: &GatewayConfig, file: &str) -> Result<Reloaded, String> {
+        let policy = build::policy(config, file, &self.integration).map_err(|e| e.to_string())?;
+        let responder = self.integration.responder(config);
+        self.layer
+            .reload_with_responder(policy, self.backend.clone(), responder)
+            .map_err(|e| format!("{file}: {e}"))
+    }
+}
+
+/// Reloads rules from their configuration file: a layer's
+/// ([`Reloader::new`]), or any [`ReloadTarget`]'s
+/// ([`Reloader::with_target`]).
+pub struct Reloader<T> {
+    path: PathBuf,
+    running: GatewayConfig,
+    target: T,
     seen: Option<SystemTime>,
 }
 
-impl<I: Integration, B> fmt::Debug for Reloader<I, B> {
+impl<T> fmt::Debug for Reloader<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reloader")
             .field("path", &self.path)
@@ -107,7 +150,7 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-impl<I: Integration, B: Backend + Clone> Reloader<I, B> {
+impl<I: Integration, B: Backend + Clone> Reloader<LayerTarget<I, B>> {
     /// Reloads `layer` (built from `running`, the file at `path` as it is
     /// now) on `backend`, for `integration`'s server. The file counts as
     /// seen: only a later change reloads it.
@@ -118,19 +161,30 @@ impl<I: Integration, B: Backend + Clone> Reloader<I, B> {
         backend: B,
         integration: I,
     ) -> Self {
+        let target = LayerTarget {
+            layer,
+            backend,
+            integration,
+        };
+        Self::with_target(path, running, target)
+    }
+}
+
+impl<T: ReloadTarget> Reloader<T> {
+    /// Reloads `target` (built from `running`, the file at `path` as it is
+    /// now). The file counts as seen: only a later change reloads it.
+    pub fn with_target(path: impl Into<PathBuf>, running: GatewayConfig, target: T) -> Self {
         let path = path.into();
         let seen = modified(&path);
         Self {
             path,
             running,
-            layer,
-            backend,
-            integration,
+            target,
             seen,
         }
     }
 
-    /// The configuration the layer's rules come from now.
+    /// The configuration the running rules come from now.
     pub fn running(&self) -> &GatewayConfig {
         &self.running
     }
@@ -154,36 +208,19 @@ impl<I: Integration, B: Backend + Clone> Reloader<I, B> {
             Ok(config) => config,
             Err(e) => return kept(e.to_string()),
         };
-        if config.tls.is_some() != self.running.tls.is_some() {
-            // The listener speaks HTTP or HTTPS from its start; rules keyed
-            // by fingerprints on a plain listener would find none.
-            return kept(format!("{file}: [tls] is added or removed only on restart"));
+        if let Some(reason) = self.target.refuse(&self.running, &config, &file) {
+            return kept(reason);
         }
         let mut events = Vec::new();
         if config.backend != self.running.backend || config.listen != self.running.listen {
             events.push(ReloadEvent::NeedsRestart { file: file.clone() });
         }
-        let policy = match build::policy(&config, &file, &self.integration) {
-            Ok(p) => p,
-            Err(e) => {
-                events.push(ReloadEvent::Kept {
-                    reason: e.to_string(),
-                });
-                return events;
-            }
-        };
-        let responder = self.integration.responder(&config);
-        match self
-            .layer
-            .reload_with_responder(policy, self.backend.clone(), responder)
-        {
+        match self.target.apply(&config, &file) {
             Ok(reloaded) => {
                 events.push(ReloadEvent::Reloaded { file, reloaded });
                 self.running = config;
             }
-            Err(e) => events.push(ReloadEvent::Kept {
-                reason: format!("{file}: {e}"),
-            }),
+            Err(reason) => events.push(ReloadEvent::Kept { reason }),
         }
         events
     }
