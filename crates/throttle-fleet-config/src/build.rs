@@ -139,6 +139,7 @@ fn part<I: Integration>(
                 "tls-fingerprint keys need throttle-fleet-config's `tls` feature",
             ));
         }
+        KeySpec::Descriptor(_) => return Err(served_by_envoy(rule, file)),
         KeySpec::Composite(parts) => Box::new(AllOf::new(
             parts
                 .iter()
@@ -147,6 +148,16 @@ fn part<I: Integration>(
         )),
     })
 }
+/// A descriptor rule given to a server's layer.
+fn served_by_envoy(rule: &RuleConfig, file: &str) -> ConfigFileError {
+    ConfigFileError::in_file(
+        file,
+        Some(rule.rule.name()),
+        "descriptor",
+        "is an Envoy descriptor: such a rule is served by the Envoy rate limit service (throttle-fleet-envoy), not by a server's layer",
+    )
+}
+
 /// The `[jwt]` verifier, keyed by `claim`.
 fn jwt(
     config: &GatewayConfig,
@@ -222,6 +233,7 @@ fn tier_keys(rule: &RuleConfig, file: &str) -> Result<Vec<(Key, Quota)>, ConfigF
                 KeySpec::Header(_) | KeySpec::Route | KeySpec::Jwt(_) | KeySpec::TlsFingerprint => {
                     Key::new(written)
                 }
+                KeySpec::Descriptor(_) => return Err(served_by_envoy(rule, file)),
                 KeySpec::UserAgent | KeySpec::Global | KeySpec::Composite(_) => {
                     return Err(ConfigFileError::in_file(
                         file,

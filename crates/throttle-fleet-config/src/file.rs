@@ -19,6 +19,8 @@ pub(crate) struct File {
     pub(crate) backend: Option<Spanned<Backend>>,
     pub(crate) jwt: Option<Spanned<Jwt>>,
     pub(crate) tls: Option<Spanned<Tls>>,
+    /// The Envoy rate limit services' own settings.
+    pub(crate) rls: Option<Rls>,
     #[serde(default)]
     pub(crate) rules: Vec<Spanned<Rule>>,
 }
@@ -27,6 +29,14 @@ pub(crate) struct File {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Metrics {
     pub(crate) listen: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Rls {
+    pub(crate) listen: Option<Spanned<String>>,
+    /// How often the Envoys report their usage to the quota service.
+    pub(crate) report_interval_secs: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,7 +94,14 @@ pub(crate) struct Tls {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Rule {
     pub(crate) name: Spanned<String>,
-    pub(crate) key: Spanned<String>,
+    /// Where a server's layer finds the key; a rule served to Envoy has
+    /// `descriptor` instead.
+    pub(crate) key: Option<Spanned<String>>,
+    /// The Envoy rate limit domain of a `descriptor` rule.
+    pub(crate) domain: Option<Spanned<String>>,
+    /// The descriptor entries a rule served to Envoy matches: `"name"`
+    /// (any value, part of the key) or `"name=value"` (that value only).
+    pub(crate) descriptor: Option<Spanned<Vec<Spanned<String>>>>,
     /// Parts of a `composite` key.
     pub(crate) parts: Option<Spanned<Vec<Spanned<String>>>>,
     pub(crate) ipv4_prefix: Option<Spanned<i64>>,

@@ -65,8 +65,8 @@ pub use backend::BuiltBackend;
 pub use build::Integration;
 pub use error::ConfigFileError;
 pub use model::{
-    BackendConfig, BackendKind, Cidr, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec,
-    RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
+    BackendConfig, BackendKind, Cidr, Descriptor, DescriptorEntry, GatewayConfig, HeaderStyle,
+    InvalidHello, JwtConfig, KeySpec, RlsConfig, RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
 };
 /// The certificate and key types of [`TlsIdentity`].
 pub use rustls_pki_types as pki_types;
@@ -74,5 +74,7 @@ pub use rustls_pki_types as pki_types;
 /// The bounds a file is held to, each checked when it loads (the error
 /// names the field).
 pub mod limits {
-    pub use crate::load::{MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIER_KEYS};
+    pub use crate::load::{
+        MAX_DESCRIPTOR_ENTRIES, MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIER_KEYS,
+    };
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use throttle_fleet_core::{Quota, Rule};
+use throttle_fleet_core::{Key, Quota, Rule};
 
 /// A whole gateway's configuration, validated.
 #[derive(Debug, Clone)]
@@ -30,8 +30,31 @@ pub struct GatewayConfig {
     pub jwt: Option<JwtConfig>,
     /// HTTPS, with TLS fingerprints for `tls-fingerprint` keys (`[tls]`).
     pub tls: Option<TlsConfig>,
+    /// The Envoy rate limit services' settings (`[rls]`), if set.
+    pub rls: Option<RlsConfig>,
     /// The rules, in file order.
     pub rules: Vec<RuleConfig>,
+}
+
+/// The `[rls]` table: the Envoy rate limit services (RLS v3 and the quota
+/// service, RLQS) of `throttle-fleet-envoy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RlsConfig {
+    /// Where both services listen (`listen`, default `127.0.0.1:8081`).
+    pub listen: SocketAddr,
+    /// How often each Envoy reports its usage to the quota service
+    /// (`report_interval_secs`, default 5: the filter's
+    /// `reporting_interval`, which must be the same).
+    pub report_interval: Duration,
+}
+
+impl Default for RlsConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            report_interval: Duration::from_secs(5),
+        }
+    }
 }
 
 /// The `[server]` table: what a slow or idle client may hold.
@@ -244,6 +267,101 @@ pub enum KeySpec {
     TlsFingerprint,
     /// Every part must be found (`"composite"`, with `parts`).
     Composite(Vec<KeySpec>),
+    /// An Envoy rate limit descriptor (`domain` and `descriptor`, no
+    /// `key`): the rule is served by `throttle-fleet-envoy`, not by a
+    /// server's layer.
+    Descriptor(Descriptor),
+}
+
+/// The Envoy descriptors a rule matches (`domain = "api"`, `descriptor =
+/// ["user_id", "path=/search"]`): the same entries, in the same order, in
+/// that domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    /// The rate limit domain (`domain`).
+    pub domain: String,
+    /// The entries, in order.
+    pub entries: Vec<DescriptorEntry>,
+}
+
+/// One entry of a [`Descriptor`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorEntry {
+    /// The entry's key.
+    pub key: String,
+    /// The one value it must have (`"key=value"`), or any value (`"key"`),
+    /// which is then part of the rule's key.
+    pub value: Option<String>,
+}
+
+impl Descriptor {
+    /// The rule's key for a descriptor with these values, in the order of
+    /// the entries that take any value: the one value itself when there is
+    /// one, all of them as parts when there are several, one key for every
+    /// request when every entry is fixed. Tiers are written the same way
+    /// (one value per variable entry, joined by `|` when several).
+    ///
+    /// ```
+    /// use throttle_fleet_config::Descriptor;
+    /// use throttle_fleet_core::Key;
+    ///
+    /// assert_eq!(Descriptor::key_of(&["alice"]), Key::new("alice"));
+    /// assert_eq!(Descriptor::key_of(&[]), Key::global());
+    /// ```
+    pub fn key_of(values: &[&str]) -> Key {
+        match values {
+            [] => Key::global(),
+            [one] => Key::new(one),
+            many => {
+                // At most MAX_DESCRIPTOR_ENTRIES values: no allocation.
+                let mut parts: [&[u8]; crate::load::MAX_DESCRIPTOR_ENTRIES] =
+                    [&[]; crate::load::MAX_DESCRIPTOR_ENTRIES];
+                let n = many.len().min(parts.len());
+                for (part, value) in parts.iter_mut().zip(many) {
+                    *part = value.as_bytes();
+                }
+                Key::from_parts(&parts[..n])
+            }
+        }
+    }
+
+    /// The key of a tier written as the descriptor's variable values joined
+    /// by `|` (`"alice"`; `"acme|alice"` for two), or `None` when it does
+    /// not have one value per variable entry.
+    ///
+    /// ```
+    /// use throttle_fleet_config::{Descriptor, DescriptorEntry};
+    ///
+    /// let d = Descriptor {
+    ///     domain: "api".into(),
+    ///     entries: vec![DescriptorEntry { key: "user_id".into(), value: None }],
+    /// };
+    /// assert_eq!(d.tier_key("alice"), Some(Descriptor::key_of(&["alice"])));
+    ///
+    /// let two = Descriptor {
+    ///     domain: "api".into(),
+    ///     entries: vec![
+    ///         DescriptorEntry { key: "tenant".into(), value: None },
+    ///         DescriptorEntry { key: "user_id".into(), value: None },
+    ///     ],
+    /// };
+    /// assert_eq!(two.tier_key("acme|alice"), Some(Descriptor::key_of(&["acme", "alice"])));
+    /// assert_eq!(two.tier_key("alice"), None);
+    /// ```
+    pub fn tier_key(&self, written: &str) -> Option<Key> {
+        let n = self.variables();
+        let values: Vec<&str> = if n == 1 {
+            vec![written]
+        } else {
+            written.split('|').collect()
+        };
+        (n > 0 && values.len() == n).then(|| Self::key_of(&values))
+    }
+
+    /// How many entries take any value.
+    pub fn variables(&self) -> usize {
+        self.entries.iter().filter(|e| e.value.is_none()).count()
+    }
 }
 
 /// One `[[rules]]` entry.

@@ -45,7 +45,7 @@ pub enum ReloadEvent {
         reloaded: Reloaded,
     },
     /// The rules will be reloaded, but these changes need a restart
-    /// (`[backend]`, `listen`): reported before the
+    /// (`[backend]`, `listen`, `[rls]`): reported before the
     /// [`Reloaded`](Self::Reloaded) that follows.
     NeedsRestart {
         /// The file, as named.
@@ -78,7 +78,7 @@ impl fmt::Display for ReloadEvent {
             }
             Self::NeedsRestart { file } => write!(
                 f,
-                "{file}: [backend] and listen changes take effect on restart; reloading the rules"
+                "{file}: [backend], listen and [rls] changes take effect on restart; reloading the rules"
             ),
             Self::Kept { reason } => write!(f, "{reason}; keeping the running rules"),
         }
@@ -91,7 +91,12 @@ impl fmt::Display for ReloadEvent {
 pub trait ReloadTarget {
     /// Why `config` can only replace `running` on a restart, if it cannot
     /// be reloaded at all (the running rules stay).
-    fn refuse(&self, running: &GatewayConfig, config: &GatewayConfig, file: &str) -> Option<String> {
+    fn refuse(
+        &self,
+        running: &GatewayConfig,
+        config: &GatewayConfig,
+        file: &str,
+    ) -> Option<String> {
         let _ = (running, config, file);
         None
     }
@@ -111,7 +116,12 @@ pub struct LayerTarget<I: Integration, B> {
 }
 
 impl<I: Integration, B: Backend + Clone> ReloadTarget for LayerTarget<I, B> {
-    fn refuse(&self, running: &GatewayConfig, config: &GatewayConfig, file: &str) -> Option<String> {
+    fn refuse(
+        &self,
+        running: &GatewayConfig,
+        config: &GatewayConfig,
+        file: &str,
+    ) -> Option<String> {
         // The listener speaks HTTP or HTTPS from its start; rules keyed by
         // fingerprints on a plain listener would find none.
         (config.tls.is_some() != running.tls.is_some())
@@ -212,7 +222,10 @@ impl<T: ReloadTarget> Reloader<T> {
             return kept(reason);
         }
         let mut events = Vec::new();
-        if config.backend != self.running.backend || config.listen != self.running.listen {
+        if config.backend != self.running.backend
+            || config.listen != self.running.listen
+            || config.rls != self.running.rls
+        {
             events.push(ReloadEvent::NeedsRestart { file: file.clone() });
         }
         match self.target.apply(&config, &file) {

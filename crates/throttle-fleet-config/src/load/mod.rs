@@ -12,12 +12,13 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::Path;
+use std::time::Duration;
 
 use toml::Spanned;
 
 use crate::error::ConfigFileError;
 use crate::file;
-use crate::model::{BackendConfig, Cidr, GatewayConfig, HeaderStyle, ServerConfig};
+use crate::model::{BackendConfig, Cidr, GatewayConfig, HeaderStyle, RlsConfig, ServerConfig};
 
 /// The most rules one file may hold.
 pub const MAX_RULES: usize = 256;
@@ -27,6 +28,9 @@ pub const MAX_TIER_KEYS: usize = 10_000;
 
 /// The most parts of a composite key.
 pub const MAX_KEY_PARTS: usize = 4;
+
+/// The most entries of a rule's Envoy `descriptor`.
+pub const MAX_DESCRIPTOR_ENTRIES: usize = 8;
 
 /// The largest file read.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -177,6 +181,7 @@ impl Loader<'_> {
             .as_ref()
             .map(|t| self.tls(t.get_ref(), t.span()))
             .transpose()?;
+        let rls = raw.rls.as_ref().map(|r| self.rls(r)).transpose()?;
         let tables = Tables {
             jwt: jwt.is_some(),
             tls: tls.is_some(),
@@ -221,8 +226,22 @@ impl Loader<'_> {
             backend,
             jwt,
             tls,
+            rls,
             rules,
         })
+    }
+
+    /// The `[rls]` table.
+    fn rls(&self, raw: &file::Rls) -> Result<RlsConfig> {
+        let mut rls = RlsConfig::default();
+        if let Some(l) = &raw.listen {
+            rls.listen = self.socket_addr("rls.listen", l)?;
+        }
+        if let Some(r) = &raw.report_interval_secs {
+            rls.report_interval =
+                Duration::from_secs(self.int("rls.report_interval_secs", r, 1, 3600)? as u64);
+        }
+        Ok(rls)
     }
 
     pub(super) fn socket_addr(&self, field: &str, value: &Spanned<String>) -> Result<SocketAddr> {

@@ -9,9 +9,9 @@ use throttle_fleet_core::{Algorithm, FailurePolicy, Quota, Rule};
 use toml::Spanned;
 
 use super::{Loader, Result};
-use super::{MAX_KEY_PARTS, MAX_TIER_KEYS, Tables};
+use super::{MAX_DESCRIPTOR_ENTRIES, MAX_KEY_PARTS, MAX_TIER_KEYS, Tables};
 use crate::file;
-use crate::model::{KeySpec, RuleConfig};
+use crate::model::{Descriptor, DescriptorEntry, KeySpec, RuleConfig};
 
 /// The algorithms a rule may name: the five rates and the concurrency
 /// rule.
@@ -157,8 +157,19 @@ impl Loader<'_> {
             self.err(field, span, e.reason().to_owned())
         })?;
         let key = self.key(raw, tables)?;
+        let descriptor = match &key {
+            KeySpec::Descriptor(d) => Some(d),
+            _ => None,
+        };
         let routes = match &raw.routes {
             None => None,
+            Some(list) if descriptor.is_some() => {
+                return Err(self.err(
+                    "routes",
+                    list.span(),
+                    "does not apply to a rule with a descriptor: Envoy chooses its descriptors per route",
+                ));
+            }
             Some(list) => {
                 if list.get_ref().is_empty() {
                     return Err(self.err(
@@ -192,6 +203,18 @@ impl Loader<'_> {
             for (key, limit) in map.get_ref() {
                 if key.is_empty() {
                     return Err(self.err("tiers", map.span(), "a tier's key must not be empty"));
+                }
+                if let Some(d) = descriptor
+                    && d.tier_key(key).is_none()
+                {
+                    return Err(self.err(
+                        "tiers",
+                        map.span(),
+                        format!(
+                            "{key:?} is not a key of this descriptor: write its {} variable value(s), joined by '|'",
+                            d.variables()
+                        ),
+                    ));
                 }
                 let limit = self.int(
                     "tiers",
@@ -249,12 +272,117 @@ impl Loader<'_> {
 
     pub(super) fn key(&self, raw: &file::Rule, tables: Tables) -> Result<KeySpec> {
         let mut uses_ip = false;
-        let key = match raw.key.get_ref().as_str() {
+        let key = if let Some(entries) = &raw.descriptor {
+            self.descriptor(raw, entries)?
+        } else {
+            if let Some(domain) = &raw.domain {
+                return Err(self.err(
+                    "domain",
+                    domain.span(),
+                    "applies only with a descriptor (a rule served to Envoy)",
+                ));
+            }
+            let Some(key) = &raw.key else {
+                return Err(self.err(
+                    "key",
+                    raw.name.span(),
+                    "is missing: a rule needs a key (or, served to Envoy, a domain and a descriptor)",
+                ));
+            };
+            self.layer_key(raw, key, tables, &mut uses_ip)?
+        };
+        for (field, v) in [
+            ("ipv4_prefix", &raw.ipv4_prefix),
+            ("ipv6_prefix", &raw.ipv6_prefix),
+        ] {
+            if let Some(v) = v
+                && !uses_ip
+            {
+                return Err(self.err(field, v.span(), "applies only to keys by ip"));
+            }
+        }
+        Ok(key)
+    }
+
+    /// An Envoy descriptor: `domain` and the entries, `"name"` or
+    /// `"name=value"`.
+    fn descriptor(
+        &self,
+        raw: &file::Rule,
+        entries: &Spanned<Vec<Spanned<String>>>,
+    ) -> Result<KeySpec> {
+        if let Some(key) = &raw.key {
+            return Err(self.err(
+                "key",
+                key.span(),
+                "does not apply to a rule with a descriptor: its key is the descriptor's values",
+            ));
+        }
+        if let Some(parts) = &raw.parts {
+            return Err(self.err("parts", parts.span(), "applies only to key = \"composite\""));
+        }
+        let Some(domain) = &raw.domain else {
+            return Err(self.err(
+                "domain",
+                entries.span(),
+                "is missing: a rule with a descriptor names its Envoy rate limit domain",
+            ));
+        };
+        if domain.get_ref().is_empty() {
+            return Err(self.err("domain", domain.span(), "must not be empty"));
+        }
+        let list = entries.get_ref();
+        if !(1..=MAX_DESCRIPTOR_ENTRIES).contains(&list.len()) {
+            return Err(self.err(
+                "descriptor",
+                entries.span(),
+                format!(
+                    "has 1 to {MAX_DESCRIPTOR_ENTRIES} entries (got {})",
+                    list.len()
+                ),
+            ));
+        }
+        let mut parsed = Vec::with_capacity(list.len());
+        for entry in list {
+            let text = entry.get_ref();
+            let (key, value) = match text.split_once('=') {
+                Some((k, v)) => (k, Some(v.to_owned())),
+                None => (text.as_str(), None),
+            };
+            if key.is_empty() {
+                return Err(self.err(
+                    "descriptor",
+                    entry.span(),
+                    format!(
+                        "{text:?} has no entry name: write \"name\" (any value) or \"name=value\""
+                    ),
+                ));
+            }
+            parsed.push(DescriptorEntry {
+                key: key.to_owned(),
+                value,
+            });
+        }
+        Ok(KeySpec::Descriptor(Descriptor {
+            domain: domain.get_ref().clone(),
+            entries: parsed,
+        }))
+    }
+
+    /// A key read from the request by a server's layer.
+    fn layer_key(
+        &self,
+        raw: &file::Rule,
+        key: &Spanned<String>,
+        tables: Tables,
+        uses_ip: &mut bool,
+    ) -> Result<KeySpec> {
+        let key = match key.get_ref().as_str() {
             "composite" => {
                 let Some(parts) = &raw.parts else {
                     return Err(self.err(
                         "parts",
-                        raw.key.span(),
+                        key.span(),
                         "a composite key needs parts, e.g. [\"ip\", \"user-agent\"]",
                     ));
                 };
@@ -278,7 +406,7 @@ impl Loader<'_> {
                             "a part cannot itself be composite",
                         ));
                     }
-                    specs.push(self.simple_key("parts", part, raw, tables, &mut uses_ip)?);
+                    specs.push(self.simple_key("parts", part, raw, tables, uses_ip)?);
                 }
                 KeySpec::Composite(specs)
             }
@@ -290,19 +418,9 @@ impl Loader<'_> {
                         "applies only to key = \"composite\"",
                     ));
                 }
-                self.simple_key("key", &raw.key, raw, tables, &mut uses_ip)?
+                self.simple_key("key", key, raw, tables, uses_ip)?
             }
         };
-        for (field, v) in [
-            ("ipv4_prefix", &raw.ipv4_prefix),
-            ("ipv6_prefix", &raw.ipv6_prefix),
-        ] {
-            if let Some(v) = v
-                && !uses_ip
-            {
-                return Err(self.err(field, v.span(), "applies only to keys by ip"));
-            }
-        }
         Ok(key)
     }
 
