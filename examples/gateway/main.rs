@@ -31,6 +31,7 @@
 
 #[path = "../support/logs.rs"]
 mod logs;
+#[path = "../support/metrics.rs"]
 mod metrics;
 mod server;
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Prometheus text at `/metrics` on the file's `[metrics] listen`: the
-//! recorder is installed before the layer and the backend are built, so
+//! Prometheus text at `/metrics` on the file's `[metrics] listen`, for the
+//! examples that serve a file (the gateway, the Envoy services): the
+//! recorder is installed before the rules and the backend are built, so
 //! their handles register with it.
 
 use std::net::SocketAddr;
