@@ -34,6 +34,8 @@ mod logs;
 #[path = "../support/metrics.rs"]
 mod metrics;
 mod server;
+#[path = "../support/signal.rs"]
+mod signal;
 #[cfg(test)]
 mod tests;
 mod timing;
@@ -242,7 +244,7 @@ async fn main() -> ExitCode {
         |event| eprintln!("gateway: {event}"),
     ));
     tokio::spawn(async move {
-        stop_signal().await;
+        signal::stop_signal().await;
         let _ = stop_tx.send(true);
     });
     let mut router = app(layer);
@@ -274,18 +276,4 @@ async fn main() -> ExitCode {
         BuiltBackend::Memory(_) => eprintln!("gateway: stopped"),
     }
     ExitCode::SUCCESS
-}
-
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }

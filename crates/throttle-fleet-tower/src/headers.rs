@@ -269,7 +269,16 @@ fn names(value: &[u8], name: &[u8]) -> bool {
 /// `RateLimit-Policy`'s value, `"name";q=limit;w=window` (the window in
 /// whole seconds, rounded up), for the rule named `name`: the same for
 /// every answer under that rule and quota, so recent ones are cloned.
-pub(crate) fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderValue {
+///
+/// ```
+/// use std::time::Duration;
+/// use throttle_fleet_tower::headers::{policy_value, ratelimit_field};
+///
+/// let policy = policy_value("per-user", 10, Duration::from_secs(60));
+/// assert_eq!(policy, "\"per-user\";q=10;w=60");
+/// assert_eq!(ratelimit_field(&policy, 3, 42).unwrap(), "\"per-user\";r=3;t=42");
+/// ```
+pub fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderValue {
     let (w, name) = (retry_after_secs(window), name.as_bytes());
     kept_or_render(
         &POLICIES,
@@ -314,7 +323,7 @@ pub(crate) fn in_flight_field(policy: &HeaderValue, remaining: u64) -> Option<He
 /// `policy` (a [`policy_value`]). Recent ones are cloned, as rendered
 /// numbers are: a key far from its limit, or answers within one second of
 /// each other at a full bucket, repeat the same field.
-pub(crate) fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
+pub fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
     let name = policy_name(policy)?;
     kept_or_render(
         &FIELDS,

@@ -148,3 +148,12 @@ pub struct Reloaded {
     /// Rules of the old policy that the new one no longer has.
     pub removed: Vec<String>,
 }
+
+impl Reloaded {
+    /// What a reload did: `rules`, each rule of the new set in order with
+    /// what became of its counts, and the names of those `removed`. For a
+    /// server that reloads rules without the layer (the Envoy services).
+    pub fn new(rules: Vec<(String, Carried)>, removed: Vec<String>) -> Self {
+        Self { rules, removed }
+    }
+}

@@ -114,6 +114,23 @@ pub fn describe() {
     }
 }
 
+/// The observer that counts `rule`'s decisions under the names above
+/// (its denials as `shadow_denied` when it is a shadow rule), registered
+/// with the recorder installed now: for a server that checks a
+/// [`RuleSet`](throttle_fleet_core::RuleSet) without the layer (the Envoy
+/// rate limit services) and counts the same way. `None` with the crate's
+/// `metrics` feature off.
+pub fn rule_observer(rule: &Rule) -> Option<std::sync::Arc<dyn Observer>> {
+    let enforcement = if rule.is_shadow() {
+        Enforcement::Shadow
+    } else {
+        Enforcement::Enforced
+    };
+    cfg!(feature = "metrics").then(|| {
+        std::sync::Arc::new(RuleMetrics::new(rule, enforcement)) as std::sync::Arc<dyn Observer>
+    })
+}
+
 /// The pre-registered handles of one rule.
 #[derive(Debug)]
 pub(crate) struct RuleMetrics {

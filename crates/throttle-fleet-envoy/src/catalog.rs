@@ -1,0 +1,261 @@
+//! Which rules an Envoy descriptor (or an RLQS bucket id) matches: the
+//! file's `domain` and `descriptor`, looked up per domain.
+
+use std::collections::HashMap;
+
+use throttle_fleet_config::{Descriptor, KeySpec, RuleConfig};
+use throttle_fleet_core::Key;
+
+use throttle_fleet_config::limits::MAX_DESCRIPTOR_ENTRIES;
+
+/// The rules of every domain, in file order.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    domains: HashMap<String, Vec<Pattern>>,
+}
+
+/// One rule's descriptor: the entries it matches, and its index in the
+/// rule set.
+#[derive(Debug)]
+struct Pattern {
+    rule: usize,
+    descriptor: Descriptor,
+}
+
+/// A domain no rule names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UnknownDomain;
+
+impl Catalog {
+    /// The catalog of `rules` (their indices in the rule set are their
+    /// positions); a rule without a descriptor is skipped (the caller
+    /// refuses it first).
+    pub(crate) fn new(rules: &[RuleConfig]) -> Self {
+        let mut domains: HashMap<String, Vec<Pattern>> = HashMap::new();
+        for (rule, config) in rules.iter().enumerate() {
+            if let KeySpec::Descriptor(d) = &config.key {
+                domains.entry(d.domain.clone()).or_default().push(Pattern {
+                    rule,
+                    descriptor: d.clone(),
+                });
+            }
+        }
+        Self { domains }
+    }
+
+    /// Whether any rule names `domain`.
+    pub(crate) fn knows(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// The domains rules name, sorted (for an error naming them).
+    pub(crate) fn domains(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Every rule of `domain` whose descriptor is `entries` (the same keys
+    /// in the same order, fixed values equal), with the key the entries'
+    /// values make, handed to `each` in file order.
+    pub(crate) fn matches<'e>(
+        &self,
+        domain: &str,
+        entries: impl Iterator<Item = (&'e str, &'e str)> + Clone,
+        mut each: impl FnMut(usize, Key),
+    ) -> Result<(), UnknownDomain> {
+        let patterns = self.domains.get(domain).ok_or(UnknownDomain)?;
+        for p in patterns {
+            if let Some(key) = key_if_matches(&p.descriptor, entries.clone()) {
+                each(p.rule, key);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Catalog {
+    /// Every rule of `domain` whose descriptor has exactly the keys of
+    /// `bucket` (an RLQS bucket id, a map: order does not count), fixed
+    /// values equal, with the key its values make, handed to `each`.
+    pub(crate) fn matches_bucket(
+        &self,
+        domain: &str,
+        bucket: &HashMap<String, String>,
+        mut each: impl FnMut(usize, Key),
+    ) -> Result<(), UnknownDomain> {
+        let patterns = self.domains.get(domain).ok_or(UnknownDomain)?;
+        'rules: for p in patterns {
+            if p.descriptor.entries.len() != bucket.len() {
+                continue;
+            }
+            let mut values: [&str; MAX_DESCRIPTOR_ENTRIES] = [""; MAX_DESCRIPTOR_ENTRIES];
+            let mut n = 0;
+            for want in &p.descriptor.entries {
+                let Some(value) = bucket.get(&want.key) else {
+                    continue 'rules;
+                };
+                match &want.value {
+                    Some(fixed) if fixed != value => continue 'rules,
+                    Some(_) => {}
+                    None => {
+                        values[n] = value;
+                        n += 1;
+                    }
+                }
+            }
+            each(p.rule, Descriptor::key_of(&values[..n]));
+        }
+        Ok(())
+    }
+}
+
+/// The key of `entries` under `descriptor`, if they match it.
+fn key_if_matches<'e>(
+    descriptor: &Descriptor,
+    mut entries: impl Iterator<Item = (&'e str, &'e str)>,
+) -> Option<Key> {
+    let mut values: [&str; MAX_DESCRIPTOR_ENTRIES] = [""; MAX_DESCRIPTOR_ENTRIES];
+    let mut n = 0;
+    for want in &descriptor.entries {
+        let (key, value) = entries.next()?;
+        if key != want.key {
+            return None;
+        }
+        match &want.value {
+            Some(fixed) if fixed != value => return None,
+            Some(_) => {}
+            None => {
+                values[n] = value;
+                n += 1;
+            }
+        }
+    }
+    if entries.next().is_some() {
+        return None;
+    }
+    Some(Descriptor::key_of(&values[..n]))
+}
+
+#[cfg(test)]
+mod tests {
+    use throttle_fleet_config::GatewayConfig;
+
+    use super::*;
+
+    fn catalog(rules: &str) -> Catalog {
+        Catalog::new(&GatewayConfig::parse("t.toml", rules, None).unwrap().rules)
+    }
+
+    fn found(
+        c: &Catalog,
+        domain: &str,
+        entries: &[(&str, &str)],
+    ) -> Result<Vec<(usize, Key)>, UnknownDomain> {
+        let mut out = Vec::new();
+        c.matches(domain, entries.iter().map(|(k, v)| (*k, *v)), |r, k| {
+            out.push((r, k))
+        })?;
+        Ok(out)
+    }
+
+    const RULES: &str = r#"
+        [[rules]]
+        name = "user"
+        domain = "api"
+        descriptor = ["user_id"]
+        limit = 10
+        period_secs = 60
+
+        [[rules]]
+        name = "user-hourly"
+        domain = "api"
+        descriptor = ["user_id"]
+        limit = 100
+        period_secs = 3600
+
+        [[rules]]
+        name = "search"
+        domain = "api"
+        descriptor = ["path=/search", "user_id"]
+        limit = 5
+        period_secs = 1
+
+        [[rules]]
+        name = "other"
+        domain = "web"
+        descriptor = ["user_id"]
+        limit = 5
+        period_secs = 1
+    "#;
+
+    #[test]
+    fn entries_match_in_order_with_fixed_values() {
+        let c = catalog(RULES);
+        // Both rules on user_id apply: a minute and an hour.
+        assert_eq!(
+            found(&c, "api", &[("user_id", "a")]).unwrap(),
+            vec![(0, Key::new("a")), (1, Key::new("a"))]
+        );
+        assert_eq!(
+            found(&c, "api", &[("path", "/search"), ("user_id", "a")]).unwrap(),
+            vec![(2, Key::new("a"))]
+        );
+        // Another fixed value, another order, an extra or a missing entry.
+        assert!(
+            found(&c, "api", &[("path", "/other"), ("user_id", "a")])
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            found(&c, "api", &[("user_id", "a"), ("path", "/search")])
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            found(&c, "api", &[("user_id", "a"), ("x", "y")])
+                .unwrap()
+                .is_empty()
+        );
+        assert!(found(&c, "api", &[("path", "/search")]).unwrap().is_empty());
+        assert!(found(&c, "api", &[]).unwrap().is_empty());
+        // Domains are apart.
+        assert_eq!(
+            found(&c, "web", &[("user_id", "a")]).unwrap(),
+            vec![(3, Key::new("a"))]
+        );
+        assert_eq!(found(&c, "nope", &[("user_id", "a")]), Err(UnknownDomain));
+        assert_eq!(c.domains(), vec!["api", "web"]);
+    }
+
+    #[test]
+    fn a_bucket_id_matches_by_its_keys_in_any_order() {
+        let c = catalog(RULES);
+        let bucket = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let found = |domain: &str, b: &HashMap<String, String>| {
+            let mut out = Vec::new();
+            c.matches_bucket(domain, b, |r, k| out.push((r, k)))
+                .map(|()| out)
+        };
+        assert_eq!(
+            found("api", &bucket(&[("user_id", "a"), ("path", "/search")])).unwrap(),
+            vec![(2, Key::new("a"))]
+        );
+        assert_eq!(found("api", &bucket(&[("user_id", "a")])).unwrap().len(), 2);
+        assert!(
+            found("api", &bucket(&[("user_id", "a"), ("path", "/x")]))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(found("api", &bucket(&[("x", "a")])).unwrap().is_empty());
+        assert_eq!(
+            found("nope", &bucket(&[("user_id", "a")])),
+            Err(UnknownDomain)
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! What the services report through the [`metrics`](https://docs.rs/metrics)
+//! facade, beside each rule's decisions (`throttle_decisions_total`, the
+//! layer's names, counted the same way):
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `throttle_envoy_rls_requests_total` | counter | `answer` | `ShouldRateLimit` calls: `ok`, `over_limit`, `invalid` |
+//! | `throttle_envoy_rlqs_reports_total` | counter | | usage reports received (one per bucket per report) |
+//! | `throttle_envoy_rlqs_assignments_total` | counter | `action` | bucket actions sent: `token_bucket`, `allow_all`, `deny_all`, `abandon` |
+//! | `throttle_envoy_rlqs_streams` | gauge | | quota streams open |
+//!
+//! No label carries a descriptor value or a bucket id: label sets stay
+//! bounded.
+
+use metrics::{counter, describe_counter, describe_gauge, gauge};
+
+/// Counter of `ShouldRateLimit` calls, labelled `answer`.
+pub const RLS_REQUESTS: &str = "throttle_envoy_rls_requests_total";
+/// Counter of bucket usage reports received.
+pub const RLQS_REPORTS: &str = "throttle_envoy_rlqs_reports_total";
+/// Counter of bucket actions sent, labelled `action`.
+pub const RLQS_ASSIGNMENTS: &str = "throttle_envoy_rlqs_assignments_total";
+/// Gauge of quota streams open.
+pub const RLQS_STREAMS: &str = "throttle_envoy_rlqs_streams";
+
+/// Gives the metrics above (and the layer's decision counters) their
+/// descriptions in the recorder installed now.
+pub fn describe() {
+    throttle_fleet_tower::metrics::describe();
+    describe_counter!(RLS_REQUESTS, "ShouldRateLimit calls, by answer");
+    describe_counter!(RLQS_REPORTS, "RLQS bucket usage reports received");
+    describe_counter!(RLQS_ASSIGNMENTS, "RLQS bucket actions sent, by action");
+    describe_gauge!(RLQS_STREAMS, "RLQS streams open");
+}
+
+/// The `answer` of one `ShouldRateLimit` call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RlsAnswer {
+    Ok,
+    OverLimit,
+    Invalid,
+}
+
+pub(crate) fn rls_answer(answer: RlsAnswer) {
+    let label = match answer {
+        RlsAnswer::Ok => "ok",
+        RlsAnswer::OverLimit => "over_limit",
+        RlsAnswer::Invalid => "invalid",
+    };
+    counter!(RLS_REQUESTS, "answer" => label).increment(1);
+}
+
+pub(crate) fn rlqs_reports(n: u64) {
+    counter!(RLQS_REPORTS).increment(n);
+}
+
+pub(crate) fn rlqs_action(action: &'static str) {
+    counter!(RLQS_ASSIGNMENTS, "action" => action).increment(1);
+}
+
+pub(crate) fn rlqs_streams(delta: f64) {
+    gauge!(RLQS_STREAMS).increment(delta);
+}

@@ -1,0 +1,163 @@
+//! How one bucket's quota is split between the Envoys that report it: each
+//! gets a share (a weight, at most 1 in all) in proportion to the demand
+//! it reports, taken only from what the others do not hold, so the
+//! weights held never sum past 1. A share stays held until the assignment
+//! made from it expires, even when its Envoy has gone: that Envoy may
+//! still be admitting under it.
+//!
+//! The same arithmetic runs in this process ([`MemoryShares`]) and in
+//! Redis (`redis.rs`, for several service replicas), on the caller's
+//! clock.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+/// Weights are whole 1/`STEPS` parts: an Envoy whose demand moves a
+/// little keeps the same weight, so Envoy keeps the token bucket it has
+/// (a changed bucket starts full).
+pub(crate) const STEPS: u32 = 64;
+
+/// A weight is kept while the target stays within this many steps of it.
+pub(crate) const HYSTERESIS: u32 = 4;
+
+/// One Envoy's holding on one bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Holding {
+    /// Its weight, in steps of 1/[`STEPS`].
+    pub(crate) steps: u32,
+    /// Requests per second it reported (smoothed).
+    pub(crate) demand: f64,
+    /// When the assignment made from `steps` expires (ms, caller's clock).
+    pub(crate) expires_ms: u64,
+}
+
+/// One report of an Envoy on one bucket.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Report<'a> {
+    pub(crate) envoy: &'a str,
+    /// Requests per second it saw (allowed and denied) since its last
+    /// report.
+    pub(crate) demand: f64,
+    pub(crate) now_ms: u64,
+    /// How long the assignment made now will live.
+    pub(crate) ttl_ms: u64,
+}
+
+/// The weight (in steps) `report`'s Envoy holds from now, updating
+/// `holdings` (expired ones dropped).
+pub(crate) fn allocate(holdings: &mut HashMap<String, Holding>, report: Report<'_>) -> u32 {
+    holdings.retain(|_, h| h.expires_ms > report.now_ms);
+    let previous = holdings.get(report.envoy).copied();
+    // Smoothed over two reports: one burst does not move the split alone.
+    let demand = match previous {
+        Some(p) => (p.demand + report.demand) / 2.0,
+        None => report.demand,
+    }
+    .max(0.0);
+    let others: u32 = holdings
+        .iter()
+        .filter(|(e, _)| e.as_str() != report.envoy)
+        .map(|(_, h)| h.steps)
+        .sum();
+    let others_demand: f64 = holdings
+        .iter()
+        .filter(|(e, _)| e.as_str() != report.envoy)
+        .map(|(_, h)| h.demand)
+        .sum();
+    let n = holdings.len() as u32 + u32::from(previous.is_none());
+    let total = demand + others_demand;
+    let target = if total > 0.0 {
+        ((demand / total) * f64::from(STEPS)).floor() as u32
+    } else {
+        STEPS / n.max(1)
+    }
+    // Every Envoy keeps at least one step: an idle one still admits.
+    .max(1);
+    let spare = STEPS.saturating_sub(others);
+    let wanted = match previous {
+        Some(p) if p.steps.abs_diff(target) < HYSTERESIS => p.steps,
+        _ => target,
+    };
+    let steps = wanted.min(spare);
+    holdings.insert(
+        report.envoy.to_owned(),
+        Holding {
+            steps,
+            demand,
+            expires_ms: report.now_ms + report.ttl_ms,
+        },
+    );
+    steps
+}
+
+/// The shares of every bucket, in this process.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryShares {
+    buckets: Mutex<HashMap<String, HashMap<String, Holding>>>,
+}
+
+impl MemoryShares {
+    /// [`allocate`] on `bucket`'s holdings.
+    pub(crate) fn report(&self, bucket: &str, report: Report<'_>) -> u32 {
+        let mut buckets = self.buckets.lock();
+        let holdings = buckets.entry(bucket.to_owned()).or_default();
+        let steps = allocate(holdings, report);
+        // Buckets whose every holding expired go (this one keeps the new).
+        if buckets.len() > 1024 {
+            buckets.retain(|_, h| h.values().any(|h| h.expires_ms > report.now_ms));
+        }
+        steps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(envoy: &str, demand: f64, now_ms: u64) -> Report<'_> {
+        Report {
+            envoy,
+            demand,
+            now_ms,
+            ttl_ms: 15_000,
+        }
+    }
+
+    #[test]
+    fn shares_follow_demand_and_never_sum_past_one() {
+        let mut h = HashMap::new();
+        // Alone: the whole quota.
+        assert_eq!(allocate(&mut h, report("a", 10.0, 0)), STEPS);
+        // A newcomer gets what is spare: nothing until `a` shrinks.
+        assert_eq!(allocate(&mut h, report("b", 30.0, 1)), 0);
+        // `a` reports again: a quarter of the demand (smoothed: 10).
+        assert_eq!(allocate(&mut h, report("a", 10.0, 5_000)), STEPS / 4);
+        // `b` grows into what `a` let go.
+        assert_eq!(allocate(&mut h, report("b", 30.0, 5_001)), STEPS * 3 / 4);
+        let sum: u32 = h.values().map(|h| h.steps).sum();
+        assert!(sum <= STEPS);
+        // A small move keeps the weight (Envoy keeps its bucket).
+        assert_eq!(allocate(&mut h, report("a", 11.0, 10_000)), STEPS / 4);
+    }
+
+    #[test]
+    fn a_gone_envoys_share_is_held_until_its_assignment_expires() {
+        let mut h = HashMap::new();
+        allocate(&mut h, report("a", 10.0, 0));
+        // `a` stops reporting; `b` cannot take its share before 15 s.
+        assert_eq!(allocate(&mut h, report("b", 10.0, 14_999)), 0);
+        assert_eq!(allocate(&mut h, report("b", 10.0, 15_000)), STEPS);
+    }
+
+    #[test]
+    fn an_idle_envoy_keeps_one_step() {
+        let mut h = HashMap::new();
+        allocate(&mut h, report("a", 0.0, 0));
+        allocate(&mut h, report("a", 0.0, 1));
+        allocate(&mut h, report("b", 100.0, 2));
+        // `a` idle: it shrinks to one step; `b` takes the rest.
+        assert_eq!(allocate(&mut h, report("a", 0.0, 5_000)), 1);
+        assert_eq!(allocate(&mut h, report("b", 100.0, 5_001)), STEPS - 1);
+    }
+}
