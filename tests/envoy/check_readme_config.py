@@ -28,7 +28,6 @@ import importlib
 import keyword
 import re
 import sys
-from decimal import Decimal
 
 import yaml
 

@@ -196,7 +196,7 @@ def scenario_twelve(args):
                 check_limit(status, 10, RateLimitResponseRateLimitUnit.MINUTE, what)
         else:
             check_over_limit(response, what)
-    print(f"twelve: 10 OK (remaining 9..0), then 2 OVER_LIMIT with limit, reset and headers")
+    print("twelve: 10 OK (remaining 9..0), then 2 OVER_LIMIT with limit, reset and headers")
 
 
 def count_ok(stubs, user, n):
@@ -230,7 +230,7 @@ def scenario_fleet(args):
     check(ok == 10, f"fleet: {ok} of 12 calls OK across the two replicas, want 10 (one count in Redis): {summary}")
     check(all(c == OK for _, c in codes[:10]), f"fleet: an early call was denied: {summary}")
     check({n for n, c in codes if c == OVER_LIMIT} == {"A", "B"}, f"fleet: not both replicas denied: {summary}")
-    print(f"fleet: 12 calls alternating between two replicas, 10 OK in all, both deny after")
+    print("fleet: 12 calls alternating between two replicas, 10 OK in all, both deny after")
 
 
 def scenario_fixed(args):
