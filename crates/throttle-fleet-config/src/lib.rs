@@ -64,6 +64,8 @@ pub mod reload;
 pub use backend::BuiltBackend;
 pub use build::Integration;
 pub use error::ConfigFileError;
+/// Why an algorithm cannot be served to Envoy, if it cannot.
+pub use load::not_for_envoy;
 pub use model::{
     BackendConfig, BackendKind, Cidr, Descriptor, DescriptorEntry, GatewayConfig, HeaderStyle,
     InvalidHello, JwtConfig, KeySpec, RlsConfig, RuleConfig, ServerConfig, TlsConfig, TlsIdentity,

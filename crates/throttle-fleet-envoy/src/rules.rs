@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use throttle_fleet_config::reload::ReloadTarget;
 use throttle_fleet_config::{ConfigFileError, GatewayConfig, KeySpec, RuleConfig};
 use throttle_fleet_core::rule_set::Carried;
-use throttle_fleet_core::{Algorithm, Backend, Key, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Backend, Key, Quota, Rule, RuleSet};
 use throttle_fleet_tower::Reloaded;
 use throttle_fleet_tower::headers::policy_value;
 
@@ -204,15 +204,7 @@ fn served_rule(rc: &RuleConfig, file: &str) -> Result<Rule, ConfigFileError> {
             "is read from a request by a server's layer; the Envoy services match rules by domain and descriptor",
         ));
     };
-    let why = match rc.rule.algorithm() {
-        Algorithm::LeakyBucket => Some(
-            "leaky_bucket delays requests, which Envoy's rate limit services cannot say (they answer yes or no): use token_bucket",
-        ),
-        Algorithm::Concurrency => Some(
-            "a concurrency rule gives its slot back when a request ends, which Envoy's rate limit services never say",
-        ),
-        _ => None,
-    };
+    let why = throttle_fleet_config::not_for_envoy(rc.rule.algorithm());
     if let Some(why) = why {
         return Err(ConfigFileError::in_file(file, name, "algorithm", why));
     }

@@ -5,6 +5,8 @@
 
 mod backend;
 mod rule;
+
+pub use rule::not_for_envoy;
 mod secrets;
 mod server;
 

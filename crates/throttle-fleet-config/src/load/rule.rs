@@ -19,6 +19,21 @@ fn algorithms() -> impl Iterator<Item = Algorithm> {
     Algorithm::ALL.into_iter().chain([Algorithm::Concurrency])
 }
 
+/// Why a rule with `algorithm` cannot be served to Envoy (a descriptor
+/// rule), if it cannot: Envoy's rate limit services answer yes or no, at
+/// once, and are never told when a request ends.
+pub fn not_for_envoy(algorithm: Algorithm) -> Option<&'static str> {
+    match algorithm {
+        Algorithm::LeakyBucket => Some(
+            "leaky_bucket delays requests, which Envoy's rate limit services cannot say (they answer yes or no): use token_bucket",
+        ),
+        Algorithm::Concurrency => Some(
+            "a concurrency rule gives its slot back when a request ends, which Envoy's rate limit services are never told",
+        ),
+        _ => None,
+    }
+}
+
 impl Loader<'_> {
     /// One rule; `at` is where the rule's table starts (for a missing
     /// field).
@@ -161,6 +176,15 @@ impl Loader<'_> {
             KeySpec::Descriptor(d) => Some(d),
             _ => None,
         };
+        if descriptor.is_some()
+            && let Some(why) = not_for_envoy(algorithm)
+        {
+            let span = raw
+                .algorithm
+                .as_ref()
+                .map_or(raw.name.span(), Spanned::span);
+            return Err(self.err("algorithm", span, why));
+        }
         let routes = match &raw.routes {
             None => None,
             Some(list) if descriptor.is_some() => {

@@ -9,8 +9,9 @@
 //! - A bucket no rule matches, or only a shadow rule, is `ALLOW_ALL`.
 //! - A bucket matching several rules gets the tightest one's bucket.
 //! - An Envoy that gets no share yet (the others hold it all until their
-//!   next report) is sent nothing for that bucket: it stays on its
-//!   `no_assignment_behavior`.
+//!   next report) is sent nothing for that bucket and stays on its
+//!   `no_assignment_behavior`; the service asks again every quarter of a
+//!   reporting interval and sends the assignment as soon as there is one.
 //! - Assignments live three reporting intervals; every report renews
 //!   them (an unchanged token bucket is kept by Envoy, not refilled).
 //! - A bucket an Envoy has not reported for three intervals is sent
@@ -202,6 +203,7 @@ impl Rlqs {
                 inner,
                 envoy,
                 buckets: HashMap::new(),
+                waiting: Vec::new(),
             };
             stream.run(Box::pin(reports), tx).await;
             metrics::rlqs_streams(-1.0);
@@ -233,6 +235,8 @@ struct EnvoyStream {
     envoy: String,
     /// Bucket id (sorted pairs) -> (its id, last report, ms).
     buckets: HashMap<Vec<(String, String)>, (BucketId, u64)>,
+    /// Buckets reported but given no share yet: (domain, id, demand).
+    waiting: Vec<(String, BucketId, f64)>,
 }
 
 impl EnvoyStream {
@@ -242,7 +246,7 @@ impl EnvoyStream {
         tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) {
         use futures_util::StreamExt;
-        let mut tick = tokio::time::interval(self.inner.options.report_interval);
+        let mut tick = tokio::time::interval(self.inner.options.report_interval / 4);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let response = tokio::select! {
@@ -252,7 +256,7 @@ impl EnvoyStream {
                     // their assignments expire.
                     Some(Err(_)) | None => return,
                 },
-                _ = tick.tick() => Ok(self.abandoned()),
+                _ = tick.tick() => self.tick().await,
             };
             let end = response.is_err();
             let empty = matches!(&response, Ok(r) if r.bucket_action.is_empty());
@@ -302,8 +306,10 @@ impl EnvoyStream {
                 .assign(&loaded, &report.domain, &id, demand, now)
                 .await?;
             self.buckets.insert(name, (id.clone(), now));
-            if let Some(strategy) = strategy {
-                actions.push(self.assignment(id, strategy));
+            self.waiting.retain(|(_, w, _)| *w != id);
+            match strategy {
+                Some(strategy) => actions.push(self.assignment(id, strategy)),
+                None => self.waiting.push((report.domain.clone(), id, demand)),
             }
         }
         Ok(RateLimitQuotaResponse {
@@ -387,6 +393,28 @@ impl EnvoyStream {
                 rate_limit_strategy: Some(strategy),
             })),
         }
+    }
+
+    /// What a tick sends: the assignments of waiting buckets that now get
+    /// a share, and the abandoned buckets.
+    async fn tick(&mut self) -> Result<RateLimitQuotaResponse, Status> {
+        let mut response = self.abandoned();
+        if self.waiting.is_empty() {
+            return Ok(response);
+        }
+        let loaded = self.inner.rules.current_full();
+        let now = (self.inner.clock)();
+        let waiting = std::mem::take(&mut self.waiting);
+        for (domain, id, demand) in waiting {
+            if !self.buckets.contains_key(&bucket_name(&id)) || !loaded.catalog.knows(&domain) {
+                continue;
+            }
+            match self.assign(&loaded, &domain, &id, demand, now).await? {
+                Some(strategy) => response.bucket_action.push(self.assignment(id, strategy)),
+                None => self.waiting.push((domain, id, demand)),
+            }
+        }
+        Ok(response)
     }
 
     /// `abandon_action` for every bucket not reported for the assignment
