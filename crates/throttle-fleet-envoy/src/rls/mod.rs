@@ -207,7 +207,11 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
                 }
                 for (i, outcome) in &charged.taken {
                     let ask = &round[*i];
-                    answer.asked(ask.descriptor, Asked::allowed(loaded, &ask.demand, outcome));
+                    // A shadow rule's figures are never told (as the
+                    // layer's headers do not): it only reports.
+                    if !loaded.rules.rule(ask.demand.rule).is_shadow() {
+                        answer.asked(ask.descriptor, Asked::allowed(loaded, &ask.demand, outcome));
+                    }
                     taken.push((ask.demand, *outcome));
                 }
             }
