@@ -10,8 +10,10 @@
 //! - A bucket matching several rules gets the tightest one's bucket.
 //! - An Envoy that gets no share yet (the others hold it all until their
 //!   next report) is sent nothing for that bucket and stays on its
-//!   `no_assignment_behavior`; the service asks again every quarter of a
-//!   reporting interval and sends the assignment as soon as there is one.
+//!   `no_assignment_behavior`. One that gets less than its share (the
+//!   others have not let go yet) gets what is free. Either way the
+//!   service asks again every quarter of a reporting interval and sends
+//!   the larger assignment as soon as there is one.
 //! - Assignments live three reporting intervals; every report renews
 //!   them (an unchanged token bucket is kept by Envoy, not refilled).
 //! - A bucket an Envoy has not reported for three intervals is sent
@@ -233,10 +235,28 @@ impl RateLimitQuotaService for Rlqs {
 struct EnvoyStream {
     inner: Arc<Inner>,
     envoy: String,
-    /// Bucket id (sorted pairs) -> (its id, last report, ms).
-    buckets: HashMap<Vec<(String, String)>, (BucketId, u64)>,
-    /// Buckets reported but given no share yet: (domain, id, demand).
+    /// Bucket id (sorted pairs) -> what this Envoy was told of it.
+    buckets: HashMap<Vec<(String, String)>, Tracked>,
+    /// Buckets given less than they want (nothing yet, or less than the
+    /// others still hold): (domain, id, demand), asked again each tick.
     waiting: Vec<(String, BucketId, f64)>,
+}
+
+/// One bucket of one Envoy.
+struct Tracked {
+    id: BucketId,
+    /// When it was last reported (ms).
+    last_report: u64,
+    /// The strategy last sent.
+    sent: Option<RateLimitStrategy>,
+}
+
+/// What the rules give one bucket of one Envoy now.
+struct Assigned {
+    /// `None` while it gets no share.
+    strategy: Option<RateLimitStrategy>,
+    /// It should get more once the others let go.
+    wants_more: bool,
 }
 
 impl EnvoyStream {
@@ -302,23 +322,34 @@ impl EnvoyStream {
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied)) as f64
                 / elapsed;
-            let strategy = self
+            let assigned = self
                 .assign(&loaded, &report.domain, &id, demand, now)
                 .await?;
-            self.buckets.insert(name, (id.clone(), now));
             self.waiting.retain(|(_, w, _)| *w != id);
-            match strategy {
-                Some(strategy) => actions.push(self.assignment(id, strategy)),
-                None => self.waiting.push((report.domain.clone(), id, demand)),
+            if assigned.strategy.is_none() || assigned.wants_more {
+                self.waiting
+                    .push((report.domain.clone(), id.clone(), demand));
             }
+            if let Some(strategy) = &assigned.strategy {
+                // Sent at every report, changed or not: it renews the
+                // assignment's lifetime.
+                actions.push(self.assignment(id.clone(), strategy.clone()));
+            }
+            self.buckets.insert(
+                name,
+                Tracked {
+                    id,
+                    last_report: now,
+                    sent: assigned.strategy,
+                },
+            );
         }
         Ok(RateLimitQuotaResponse {
             bucket_action: actions,
         })
     }
 
-    /// The strategy for one bucket of this Envoy: `None` while it gets no
-    /// share.
+    /// What one bucket of this Envoy gets now.
     async fn assign(
         &self,
         loaded: &Loaded,
@@ -326,14 +357,14 @@ impl EnvoyStream {
         id: &BucketId,
         demand: f64,
         now: u64,
-    ) -> Result<Option<RateLimitStrategy>, Status> {
+    ) -> Result<Assigned, Status> {
         let mut matched: Vec<(usize, Key)> = Vec::new();
         loaded
             .catalog
             .matches_bucket(domain, &id.bucket, |rule, key| matched.push((rule, key)))
             .map_err(|UnknownDomain| Status::invalid_argument("unknown domain"))?;
         let mut tightest: Option<RateLimitStrategy> = None;
-        let mut any = false;
+        let (mut any, mut wants_more) = (false, false);
         for (index, key) in matched {
             let rule = loaded.rules.rule(index);
             if rule.is_shadow() {
@@ -346,20 +377,23 @@ impl EnvoyStream {
             let report = Report {
                 envoy: &self.envoy,
                 demand,
+                capacity: quota.limit() as f64 / quota.period().as_secs_f64(),
                 now_ms: now,
                 ttl_ms: self.inner.options.lifetime().as_millis() as u64,
             };
-            let steps = match &self.inner.shares {
+            let granted = match &self.inner.shares {
                 Shares::Memory(m) => m.report(&bucket, report),
                 Shares::Redis(r) => r.report(&bucket, report).await.map_err(|e| {
                     Status::unavailable(format!("the quota service cannot reach Redis: {e}"))
                 })?,
             };
-            let Some(s) =
-                assign::token_bucket(rule, quota, steps, self.inner.options.report_interval)
-            else {
+            wants_more |= granted.wanted > granted.steps;
+            let Some(s) = assign::token_bucket(rule, quota, granted.steps) else {
                 // No share yet: nothing is sent for this bucket.
-                return Ok(None);
+                return Ok(Assigned {
+                    strategy: None,
+                    wants_more: true,
+                });
             };
             if tightest
                 .as_ref()
@@ -368,10 +402,13 @@ impl EnvoyStream {
                 tightest = Some(s);
             }
         }
-        Ok(if any {
-            tightest
-        } else {
-            Some(assign::allow_all())
+        Ok(Assigned {
+            strategy: if any {
+                tightest
+            } else {
+                Some(assign::allow_all())
+            },
+            wants_more,
         })
     }
 
@@ -395,8 +432,8 @@ impl EnvoyStream {
         }
     }
 
-    /// What a tick sends: the assignments of waiting buckets that now get
-    /// a share, and the abandoned buckets.
+    /// What a tick sends: the new assignments of waiting buckets whose
+    /// share grew, and the abandoned buckets.
     async fn tick(&mut self) -> Result<RateLimitQuotaResponse, Status> {
         let mut response = self.abandoned();
         if self.waiting.is_empty() {
@@ -406,12 +443,20 @@ impl EnvoyStream {
         let now = (self.inner.clock)();
         let waiting = std::mem::take(&mut self.waiting);
         for (domain, id, demand) in waiting {
-            if !self.buckets.contains_key(&bucket_name(&id)) || !loaded.catalog.knows(&domain) {
+            let name = bucket_name(&id);
+            if !self.buckets.contains_key(&name) || !loaded.catalog.knows(&domain) {
                 continue;
             }
-            match self.assign(&loaded, &domain, &id, demand, now).await? {
-                Some(strategy) => response.bucket_action.push(self.assignment(id, strategy)),
-                None => self.waiting.push((domain, id, demand)),
+            let assigned = self.assign(&loaded, &domain, &id, demand, now).await?;
+            if assigned.strategy.is_none() || assigned.wants_more {
+                self.waiting.push((domain, id.clone(), demand));
+            }
+            if let Some(tracked) = self.buckets.get_mut(&name)
+                && let Some(strategy) = assigned.strategy
+                && tracked.sent.as_ref() != Some(&strategy)
+            {
+                tracked.sent = Some(strategy.clone());
+                response.bucket_action.push(self.assignment(id, strategy));
             }
         }
         Ok(response)
@@ -423,12 +468,12 @@ impl EnvoyStream {
         let now = (self.inner.clock)();
         let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let mut actions = Vec::new();
-        self.buckets.retain(|_, (id, last)| {
-            let keep = now.saturating_sub(*last) < lifetime;
+        self.buckets.retain(|_, tracked| {
+            let keep = now.saturating_sub(tracked.last_report) < lifetime;
             if !keep {
                 metrics::rlqs_action("abandon");
                 actions.push(BucketAction {
-                    bucket_id: Some(id.clone()),
+                    bucket_id: Some(tracked.id.clone()),
                     bucket_action: Some(Action::AbandonAction(AbandonAction {})),
                 });
             }

@@ -5,18 +5,20 @@
 
 use redis::aio::ConnectionManager;
 
-use super::shares::{HYSTERESIS, Report, STEPS};
+use super::shares::{Granted, HYSTERESIS, Report, STEPS};
 
 /// The script: KEYS[1] the bucket's hash; ARGV: envoy, demand, now (ms),
-/// ttl (ms), steps, hysteresis. Returns the Envoy's steps. The same
-/// arithmetic as `allocate`, in the same order.
+/// ttl (ms), steps, hysteresis, capacity (requests a second). Returns the
+/// Envoy's steps and the steps it wants. The same arithmetic as
+/// `allocate`, in the same order.
 const SCRIPT: &str = r#"
 local key, me = KEYS[1], ARGV[1]
 local demand, now, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local steps_all, hyst = tonumber(ARGV[5]), tonumber(ARGV[6])
+local steps_all, hyst, capacity = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local all = redis.call('HGETALL', key)
 local others, others_demand, n = 0, 0, 0
 local prev_steps, prev_demand = nil, nil
+local demands = {}
 for i = 1, #all, 2 do
   local s, d, e = string.match(all[i + 1], '^(%d+),([^,]+),(%d+)$')
   s, d, e = tonumber(s), tonumber(d), tonumber(e)
@@ -27,22 +29,33 @@ for i = 1, #all, 2 do
     n = n + 1
   else
     others, others_demand, n = others + s, others_demand + d, n + 1
+    demands[#demands + 1] = d
   end
 end
 if prev_steps == nil then n = n + 1 else demand = (prev_demand + demand) / 2 end
 if demand < 0 then demand = 0 end
 local total = demand + others_demand
-local target
-if total > 0 then target = math.floor(demand / total * steps_all) else target = math.floor(steps_all / n) end
-if target < 1 then target = 1 end
+local function target_of(d)
+  local share
+  if total >= capacity then share = d / total else share = (d + (capacity - total) / n) / capacity end
+  local t = math.floor(share * steps_all)
+  if t < 1 then t = 1 end
+  if t > steps_all then t = steps_all end
+  return t
+end
+local target = target_of(demand)
+local others_want = 0
+for _, d in ipairs(demands) do others_want = others_want + target_of(d) end
+local starving = others_want > others
 local spare = steps_all - others
 if spare < 0 then spare = 0 end
 local wanted = target
-if prev_steps ~= nil and math.abs(prev_steps - target) < hyst then wanted = prev_steps end
+if prev_steps ~= nil and prev_steps > 0 and math.abs(prev_steps - target) < hyst
+  and not (prev_steps > target and starving) then wanted = prev_steps end
 local steps = math.min(wanted, spare)
 redis.call('HSET', key, me, string.format('%d,%.17g,%d', steps, demand, now + ttl))
 redis.call('PEXPIRE', key, ttl * 2)
-return steps
+return {steps, wanted}
 "#;
 
 /// The shares of every bucket in one Redis.
@@ -74,9 +87,14 @@ impl RedisShares {
     }
 
     /// The steps `report`'s Envoy holds on `bucket` from now.
-    pub(crate) async fn report(&self, bucket: &str, report: Report<'_>) -> redis::RedisResult<u32> {
+    pub(crate) async fn report(
+        &self,
+        bucket: &str,
+        report: Report<'_>,
+    ) -> redis::RedisResult<Granted> {
         let mut conn = self.conn.clone();
-        self.script
+        let (steps, wanted): (u32, u32) = self
+            .script
             .key(format!("{}rlqs:{{{bucket}}}", self.prefix))
             .arg(report.envoy)
             .arg(report.demand)
@@ -84,7 +102,9 @@ impl RedisShares {
             .arg(report.ttl_ms)
             .arg(STEPS)
             .arg(HYSTERESIS)
+            .arg(report.capacity.max(f64::MIN_POSITIVE))
             .invoke_async(&mut conn)
-            .await
+            .await?;
+        Ok(Granted { steps, wanted })
     }
 }

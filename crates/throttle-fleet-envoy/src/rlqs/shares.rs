@@ -39,14 +39,27 @@ pub(crate) struct Report<'a> {
     /// Requests per second it saw (allowed and denied) since its last
     /// report.
     pub(crate) demand: f64,
+    /// The bucket's quota in requests per second.
+    pub(crate) capacity: f64,
     pub(crate) now_ms: u64,
     /// How long the assignment made now will live.
     pub(crate) ttl_ms: u64,
 }
 
+/// What one report got: the steps held from now, and the steps wanted
+/// (more when the others still hold what this Envoy should grow into).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Granted {
+    pub(crate) steps: u32,
+    pub(crate) wanted: u32,
+}
+
 /// The weight (in steps) `report`'s Envoy holds from now, updating
-/// `holdings` (expired ones dropped).
-pub(crate) fn allocate(holdings: &mut HashMap<String, Holding>, report: Report<'_>) -> u32 {
+/// `holdings` (expired ones dropped). The target is max-min fair: under
+/// the quota, each Envoy's demand and an equal part of what nobody uses
+/// (so demand that moves between Envoys finds room at once); over it, a
+/// part in proportion to demand.
+pub(crate) fn allocate(holdings: &mut HashMap<String, Holding>, report: Report<'_>) -> Granted {
     holdings.retain(|_, h| h.expires_ms > report.now_ms);
     let previous = holdings.get(report.envoy).copied();
     // Smoothed over two reports: one burst does not move the split alone.
@@ -67,19 +80,41 @@ pub(crate) fn allocate(holdings: &mut HashMap<String, Holding>, report: Report<'
         .sum();
     let n = holdings.len() as u32 + u32::from(previous.is_none());
     let total = demand + others_demand;
-    let target = if total > 0.0 {
-        ((demand / total) * f64::from(STEPS)).floor() as u32
-    } else {
-        STEPS / n.max(1)
-    }
-    // Every Envoy keeps at least one step: an idle one still admits.
-    .max(1);
+    let capacity = report.capacity.max(f64::MIN_POSITIVE);
+    let target_of = |d: f64| {
+        let share = if total >= capacity {
+            d / total
+        } else {
+            (d + (capacity - total) / f64::from(n.max(1))) / capacity
+        };
+        // Every Envoy keeps at least one step: an idle one still admits.
+        ((share * f64::from(STEPS)).floor() as u32).clamp(1, STEPS)
+    };
+    let target = target_of(demand);
+    // Another Envoy holds less than its own target: this one must not keep
+    // more than its target, however small the difference.
+    let others_want: u32 = holdings
+        .iter()
+        .filter(|(e, _)| e.as_str() != report.envoy)
+        .map(|(_, h)| target_of(h.demand))
+        .sum();
+    let starving = others_want > others;
     let spare = STEPS.saturating_sub(others);
     let wanted = match previous {
-        Some(p) if p.steps.abs_diff(target) < HYSTERESIS => p.steps,
+        // Small moves keep the weight (and Envoy its bucket); not for an
+        // Envoy with nothing yet (one step is worth sending), nor to keep
+        // more than the target while another is short.
+        Some(p)
+            if p.steps > 0
+                && p.steps.abs_diff(target) < HYSTERESIS
+                && !(p.steps > target && starving) =>
+        {
+            p.steps
+        }
         _ => target,
     };
     let steps = wanted.min(spare);
+    let granted = Granted { steps, wanted };
     holdings.insert(
         report.envoy.to_owned(),
         Holding {
@@ -88,7 +123,7 @@ pub(crate) fn allocate(holdings: &mut HashMap<String, Holding>, report: Report<'
             expires_ms: report.now_ms + report.ttl_ms,
         },
     );
-    steps
+    granted
 }
 
 /// The shares of every bucket, in this process.
@@ -99,15 +134,15 @@ pub(crate) struct MemoryShares {
 
 impl MemoryShares {
     /// [`allocate`] on `bucket`'s holdings.
-    pub(crate) fn report(&self, bucket: &str, report: Report<'_>) -> u32 {
+    pub(crate) fn report(&self, bucket: &str, report: Report<'_>) -> Granted {
         let mut buckets = self.buckets.lock();
         let holdings = buckets.entry(bucket.to_owned()).or_default();
-        let steps = allocate(holdings, report);
+        let granted = allocate(holdings, report);
         // Buckets whose every holding expired go (this one keeps the new).
         if buckets.len() > 1024 {
             buckets.retain(|_, h| h.values().any(|h| h.expires_ms > report.now_ms));
         }
-        steps
+        granted
     }
 }
 
@@ -115,49 +150,83 @@ impl MemoryShares {
 mod tests {
     use super::*;
 
+    /// A report on a bucket of 10 a second.
     fn report(envoy: &str, demand: f64, now_ms: u64) -> Report<'_> {
         Report {
             envoy,
             demand,
+            capacity: 10.0,
             now_ms,
             ttl_ms: 15_000,
         }
+    }
+
+    fn steps(h: &mut HashMap<String, Holding>, r: Report<'_>) -> u32 {
+        allocate(h, r).steps
     }
 
     #[test]
     fn shares_follow_demand_and_never_sum_past_one() {
         let mut h = HashMap::new();
         // Alone: the whole quota.
-        assert_eq!(allocate(&mut h, report("a", 10.0, 0)), STEPS);
+        assert_eq!(steps(&mut h, report("a", 10.0, 0)), STEPS);
         // A newcomer gets what is spare: nothing until `a` shrinks.
-        assert_eq!(allocate(&mut h, report("b", 30.0, 1)), 0);
+        assert_eq!(steps(&mut h, report("b", 30.0, 1)), 0);
         // `a` reports again: a quarter of the demand (smoothed: 10).
-        assert_eq!(allocate(&mut h, report("a", 10.0, 5_000)), STEPS / 4);
+        assert_eq!(steps(&mut h, report("a", 10.0, 5_000)), STEPS / 4);
         // `b` grows into what `a` let go.
-        assert_eq!(allocate(&mut h, report("b", 30.0, 5_001)), STEPS * 3 / 4);
+        assert_eq!(steps(&mut h, report("b", 30.0, 5_001)), STEPS * 3 / 4);
         let sum: u32 = h.values().map(|h| h.steps).sum();
         assert!(sum <= STEPS);
         // A small move keeps the weight (Envoy keeps its bucket).
-        assert_eq!(allocate(&mut h, report("a", 11.0, 10_000)), STEPS / 4);
+        assert_eq!(steps(&mut h, report("a", 11.0, 10_000)), STEPS / 4);
     }
 
     #[test]
     fn a_gone_envoys_share_is_held_until_its_assignment_expires() {
         let mut h = HashMap::new();
-        allocate(&mut h, report("a", 10.0, 0));
+        steps(&mut h, report("a", 10.0, 0));
         // `a` stops reporting; `b` cannot take its share before 15 s.
-        assert_eq!(allocate(&mut h, report("b", 10.0, 14_999)), 0);
-        assert_eq!(allocate(&mut h, report("b", 10.0, 15_000)), STEPS);
+        assert_eq!(steps(&mut h, report("b", 10.0, 14_999)), 0);
+        assert_eq!(steps(&mut h, report("b", 10.0, 15_000)), STEPS);
     }
 
     #[test]
     fn an_idle_envoy_keeps_one_step() {
         let mut h = HashMap::new();
-        allocate(&mut h, report("a", 0.0, 0));
-        allocate(&mut h, report("a", 0.0, 1));
-        allocate(&mut h, report("b", 100.0, 2));
+        steps(&mut h, report("a", 0.0, 0));
+        steps(&mut h, report("a", 0.0, 1));
+        steps(&mut h, report("b", 100.0, 2));
         // `a` idle: it shrinks to one step; `b` takes the rest.
-        assert_eq!(allocate(&mut h, report("a", 0.0, 5_000)), 1);
-        assert_eq!(allocate(&mut h, report("b", 100.0, 5_001)), STEPS - 1);
+        assert_eq!(steps(&mut h, report("a", 0.0, 5_000)), 1);
+        assert_eq!(steps(&mut h, report("b", 100.0, 5_001)), STEPS - 1);
+    }
+
+    #[test]
+    fn under_the_quota_each_gets_its_demand_and_a_part_of_the_rest() {
+        let mut h = HashMap::new();
+        steps(&mut h, report("a", 2.0, 0));
+        steps(&mut h, report("b", 2.0, 1));
+        // 4 of 10 a second used: each 2 + 3 of the 6 left = half.
+        assert_eq!(steps(&mut h, report("a", 2.0, 5_000)), STEPS / 2);
+        let g = allocate(&mut h, report("b", 2.0, 5_001));
+        assert_eq!((g.steps, g.wanted), (STEPS / 2, STEPS / 2));
+        // `a`'s demand moves up: it wants more than `b` leaves it, until
+        // `b` reports again.
+        let g = allocate(&mut h, report("a", 8.0, 10_000));
+        assert_eq!(g.steps, STEPS / 2);
+        assert!(g.wanted > g.steps);
+    }
+
+    #[test]
+    fn an_envoy_with_nothing_gets_a_small_share_once_one_is_free() {
+        let mut h = HashMap::new();
+        steps(&mut h, report("a", 20.0, 0));
+        // `b` arrives with a small demand: nothing is free yet.
+        assert_eq!(steps(&mut h, report("b", 0.5, 1)), 0);
+        // `a` lets go of a little; `b`'s target (1 step) is within the
+        // hysteresis of its 0, which must not keep it at nothing.
+        steps(&mut h, report("a", 20.0, 5_000));
+        assert_eq!(steps(&mut h, report("b", 0.5, 5_001)), 1);
     }
 }
