@@ -3,7 +3,12 @@
 //! script doing what [`allocate`](super::shares::allocate) does, so the
 //! weights held by every replica's Envoys never sum past one.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionManager;
+
+/// How long one report waits for Redis.
+const TIMEOUT: Duration = Duration::from_millis(250);
 
 use super::shares::{Granted, HYSTERESIS, Report, STEPS};
 
@@ -78,7 +83,13 @@ impl RedisShares {
     /// Connects to `url`; keys start with `prefix`.
     pub(crate) async fn connect(url: &str, prefix: &str) -> redis::RedisResult<Self> {
         let client = redis::Client::open(url)?;
-        let conn = ConnectionManager::new(client).await?;
+        // A report waits at most this long for Redis; past it the stream
+        // ends UNAVAILABLE and Envoy keeps its assignments until they
+        // expire.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(TIMEOUT))
+            .set_connection_timeout(Some(TIMEOUT));
+        let conn = ConnectionManager::new_with_config(client, config).await?;
         Ok(Self {
             conn,
             script: redis::Script::new(SCRIPT),

@@ -1,0 +1,190 @@
+//! RLQS with several service replicas on one real Redis: the Envoys of
+//! both split one quota; the shares the same sequence of reports gets in
+//! memory and in Redis are the same (one arithmetic, written twice); a
+//! replica that goes away leaves its Envoys' shares held until their
+//! assignments expire; a Redis that stops ends the stream with
+//! `UNAVAILABLE` (Envoy keeps its assignment until it expires, then its
+//! `expired_assignment_behavior`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf as pb;
+use throttle_fleet_config::GatewayConfig;
+use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions};
+use throttle_fleet_test_support::RedisServer;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+const RULES: &str = r#"
+[[rules]]
+name = "per-user"
+domain = "api"
+descriptor = ["user_id"]
+limit = 600
+period_secs = 60
+"#;
+
+/// A clock the test moves (ms).
+#[derive(Clone)]
+struct Clock(Arc<AtomicU64>);
+
+impl Clock {
+    fn new() -> Self {
+        Self(Arc::new(AtomicU64::new(1_000_000)))
+    }
+    fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+async fn replica(redis: Option<&str>, clock: &Clock) -> Rlqs {
+    let config = GatewayConfig::parse("rls.toml", RULES, None).unwrap();
+    let rules = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default()).unwrap();
+    let mut options = RlqsOptions::new(Duration::from_secs(5));
+    if let Some(url) = redis {
+        options = options
+            .redis(url)
+            .key_prefix(format!("t{}:", std::process::id()));
+    }
+    let c = clock.0.clone();
+    Rlqs::with_clock(rules, options, Arc::new(move || c.load(Ordering::SeqCst)))
+        .await
+        .unwrap()
+}
+
+/// One Envoy's stream.
+struct Envoy {
+    tx: mpsc::Sender<Result<RateLimitQuotaUsageReports, Status>>,
+    rx: mpsc::Receiver<Result<RateLimitQuotaResponse, Status>>,
+}
+
+impl Envoy {
+    fn open(service: &Rlqs) -> Self {
+        let (tx, rx_reports) = mpsc::channel(8);
+        let rx = service.open(tokio_stream::wrappers::ReceiverStream::new(rx_reports));
+        Self { tx, rx }
+    }
+
+    /// Reports `per_second` requests over 5 s; the tokens a minute the
+    /// answer assigns (0 for none within half a second).
+    async fn report(&mut self, per_second: u64) -> Result<u64, Status> {
+        let usage = BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("user_id".to_owned(), "alice".to_owned())].into(),
+            }),
+            time_elapsed: Some(pb::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+            num_requests_allowed: per_second * 5,
+            num_requests_denied: 0,
+        };
+        let reports = RateLimitQuotaUsageReports {
+            domain: "api".into(),
+            bucket_quota_usages: vec![usage],
+        };
+        self.tx.send(Ok(reports)).await.unwrap();
+        match tokio::time::timeout(Duration::from_millis(500), self.rx.recv()).await {
+            Ok(Some(Ok(r))) => Ok(per_minute(&r)),
+            Ok(Some(Err(status))) => Err(status),
+            Ok(None) => Err(Status::cancelled("the stream ended")),
+            Err(_) => Ok(0),
+        }
+    }
+}
+
+fn per_minute(r: &RateLimitQuotaResponse) -> u64 {
+    r.bucket_action
+        .iter()
+        .filter_map(|a| match &a.bucket_action {
+            Some(Action::QuotaAssignmentAction(q)) => {
+                match q.rate_limit_strategy.as_ref()?.strategy.as_ref()? {
+                    Strategy::TokenBucket(tb) => {
+                        let per = u64::from(tb.tokens_per_fill?.value);
+                        Some(per * 60 / tb.fill_interval?.seconds as u64)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .sum()
+}
+
+/// The same reports, in the same order, at the same times.
+async fn script(a: &mut Envoy, b: &mut Envoy, clock: &Clock) -> Vec<u64> {
+    let mut got = Vec::new();
+    for (demand_a, demand_b) in [(30, 10), (30, 10), (5, 20), (5, 20), (1, 1)] {
+        got.push(a.report(demand_a).await.unwrap());
+        got.push(b.report(demand_b).await.unwrap());
+        clock.advance(5_000);
+    }
+    got
+}
+
+#[tokio::test]
+async fn two_replicas_split_one_quota_as_one_process_would() {
+    let redis = RedisServer::start();
+    let clock = Clock::new();
+    let (one, two) = (
+        replica(Some(&redis.url()), &clock).await,
+        replica(Some(&redis.url()), &clock).await,
+    );
+    let (mut a, mut b) = (Envoy::open(&one), Envoy::open(&two));
+    let fleet = script(&mut a, &mut b, &clock).await;
+
+    let memory_clock = Clock::new();
+    let alone = replica(None, &memory_clock).await;
+    let (mut a, mut b) = (Envoy::open(&alone), Envoy::open(&alone));
+    let memory = script(&mut a, &mut b, &memory_clock).await;
+    println!("per minute, A then B, each round: Redis {fleet:?}, memory {memory:?}");
+    assert_eq!(fleet, memory, "the script and the Rust arithmetic differ");
+    // Every round: the two assignments fit in the quota; the first round A
+    // holds it all, then the split follows demand.
+    for pair in fleet.chunks(2) {
+        assert!(pair[0] + pair[1] <= 600, "{pair:?}");
+    }
+    assert_eq!(fleet[0], 600);
+    assert!(fleet[2] > fleet[3], "A asks more: {fleet:?}");
+    assert!(fleet[6] < fleet[7], "then B does: {fleet:?}");
+}
+
+#[tokio::test]
+async fn a_gone_replicas_shares_stay_held_until_they_expire() {
+    let redis = RedisServer::start();
+    let clock = Clock::new();
+    let one = replica(Some(&redis.url()), &clock).await;
+    let mut a = Envoy::open(&one);
+    assert_eq!(a.report(10).await.unwrap(), 600);
+    // The replica goes away with its stream; Envoy A keeps enforcing its
+    // assignment (15 s) and reconnects to the other replica.
+    drop(a);
+    drop(one);
+    let two = replica(Some(&redis.url()), &clock).await;
+    let mut again = Envoy::open(&two);
+    assert_eq!(
+        again.report(10).await.unwrap(),
+        0,
+        "the old share is still held"
+    );
+    clock.advance(15_000);
+    assert_eq!(
+        again.report(10).await.unwrap(),
+        600,
+        "and free once it expired"
+    );
+    // Redis stops: the stream ends UNAVAILABLE (a new one will be tried).
+    redis.stop();
+    let err = again.report(10).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    redis.resume();
+}
