@@ -326,12 +326,15 @@ async fn check(report: f64, tight: f64) {
         .map(|t| r.admitted[t..t + PERIOD as usize].iter().sum::<u64>())
         .min()
         .unwrap_or(0);
-    // The published bound over one period: L + N + (Bf + N)(1 + c) + D,
-    // Bf = one second of the rate = 10, N = 4 Envoys, D = the default's 2 + 1/s for the
-    // first report's round trip (at most 2 + 1 per Envoy), c = changes of
-    // assignment per Envoy in the window, at most P / R + 1 = 13.
+    // The published bound over one period (README, "RLQS"):
+    // L + N + (Bf + N)(1 + c) + D, with Bf = one second of the rate = 10,
+    // N = 4 Envoys, c <= 4P/R + 1 changes of assignment per Envoy (at
+    // most one per quarter interval), D <= N (m + r t) what the filter's
+    // default (m = 2 tokens, r = 1 a second) admits while an Envoy waits t
+    // for its assignment (at most one reporting interval).
     let (n, bf) = (4.0, LIMIT / PERIOD);
-    let bound = LIMIT + n + (bf + n) * (1.0 + PERIOD / report + 1.0) + n * 3.0;
+    let c = 4.0 * PERIOD / report + 1.0;
+    let bound = LIMIT + n + (bf + n) * (1.0 + c) + n * (2.0 + report);
     let (moving, settled) = (r.under_moving, r.under_settled);
     println!(
         "RLQS, 4 Envoys reporting every {report} s, 600/min, 2x skewed 70/20/7/3 with a 4x burst, then reversed, then 0.5x: \
