@@ -161,10 +161,10 @@ fn a_server_layer_refuses_a_descriptor_rule() {
         None,
     )
     .unwrap();
-    let err = throttle_fleet_config::build::policy(&config, "g.toml", &Plain)
-        .err()
-        .expect("a descriptor rule has no extractor")
-        .to_string();
+    let Err(err) = throttle_fleet_config::build::policy(&config, "g.toml", &Plain) else {
+        panic!("a descriptor rule has no extractor");
+    };
+    let err = err.to_string();
     assert!(err.contains("rule \"d\", field \"descriptor\""), "{err}");
     assert!(err.contains("throttle-fleet-envoy"), "{err}");
 }

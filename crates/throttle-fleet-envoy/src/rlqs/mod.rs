@@ -333,7 +333,7 @@ impl EnvoyStream {
             if let Some(strategy) = &assigned.strategy {
                 // Sent at every report, changed or not: it renews the
                 // assignment's lifetime.
-                actions.push(self.assignment(id.clone(), strategy.clone()));
+                actions.push(self.assignment(id.clone(), *strategy));
             }
             self.buckets.insert(
                 name,
@@ -455,7 +455,7 @@ impl EnvoyStream {
                 && let Some(strategy) = assigned.strategy
                 && tracked.sent.as_ref() != Some(&strategy)
             {
-                tracked.sent = Some(strategy.clone());
+                tracked.sent = Some(strategy);
                 response.bucket_action.push(self.assignment(id, strategy));
             }
         }
