@@ -188,3 +188,36 @@ async fn a_gone_replicas_shares_stay_held_until_they_expire() {
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     redis.resume();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unreported_bucket_is_abandoned_and_a_silent_stream_costs_nothing() {
+    let config = GatewayConfig::parse("rls.toml", RULES, None).unwrap();
+    let rules = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default()).unwrap();
+    let start = tokio::time::Instant::now();
+    let clock = Arc::new(move || 1_000_000 + start.elapsed().as_millis() as u64);
+    let service = Rlqs::with_clock(rules, RlqsOptions::new(Duration::from_secs(5)), clock)
+        .await
+        .unwrap();
+    // A stream that never reports: nothing is sent on it, nothing breaks.
+    let mut silent = Envoy::open(&service);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(silent.rx.try_recv().is_err());
+    // A bucket reported once, then not for three intervals (15 s): it is
+    // abandoned, once.
+    let mut a = Envoy::open(&service);
+    assert_eq!(a.report(10).await.unwrap(), 600);
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    assert!(a.rx.try_recv().is_err(), "not yet");
+    let abandoned = tokio::time::timeout(Duration::from_secs(5), a.rx.recv())
+        .await
+        .expect("abandoned within the next quarter interval")
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        abandoned.bucket_action[0].bucket_action,
+        Some(Action::AbandonAction(_))
+    ));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(a.rx.try_recv().is_err(), "abandoned once");
+    drop(silent);
+}

@@ -412,3 +412,29 @@ async fn one_rule_matched_twice_in_a_request_is_charged_all_or_nothing() {
     );
     assert_eq!(ask(&mut client, &once).await.overall_code, over);
 }
+
+#[tokio::test]
+async fn the_approximate_and_leased_modes_serve_envoy_too() {
+    let redis = RedisServer::start();
+    // (The leased mode leases a token bucket's tokens.)
+    for (mode, algorithm) in [
+        ("redis-approximate", "sliding_window_counter"),
+        ("redis-leased", "token_bucket"),
+    ] {
+        let text = format!(
+            "[backend]\nkind = \"{mode}\"\nurl = \"{}\"\nkey_prefix = \"{mode}:\"\n{}",
+            redis.url(),
+            PER_USER.replace("fixed_window", algorithm)
+        );
+        let mut client = serve(rules(&text).await).await;
+        let req = request(&[&[("user_id", "kim")]], 0);
+        let mut ok = 0;
+        for _ in 0..30 {
+            if ask(&mut client, &req).await.overall_code == Code::Ok as i32 {
+                ok += 1;
+            }
+        }
+        // One instance: its claim or its leases hold the quota.
+        assert!((10..=11).contains(&ok), "{mode}: {ok} of 30 OK");
+    }
+}
