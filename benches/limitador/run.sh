@@ -12,7 +12,7 @@
 #                 RLS on Redis next to limitador's Redis storage (on one
 #                 private redis-server), the cost per RLQS bucket reported,
 #                 and the gRPC transport's share of a call (needs valgrind;
-#                 ~15 minutes)
+#                 ~7 minutes)
 #
 # This package is outside the workspace with its own lock file (limitador
 # builds RocksDB, a C++ build of about 15 minutes on two cores the first
