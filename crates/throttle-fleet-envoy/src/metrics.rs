@@ -12,7 +12,7 @@
 //! No label carries a descriptor value or a bucket id: label sets stay
 //! bounded.
 
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use metrics::{Counter, counter, describe_counter, describe_gauge, gauge};
 
 /// Counter of `ShouldRateLimit` calls, labelled `answer`.
 pub const RLS_REQUESTS: &str = "throttle_envoy_rls_requests_total";
@@ -41,13 +41,32 @@ pub(crate) enum RlsAnswer {
     Invalid,
 }
 
-pub(crate) fn rls_answer(answer: RlsAnswer) {
-    let label = match answer {
-        RlsAnswer::Ok => "ok",
-        RlsAnswer::OverLimit => "over_limit",
-        RlsAnswer::Invalid => "invalid",
-    };
-    counter!(RLS_REQUESTS, "answer" => label).increment(1);
+/// The RLS counters, registered once (with the recorder installed when
+/// the service is made), so an answer costs an increment, not a lookup.
+#[derive(Debug, Clone)]
+pub(crate) struct RlsMetrics {
+    ok: Counter,
+    over_limit: Counter,
+    invalid: Counter,
+}
+
+impl RlsMetrics {
+    pub(crate) fn new() -> Self {
+        Self {
+            ok: counter!(RLS_REQUESTS, "answer" => "ok"),
+            over_limit: counter!(RLS_REQUESTS, "answer" => "over_limit"),
+            invalid: counter!(RLS_REQUESTS, "answer" => "invalid"),
+        }
+    }
+
+    pub(crate) fn answered(&self, answer: RlsAnswer) {
+        match answer {
+            RlsAnswer::Ok => &self.ok,
+            RlsAnswer::OverLimit => &self.over_limit,
+            RlsAnswer::Invalid => &self.invalid,
+        }
+        .increment(1);
+    }
 }
 
 pub(crate) fn rlqs_reports(n: u64) {

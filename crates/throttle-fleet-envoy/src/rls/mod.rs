@@ -65,6 +65,7 @@ const MAX_COST: u64 = throttle_fleet_core::limits::MAX_LIMIT + 1;
 #[derive(Debug, Clone)]
 pub struct Rls {
     rules: EnvoyRules,
+    metrics: metrics::RlsMetrics,
 }
 
 /// One rule to check for one descriptor.
@@ -79,7 +80,10 @@ impl Rls {
     /// The service answering from `rules`.
     pub fn new(rules: EnvoyRules) -> Self {
         metrics::describe();
-        Self { rules }
+        Self {
+            rules,
+            metrics: metrics::RlsMetrics::new(),
+        }
     }
 
     /// The tonic service, to add to a server.
@@ -95,13 +99,13 @@ impl Rls {
         let asks = match asks(&loaded, request) {
             Ok(asks) => asks,
             Err(status) => {
-                metrics::rls_answer(metrics::RlsAnswer::Invalid);
+                self.metrics.answered(metrics::RlsAnswer::Invalid);
                 return Err(status);
             }
         };
         let answer = check(&loaded, request.descriptors.len(), &asks).await;
         let response = answer.response(&loaded);
-        metrics::rls_answer(if answer.is_over_limit() {
+        self.metrics.answered(if answer.is_over_limit() {
             metrics::RlsAnswer::OverLimit
         } else {
             metrics::RlsAnswer::Ok
