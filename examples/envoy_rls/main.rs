@@ -148,9 +148,14 @@ async fn run() -> Result<(), Failure> {
 }
 
 /// The quota service's settings from the file: the Envoys' report
-/// interval, and Redis for the shares when the backend is Redis.
+/// interval, and Redis for the shares (under the backend's key prefix) when
+/// the backend is Redis. A Redis Cluster backend keeps the shares in this
+/// process: several replicas then need a standalone Redis.
 fn rlqs_options(config: &GatewayConfig, rls: RlsConfig) -> RlqsOptions {
-    let options = RlqsOptions::new(rls.report_interval);
+    let mut options = RlqsOptions::new(rls.report_interval);
+    if let Some(prefix) = &config.backend.key_prefix {
+        options = options.key_prefix(prefix.clone());
+    }
     match &config.backend.url {
         Some(url) if config.backend.kind != throttle_fleet_config::BackendKind::Memory => {
             options.redis(url.clone())
