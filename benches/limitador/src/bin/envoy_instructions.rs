@@ -45,18 +45,12 @@
 mod callgrind;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context as TaskContext, Poll, Waker};
+use throttle_fleet_limitador_bench::{config, limitador_context, poll_once, request};
 
 use limitador::RateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
-use throttle_fleet_config::GatewayConfig;
 use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
-use throttle_fleet_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    RateLimitDescriptor, rate_limit_descriptor::Entry,
-};
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
 };
@@ -86,17 +80,7 @@ trait Subject {
 /// The requests as Envoy sends them (decoded), one per client.
 fn requests(clients: usize) -> Vec<RateLimitRequest> {
     (0..clients)
-        .map(|i| RateLimitRequest {
-            domain: "api".to_owned(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: "user_id".to_owned(),
-                    value: format!("client-{i}"),
-                }],
-                ..Default::default()
-            }],
-            hits_addend: 0,
-        })
+        .map(|i| request(&format!("client-{i}")))
         .collect()
 }
 
@@ -133,18 +117,6 @@ struct RlsMemory {
     requests: Vec<RateLimitRequest>,
 }
 
-/// The future's output if it is ready at the first poll.
-fn poll_once<F: Future>(future: F) -> Option<F::Output> {
-    let mut future = pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut TaskContext::from_waker(Waker::noop()))
-    {
-        Poll::Ready(out) => Some(out),
-        Poll::Pending => None,
-    }
-}
-
 impl Subject for RlsMemory {
     fn decide(&self, i: usize) -> bool {
         let response = poll_once(self.rls.decide(&self.requests[i]))
@@ -155,18 +127,7 @@ impl Subject for RlsMemory {
 }
 
 fn rls_memory(limit: u64, period_secs: u64, requests: Vec<RateLimitRequest>) -> RlsMemory {
-    let toml = format!(
-        r#"
-        [[rules]]
-        name = "per-user"
-        domain = "api"
-        descriptor = ["user_id"]
-        algorithm = "fixed_window"
-        limit = {limit}
-        period_secs = {period_secs}
-        "#
-    );
-    let config = GatewayConfig::parse("bench.toml", &toml, None).expect("a valid file");
+    let config = config("", limit, period_secs);
     let rules =
         EnvoyRules::new(&config, "bench.toml", MemoryBackend::default()).expect("valid rules");
     RlsMemory {
@@ -197,24 +158,6 @@ impl Subject for LimitadorMemory {
 struct LimitadorRls {
     limiter: RateLimiter,
     requests: Vec<RateLimitRequest>,
-}
-
-/// limitador-server's `ShouldRateLimit` body, the transport aside: the
-/// `Context` its RLS builds from a request's descriptors.
-pub fn limitador_context(request: &RateLimitRequest) -> Context<'static> {
-    let values: Vec<HashMap<String, String>> = request
-        .descriptors
-        .iter()
-        .map(|d| {
-            d.entries
-                .iter()
-                .map(|e| (e.key.clone(), e.value.clone()))
-                .collect()
-        })
-        .collect();
-    let mut ctx = Context::default();
-    ctx.list_binding("descriptors".to_owned(), values);
-    ctx
 }
 
 impl Subject for LimitadorRls {

@@ -46,17 +46,14 @@
 #[path = "../../../../crates/throttle-fleet-core/benches/support/callgrind.rs"]
 mod callgrind;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
+use throttle_fleet_limitador_bench::{config, limit, limitador_context, request};
 
 use limitador::AsyncRateLimiter;
-use limitador::limit::{Context, Limit, Namespace};
+use limitador::limit::{Limit, Namespace};
 use limitador::storage::redis::AsyncRedisStorage;
-use throttle_fleet_config::{BuiltBackend, GatewayConfig};
-use throttle_fleet_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    RateLimitDescriptor, rate_limit_descriptor::Entry,
-};
+use throttle_fleet_config::BuiltBackend;
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
 };
@@ -70,20 +67,6 @@ const SUBJECTS: [&str; 2] = ["throttle redis-exact", "limitador redis"];
 /// Scenario, and whether the key is over its limit.
 const SCENARIOS: [(&str, bool); 2] = [("allowed", false), ("denied", true)];
 
-fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "api".to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user_id".to_owned(),
-                value: "client-0".to_owned(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-}
-
 enum Subject {
     Ours { rls: Rls, _backend: BuiltBackend },
     Limitador(AsyncRateLimiter),
@@ -91,29 +74,14 @@ enum Subject {
 
 impl Subject {
     async fn new(name: &str, url: &str, denied: bool) -> Self {
-        let (max, seconds) = if denied {
-            (1, 3600)
-        } else {
-            (1_000_000_000_000_u64, 60)
-        };
+        let (max, seconds) = limit(denied);
         match name {
             "throttle redis-exact" => {
-                let toml = format!(
-                    r#"
-                    [backend]
-                    kind = "redis-exact"
-                    url = "{url}"
-
-                    [[rules]]
-                    name = "per-user"
-                    domain = "api"
-                    descriptor = ["user_id"]
-                    algorithm = "fixed_window"
-                    limit = {max}
-                    period_secs = {seconds}
-                    "#
+                let config = config(
+                    &format!("[backend]\nkind = \"redis-exact\"\nurl = \"{url}\""),
+                    max,
+                    seconds,
                 );
-                let config = GatewayConfig::parse("bench.toml", &toml, None).expect("a valid file");
                 let backend = config
                     .backend
                     .build("bench.toml")
@@ -152,18 +120,7 @@ impl Subject {
                 // limitador-server's `ShouldRateLimit` body, the transport
                 // aside.
                 let namespace = Namespace::from(request.domain.clone());
-                let values: Vec<HashMap<String, String>> = request
-                    .descriptors
-                    .iter()
-                    .map(|d| {
-                        d.entries
-                            .iter()
-                            .map(|e| (e.key.clone(), e.value.clone()))
-                            .collect()
-                    })
-                    .collect();
-                let mut ctx = Context::default();
-                ctx.list_binding("descriptors".to_owned(), values);
+                let ctx = limitador_context(request);
                 let hits = u64::from(request.hits_addend.max(1));
                 let result = limiter
                     .check_rate_limited_and_update(&namespace, &ctx, hits)
@@ -186,7 +143,7 @@ impl Subject {
 /// `decisions` decisions from `tasks` concurrent tasks; how many were
 /// allowed.
 async fn drive(subject: Arc<Subject>, tasks: usize, decisions: usize) -> usize {
-    let request = Arc::new(request());
+    let request = Arc::new(request("client-0"));
     let mut handles = Vec::with_capacity(tasks);
     for t in 0..tasks {
         let share = decisions / tasks + usize::from(t < decisions % tasks);
@@ -220,11 +177,15 @@ async fn ready(name: &str, url: &str, denied: bool) -> Arc<Subject> {
         .expect("FLUSHALL");
     let subject = Arc::new(Subject::new(name, url, denied).await);
     assert!(
-        subject.decide(&request()).await,
+        subject.decide(&request("client-0")).await,
         "{name}: the first decision was denied"
     );
     for _ in 0..100 {
-        assert_eq!(subject.decide(&request()).await, !denied, "{name}");
+        assert_eq!(
+            subject.decide(&request("client-0")).await,
+            !denied,
+            "{name}"
+        );
     }
     subject
 }

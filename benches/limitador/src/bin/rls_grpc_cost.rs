@@ -26,16 +26,10 @@
 #[path = "../../../../crates/throttle-fleet-core/benches/support/callgrind.rs"]
 mod callgrind;
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Instant;
+use throttle_fleet_limitador_bench::{config, limit, poll_once, request};
 
-use throttle_fleet_config::GatewayConfig;
 use throttle_fleet_core::MemoryBackend;
-use throttle_fleet_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    RateLimitDescriptor, rate_limit_descriptor::Entry,
-};
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, rate_limit_response::Code,
@@ -50,51 +44,10 @@ const RUNS: usize = 3;
 const CHILD_VAR: &str = "THROTTLE_RLS_GRPC_COST_CHILD";
 const SCENARIOS: [(&str, bool); 2] = [("allowed", false), ("denied", true)];
 
-fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "api".to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user_id".to_owned(),
-                value: "client-0".to_owned(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
-}
-
 fn rls(denied: bool) -> Rls {
-    let (limit, period) = if denied {
-        (1, 3600)
-    } else {
-        (1_000_000_000_000_u64, 60)
-    };
-    let toml = format!(
-        r#"
-        [[rules]]
-        name = "per-user"
-        domain = "api"
-        descriptor = ["user_id"]
-        algorithm = "fixed_window"
-        limit = {limit}
-        period_secs = {period}
-        "#
-    );
-    let config = GatewayConfig::parse("bench.toml", &toml, None).expect("a valid file");
+    let (max, seconds) = limit(denied);
+    let config = config("", max, seconds);
     Rls::new(EnvoyRules::new(&config, "bench.toml", MemoryBackend::default()).expect("valid rules"))
-}
-
-/// The future's output if it is ready at the first poll.
-fn poll_once<F: Future>(future: F) -> Option<F::Output> {
-    let mut future = pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut TaskContext::from_waker(Waker::noop()))
-    {
-        Poll::Ready(out) => Some(out),
-        Poll::Pending => None,
-    }
 }
 
 /// A server on a free loopback port, and a client connected to it; the
@@ -116,7 +69,7 @@ async fn pair(denied: bool) -> RateLimitServiceClient<Channel> {
         .await
         .expect("the client connects");
     let first = client
-        .should_rate_limit(request())
+        .should_rate_limit(request("client-0"))
         .await
         .expect("an answer")
         .into_inner();
@@ -126,7 +79,7 @@ async fn pair(denied: bool) -> RateLimitServiceClient<Channel> {
 
 /// `calls` calls, one at a time; how many were allowed.
 async fn calls(client: &mut RateLimitServiceClient<Channel>, calls: usize) -> usize {
-    let request = request();
+    let request = request("client-0");
     let mut allowed = 0;
     for _ in 0..calls {
         let answer = client
@@ -181,7 +134,7 @@ fn child(spec: &str) {
         }
         "decide" => {
             let rls = rls(denied);
-            let request = request();
+            let request = request("client-0");
             let first = poll_once(rls.decide(&request))
                 .expect("ready")
                 .expect("valid");
