@@ -443,7 +443,8 @@ async fn the_approximate_and_leased_modes_serve_envoy_too() {
 async fn the_examples_file_loads_and_serves() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/envoy_rls.toml");
     let config = GatewayConfig::load(path).unwrap();
-    let rules = EnvoyRules::new(&config, path, throttle_fleet_core::MemoryBackend::default()).unwrap();
+    let rules =
+        EnvoyRules::new(&config, path, throttle_fleet_core::MemoryBackend::default()).unwrap();
     assert_eq!(
         rules.rule_names(),
         ["per-user", "per-user-daily", "search", "per-user-strict"]
@@ -451,5 +452,12 @@ async fn the_examples_file_loads_and_serves() {
     let mut client = serve(rules).await;
     // The premium user's tier: 100 a minute, not 10.
     let r = ask(&mut client, &request(&[&[("user_id", "premium-user")]], 0)).await;
-    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().requests_per_unit, 100);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        100
+    );
 }
