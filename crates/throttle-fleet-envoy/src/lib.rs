@@ -22,6 +22,8 @@ mod rls;
 mod rules;
 
 pub use envoy_types;
-pub use rlqs::{Clock, LIFETIME_INTERVALS, MAX_BUCKETS_PER_STREAM, Rlqs, RlqsOptions};
+pub use rlqs::{
+    Clock, LIFETIME_INTERVALS, MAX_BUCKETS_PER_STREAM, REVIEW_PER_TICK, Rlqs, RlqsOptions,
+};
 pub use rls::{MAX_DESCRIPTORS, Rls};
 pub use rules::EnvoyRules;

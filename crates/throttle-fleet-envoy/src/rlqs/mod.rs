@@ -11,9 +11,11 @@
 //! - An Envoy that gets no share yet (the others hold it all until their
 //!   next report) is sent nothing for that bucket and stays on its
 //!   `no_assignment_behavior`. One that gets less than its share (the
-//!   others have not let go yet) gets what is free. Either way the
-//!   service asks again every quarter of a reporting interval and sends
-//!   the larger assignment as soon as there is one.
+//!   others have not let go yet) gets what is free. Every quarter of a
+//!   reporting interval the service reviews each stream's buckets with the
+//!   demand last reported, and sends what moved: the larger assignment
+//!   as soon as the others let go, the smaller one as soon as another
+//!   Envoy's demand cut the share.
 //! - Assignments live three reporting intervals; every report renews
 //!   them (an unchanged token bucket is kept by Envoy, not refilled).
 //! - A bucket an Envoy has not reported for three intervals is sent
@@ -60,6 +62,10 @@ pub const LIFETIME_INTERVALS: u32 = 3;
 
 /// The most buckets one stream may hold.
 pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
+
+/// The most buckets of one stream reviewed each quarter interval (one
+/// share call each: a Redis script with a Redis backend).
+pub const REVIEW_PER_TICK: usize = 64;
 
 /// How the quota service runs.
 #[derive(Debug, Clone)]
@@ -205,7 +211,7 @@ impl Rlqs {
                 inner,
                 envoy,
                 buckets: HashMap::new(),
-                waiting: Vec::new(),
+                review_from: 0,
             };
             stream.run(Box::pin(reports), tx).await;
             metrics::rlqs_streams(-1.0);
@@ -237,26 +243,22 @@ struct EnvoyStream {
     envoy: String,
     /// Bucket id (sorted pairs) -> what this Envoy was told of it.
     buckets: HashMap<Vec<(String, String)>, Tracked>,
-    /// Buckets given less than they want (nothing yet, or less than the
-    /// others still hold): (domain, id, demand), asked again each tick.
-    waiting: Vec<(String, BucketId, f64)>,
+    /// Where the next tick's review starts, in the buckets' sorted order.
+    review_from: usize,
 }
 
 /// One bucket of one Envoy.
 struct Tracked {
     id: BucketId,
+    domain: String,
+    /// The demand it last reported (requests a second).
+    demand: f64,
     /// When it was last reported (ms).
     last_report: u64,
     /// The strategy last sent.
     sent: Option<RateLimitStrategy>,
-}
-
-/// What the rules give one bucket of one Envoy now.
-struct Assigned {
-    /// `None` while it gets no share.
-    strategy: Option<RateLimitStrategy>,
-    /// It should get more once the others let go.
-    wants_more: bool,
+    /// When a review last changed it (ms).
+    reviewed: u64,
 }
 
 impl EnvoyStream {
@@ -266,7 +268,9 @@ impl EnvoyStream {
         tx: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) {
         use futures_util::StreamExt;
-        let mut tick = tokio::time::interval(self.inner.options.report_interval / 4);
+        // The first review a quarter interval after the stream opens.
+        let quarter = self.inner.options.report_interval / 4;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + quarter, quarter);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let response = tokio::select! {
@@ -325,22 +329,21 @@ impl EnvoyStream {
             let assigned = self
                 .assign(&loaded, &report.domain, &id, demand, now)
                 .await?;
-            self.waiting.retain(|(_, w, _)| *w != id);
-            if assigned.strategy.is_none() || assigned.wants_more {
-                self.waiting
-                    .push((report.domain.clone(), id.clone(), demand));
-            }
-            if let Some(strategy) = &assigned.strategy {
+            if let Some(strategy) = &assigned {
                 // Sent at every report, changed or not: it renews the
                 // assignment's lifetime.
                 actions.push(self.assignment(id.clone(), *strategy));
             }
+            let reviewed = self.buckets.get(&name).map_or(0, |t| t.reviewed);
             self.buckets.insert(
                 name,
                 Tracked {
                     id,
+                    domain: report.domain.clone(),
+                    demand,
                     last_report: now,
-                    sent: assigned.strategy,
+                    sent: assigned,
+                    reviewed,
                 },
             );
         }
@@ -349,7 +352,8 @@ impl EnvoyStream {
         })
     }
 
-    /// What one bucket of this Envoy gets now.
+    /// What one bucket of this Envoy gets now: `None` while it gets no
+    /// share.
     async fn assign(
         &self,
         loaded: &Loaded,
@@ -357,14 +361,14 @@ impl EnvoyStream {
         id: &BucketId,
         demand: f64,
         now: u64,
-    ) -> Result<Assigned, Status> {
+    ) -> Result<Option<RateLimitStrategy>, Status> {
         let mut matched: Vec<(usize, Key)> = Vec::new();
         loaded
             .catalog
             .matches_bucket(domain, &id.bucket, |rule, key| matched.push((rule, key)))
             .map_err(|UnknownDomain| Status::invalid_argument("unknown domain"))?;
         let mut tightest: Option<RateLimitStrategy> = None;
-        let (mut any, mut wants_more) = (false, false);
+        let mut any = false;
         for (index, key) in matched {
             let rule = loaded.rules.rule(index);
             if rule.is_shadow() {
@@ -381,19 +385,15 @@ impl EnvoyStream {
                 now_ms: now,
                 ttl_ms: self.inner.options.lifetime().as_millis() as u64,
             };
-            let granted = match &self.inner.shares {
+            let steps = match &self.inner.shares {
                 Shares::Memory(m) => m.report(&bucket, report),
                 Shares::Redis(r) => r.report(&bucket, report).await.map_err(|e| {
                     Status::unavailable(format!("the quota service cannot reach Redis: {e}"))
                 })?,
             };
-            wants_more |= granted.wanted > granted.steps;
-            let Some(s) = assign::token_bucket(rule, quota, granted.steps) else {
+            let Some(s) = assign::token_bucket(rule, quota, steps) else {
                 // No share yet: nothing is sent for this bucket.
-                return Ok(Assigned {
-                    strategy: None,
-                    wants_more: true,
-                });
+                return Ok(None);
             };
             if tightest
                 .as_ref()
@@ -402,13 +402,10 @@ impl EnvoyStream {
                 tightest = Some(s);
             }
         }
-        Ok(Assigned {
-            strategy: if any {
-                tightest
-            } else {
-                Some(assign::allow_all())
-            },
-            wants_more,
+        Ok(if any {
+            tightest
+        } else {
+            Some(assign::allow_all())
         })
     }
 
@@ -432,30 +429,51 @@ impl EnvoyStream {
         }
     }
 
-    /// What a tick sends: the new assignments of waiting buckets whose
-    /// share grew, and the abandoned buckets.
+    /// What a tick sends: the abandoned buckets, and the buckets whose
+    /// share moved since they were last told, reviewed with the demand
+    /// they last reported (at most [`REVIEW_PER_TICK`] a tick, in turn): an
+    /// Envoy that got less than it wants grows as soon as the others let
+    /// go, and one whose share another Envoy's demand cut lets go before
+    /// its own next report.
     async fn tick(&mut self) -> Result<RateLimitQuotaResponse, Status> {
         let mut response = self.abandoned();
-        if self.waiting.is_empty() {
+        if self.buckets.is_empty() {
             return Ok(response);
         }
         let loaded = self.inner.rules.current_full();
         let now = (self.inner.clock)();
-        let waiting = std::mem::take(&mut self.waiting);
-        for (domain, id, demand) in waiting {
-            let name = bucket_name(&id);
-            if !self.buckets.contains_key(&name) || !loaded.catalog.knows(&domain) {
+        let mut names: Vec<&Vec<(String, String)>> = self.buckets.keys().collect();
+        names.sort_unstable();
+        let start = self.review_from % names.len();
+        let turn: Vec<Vec<(String, String)>> = names
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(names.len().min(REVIEW_PER_TICK))
+            .map(|n| (*n).clone())
+            .collect();
+        self.review_from = start + turn.len();
+        let every = self.inner.options.report_interval.as_millis() as u64;
+        for name in turn {
+            let Some(tracked) = self.buckets.get(&name) else {
+                continue;
+            };
+            // A review changes a bucket at most once an interval: each
+            // change starts Envoy's bucket full.
+            if tracked.sent.is_some() && now.saturating_sub(tracked.reviewed) < every {
+                continue;
+            }
+            let (id, domain, demand) = (tracked.id.clone(), tracked.domain.clone(), tracked.demand);
+            if !loaded.catalog.knows(&domain) {
                 continue;
             }
             let assigned = self.assign(&loaded, &domain, &id, demand, now).await?;
-            if assigned.strategy.is_none() || assigned.wants_more {
-                self.waiting.push((domain, id.clone(), demand));
-            }
             if let Some(tracked) = self.buckets.get_mut(&name)
-                && let Some(strategy) = assigned.strategy
+                && let Some(strategy) = assigned
                 && tracked.sent.as_ref() != Some(&strategy)
             {
                 tracked.sent = Some(strategy);
+                tracked.reviewed = now;
                 response.bucket_action.push(self.assignment(id, strategy));
             }
         }

@@ -10,12 +10,11 @@ use redis::aio::ConnectionManager;
 /// How long one report waits for Redis.
 const TIMEOUT: Duration = Duration::from_millis(250);
 
-use super::shares::{Granted, HYSTERESIS, Report, STEPS};
+use super::shares::{HYSTERESIS, Report, STEPS};
 
 /// The script: KEYS[1] the bucket's hash; ARGV: envoy, demand, now (ms),
 /// ttl (ms), steps, hysteresis, capacity (requests a second). Returns the
-/// Envoy's steps and the steps it wants. The same arithmetic as
-/// `allocate`, in the same order.
+/// Envoy's steps. The same arithmetic as `allocate`, in the same order.
 const SCRIPT: &str = r#"
 local key, me = KEYS[1], ARGV[1]
 local demand, now, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -55,12 +54,12 @@ local starving = others_want > others
 local spare = steps_all - others
 if spare < 0 then spare = 0 end
 local wanted = target
-if prev_steps ~= nil and prev_steps > 0 and math.abs(prev_steps - target) < hyst
+if prev_steps ~= nil and prev_steps > 0 and math.abs(prev_steps - target) < math.max(hyst, math.floor(prev_steps / 4))
   and not (prev_steps > target and starving) then wanted = prev_steps end
 local steps = math.min(wanted, spare)
 redis.call('HSET', key, me, string.format('%d,%.17g,%d', steps, demand, now + ttl))
 redis.call('PEXPIRE', key, ttl * 2)
-return {steps, wanted}
+return steps
 "#;
 
 /// The shares of every bucket in one Redis.
@@ -98,14 +97,9 @@ impl RedisShares {
     }
 
     /// The steps `report`'s Envoy holds on `bucket` from now.
-    pub(crate) async fn report(
-        &self,
-        bucket: &str,
-        report: Report<'_>,
-    ) -> redis::RedisResult<Granted> {
+    pub(crate) async fn report(&self, bucket: &str, report: Report<'_>) -> redis::RedisResult<u32> {
         let mut conn = self.conn.clone();
-        let (steps, wanted): (u32, u32) = self
-            .script
+        self.script
             .key(format!("{}rlqs:{{{bucket}}}", self.prefix))
             .arg(report.envoy)
             .arg(report.demand)
@@ -115,7 +109,6 @@ impl RedisShares {
             .arg(HYSTERESIS)
             .arg(report.capacity.max(f64::MIN_POSITIVE))
             .invoke_async(&mut conn)
-            .await?;
-        Ok(Granted { steps, wanted })
+            .await
     }
 }
