@@ -64,9 +64,8 @@ pub(crate) struct Loaded {
 pub(crate) struct Facts {
     /// `current_limit`, when the period is one of the protocol's units.
     pub(crate) current_limit: Option<RateLimit>,
-    /// `RateLimit-Policy`'s value for the rule's own quota (the layer's,
-    /// made once: the `RateLimit` field is rendered from it).
-    pub(crate) policy: http::HeaderValue,
+    /// `RateLimit-Policy`'s value for the rule's own quota.
+    pub(crate) policy: String,
 }
 
 impl Facts {
@@ -74,9 +73,18 @@ impl Facts {
         let quota = rule.quota();
         Self {
             current_limit: current_limit(rule.name(), quota),
-            policy: policy_value(rule.name(), rule.capacity(), quota.period()),
+            policy: policy_text(rule.name(), quota, rule.capacity()),
         }
     }
+}
+
+/// `RateLimit-Policy`'s value for a rule with `quota` (its capacity
+/// `limit`), as the layer writes it.
+pub(crate) fn policy_text(name: &str, quota: Quota, limit: u64) -> String {
+    policy_value(name, limit, quota.period())
+        .to_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// `current_limit` for `quota`: its limit per second, minute, hour, day or

@@ -12,9 +12,9 @@ use envoy_types::pb::google::protobuf::{self as pb, ListValue, Struct, Value, va
 use throttle_fleet_core::backend::Outcome;
 use throttle_fleet_core::decision::Denied;
 use throttle_fleet_core::{Demand, Quota};
-use throttle_fleet_tower::headers::{policy_value, ratelimit_field, retry_after_secs};
+use throttle_fleet_tower::headers::{ratelimit_field, retry_after_secs};
 
-use crate::rules::{Loaded, current_limit};
+use crate::rules::{Loaded, current_limit, policy_text};
 
 /// What one rule said of one descriptor.
 #[derive(Debug, Clone, Copy)]
@@ -218,23 +218,21 @@ fn headers(loaded: &Loaded, a: &Asked) -> Vec<HeaderValue> {
     let policy = if a.quota == rule.quota() {
         loaded.facts[a.rule].policy.clone()
     } else {
-        policy_value(rule.name(), a.limit, a.quota.period())
+        policy_text(rule.name(), a.quota, a.limit)
     };
     let mut out = Vec::with_capacity(3);
-    let field = ratelimit_field(&policy, a.remaining, retry_after_secs(a.reset));
-    out.push(header("ratelimit-policy", text(&policy)));
+    let field = http::HeaderValue::from_str(&policy)
+        .ok()
+        .and_then(|p| ratelimit_field(&p, a.remaining, retry_after_secs(a.reset)))
+        .and_then(|v| v.to_str().ok().map(str::to_owned));
+    out.push(header("ratelimit-policy", policy));
     if let Some(field) = field {
-        out.push(header("ratelimit", text(&field)));
+        out.push(header("ratelimit", field));
     }
     if let Some(wait) = a.retry_after {
         out.push(header("retry-after", retry_after_secs(wait).to_string()));
     }
     out
-}
-
-/// A header value the layer rendered (always visible ASCII) as text.
-fn text(value: &http::HeaderValue) -> String {
-    String::from_utf8_lossy(value.as_bytes()).into_owned()
 }
 
 fn header(key: &str, value: String) -> HeaderValue {
