@@ -68,6 +68,9 @@ pub struct Rls {
     metrics: metrics::RlsMetrics,
 }
 
+/// A request's demands: a few, on the stack.
+type Asks = SmallVec<[Ask; 4]>;
+
 /// One rule to check for one descriptor.
 #[derive(Clone, Copy)]
 struct Ask {
@@ -126,7 +129,7 @@ impl RateLimitService for Rls {
 
 /// The demands of `request`: each descriptor's matching rules, with its
 /// cost; or why the request is invalid.
-fn asks(loaded: &Loaded, request: &RateLimitRequest) -> Result<Vec<Ask>, Status> {
+fn asks(loaded: &Loaded, request: &RateLimitRequest) -> Result<Asks, Status> {
     if request.domain.is_empty() {
         return Err(Status::invalid_argument(
             "the rate limit domain must not be empty",
@@ -152,7 +155,7 @@ fn asks(loaded: &Loaded, request: &RateLimitRequest) -> Result<Vec<Ask>, Status>
     }
     // Unset, the request's hits_addend is 1.
     let request_cost = u64::from(request.hits_addend.max(1));
-    let mut asks = Vec::with_capacity(request.descriptors.len());
+    let mut asks = Asks::new();
     for (i, d) in request.descriptors.iter().enumerate() {
         if d.is_negative_hits {
             // Giving hits back is not supported: the descriptor is answered
@@ -184,7 +187,7 @@ fn asks(loaded: &Loaded, request: &RateLimitRequest) -> Result<Vec<Ask>, Status>
 async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
     let mut answer = Answer::new(descriptors);
     // Rounds: the n-th ask of each rule goes into round n, in rule order.
-    let mut rounds: Vec<SmallVec<[Ask; 8]>> = Vec::new();
+    let mut rounds: SmallVec<[Asks; 1]> = SmallVec::new();
     for ask in asks {
         let round = asks
             .iter()
@@ -192,11 +195,12 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
             .filter(|a| a.demand.rule == ask.demand.rule)
             .count();
         if rounds.len() <= round {
-            rounds.resize_with(round + 1, SmallVec::new);
+            rounds.resize_with(round + 1, Asks::new);
         }
         rounds[round].push(*ask);
     }
-    let mut taken: Vec<(Demand, Outcome)> = Vec::new();
+    // What earlier rounds took, to give back if a later one denies.
+    let mut taken: SmallVec<[(Demand, Outcome); 4]> = SmallVec::new();
     for round in &mut rounds {
         round.sort_by_key(|a| a.demand.rule);
         let demands: SmallVec<[Demand; 8]> = round.iter().map(|a| a.demand).collect();
