@@ -1,6 +1,7 @@
-//! What the Envoy benchmarks share: the request every subject decides, the
-//! rule as the file writes it, limitador's RLS `Context`, one poll of a
-//! future that needs no runtime.
+//! What the benchmarks share: the request every Envoy subject decides, the
+//! rule as the file writes it, limitador's RLS `Context` and answer, one
+//! poll of a future that needs no runtime, and the child run of the
+//! instruction counts.
 
 use std::collections::HashMap;
 use std::pin::pin;
@@ -11,7 +12,10 @@ use throttle_fleet_config::GatewayConfig;
 use throttle_fleet_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
 };
-use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse,
+};
 
 /// The limit and period (seconds) of a scenario: 1 an hour, used up before
 /// the count (`denied`), or a quota no run reaches.
@@ -89,4 +93,57 @@ pub fn poll_once<F: Future>(future: F) -> Option<F::Output> {
         Poll::Ready(out) => Some(out),
         Poll::Pending => None,
     }
+}
+
+/// limitador-server's answer to `ShouldRateLimit` by default: the overall
+/// code alone (no headers, no statuses).
+pub fn limitador_response(limited: bool) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: if limited { Code::OverLimit } else { Code::Ok } as i32,
+        ..Default::default()
+    }
+}
+
+/// What the instruction-count binaries measure: one decision for the
+/// client numbered `i`, allowed or not.
+pub trait Subject {
+    /// Decides for client `i`.
+    fn decide(&self, i: usize) -> bool;
+}
+
+/// The counted part: the binaries run callgrind with
+/// `--toggle-collect=*measured*`, so only this function is counted.
+#[inline(never)]
+pub fn measured(subject: &dyn Subject, order: &[usize]) -> usize {
+    order.iter().map(|&i| usize::from(subject.decide(i))).sum()
+}
+
+/// One child run under callgrind: `spec` is `<scenario> <subject>`, a
+/// scenario being `(name, clients, denied)`; `make` builds the subject.
+/// Every client is decided once before the count (and so used up when
+/// the scenario is denied); then `decisions` decisions over the clients,
+/// which must all be allowed, or all denied (the empty `loop` allows).
+pub fn child(
+    spec: &str,
+    scenarios: &[(&str, usize, bool)],
+    decisions: usize,
+    make: impl Fn(&str, usize, bool) -> Box<dyn Subject>,
+) {
+    let (scenario, name) = spec.split_once(' ').expect("`<scenario> <subject>`");
+    let &(_, clients, denied) = scenarios
+        .iter()
+        .find(|(s, ..)| *s == scenario)
+        .expect("a known scenario");
+    let subject = make(name, clients, denied);
+    for i in 0..clients {
+        assert!(subject.decide(i), "{spec}: the setup decision was denied");
+    }
+    let order: Vec<usize> = (0..decisions).map(|n| (n * 7_919) % clients).collect();
+    let allowed = measured(&*subject, &order);
+    let expected = if denied && name != "loop" {
+        0
+    } else {
+        decisions
+    };
+    assert_eq!(std::hint::black_box(allowed), expected, "{spec}");
 }

@@ -46,13 +46,15 @@ mod callgrind;
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use throttle_fleet_limitador_bench::{config, limitador_context, poll_once, request};
+use throttle_fleet_limitador_bench::{
+    Subject, config, limitador_context, limitador_response, poll_once, request,
+};
 
 use limitador::RateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
 use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
-    RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
+    RateLimitRequest, rate_limit_response::Code,
 };
 use throttle_fleet_envoy::{EnvoyRules, Rls};
 
@@ -71,11 +73,6 @@ const SUBJECTS: [&str; 5] = [
     "limitador_memory",
     "limitador_rls",
 ];
-
-/// One decision on the request of the client numbered `i`: allowed or not.
-trait Subject {
-    fn decide(&self, i: usize) -> bool;
-}
 
 /// The requests as Envoy sends them (decoded), one per client.
 fn requests(clients: usize) -> Vec<RateLimitRequest> {
@@ -170,15 +167,7 @@ impl Subject for LimitadorRls {
             .limiter
             .check_rate_limited_and_update(&namespace, &ctx, hits)
             .expect("the in-memory storage answers");
-        let response = RateLimitResponse {
-            overall_code: if result.limited {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            } as i32,
-            ..Default::default()
-        };
-        black_box(response).overall_code == Code::Ok as i32
+        black_box(limitador_response(result.limited)).overall_code == Code::Ok as i32
     }
 }
 
@@ -230,31 +219,8 @@ fn subject(name: &str, clients: usize, denied: bool) -> Box<dyn Subject> {
     }
 }
 
-/// The counted part.
-#[inline(never)]
-fn measured(subject: &dyn Subject, order: &[usize]) -> usize {
-    order.iter().map(|&i| usize::from(subject.decide(i))).sum()
-}
-
 fn child(spec: &str) {
-    let (scenario, name) = spec.split_once(' ').expect("`<scenario> <subject>`");
-    let &(_, clients, denied) = SCENARIOS
-        .iter()
-        .find(|(s, ..)| *s == scenario)
-        .expect("a known scenario");
-    let subject = subject(name, clients, denied);
-    // Every client seen once before the count (and used up when denied).
-    for i in 0..clients {
-        assert!(subject.decide(i), "{spec}: the setup decision was denied");
-    }
-    let order: Vec<usize> = (0..DECISIONS).map(|n| (n * 7_919) % clients).collect();
-    let allowed = measured(&*subject, &order);
-    let expected = if denied && name != "loop" {
-        0
-    } else {
-        DECISIONS
-    };
-    assert_eq!(black_box(allowed), expected, "{spec}");
+    throttle_fleet_limitador_bench::child(spec, &SCENARIOS, DECISIONS, subject);
 }
 
 fn collected(scenario: &str, subject: &str) -> u64 {

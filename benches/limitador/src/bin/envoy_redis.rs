@@ -48,14 +48,16 @@ mod callgrind;
 
 use std::sync::Arc;
 use std::time::Instant;
-use throttle_fleet_limitador_bench::{config, limit, limitador_context, request};
+use throttle_fleet_limitador_bench::{
+    config, limit, limitador_context, limitador_response, request,
+};
 
 use limitador::AsyncRateLimiter;
 use limitador::limit::{Limit, Namespace};
 use limitador::storage::redis::AsyncRedisStorage;
 use throttle_fleet_config::BuiltBackend;
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
-    RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
+    RateLimitRequest, rate_limit_response::Code,
 };
 use throttle_fleet_envoy::{EnvoyRules, Rls};
 
@@ -126,15 +128,7 @@ impl Subject {
                     .check_rate_limited_and_update(&namespace, &ctx, hits)
                     .await
                     .expect("Redis answers");
-                let response = RateLimitResponse {
-                    overall_code: if result.limited {
-                        Code::OverLimit
-                    } else {
-                        Code::Ok
-                    } as i32,
-                    ..Default::default()
-                };
-                response.overall_code == Code::Ok as i32
+                limitador_response(result.limited).overall_code == Code::Ok as i32
             }
         }
     }

@@ -34,6 +34,7 @@ use std::hint::black_box;
 use limitador::RateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
 use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+use throttle_fleet_limitador_bench::Subject;
 
 const CHECKS: usize = 20_000;
 const RUNS: usize = 3;
@@ -45,15 +46,10 @@ const SCENARIOS: [(&str, usize, bool); 3] = [
 ];
 const SUBJECTS: [&str; 4] = ["loop", "throttle_window", "throttle_bucket", "limitador"];
 
-/// One check of one unit for the client numbered `i`: allowed or not.
-trait Subject {
-    fn check(&self, i: usize) -> bool;
-}
-
 struct Loop(Vec<String>);
 
 impl Subject for Loop {
-    fn check(&self, i: usize) -> bool {
+    fn decide(&self, i: usize) -> bool {
         !black_box(&self.0[i]).is_empty()
     }
 }
@@ -75,7 +71,7 @@ impl Ours {
 }
 
 impl Subject for Ours {
-    fn check(&self, i: usize) -> bool {
+    fn decide(&self, i: usize) -> bool {
         let demand = [Demand {
             rule: self.rule,
             key: Key::new(&self.names[i]),
@@ -108,7 +104,7 @@ impl Limitador {
 }
 
 impl Subject for Limitador {
-    fn check(&self, i: usize) -> bool {
+    fn decide(&self, i: usize) -> bool {
         let values = HashMap::from([("client".to_owned(), self.names[i].clone())]);
         let ctx = Context::from(values);
         let result = self
@@ -135,27 +131,8 @@ fn subject(name: &str, clients: usize, denied: bool) -> Box<dyn Subject> {
     }
 }
 
-/// The counted part.
-#[inline(never)]
-fn measured(subject: &dyn Subject, order: &[usize]) -> usize {
-    order.iter().map(|&i| usize::from(subject.check(i))).sum()
-}
-
 fn child(spec: &str) {
-    let (scenario, name) = spec.split_once(' ').expect("`<scenario> <subject>`");
-    let &(_, clients, denied) = SCENARIOS
-        .iter()
-        .find(|(s, ..)| *s == scenario)
-        .expect("a known scenario");
-    let subject = subject(name, clients, denied);
-    // Every client seen once before the count (and used up when denied).
-    for i in 0..clients {
-        assert!(subject.check(i), "{spec}: the setup check was denied");
-    }
-    let order: Vec<usize> = (0..CHECKS).map(|n| (n * 7_919) % clients).collect();
-    let allowed = measured(&*subject, &order);
-    let expected = if denied && name != "loop" { 0 } else { CHECKS };
-    assert_eq!(black_box(allowed), expected, "{spec}");
+    throttle_fleet_limitador_bench::child(spec, &SCENARIOS, CHECKS, subject);
 }
 
 fn collected(scenario: &str, subject: &str) -> u64 {
