@@ -374,14 +374,14 @@ impl Redis {
         });
     }
 
-    /// Whether the node serving `slot` answers a `PING` now (off the
-    /// request path: no breaker is told).
+    /// Whether the node serving `slot` answers a `PING` now, on every
+    /// connection (off the request path: no breaker is told).
     pub(crate) async fn ping_slot(&self, slot: u16) -> bool {
         let patience = self.patience();
         match &self.route {
-            Route::Single(node) => ping(node, patience).await,
+            Route::Single(node) => ping_every(node, patience).await,
             Route::Cluster(cluster) => match cluster.node_for(slot) {
-                Some(node) => ping(&node, patience).await,
+                Some(node) => ping_every(&node, patience).await,
                 None => cluster.refresh(patience).await && cluster.node_for(slot).is_some(),
             },
         }
@@ -412,7 +412,7 @@ impl Redis {
     }
 
     /// While `node`'s breaker is open, pings it every probe interval and
-    /// closes the breaker when it answers. In a cluster each round reads
+    /// closes the breaker when it answers on every connection. In a cluster each round reads
     /// the slot table first: a primary that lost its slots (its replica was
     /// promoted) is no longer probed, its slots went to a node of their own.
     fn probe(this: &Arc<Self>, node: Arc<Node>) {
@@ -443,7 +443,7 @@ impl Redis {
                         return;
                     }
                 }
-                if ping(&node, patience).await {
+                if ping_every(&node, patience).await {
                     // Lower the flag first: a failure that reopens the
                     // breaker after close() must be able to start a probe.
                     node.probing.store(false, Ordering::Release);
@@ -502,12 +502,41 @@ async fn invoke<T: FromRedisValue>(
     }
 }
 
-/// One `PING` to `node` within `patience`.
+/// One `PING` to `node`, on one of its request-path connections, within
+/// `patience` (the heartbeat and the check at start).
 async fn ping(node: &Node, patience: Duration) -> bool {
-    let mut conn = node.conn();
-    let cmd = redis::cmd("PING");
-    matches!(
-        tokio::time::timeout(patience, cmd.query_async::<String>(&mut conn)).await,
-        Ok(Ok(_))
-    )
+    ping_on(node.conn(), patience).await
+}
+
+/// Whether `node` answers on every connection it has, the request path's
+/// and the off-path one, each within `patience`. A breaker closes, and an
+/// approximate bucket's flushes resume, only on this: a connection lost in
+/// the outage is dialled again here, not by the first request or flush
+/// after it, which would fail and put the node straight back in its
+/// degraded state for another probe interval.
+async fn ping_every(node: &Node, patience: Duration) -> bool {
+    let pings = node.connections().map(|conn| ping_on(conn, patience));
+    futures_util::future::join_all(pings)
+        .await
+        .into_iter()
+        .all(|answered| answered)
+}
+
+/// One `PING` on `conn` within `patience`. A lost connection is dialled
+/// again only by the command that finds it lost, and that command fails at
+/// once; so a failure within the deadline is tried once more, on the
+/// connection it dialled. A round thus says whether Redis answers now,
+/// not whether it answered when the last round ran: without this, every
+/// recovery took one probe interval more than it needed.
+async fn ping_on(mut conn: redis::aio::ConnectionManager, patience: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + patience;
+    for _ in 0..2 {
+        let cmd = redis::cmd("PING");
+        match tokio::time::timeout_at(deadline, cmd.query_async::<String>(&mut conn)).await {
+            Ok(Ok(_)) => return true,
+            Ok(Err(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
 }

@@ -81,6 +81,15 @@ impl Node {
         self.off_path.clone()
     }
 
+    /// Every connection of the node: the request path's, then the
+    /// off-path one.
+    pub(crate) fn connections(&self) -> impl Iterator<Item = ConnectionManager> + '_ {
+        self.conns
+            .iter()
+            .chain(std::iter::once(&self.off_path))
+            .cloned()
+    }
+
     /// One of the node's request-path connections, round robin.
     pub(crate) fn conn(&self) -> ConnectionManager {
         let i = if self.conns.len() == 1 {
