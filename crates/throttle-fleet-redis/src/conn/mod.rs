@@ -540,3 +540,37 @@ async fn ping_on(mut conn: redis::aio::ConnectionManager, patience: Duration) ->
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use throttle_fleet_test_support::RedisServer;
+
+    /// The first round after an outage answers: the `PING` that finds a
+    /// connection lost dials it again and is sent once more on it, on the
+    /// request path's connections and the off-path one alike; after that
+    /// round no connection has a failure left to give its next command.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_round_after_an_outage_answers_on_every_connection() {
+        let server = RedisServer::start();
+        let config = RedisConfig::standalone(server.url()).connections(3);
+        let info = server.url().into_connection_info().unwrap();
+        let node = Node::open(info, String::new(), &config).unwrap();
+        let patience = Duration::from_secs(2);
+        assert!(ping_every(&node, patience).await);
+        server.kill();
+        assert!(!ping_every(&node, patience).await);
+        // An outage longer than a redial's own retry (a few hundred ms):
+        // every connection is left holding a failed dial.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        server.restart();
+        assert!(
+            ping_every(&node, patience).await,
+            "the first round after Redis came back did not answer"
+        );
+        for mut conn in node.connections() {
+            let once = redis::cmd("PING").query_async::<String>(&mut conn).await;
+            assert!(once.is_ok(), "a connection left to fail: {once:?}");
+        }
+    }
+}
