@@ -557,7 +557,12 @@ mod tests {
         let info = server.url().into_connection_info().unwrap();
         let node = Node::open(info, String::new(), &config).unwrap();
         let patience = Duration::from_secs(2);
-        assert!(ping_every(&node, patience).await);
+        // Each connection by its own accessor, not by the list a round goes
+        // through: three request-path ones in turn, then the off-path.
+        let each = || (0..3).map(|_| node.conn()).chain([node.off_path()]);
+        for conn in each() {
+            assert!(ping_on(conn, patience).await);
+        }
         server.kill();
         assert!(!ping_every(&node, patience).await);
         // An outage longer than a redial's own retry (a few hundred ms):
@@ -568,10 +573,7 @@ mod tests {
             ping_every(&node, patience).await,
             "the first round after Redis came back did not answer"
         );
-        // Each connection by its own accessor, not by the list the round
-        // went through: three request-path ones in turn, then the off-path.
-        let each = (0..3).map(|_| node.conn()).chain([node.off_path()]);
-        for mut conn in each {
+        for mut conn in each() {
             let once = redis::cmd("PING").query_async::<String>(&mut conn).await;
             assert!(once.is_ok(), "a connection left to fail: {once:?}");
         }
