@@ -170,6 +170,47 @@ async fn a_killed_and_restarted_redis_is_used_again_with_its_scripts_reloaded() 
     assert!(server.command_count("script|load") + server.command_count("eval") >= 1);
 }
 
+/// The breaker closes with every connection dialled again: with four
+/// request-path connections, the checks right after it closed (round
+/// robin, so each connection's first call since the outage) all reach
+/// Redis; none fails on a connection the outage left lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_breaker_leaves_no_connection_lost_in_the_outage() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::exact(config(&server).connections(4))
+        .await
+        .unwrap();
+    let rule = Rule::new("tenant", Quota::per_minute(1_000)).fail_closed();
+    let limiter = backend.exact_limiter(&rule).unwrap();
+    let key = Key::new("acme");
+    for _ in 0..4 {
+        let (r, asked, _) = timed_check(&limiter, &key).await;
+        assert!(asked && r.unwrap().step.allowed);
+    }
+    server.kill();
+    let t = Instant::now();
+    while !backend.stats().breaker_open {
+        let _ = timed_check(&limiter, &key).await;
+        assert!(t.elapsed() < Duration::from_secs(10), "no breaker opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Longer than a redial's own retry: every connection holds a failure.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.restart();
+    let t = Instant::now();
+    while backend.stats().breaker_open {
+        assert!(t.elapsed() < Duration::from_secs(10), "the breaker never closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let errors = backend.stats().errors;
+    for i in 0..8 {
+        let (r, asked, _) = timed_check(&limiter, &key).await;
+        assert!(asked, "check {i} did not reach Redis");
+        assert!(r.is_ok(), "check {i} after the breaker closed: {r:?}");
+    }
+    assert_eq!(backend.stats().errors, errors);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_closed_rules_refuse_while_redis_is_away() {
     let server = RedisServer::start();
