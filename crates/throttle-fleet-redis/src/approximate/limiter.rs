@@ -201,6 +201,16 @@ impl ApproxLimiter {
     }
 }
 
+/// What woke a rule's flush task.
+enum Woke {
+    /// Its timer: a span end, or a probe-interval turn while Redis is down.
+    Timer,
+    /// A key that ran out of claim asked for an early flush.
+    Asked,
+    /// A probe closed a breaker.
+    Recovered,
+}
+
 impl ApproxRule {
     /// Flushes at every span end, and within the early-flush gap when a key
     /// runs out of claim, until the rule is dropped.
@@ -215,6 +225,7 @@ impl ApproxRule {
         let weak = Arc::downgrade(this);
         let gap = this.shared.options.early_flush_gap;
         let wake = this.wake.clone();
+        let recovered = this.redis.recovered.clone();
         rt.spawn(async move {
             // The next span-end flush: it runs whether or not early flushes
             // happen meanwhile (a steady stream of asks must not starve it).
@@ -241,18 +252,29 @@ impl ApproxRule {
                     next = next.min(now + probe);
                 }
                 drop(rule);
-                let woken = tokio::select! {
-                    () = tokio::time::sleep(Duration::from_micros(next - now)) => false,
-                    () = wake.notified() => true,
+                let woke = tokio::select! {
+                    () = tokio::time::sleep(Duration::from_micros(next - now)) => Woke::Timer,
+                    () = wake.notified() => Woke::Asked,
+                    () = recovered.notified() => Woke::Recovered,
                 };
                 let Some(rule) = weak.upgrade() else { return };
-                if woken {
-                    tokio::spawn(async move { rule.flush_asked().await });
-                    // At most one early flush per gap: a burst of new keys
-                    // costs Redis a few calls per gap, not one per key.
-                    tokio::time::sleep(gap).await;
-                } else if next < at {
-                    tokio::spawn(async move { rule.flush().await });
+                let down = rule.store.meter().redis_down.load(Ordering::Relaxed) != 0;
+                match woke {
+                    Woke::Asked => {
+                        tokio::spawn(async move { rule.flush_asked().await });
+                        // At most one early flush per gap: a burst of new
+                        // keys costs Redis a few calls per gap, not one per
+                        // key.
+                        tokio::time::sleep(gap).await;
+                    }
+                    Woke::Timer if next < at => {
+                        tokio::spawn(async move { rule.flush().await });
+                    }
+                    // A breaker closed: a bucket found down tries again now.
+                    Woke::Recovered if down => {
+                        tokio::spawn(async move { rule.flush().await });
+                    }
+                    Woke::Timer | Woke::Recovered => {}
                 }
             }
         });

@@ -65,6 +65,10 @@ pub(crate) struct Redis {
     pub(crate) degraded: AtomicU64,
     pub(crate) denied_locally: AtomicU64,
     meter: CallMetrics,
+    /// Woken when a probe closes a breaker: the approximate mode's flush
+    /// tasks that wait to find Redis back try at once, not at their next
+    /// probe-interval turn.
+    pub(crate) recovered: Arc<tokio::sync::Notify>,
 }
 
 impl Redis {
@@ -100,6 +104,7 @@ impl Redis {
             degraded: AtomicU64::new(0),
             denied_locally: AtomicU64::new(0),
             meter: CallMetrics::new(),
+            recovered: Arc::new(tokio::sync::Notify::new()),
         });
         let patience = redis.patience();
         match &redis.route {
@@ -448,6 +453,7 @@ impl Redis {
                     // breaker after close() must be able to start a probe.
                     node.probing.store(false, Ordering::Release);
                     node.breaker.close();
+                    redis.recovered.notify_waiters();
                     tracing::info!(node = %node.addr, "throttle: Redis answers again; circuit breaker closed");
                     return;
                 }
