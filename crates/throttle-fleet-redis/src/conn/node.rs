@@ -50,10 +50,15 @@ impl Node {
         // which drops the call as the connection's own timer would (a
         // timed-out call never makes the connection reconnect either way),
         // and a second timer per call costs as much as the rest of the hop.
+        // A redial is one attempt, with no retry of its own after a backoff:
+        // the breaker's probe is the retry, every probe interval, and a
+        // backoff here only made its rounds late (a round's second PING
+        // waited for it while Redis was down, and once Redis was back the
+        // round waited for the backoff to end).
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(None)
-            .set_number_of_retries(1);
+            .set_number_of_retries(0);
         let conns = (0..config.connections.max(1))
             .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), cfg.clone()))
             .collect::<RedisResult<Vec<_>>>()?;
