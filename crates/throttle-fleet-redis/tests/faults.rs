@@ -199,7 +199,10 @@ async fn a_closed_breaker_leaves_no_connection_lost_in_the_outage() {
     server.restart();
     let t = Instant::now();
     while backend.stats().breaker_open {
-        assert!(t.elapsed() < Duration::from_secs(10), "the breaker never closed");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the breaker never closed"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let errors = backend.stats().errors;

@@ -406,8 +406,8 @@ impl ApproxRule {
         };
         if ok {
             meter.redis_down.fetch_and(!bit, Ordering::Relaxed);
-        } else {
-            meter.redis_down.fetch_or(bit, Ordering::Relaxed);
+        } else if meter.redis_down.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+            self.went_down.notify_one();
         }
         Part {
             written: writes.len(),

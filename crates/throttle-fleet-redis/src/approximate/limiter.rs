@@ -43,6 +43,10 @@ pub(crate) struct ApproxRule {
     pub(super) seq: AtomicU32,
     /// Wakes the flusher before the span ends.
     wake: Arc<Notify>,
+    /// Wakes the flusher when a bucket is found down: its timer was set
+    /// while the flush that failed was still in flight, for the span end,
+    /// and must now be every probe interval.
+    pub(super) went_down: Arc<Notify>,
     /// The limiter was dropped with counts still to write.
     pub(super) retired: AtomicBool,
     /// This rule's id in the shared hashes: the backend's instance id and
@@ -182,6 +186,7 @@ impl ApproxLimiter {
             asked: AtomicU64::new(0),
             seq: AtomicU32::new(0),
             wake: Arc::new(Notify::new()),
+            went_down: Arc::new(Notify::new()),
             retired: AtomicBool::new(false),
             instance: format!(
                 "{}.{}",
@@ -209,6 +214,8 @@ enum Woke {
     Asked,
     /// A probe closed a breaker.
     Recovered,
+    /// A flush found a bucket down.
+    WentDown,
 }
 
 impl ApproxRule {
@@ -226,6 +233,7 @@ impl ApproxRule {
         let gap = this.shared.options.early_flush_gap;
         let wake = this.wake.clone();
         let recovered = this.redis.recovered.clone();
+        let went_down = this.went_down.clone();
         rt.spawn(async move {
             // The next span-end flush: it runs whether or not early flushes
             // happen meanwhile (a steady stream of asks must not starve it).
@@ -256,6 +264,7 @@ impl ApproxRule {
                     () = tokio::time::sleep(Duration::from_micros(next - now)) => Woke::Timer,
                     () = wake.notified() => Woke::Asked,
                     () = recovered.notified() => Woke::Recovered,
+                    () = went_down.notified() => Woke::WentDown,
                 };
                 let Some(rule) = weak.upgrade() else { return };
                 let down = rule.store.meter().redis_down.load(Ordering::Relaxed) != 0;
@@ -274,7 +283,8 @@ impl ApproxRule {
                     Woke::Recovered if down => {
                         tokio::spawn(async move { rule.flush().await });
                     }
-                    Woke::Timer | Woke::Recovered => {}
+                    // Set again from the top: every probe interval now.
+                    Woke::Timer | Woke::Recovered | Woke::WentDown => {}
                 }
             }
         });
