@@ -194,7 +194,7 @@ async fn a_closed_breaker_leaves_no_connection_lost_in_the_outage() {
         assert!(t.elapsed() < Duration::from_secs(10), "no breaker opened");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Longer than a redial's own retry: every connection holds a failure.
+    // A second of outage: every connection holds a failed dial.
     tokio::time::sleep(Duration::from_secs(1)).await;
     server.restart();
     let t = Instant::now();

@@ -417,9 +417,10 @@ impl Redis {
     }
 
     /// While `node`'s breaker is open, pings it every probe interval and
-    /// closes the breaker when it answers on every connection. In a cluster each round reads
-    /// the slot table first: a primary that lost its slots (its replica was
-    /// promoted) is no longer probed, its slots went to a node of their own.
+    /// closes the breaker when it answers on every connection. In a cluster
+    /// each round reads the slot table first: a primary that lost its slots
+    /// (its replica was promoted) is no longer probed, its slots went to a
+    /// node of their own.
     fn probe(this: &Arc<Self>, node: Arc<Node>) {
         if node.probing.swap(true, Ordering::AcqRel) {
             return;
@@ -571,8 +572,8 @@ mod tests {
         }
         server.kill();
         assert!(!ping_every(&node, patience).await);
-        // An outage longer than a redial's own retry (a few hundred ms):
-        // every connection is left holding a failed dial.
+        // A second of outage: every connection is left holding a failed
+        // dial (a redial the round above started, or one of its own).
         tokio::time::sleep(Duration::from_secs(1)).await;
         server.restart();
         assert!(
