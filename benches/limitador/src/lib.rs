@@ -1,7 +1,7 @@
 //! What the benchmarks share: the request every Envoy subject decides, the
 //! rule as the file writes it, limitador's RLS `Context` and answer, one
-//! poll of a future that needs no runtime, and the child run of the
-//! instruction counts.
+//! poll of a future that needs no runtime, the child run of the
+//! instruction counts, and the commands a Redis ran.
 
 use std::collections::HashMap;
 use std::pin::pin;
@@ -146,4 +146,56 @@ pub fn child(
         decisions
     };
     assert_eq!(std::hint::black_box(allowed), expected, "{spec}");
+}
+
+/// The commands a Redis ran since its stats were reset (this program's own
+/// `INFO` and `CONFIG` left out).
+pub struct Commands {
+    /// All of them.
+    pub total: u64,
+    /// Script calls (`EVAL`, `EVALSHA`).
+    pub scripts: u64,
+    /// `PING`s (our node watch's heartbeats and probes).
+    pub pings: u64,
+    /// Each command's calls, by name, sorted.
+    pub named: Vec<(String, u64)>,
+}
+
+/// Reads [`Commands`] from `INFO commandstats`.
+pub async fn redis_commands(conn: &mut redis::aio::MultiplexedConnection) -> Commands {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO answers");
+    let calls = |l: &str| {
+        l.split("calls=")
+            .nth(1)
+            .and_then(|c| c.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut commands = Commands {
+        total: 0,
+        scripts: 0,
+        pings: 0,
+        named: Vec::new(),
+    };
+    for l in info.lines().filter(|l| {
+        l.starts_with("cmdstat_")
+            && !l.starts_with("cmdstat_info")
+            && !l.starts_with("cmdstat_config")
+    }) {
+        commands.total += calls(l);
+        if let Some((name, _)) = l.trim_start_matches("cmdstat_").split_once(':') {
+            commands.named.push((name.to_owned(), calls(l)));
+        }
+        if l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:") {
+            commands.scripts += calls(l);
+        }
+        if l.starts_with("cmdstat_ping:") {
+            commands.pings += calls(l);
+        }
+    }
+    commands.named.sort();
+    commands
 }

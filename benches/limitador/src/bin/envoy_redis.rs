@@ -49,7 +49,7 @@ mod callgrind;
 use std::sync::Arc;
 use std::time::Instant;
 use throttle_fleet_limitador_bench::{
-    config, limit, limitador_context, limitador_response, request,
+    Commands, config, limit, limitador_context, limitador_response, redis_commands, request,
 };
 
 use limitador::AsyncRateLimiter;
@@ -184,45 +184,6 @@ async fn ready(name: &str, url: &str, denied: bool) -> Arc<Subject> {
     subject
 }
 
-/// Commands Redis ran since the stats were reset (this program's own
-/// `INFO` and `CONFIG` left out): in all, script calls, `PING`s, and each
-/// command's calls by name.
-async fn redis_commands(
-    conn: &mut redis::aio::MultiplexedConnection,
-) -> (u64, u64, u64, Vec<(String, u64)>) {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO answers");
-    let calls = |l: &str| {
-        l.split("calls=")
-            .nth(1)
-            .and_then(|c| c.split(',').next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let (mut total, mut scripts, mut pings) = (0, 0, 0);
-    let mut named = Vec::new();
-    for l in info.lines().filter(|l| {
-        l.starts_with("cmdstat_")
-            && !l.starts_with("cmdstat_info")
-            && !l.starts_with("cmdstat_config")
-    }) {
-        total += calls(l);
-        if let Some((name, _)) = l.trim_start_matches("cmdstat_").split_once(':') {
-            named.push((name.to_owned(), calls(l)));
-        }
-        if l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:") {
-            scripts += calls(l);
-        }
-        if l.starts_with("cmdstat_ping:") {
-            pings += calls(l);
-        }
-    }
-    named.sort();
-    (total, scripts, pings, named)
-}
-
 /// The counted part (callgrind).
 #[inline(never)]
 fn measured(rt: &tokio::runtime::Runtime, subject: Arc<Subject>) -> usize {
@@ -294,7 +255,12 @@ fn main() {
                     let start = Instant::now();
                     let allowed = drive(subject.clone(), tasks, decisions).await;
                     let elapsed = start.elapsed();
-                    let (total, scripts, pings, named) = redis_commands(&mut conn).await;
+                    let Commands {
+                        total,
+                        scripts,
+                        pings,
+                        named,
+                    } = redis_commands(&mut conn).await;
                     if tasks == 1 {
                         let named: Vec<String> = named
                             .iter()

@@ -43,6 +43,7 @@ use limitador::AsyncRateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
 use limitador::storage::redis::CachedRedisStorageBuilder;
 use throttle_fleet_core::{Answer, Demand, Key, Quota, Rule, RuleSet};
+use throttle_fleet_limitador_bench::{Commands, redis_commands};
 use throttle_fleet_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 
 const INSTANCES: usize = 4;
@@ -284,35 +285,6 @@ fn worst_aligned(admitted: &[u64], anchored: bool) -> usize {
     counts.values().copied().max().unwrap_or(0)
 }
 
-/// Commands Redis ran since the stats were reset (this program's own
-/// `INFO` and `CONFIG` left out), and of those the `PING`s (our node
-/// watch's heartbeats).
-async fn redis_commands(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO answers");
-    let calls = |l: &str| {
-        l.split("calls=")
-            .nth(1)
-            .and_then(|c| c.split(',').next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let (mut total, mut pings) = (0, 0);
-    for l in info.lines().filter(|l| {
-        l.starts_with("cmdstat_")
-            && !l.starts_with("cmdstat_info")
-            && !l.starts_with("cmdstat_config")
-    }) {
-        total += calls(l);
-        if l.starts_with("cmdstat_ping:") {
-            pings += calls(l);
-        }
-    }
-    (total, pings)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let mut args = std::env::args().skip(1);
@@ -373,7 +345,11 @@ async fn main() {
             let played = play(fleet.clone(), &plan).await;
             // The last flushes of what was admitted.
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            let (commands, pings) = redis_commands(&mut conn).await;
+            let Commands {
+                total: commands,
+                pings,
+                ..
+            } = redis_commands(&mut conn).await;
             drop(fleet);
             let mut admitted: Vec<u64> = played
                 .iter()
