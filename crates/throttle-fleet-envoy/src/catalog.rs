@@ -48,13 +48,6 @@ impl Catalog {
         self.domains.contains_key(domain)
     }
 
-    /// The domains rules name, sorted (for an error naming them).
-    pub(crate) fn domains(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.domains.keys().map(String::as_str).collect();
-        names.sort_unstable();
-        names
-    }
-
     /// Every rule of `domain` whose descriptor is `entries` (the same keys
     /// in the same order, fixed values equal), with the key the entries'
     /// values make, handed to `each` in file order.
@@ -225,7 +218,6 @@ mod tests {
             vec![(3, Key::new("a"))]
         );
         assert_eq!(found(&c, "nope", &[("user_id", "a")]), Err(UnknownDomain));
-        assert_eq!(c.domains(), vec!["api", "web"]);
     }
 
     #[test]

@@ -17,13 +17,12 @@
 
 mod catalog;
 pub mod metrics;
+mod quote;
 mod rlqs;
 mod rls;
 mod rules;
 
 pub use envoy_types;
-pub use rlqs::{
-    Clock, LIFETIME_INTERVALS, MAX_BUCKETS_PER_STREAM, REVIEW_PER_TICK, Rlqs, RlqsOptions,
-};
+pub use rlqs::{Clock, LIFETIME_INTERVALS, REVIEW_PER_TICK, Rlqs, RlqsOptions};
 pub use rls::{MAX_DESCRIPTORS, Rls};
 pub use rules::EnvoyRules;

@@ -8,6 +8,7 @@
 //! | `throttle_envoy_rlqs_reports_total` | counter | | usage reports received (one per bucket per report) |
 //! | `throttle_envoy_rlqs_assignments_total` | counter | `action` | bucket actions sent: `token_bucket`, `allow_all`, `deny_all`, `abandon` |
 //! | `throttle_envoy_rlqs_streams` | gauge | | quota streams open |
+//! | `throttle_envoy_rlqs_refused_total` | counter | `bound` | what a bound of [`RlqsOptions`](crate::RlqsOptions) refused: `streams` (a stream), `buckets`, `stream_bytes`, `bucket_id_bytes` (a bucket left without assignment) |
 //!
 //! No label carries a descriptor value or a bucket id: label sets stay
 //! bounded.
@@ -22,6 +23,8 @@ pub const RLQS_REPORTS: &str = "throttle_envoy_rlqs_reports_total";
 pub const RLQS_ASSIGNMENTS: &str = "throttle_envoy_rlqs_assignments_total";
 /// Gauge of quota streams open.
 pub const RLQS_STREAMS: &str = "throttle_envoy_rlqs_streams";
+/// Counter of what a bound refused, labelled `bound`.
+pub const RLQS_REFUSED: &str = "throttle_envoy_rlqs_refused_total";
 
 /// Gives the metrics above (and the layer's decision counters) their
 /// descriptions in the recorder installed now.
@@ -31,6 +34,7 @@ pub fn describe() {
     describe_counter!(RLQS_REPORTS, "RLQS bucket usage reports received");
     describe_counter!(RLQS_ASSIGNMENTS, "RLQS bucket actions sent, by action");
     describe_gauge!(RLQS_STREAMS, "RLQS streams open");
+    describe_counter!(RLQS_REFUSED, "RLQS streams and buckets refused, by bound");
 }
 
 /// The `answer` of one `ShouldRateLimit` call.
@@ -79,4 +83,8 @@ pub(crate) fn rlqs_action(action: &'static str) {
 
 pub(crate) fn rlqs_streams(delta: f64) {
     gauge!(RLQS_STREAMS).increment(delta);
+}
+
+pub(crate) fn rlqs_refused(bound: &'static str) {
+    counter!(RLQS_REFUSED, "bound" => bound).increment(1);
 }

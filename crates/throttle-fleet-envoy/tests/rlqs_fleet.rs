@@ -380,3 +380,93 @@ async fn four_envoys_skewed_and_moving_stay_within_the_bound() {
 async fn reporting_every_second_follows_moving_load_sooner() {
     check(1.0, 1.10).await;
 }
+
+/// The rate an Envoy's assignment lets through now (requests a second),
+/// or none when it holds no assignment in force.
+fn in_force(e: &Envoy, now: f64) -> Option<f64> {
+    match e.local {
+        Local::Bucket { rate, .. } if now < e.expires => Some(rate),
+        _ => None,
+    }
+}
+
+/// Two Envoys on one bucket (600 a minute, reports every 2 s, timers not
+/// in step): the first asked the whole quota, the second a fifth of it.
+/// The first reports last at 28.3 s, with its stream left open, and from
+/// 32 s hears nothing from the service either (a partition the service
+/// does not see), enforcing what it holds; the second's demand grows to
+/// the whole quota at 28.5 s, so that reviews cut the silent one's share
+/// before its report is overdue. Checked: at no
+/// instant do the assignments in force sum past the quota, and the
+/// second Envoy is assigned the whole rate within 3.5 reporting intervals
+/// of the first's last report.
+#[tokio::test(start_paused = true)]
+async fn a_silent_envoys_share_goes_to_the_others_within_three_and_a_half_intervals() {
+    let report = 2.0;
+    let rlqs = service(report).await;
+    let mut envoys: Vec<Envoy> = (0..2)
+        .map(|i| {
+            let (tx, rx) = mpsc::channel(16);
+            Envoy {
+                reports: tx,
+                answers: rlqs.open(tokio_stream::wrappers::ReceiverStream::new(rx)),
+                local: Local::Default,
+                default_tokens: DEFAULT.0,
+                assigned: None,
+                expires: f64::INFINITY,
+                allowed: 0,
+                denied: 0,
+                last_report: 0.0,
+                next_report: [0.3, 1.1][i],
+                started: false,
+                changes: 0,
+                owed: 0.0,
+            }
+        })
+        .collect();
+    let (silent_from, grows_at, end) = (30.0, 28.5, 60.0);
+    let mut last_report_of_silent = 0.0;
+    let mut full_at = None;
+    let full = LIMIT / PERIOD;
+    let steps = (end / STEP) as usize;
+    for step in 0..steps {
+        let now = step as f64 * STEP;
+        for (i, e) in envoys.iter_mut().enumerate() {
+            e.refill(STEP);
+            let hears = i == 1 || now < silent_from + report;
+            while hears && let Ok(answer) = e.answers.try_recv() {
+                e.apply(answer.expect("the stream stays open"), now);
+            }
+            let asked = if i == 1 && now < grows_at { 0.2 } else { 1.0 };
+            e.owed += asked * full * STEP;
+            while e.owed >= 1.0 {
+                e.owed -= 1.0;
+                e.admit(now);
+            }
+            let reports = i == 1 || now < silent_from;
+            if reports && now >= e.next_report {
+                e.next_report += report;
+                e.report(now).await;
+                if i == 0 {
+                    last_report_of_silent = now;
+                }
+            }
+        }
+        let sum: f64 = envoys.iter().filter_map(|e| in_force(e, now)).sum();
+        assert!(
+            sum <= full + 1e-9,
+            "at {now:.2} s the assignments in force sum to {sum} a second"
+        );
+        if now > silent_from && full_at.is_none() && in_force(&envoys[1], now) == Some(full) {
+            full_at = Some(now);
+        }
+        tokio::time::sleep(Duration::from_secs_f64(STEP)).await;
+    }
+    let full_at = full_at.expect("the second Envoy never got the whole rate");
+    let after = (full_at - last_report_of_silent) / report;
+    println!(
+        "RLQS, 2 Envoys reporting every {report} s, one silent after {last_report_of_silent:.1} s and unheard from {silent_from} s + 2 s, the other's demand growing at {grows_at} s: \
+         the other has the whole rate {after:.2} intervals after the silent one's last report"
+    );
+    assert!(after <= 3.5, "{after:.2} intervals");
+}

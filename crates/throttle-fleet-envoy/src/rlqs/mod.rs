@@ -18,18 +18,32 @@
 //!   Envoy's demand cut the share.
 //! - Assignments live three reporting intervals; every report renews
 //!   them (an unchanged token bucket is kept by Envoy, not refilled).
+//! - A review never makes an assignment outlive its Envoy's last report
+//!   by more than the lifetime, and leaves alone a bucket whose report is
+//!   overdue (by a quarter interval): an Envoy that stops reporting, its
+//!   stream open or not, holds its share as last told until the abandon,
+//!   and no longer.
 //! - A bucket an Envoy has not reported for three intervals is sent
-//!   `abandon_action`; when a stream ends, its shares stay held until
-//!   their assignments expire, since that Envoy may still enforce them.
+//!   `abandon_action` and its share is given up; when a stream ends, its
+//!   shares stay held until their assignments expire, since that Envoy
+//!   may still enforce them.
+//! - A stream's domain is its first report's (the proto: later reports
+//!   may leave it out); a later report naming another is refused.
+//! - What one client may make the service hold is bounded
+//!   ([`RlqsOptions`]): streams in all, buckets and their bytes per
+//!   stream, the bytes of one bucket id. A bucket past a bound gets no
+//!   assignment (Envoy stays on its `no_assignment_behavior`) and is
+//!   counted; a stream past the bound is refused `RESOURCE_EXHAUSTED`.
 
 mod assign;
 mod redis;
 mod shares;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
@@ -46,12 +60,13 @@ use envoy_types::pb::envoy::r#type::v3::RateLimitStrategy;
 use envoy_types::pb::google::protobuf as pb;
 use futures_util::Stream;
 use throttle_fleet_config::ConfigFileError;
-use throttle_fleet_core::Key;
+use throttle_fleet_core::{ConfigError, Key};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::catalog::UnknownDomain;
 use crate::metrics;
+use crate::quote::quoted;
 use crate::rules::{EnvoyRules, Loaded};
 
 use shares::{MemoryShares, Report};
@@ -60,19 +75,44 @@ use shares::{MemoryShares, Report};
 /// unreported before it is abandoned.
 pub const LIFETIME_INTERVALS: u32 = 3;
 
-/// The most buckets one stream may hold.
-pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
-
 /// The most buckets of one stream reviewed each quarter interval (one
 /// share call each: a Redis script with a Redis backend).
 pub const REVIEW_PER_TICK: usize = 64;
 
-/// How the quota service runs.
+/// How the quota service runs, and what one client may make it hold.
+///
+/// | setting | default | file (`[rls]`) | past it |
+/// |---|---:|---|---|
+/// | [`max_streams`](Self::max_streams) | 4,096 | `max_streams` | a new stream is refused `RESOURCE_EXHAUSTED` |
+/// | [`max_buckets_per_stream`](Self::max_buckets_per_stream) | 10,000 | `max_buckets_per_stream` | a new bucket gets no assignment |
+/// | [`max_stream_bytes`](Self::max_stream_bytes) | 1 MiB | `max_stream_bytes` | a new bucket gets no assignment |
+/// | [`max_bucket_id_bytes`](Self::max_bucket_id_bytes) | 1 KiB | `max_bucket_id_bytes` | that bucket gets no assignment |
+///
+/// A bucket id's bytes are its keys' and values' lengths added up; a
+/// stream's, those of the buckets it holds (an abandoned bucket's are
+/// given back). A bucket that gets no assignment stays on its Envoy's
+/// `no_assignment_behavior`, and is counted in
+/// `throttle_envoy_rlqs_refused_total`. With the defaults one stream
+/// holds at most about 1 MiB of ids and their bookkeeping.
+///
+/// ```
+/// use std::time::Duration;
+/// use throttle_fleet_envoy::RlqsOptions;
+///
+/// let options = RlqsOptions::new(Duration::from_secs(5)).max_buckets_per_stream(1_000);
+/// assert!(options.validate().is_ok());
+/// let none = RlqsOptions::new(Duration::from_secs(5)).max_streams(0);
+/// assert_eq!(none.validate().unwrap_err().field(), "rls.max_streams");
+/// ```
 #[derive(Debug, Clone)]
 pub struct RlqsOptions {
     report_interval: Duration,
     redis: Option<String>,
     key_prefix: String,
+    max_streams: usize,
+    max_buckets_per_stream: usize,
+    max_stream_bytes: usize,
+    max_bucket_id_bytes: usize,
 }
 
 impl RlqsOptions {
@@ -83,6 +123,10 @@ impl RlqsOptions {
             report_interval: report_interval.max(Duration::from_secs(1)),
             redis: None,
             key_prefix: "throttle:".to_owned(),
+            max_streams: 4_096,
+            max_buckets_per_stream: 10_000,
+            max_stream_bytes: 1 << 20,
+            max_bucket_id_bytes: 1 << 10,
         }
     }
 
@@ -97,6 +141,46 @@ impl RlqsOptions {
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
+    }
+
+    /// Quota streams open at once, from every client (default 4,096).
+    pub fn max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
+    }
+
+    /// Buckets one stream holds at once (default 10,000).
+    pub fn max_buckets_per_stream(mut self, n: usize) -> Self {
+        self.max_buckets_per_stream = n;
+        self
+    }
+
+    /// Bytes of bucket ids one stream holds at once (default 1 MiB).
+    pub fn max_stream_bytes(mut self, n: usize) -> Self {
+        self.max_stream_bytes = n;
+        self
+    }
+
+    /// Bytes of one bucket id (default 1 KiB).
+    pub fn max_bucket_id_bytes(mut self, n: usize) -> Self {
+        self.max_bucket_id_bytes = n;
+        self
+    }
+
+    /// Checks that every bound lets something through; the error names
+    /// the file's field (`rls.max_streams`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, n) in [
+            ("rls.max_streams", self.max_streams),
+            ("rls.max_buckets_per_stream", self.max_buckets_per_stream),
+            ("rls.max_stream_bytes", self.max_stream_bytes),
+            ("rls.max_bucket_id_bytes", self.max_bucket_id_bytes),
+        ] {
+            if n == 0 {
+                return Err(ConfigError::new(field, "must be at least 1"));
+            }
+        }
+        Ok(())
     }
 
     fn lifetime(&self) -> Duration {
@@ -128,7 +212,10 @@ struct Inner {
     clock: Clock,
     /// This replica's name, so that Envoys of several replicas are apart.
     replica: String,
+    /// Streams opened so far (each Envoy's name).
     streams: AtomicU64,
+    /// Streams open now.
+    open: AtomicUsize,
 }
 
 impl std::fmt::Debug for Rlqs {
@@ -159,6 +246,9 @@ impl Rlqs {
         clock: Clock,
     ) -> Result<Self, ConfigFileError> {
         metrics::describe();
+        options
+            .validate()
+            .map_err(|e| ConfigFileError::in_file("rlqs", None, e.field(), e.reason()))?;
         let shares = match &options.redis {
             None => Shares::Memory(MemoryShares::default()),
             Some(url) => Shares::Redis(
@@ -186,6 +276,7 @@ impl Rlqs {
                 clock,
                 replica,
                 streams: AtomicU64::new(0),
+                open: AtomicUsize::new(0),
             }),
         })
     }
@@ -196,27 +287,63 @@ impl Rlqs {
     }
 
     /// A stream as one Envoy would see it: `reports` in, responses out
-    /// (the transport aside; what the tonic service runs).
+    /// (the transport aside; what the tonic service runs). Past
+    /// [`RlqsOptions::max_streams`] streams open, the only answer is
+    /// `RESOURCE_EXHAUSTED`.
     pub fn open(
         &self,
         reports: impl Stream<Item = Result<RateLimitQuotaUsageReports, Status>> + Send + 'static,
     ) -> mpsc::Receiver<Result<RateLimitQuotaResponse, Status>> {
         let (tx, rx) = mpsc::channel(16);
+        let Some(open) = StreamPlace::take(&self.inner) else {
+            metrics::rlqs_refused("streams");
+            let _ = tx.try_send(Err(Status::resource_exhausted(format!(
+                "this quota service serves at most {} streams at once",
+                self.inner.options.max_streams
+            ))));
+            return rx;
+        };
         let n = self.inner.streams.fetch_add(1, Ordering::Relaxed);
         let envoy = format!("{}:{n}", self.inner.replica);
         let inner = self.inner.clone();
         tokio::spawn(async move {
-            metrics::rlqs_streams(1.0);
+            let _open = open;
             let mut stream = EnvoyStream {
                 inner,
                 envoy,
-                buckets: HashMap::new(),
-                review_from: 0,
+                domain: None,
+                buckets: BTreeMap::new(),
+                bytes: 0,
+                review_after: None,
             };
             stream.run(Box::pin(reports), tx).await;
-            metrics::rlqs_streams(-1.0);
         });
         rx
+    }
+}
+
+/// A stream's place under [`RlqsOptions::max_streams`], given back when
+/// dropped.
+struct StreamPlace(Arc<Inner>);
+
+impl StreamPlace {
+    fn take(inner: &Arc<Inner>) -> Option<Self> {
+        let max = inner.options.max_streams;
+        inner
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        metrics::rlqs_streams(1.0);
+        Some(Self(Arc::clone(inner)))
+    }
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        metrics::rlqs_streams(-1.0);
     }
 }
 
@@ -237,20 +364,26 @@ impl RateLimitQuotaService for Rlqs {
     }
 }
 
+/// A bucket id as sorted pairs (a map has no order of its own).
+type BucketName = Vec<(String, String)>;
+
 /// One Envoy's stream: the buckets it reported and when last.
 struct EnvoyStream {
     inner: Arc<Inner>,
     envoy: String,
-    /// Bucket id (sorted pairs) -> what this Envoy was told of it.
-    buckets: HashMap<Vec<(String, String)>, Tracked>,
-    /// Where the next tick's review starts, in the buckets' sorted order.
-    review_from: usize,
+    /// The domain of the stream's first report.
+    domain: Option<String>,
+    /// What this Envoy was told of each bucket, in the ids' order (the
+    /// reviews' turn goes through it).
+    buckets: BTreeMap<BucketName, Tracked>,
+    /// The bytes of the ids in `buckets`.
+    bytes: usize,
+    /// The last bucket reviewed: the next tick's review starts after it.
+    review_after: Option<BucketName>,
 }
 
 /// One bucket of one Envoy.
 struct Tracked {
-    id: BucketId,
-    domain: String,
     /// The demand it last reported (requests a second).
     demand: f64,
     /// When it was last reported (ms).
@@ -293,30 +426,64 @@ impl EnvoyStream {
         }
     }
 
+    /// The stream's domain after `report`: the first report's, which a
+    /// later one may leave out or repeat, never change.
+    fn domain_of(&mut self, report: &RateLimitQuotaUsageReports) -> Result<String, Status> {
+        match &self.domain {
+            None if report.domain.is_empty() => Err(Status::invalid_argument(
+                "the first report of a stream must name its domain",
+            )),
+            None => {
+                self.domain = Some(report.domain.clone());
+                Ok(report.domain.clone())
+            }
+            Some(d) if report.domain.is_empty() || report.domain == *d => Ok(d.clone()),
+            Some(d) => Err(Status::invalid_argument(format!(
+                "a stream's reports are all in its first report's domain {} (this one names {})",
+                quoted(d),
+                quoted(&report.domain)
+            ))),
+        }
+    }
+
     /// The actions answering one report.
     async fn report(
         &mut self,
         report: RateLimitQuotaUsageReports,
     ) -> Result<RateLimitQuotaResponse, Status> {
+        let domain = self.domain_of(&report)?;
         let loaded = self.inner.rules.current_full();
-        if !loaded.catalog.knows(&report.domain) {
+        if !loaded.catalog.knows(&domain) {
             return Err(Status::invalid_argument(format!(
-                "no rule has the domain {:?} (rules name: {})",
-                report.domain,
-                loaded.catalog.domains().join(", ")
+                "no rule has the domain {}",
+                quoted(&domain)
             )));
         }
         metrics::rlqs_reports(report.bucket_quota_usages.len() as u64);
         let now = (self.inner.clock)();
+        let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let mut actions = Vec::with_capacity(report.bucket_quota_usages.len());
         for usage in report.bucket_quota_usages {
             let Some(id) = usage.bucket_id.filter(|b| !b.bucket.is_empty()) else {
                 // A usage without a bucket id names nothing to answer.
                 continue;
             };
-            let name = bucket_name(&id);
-            if !self.buckets.contains_key(&name) && self.buckets.len() >= MAX_BUCKETS_PER_STREAM {
+            let size = id_bytes(&id);
+            if size > self.inner.options.max_bucket_id_bytes {
+                metrics::rlqs_refused("bucket_id_bytes");
                 continue;
+            }
+            let name = bucket_name(&id);
+            let known = self.buckets.get(&name).map(|t| t.reviewed);
+            if known.is_none() {
+                if self.buckets.len() >= self.inner.options.max_buckets_per_stream {
+                    metrics::rlqs_refused("buckets");
+                    continue;
+                }
+                if self.bytes + size > self.inner.options.max_stream_bytes {
+                    metrics::rlqs_refused("stream_bytes");
+                    continue;
+                }
             }
             let elapsed = usage
                 .time_elapsed
@@ -326,24 +493,25 @@ impl EnvoyStream {
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied)) as f64
                 / elapsed;
+            let expires = now + lifetime;
             let assigned = self
-                .assign(&loaded, &report.domain, &id, demand, now)
+                .assign(&loaded, &domain, &id, demand, now, expires)
                 .await?;
             if let Some(strategy) = &assigned {
                 // Sent at every report, changed or not: it renews the
                 // assignment's lifetime.
-                actions.push(self.assignment(id.clone(), *strategy));
+                actions.push(self.assignment(id, *strategy, expires - now));
             }
-            let reviewed = self.buckets.get(&name).map_or(0, |t| t.reviewed);
+            if known.is_none() {
+                self.bytes += size;
+            }
             self.buckets.insert(
                 name,
                 Tracked {
-                    id,
-                    domain: report.domain.clone(),
                     demand,
                     last_report: now,
                     sent: assigned,
-                    reviewed,
+                    reviewed: known.unwrap_or(0),
                 },
             );
         }
@@ -352,8 +520,8 @@ impl EnvoyStream {
         })
     }
 
-    /// What one bucket of this Envoy gets now: `None` while it gets no
-    /// share.
+    /// What one bucket of this Envoy gets now, held until `expires` (ms):
+    /// `None` while it gets no share.
     async fn assign(
         &self,
         loaded: &Loaded,
@@ -361,6 +529,7 @@ impl EnvoyStream {
         id: &BucketId,
         demand: f64,
         now: u64,
+        expires: u64,
     ) -> Result<Option<RateLimitStrategy>, Status> {
         let mut matched: Vec<(usize, Key)> = Vec::new();
         loaded
@@ -376,15 +545,14 @@ impl EnvoyStream {
             }
             any = true;
             let quota = rule.quota_for(&key);
-            let mut bucket = format!("{}:", rule.name());
-            key.write_hex(&mut bucket);
             let report = Report {
                 envoy: &self.envoy,
                 demand,
                 capacity: quota.limit() as f64 / quota.period().as_secs_f64(),
                 now_ms: now,
-                ttl_ms: self.inner.options.lifetime().as_millis() as u64,
+                expires_ms: expires,
             };
+            let bucket = share_key(rule.name(), &key);
             let steps = match &self.inner.shares {
                 Shares::Memory(m) => m.report(&bucket, report),
                 Shares::Redis(r) => r.report(&bucket, report).await.map_err(|e| {
@@ -409,14 +577,14 @@ impl EnvoyStream {
         })
     }
 
-    fn assignment(&self, id: BucketId, strategy: RateLimitStrategy) -> BucketAction {
+    fn assignment(&self, id: BucketId, strategy: RateLimitStrategy, ttl_ms: u64) -> BucketAction {
         metrics::rlqs_action(match &strategy.strategy {
             Some(
                 envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy::TokenBucket(_),
             ) => "token_bucket",
             _ => "allow_all",
         });
-        let ttl = self.inner.options.lifetime();
+        let ttl = Duration::from_millis(ttl_ms);
         BucketAction {
             bucket_id: Some(id),
             bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
@@ -434,26 +602,34 @@ impl EnvoyStream {
     /// they last reported (at most [`REVIEW_PER_TICK`] a tick, in turn): an
     /// Envoy that got less than it wants grows as soon as the others let
     /// go, and one whose share another Envoy's demand cut lets go before
-    /// its own next report.
+    /// its own next report. A review's assignment expires when its last
+    /// report's would, and a bucket whose report is overdue (an interval
+    /// and a quarter) is not reviewed: reviews never keep a silent
+    /// Envoy's share, nor cut what it may still enforce.
     async fn tick(&mut self) -> Result<RateLimitQuotaResponse, Status> {
-        let mut response = self.abandoned();
-        if self.buckets.is_empty() {
+        let mut response = self.abandoned().await;
+        let Some(domain) = self.domain.clone() else {
+            return Ok(response);
+        };
+        let loaded = self.inner.rules.current_full();
+        if self.buckets.is_empty() || !loaded.catalog.knows(&domain) {
             return Ok(response);
         }
-        let loaded = self.inner.rules.current_full();
         let now = (self.inner.clock)();
-        let mut names: Vec<&Vec<(String, String)>> = self.buckets.keys().collect();
-        names.sort_unstable();
-        let start = self.review_from % names.len();
-        let turn: Vec<Vec<(String, String)>> = names
-            .iter()
-            .cycle()
-            .skip(start)
-            .take(names.len().min(REVIEW_PER_TICK))
-            .map(|n| (*n).clone())
-            .collect();
-        self.review_from = start + turn.len();
+        let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let every = self.inner.options.report_interval.as_millis() as u64;
+        let after = match self.review_after.take() {
+            Some(name) => Bound::Excluded(name),
+            None => Bound::Unbounded,
+        };
+        let turn: Vec<BucketName> = self
+            .buckets
+            .range((after, Bound::Unbounded))
+            .chain(self.buckets.iter())
+            .take(self.buckets.len().min(REVIEW_PER_TICK))
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.review_after = turn.last().cloned();
         for name in turn {
             let Some(tracked) = self.buckets.get(&name) else {
                 continue;
@@ -463,53 +639,110 @@ impl EnvoyStream {
             if tracked.sent.is_some() && now.saturating_sub(tracked.reviewed) < every {
                 continue;
             }
-            let (id, domain, demand) = (tracked.id.clone(), tracked.domain.clone(), tracked.demand);
-            if !loaded.catalog.knows(&domain) {
+            // An Envoy overdue with its report may not hear what is sent:
+            // its share stays as it was told until the abandon, so that
+            // what it may still enforce stays counted.
+            if now.saturating_sub(tracked.last_report) > every + every / 4 {
                 continue;
             }
-            let assigned = self.assign(&loaded, &domain, &id, demand, now).await?;
+            let expires = tracked.last_report + lifetime;
+            let demand = tracked.demand;
+            let id = bucket_id(&name);
+            let assigned = self
+                .assign(&loaded, &domain, &id, demand, now, expires)
+                .await?;
             if let Some(tracked) = self.buckets.get_mut(&name)
                 && let Some(strategy) = assigned
                 && tracked.sent.as_ref() != Some(&strategy)
             {
                 tracked.sent = Some(strategy);
                 tracked.reviewed = now;
-                response.bucket_action.push(self.assignment(id, strategy));
+                response
+                    .bucket_action
+                    .push(self.assignment(id, strategy, expires - now));
             }
         }
         Ok(response)
     }
 
     /// `abandon_action` for every bucket not reported for the assignment
-    /// lifetime (forgotten here once sent).
-    fn abandoned(&mut self) -> RateLimitQuotaResponse {
+    /// lifetime; its share is given up and it is forgotten here.
+    async fn abandoned(&mut self) -> RateLimitQuotaResponse {
         let now = (self.inner.clock)();
         let lifetime = self.inner.options.lifetime().as_millis() as u64;
-        let mut actions = Vec::new();
-        self.buckets.retain(|_, tracked| {
-            let keep = now.saturating_sub(tracked.last_report) < lifetime;
-            if !keep {
-                metrics::rlqs_action("abandon");
-                actions.push(BucketAction {
-                    bucket_id: Some(tracked.id.clone()),
-                    bucket_action: Some(Action::AbandonAction(AbandonAction {})),
-                });
+        let gone: Vec<BucketName> = self
+            .buckets
+            .iter()
+            .filter(|(_, t)| now.saturating_sub(t.last_report) >= lifetime)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut actions = Vec::with_capacity(gone.len());
+        let loaded = (!gone.is_empty()).then(|| self.inner.rules.current_full());
+        for name in gone {
+            self.buckets.remove(&name);
+            let id = bucket_id(&name);
+            self.bytes -= id_bytes(&id);
+            if let (Some(loaded), Some(domain)) = (&loaded, &self.domain) {
+                self.release(loaded, domain, &id).await;
             }
-            keep
-        });
+            metrics::rlqs_action("abandon");
+            actions.push(BucketAction {
+                bucket_id: Some(id),
+                bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+            });
+        }
         RateLimitQuotaResponse {
             bucket_action: actions,
         }
     }
+
+    /// Gives up this Envoy's shares of `id`'s rules. It expires at the same
+    /// time anyway: a Redis that does not answer changes nothing.
+    async fn release(&self, loaded: &Loaded, domain: &str, id: &BucketId) {
+        let mut matched: Vec<(usize, Key)> = Vec::new();
+        let _ = loaded
+            .catalog
+            .matches_bucket(domain, &id.bucket, |rule, key| matched.push((rule, key)));
+        for (index, key) in matched {
+            let bucket = share_key(loaded.rules.rule(index).name(), &key);
+            match &self.inner.shares {
+                Shares::Memory(m) => m.release(&bucket, &self.envoy),
+                Shares::Redis(r) => {
+                    if let Err(e) = r.release(&bucket, &self.envoy).await {
+                        tracing::debug!(error = %e, "an abandoned share was not released in Redis; it expires");
+                    }
+                }
+            }
+        }
+    }
 }
 
-/// A bucket id as sorted pairs (a map has no order of its own).
-fn bucket_name(id: &BucketId) -> Vec<(String, String)> {
-    let mut pairs: Vec<(String, String)> = id
+/// The shares' name for `rule`'s `key`.
+fn share_key(rule: &str, key: &Key) -> String {
+    let mut bucket = format!("{rule}:");
+    key.write_hex(&mut bucket);
+    bucket
+}
+
+/// A bucket id as sorted pairs.
+fn bucket_name(id: &BucketId) -> BucketName {
+    let mut pairs: BucketName = id
         .bucket
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     pairs.sort_unstable();
     pairs
+}
+
+/// The bucket id of `name`.
+fn bucket_id(name: &BucketName) -> BucketId {
+    BucketId {
+        bucket: name.iter().cloned().collect(),
+    }
+}
+
+/// The bytes of a bucket id: its keys and values.
+fn id_bytes(id: &BucketId) -> usize {
+    id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum()
 }

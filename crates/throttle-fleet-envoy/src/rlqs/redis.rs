@@ -13,11 +13,13 @@ const TIMEOUT: Duration = Duration::from_millis(250);
 use super::shares::{HYSTERESIS, Report, STEPS};
 
 /// The script: KEYS[1] the bucket's hash; ARGV: envoy, demand, now (ms),
-/// ttl (ms), steps, hysteresis, capacity (requests a second). Returns the
-/// Envoy's steps. The same arithmetic as `allocate`, in the same order.
+/// expiry (ms), steps, hysteresis, capacity (requests a second). Returns
+/// the Envoy's steps. The same arithmetic as `allocate`, in the same
+/// order. The hash lives twice as long as its latest holding: an
+/// expiry earlier than another's never shortens it.
 const SCRIPT: &str = r#"
 local key, me = KEYS[1], ARGV[1]
-local demand, now, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local demand, now, expires = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local steps_all, hyst, capacity = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local all = redis.call('HGETALL', key)
 local others, others_demand, n = 0, 0, 0
@@ -57,8 +59,9 @@ local wanted = target
 if prev_steps ~= nil and prev_steps > 0 and math.abs(prev_steps - target) < math.max(hyst, math.floor(prev_steps / 4))
   and not (prev_steps > target and starving) then wanted = prev_steps end
 local steps = math.min(wanted, spare)
-redis.call('HSET', key, me, string.format('%d,%.17g,%d', steps, demand, now + ttl))
-redis.call('PEXPIRE', key, ttl * 2)
+redis.call('HSET', key, me, string.format('%d,%.17g,%d', steps, demand, expires))
+local keep = (expires - now) * 2
+if redis.call('PTTL', key) < keep then redis.call('PEXPIRE', key, keep) end
 return steps
 "#;
 
@@ -96,19 +99,110 @@ impl RedisShares {
         })
     }
 
+    fn key(&self, bucket: &str) -> String {
+        format!("{}rlqs:{{{bucket}}}", self.prefix)
+    }
+
     /// The steps `report`'s Envoy holds on `bucket` from now.
     pub(crate) async fn report(&self, bucket: &str, report: Report<'_>) -> redis::RedisResult<u32> {
         let mut conn = self.conn.clone();
         self.script
-            .key(format!("{}rlqs:{{{bucket}}}", self.prefix))
+            .key(self.key(bucket))
             .arg(report.envoy)
             .arg(report.demand)
             .arg(report.now_ms)
-            .arg(report.ttl_ms)
+            .arg(report.expires_ms)
             .arg(STEPS)
             .arg(HYSTERESIS)
             .arg(report.capacity.max(f64::MIN_POSITIVE))
             .invoke_async(&mut conn)
             .await
+    }
+
+    /// Gives up `envoy`'s share of `bucket` (its bucket was abandoned).
+    pub(crate) async fn release(&self, bucket: &str, envoy: &str) -> redis::RedisResult<()> {
+        let mut conn = self.conn.clone();
+        redis::cmd("HDEL")
+            .arg(self.key(bucket))
+            .arg(envoy)
+            .query_async(&mut conn)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use throttle_fleet_test_support::RedisServer;
+
+    use super::super::shares::MemoryShares;
+    use super::*;
+
+    /// One step of a sequence: who reports (or gives up) when, and until
+    /// when the assignment made holds.
+    enum Step {
+        Report(&'static str, u64, u64),
+        Release(&'static str),
+    }
+
+    fn report(envoy: &str, now_ms: u64, expires_ms: u64) -> Report<'_> {
+        Report {
+            envoy,
+            demand: 10.0,
+            capacity: 10.0,
+            now_ms,
+            expires_ms,
+        }
+    }
+
+    /// Reports with the expiries a review gives (earlier than a report's)
+    /// and a release: Redis and this process hold the same shares at each
+    /// step, and an early expiry never shortens the others' holding.
+    #[tokio::test]
+    async fn expiries_and_releases_hold_the_same_shares_in_redis_and_in_memory() {
+        use Step::{Release, Report as R};
+        let steps = [
+            R("a", 0, 15_000),
+            // A review-like expiry, earlier than `a`'s.
+            R("b", 1_000, 2_000),
+            R("b", 3_000, 4_000),
+            // `b`'s hold expired; `a` still holds it all.
+            R("b", 5_000, 20_000),
+            // Past `a`'s: `b` takes what it let go.
+            R("b", 15_000, 30_000),
+            R("a", 15_001, 30_001),
+            Release("b"),
+            R("a", 15_002, 30_002),
+        ];
+        let redis = RedisServer::start();
+        let store = RedisShares::connect(&redis.url(), "t:").await.unwrap();
+        let memory = MemoryShares::default();
+        let (mut in_redis, mut in_memory) = (Vec::new(), Vec::new());
+        for step in &steps {
+            match *step {
+                R(envoy, now, expires) => {
+                    in_redis.push(
+                        store
+                            .report("k", report(envoy, now, expires))
+                            .await
+                            .unwrap(),
+                    );
+                    in_memory.push(memory.report("k", report(envoy, now, expires)));
+                }
+                Release(envoy) => {
+                    store.release("k", envoy).await.unwrap();
+                    memory.release("k", envoy);
+                }
+            }
+            let mut conn = store.conn.clone();
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(store.key("k"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // Twice the longest lifetime given, less the test's own time.
+            assert!(ttl > 20_000, "the key's TTL went down to {ttl} ms");
+        }
+        assert_eq!(in_redis, in_memory, "Redis and memory differ");
+        assert_eq!(in_memory, [STEPS, 0, 0, 0, STEPS, 0, STEPS]);
     }
 }

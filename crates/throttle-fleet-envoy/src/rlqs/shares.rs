@@ -9,7 +9,11 @@
 //! Redis (`redis.rs`, for several service replicas), on the caller's
 //! clock.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -44,8 +48,9 @@ pub(crate) struct Report<'a> {
     /// The bucket's quota in requests per second.
     pub(crate) capacity: f64,
     pub(crate) now_ms: u64,
-    /// How long the assignment made now will live.
-    pub(crate) ttl_ms: u64,
+    /// When the assignment made now expires: a report's lifetime from
+    /// now, a review's no later than its Envoy's last report's (ms).
+    pub(crate) expires_ms: u64,
 }
 
 /// The weight (in steps) `report`'s Envoy holds from now, updating
@@ -113,29 +118,125 @@ pub(crate) fn allocate(holdings: &mut HashMap<String, Holding>, report: Report<'
         Holding {
             steps,
             demand,
-            expires_ms: report.now_ms + report.ttl_ms,
+            expires_ms: report.expires_ms,
         },
     );
     steps
 }
 
-/// The shares of every bucket, in this process.
-#[derive(Debug, Default)]
+/// Shards of [`MemoryShares`]: reports on different buckets rarely wait
+/// for one another.
+const SHARDS: usize = 16;
+
+/// The shares of every bucket, in this process. A report costs the same
+/// whatever the number of live buckets: each bucket has one entry in its
+/// shard's expiry heap, at or before the latest expiry it holds, and a
+/// report first drops the buckets of its shard whose entry is due (a
+/// bucket still held is pushed again at its latest expiry), and those of
+/// one other shard in turn, so each bucket is looked at about once per
+/// assignment lifetime, not once per report.
+#[derive(Debug)]
 pub(crate) struct MemoryShares {
-    buckets: Mutex<HashMap<String, HashMap<String, Holding>>>,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    /// The shard the next report also sweeps.
+    turn: AtomicUsize,
+}
+
+impl Default for MemoryShares {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            turn: AtomicUsize::new(0),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    buckets: HashMap<Arc<str>, Bucket>,
+    /// (when, bucket): one entry per bucket, due at `Bucket::due`.
+    expiries: BinaryHeap<Reverse<(u64, Arc<str>)>>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    holdings: HashMap<String, Holding>,
+    /// When its heap entry is due.
+    due: u64,
+}
+
+impl Shard {
+    /// Drops the buckets every holding of which expired by `now`.
+    fn sweep(&mut self, now: u64) {
+        while let Some(Reverse((due, _))) = self.expiries.peek()
+            && *due <= now
+        {
+            let Some(Reverse((due, name))) = self.expiries.pop() else {
+                break;
+            };
+            let Some(bucket) = self.buckets.get_mut(&name) else {
+                continue;
+            };
+            if bucket.due != due {
+                // A stale entry: the bucket was released and made again.
+                continue;
+            }
+            let latest = bucket.holdings.values().map(|h| h.expires_ms).max();
+            match latest {
+                Some(latest) if latest > now => {
+                    bucket.due = latest;
+                    self.expiries.push(Reverse((latest, name)));
+                }
+                _ => {
+                    self.buckets.remove(&name);
+                }
+            }
+        }
+    }
 }
 
 impl MemoryShares {
+    fn shard(&self, bucket: &str) -> &Mutex<Shard> {
+        &self.shards[self.hasher.hash_one(bucket) as usize % self.shards.len()]
+    }
+
     /// [`allocate`] on `bucket`'s holdings.
     pub(crate) fn report(&self, bucket: &str, report: Report<'_>) -> u32 {
-        let mut buckets = self.buckets.lock();
-        let holdings = buckets.entry(bucket.to_owned()).or_default();
-        let steps = allocate(holdings, report);
-        // Buckets whose every holding expired go (this one keeps the new).
-        if buckets.len() > 1024 {
-            buckets.retain(|_, h| h.values().any(|h| h.expires_ms > report.now_ms));
+        let other = self.turn.fetch_add(1, Ordering::Relaxed) % self.shards.len();
+        if let Some(mut shard) = self.shards[other].try_lock() {
+            shard.sweep(report.now_ms);
         }
+        let mut shard = self.shard(bucket).lock();
+        shard.sweep(report.now_ms);
+        if let Some(b) = shard.buckets.get_mut(bucket) {
+            return allocate(&mut b.holdings, report);
+        }
+        let name: Arc<str> = Arc::from(bucket);
+        let mut holdings = HashMap::new();
+        let steps = allocate(&mut holdings, report);
+        let due = report.expires_ms;
+        shard.expiries.push(Reverse((due, Arc::clone(&name))));
+        shard.buckets.insert(name, Bucket { holdings, due });
         steps
+    }
+
+    /// Gives up `envoy`'s share of `bucket` (its bucket was abandoned).
+    pub(crate) fn release(&self, bucket: &str, envoy: &str) {
+        let mut shard = self.shard(bucket).lock();
+        if let Some(b) = shard.buckets.get_mut(bucket) {
+            b.holdings.remove(envoy);
+            if b.holdings.is_empty() {
+                shard.buckets.remove(bucket);
+            }
+        }
+    }
+
+    /// Buckets held (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().buckets.len()).sum()
     }
 }
 
@@ -150,7 +251,7 @@ mod tests {
             demand,
             capacity: 10.0,
             now_ms,
-            ttl_ms: 15_000,
+            expires_ms: now_ms + 15_000,
         }
     }
 
@@ -220,5 +321,27 @@ mod tests {
         // hysteresis of its 0, which must not keep it at nothing.
         steps(&mut h, report("a", 20.0, 5_000));
         assert_eq!(steps(&mut h, report("b", 0.5, 5_001)), 1);
+    }
+
+    #[test]
+    fn the_memory_store_forgets_a_bucket_once_every_share_of_it_expired() {
+        let shares = MemoryShares::default();
+        for i in 0..3_000 {
+            shares.report(&format!("b{i}"), report("a", 1.0, 0));
+        }
+        // `b0` is reported again before it expires: it stays, and so does
+        // its share.
+        shares.report("b0", report("a", 1.0, 10_000));
+        assert_eq!(shares.len(), 3_000);
+        // Past the others' expiry, reports on any bucket drop them (one
+        // shard in turn beside their own).
+        for _ in 0..SHARDS {
+            assert_eq!(shares.report("b1", report("b", 1.0, 15_000)), STEPS);
+        }
+        assert_eq!(shares.len(), 2);
+        assert_eq!(shares.report("b0", report("b", 1.0, 15_001)), 0);
+        // A released share is free at once.
+        shares.release("b0", "a");
+        assert_eq!(shares.report("b0", report("b", 1.0, 15_002)), STEPS);
     }
 }

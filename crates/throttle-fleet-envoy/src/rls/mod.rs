@@ -15,6 +15,7 @@ use throttle_fleet_core::{Decision, Demand};
 use tonic::{Request, Response, Status};
 
 use crate::metrics;
+use crate::quote::quoted;
 use crate::rules::{EnvoyRules, Loaded};
 
 use answer::{Answer, Asked};
@@ -148,9 +149,8 @@ fn asks(loaded: &Loaded, request: &RateLimitRequest) -> Result<Asks, Status> {
     }
     if !loaded.catalog.knows(&request.domain) {
         return Err(Status::invalid_argument(format!(
-            "no rule has the domain {:?} (rules name: {})",
-            request.domain,
-            loaded.catalog.domains().join(", ")
+            "no rule has the domain {}",
+            quoted(&request.domain)
         )));
     }
     // Unset, the request's hits_addend is 1.
