@@ -8,13 +8,15 @@
 //! ```
 //!
 //! Listens where the file's `[rls] listen` says (default
-//! `127.0.0.1:8081`; `--listen ADDR` overrides it) and prints `envoy_rls
+//! `127.0.0.1:8081`; `--listen ADDR` overrides it) under the table's
+//! connection, stream and keep-alive bounds, and prints `envoy_rls
 //! listening on ADDR` once it serves; serves Prometheus text at
 //! `/metrics` on `[metrics] listen`; reloads the file's rules when it
 //! changes, keeping counts; stops on SIGINT or SIGTERM. An invalid file (or
 //! a rule Envoy cannot be served, such as a leaky bucket) makes it exit
 //! with status 2 and the error naming the rule and field.
 
+mod incoming;
 #[path = "../support/logs.rs"]
 mod logs;
 #[path = "../support/metrics.rs"]
@@ -123,15 +125,13 @@ async fn run() -> Result<(), Failure> {
         let _ = stop_tx.send(true);
     });
     let mut stopped = stop.clone();
-    let served = tonic::transport::Server::builder()
+    let connections = incoming::incoming(listener, &rls_config).map_err(|e| (2, e))?;
+    let served = throttle_fleet_envoy::server(&rls_config)
         .add_service(Rls::new(rules).into_server())
         .add_service(rlqs.into_server())
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            async move {
-                let _ = stopped.changed().await;
-            },
-        )
+        .serve_with_incoming_shutdown(connections, async move {
+            let _ = stopped.changed().await;
+        })
         .await;
     let _ = watcher.await;
     if let Err(e) = served {
@@ -148,11 +148,11 @@ async fn run() -> Result<(), Failure> {
 }
 
 /// The quota service's settings from the file: the Envoys' report
-/// interval, and Redis for the shares (under the backend's key prefix) when
+/// interval, the bounds, and Redis for the shares (under the backend's key prefix) when
 /// the backend is Redis. A Redis Cluster backend keeps the shares in this
 /// process: several replicas then need a standalone Redis.
 fn rlqs_options(config: &GatewayConfig, rls: RlsConfig) -> RlqsOptions {
-    let mut options = RlqsOptions::new(rls.report_interval);
+    let mut options = RlqsOptions::from_config(&rls);
     if let Some(prefix) = &config.backend.key_prefix {
         options = options.key_prefix(prefix.clone());
     }

@@ -37,6 +37,15 @@ pub(crate) struct Rls {
     pub(crate) listen: Option<Spanned<String>>,
     /// How often the Envoys report their usage to the quota service.
     pub(crate) report_interval_secs: Option<Spanned<i64>>,
+    pub(crate) max_connections: Option<Spanned<i64>>,
+    pub(crate) max_connections_per_client: Option<Spanned<i64>>,
+    pub(crate) max_streams_per_connection: Option<Spanned<i64>>,
+    pub(crate) keepalive_interval_secs: Option<Spanned<i64>>,
+    pub(crate) keepalive_timeout_secs: Option<Spanned<i64>>,
+    pub(crate) max_streams: Option<Spanned<i64>>,
+    pub(crate) max_buckets_per_stream: Option<Spanned<i64>>,
+    pub(crate) max_stream_bytes: Option<Spanned<i64>>,
+    pub(crate) max_bucket_id_bytes: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -46,6 +46,38 @@ pub struct RlsConfig {
     /// (`report_interval_secs`, default 5: the filter's
     /// `reporting_interval`, which must be the same).
     pub report_interval: Duration,
+    /// Connections open at once (`max_connections`, default 1,024); past
+    /// it, new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Connections one client address holds at once
+    /// (`max_connections_per_client`, default 64); past it a new one is
+    /// closed at accept.
+    pub max_connections_per_client: usize,
+    /// HTTP/2 streams one connection has open at once, RLS calls and
+    /// quota streams together (`max_streams_per_connection`, default
+    /// 1,024, sent to the client as `SETTINGS_MAX_CONCURRENT_STREAMS`;
+    /// Envoy opens another connection past it).
+    pub max_streams_per_connection: u32,
+    /// How often an HTTP/2 PING checks that a connection's client is
+    /// still there (`keepalive_interval_secs`, default 30).
+    pub keepalive_interval: Duration,
+    /// How long a PING may go unanswered before the connection is closed
+    /// (`keepalive_timeout_secs`, default 10).
+    pub keepalive_timeout: Duration,
+    /// Quota streams open at once, from every client (`max_streams`,
+    /// default 4,096); past it a new stream is refused
+    /// `RESOURCE_EXHAUSTED`.
+    pub max_streams: usize,
+    /// Buckets one quota stream holds (`max_buckets_per_stream`, default
+    /// 10,000); past it a new bucket gets no assignment.
+    pub max_buckets_per_stream: usize,
+    /// Bytes of bucket ids one quota stream holds
+    /// (`max_stream_bytes`, default 1 MiB); past it a new bucket gets no
+    /// assignment.
+    pub max_stream_bytes: usize,
+    /// Bytes of one bucket id, keys and values (`max_bucket_id_bytes`,
+    /// default 1 KiB); a longer one gets no assignment.
+    pub max_bucket_id_bytes: usize,
 }
 
 impl Default for RlsConfig {
@@ -53,6 +85,15 @@ impl Default for RlsConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             report_interval: Duration::from_secs(5),
+            max_connections: 1_024,
+            max_connections_per_client: 64,
+            max_streams_per_connection: 1_024,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            max_streams: 4_096,
+            max_buckets_per_stream: 10_000,
+            max_stream_bytes: 1 << 20,
+            max_bucket_id_bytes: 1 << 10,
         }
     }
 }

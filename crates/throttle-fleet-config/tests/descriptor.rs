@@ -33,6 +33,7 @@ fn a_descriptor_rule_reads_as_written() {
         Some(RlsConfig {
             listen: "127.0.0.1:9000".parse().unwrap(),
             report_interval: Duration::from_secs(2),
+            ..RlsConfig::default()
         })
     );
     let d = Descriptor {
@@ -167,4 +168,47 @@ fn a_server_layer_refuses_a_descriptor_rule() {
     let err = err.to_string();
     assert!(err.contains("rule \"d\", field \"descriptor\""), "{err}");
     assert!(err.contains("throttle-fleet-envoy"), "{err}");
+}
+
+#[test]
+fn the_rls_bounds_read_as_written_and_refuse_zero_naming_the_field() {
+    let text = "[rls]\nmax_connections = 10\nmax_connections_per_client = 2\nmax_streams_per_connection = 8\n\
+                keepalive_interval_secs = 5\nkeepalive_timeout_secs = 3\nmax_streams = 20\n\
+                max_buckets_per_stream = 100\nmax_stream_bytes = 4096\nmax_bucket_id_bytes = 64\n\n";
+    let rules = rule("domain = \"api\"\ndescriptor = [\"user_id\"]\n");
+    let rls = GatewayConfig::parse("g.toml", &format!("{text}{rules}"), None)
+        .unwrap()
+        .rls
+        .unwrap();
+    assert_eq!(
+        rls,
+        RlsConfig {
+            max_connections: 10,
+            max_connections_per_client: 2,
+            max_streams_per_connection: 8,
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(3),
+            max_streams: 20,
+            max_buckets_per_stream: 100,
+            max_stream_bytes: 4096,
+            max_bucket_id_bytes: 64,
+            ..RlsConfig::default()
+        }
+    );
+    for field in [
+        "max_connections",
+        "max_connections_per_client",
+        "max_streams_per_connection",
+        "keepalive_interval_secs",
+        "keepalive_timeout_secs",
+        "max_streams",
+        "max_buckets_per_stream",
+        "max_stream_bytes",
+        "max_bucket_id_bytes",
+    ] {
+        let text = format!("[rls]\n{field} = 0\n\n{rules}");
+        let err = GatewayConfig::parse("g.toml", &text, None).unwrap_err();
+        assert_eq!(err.field(), format!("rls.{field}"), "{err}");
+        assert!(err.to_string().contains("at least 1"), "{err}");
+    }
 }

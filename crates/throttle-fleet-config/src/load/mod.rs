@@ -243,6 +243,64 @@ impl Loader<'_> {
             rls.report_interval =
                 Duration::from_secs(self.int("rls.report_interval_secs", r, 1, 3600)? as u64);
         }
+        let count = |field: &str, value: &Option<Spanned<i64>>, max: i64, into: &mut usize| {
+            if let Some(v) = value {
+                *into = self.int(field, v, 1, max)? as usize;
+            }
+            Ok::<_, crate::ConfigFileError>(())
+        };
+        count(
+            "rls.max_connections",
+            &raw.max_connections,
+            1_000_000,
+            &mut rls.max_connections,
+        )?;
+        count(
+            "rls.max_connections_per_client",
+            &raw.max_connections_per_client,
+            1_000_000,
+            &mut rls.max_connections_per_client,
+        )?;
+        let mut streams = rls.max_streams_per_connection as usize;
+        count(
+            "rls.max_streams_per_connection",
+            &raw.max_streams_per_connection,
+            i64::from(u32::MAX),
+            &mut streams,
+        )?;
+        rls.max_streams_per_connection = streams as u32;
+        count(
+            "rls.max_streams",
+            &raw.max_streams,
+            1_000_000,
+            &mut rls.max_streams,
+        )?;
+        count(
+            "rls.max_buckets_per_stream",
+            &raw.max_buckets_per_stream,
+            10_000_000,
+            &mut rls.max_buckets_per_stream,
+        )?;
+        count(
+            "rls.max_stream_bytes",
+            &raw.max_stream_bytes,
+            1 << 32,
+            &mut rls.max_stream_bytes,
+        )?;
+        count(
+            "rls.max_bucket_id_bytes",
+            &raw.max_bucket_id_bytes,
+            1 << 24,
+            &mut rls.max_bucket_id_bytes,
+        )?;
+        if let Some(k) = &raw.keepalive_interval_secs {
+            rls.keepalive_interval =
+                Duration::from_secs(self.int("rls.keepalive_interval_secs", k, 1, 86_400)? as u64);
+        }
+        if let Some(k) = &raw.keepalive_timeout_secs {
+            rls.keepalive_timeout =
+                Duration::from_secs(self.int("rls.keepalive_timeout_secs", k, 1, 3_600)? as u64);
+        }
         Ok(rls)
     }
 

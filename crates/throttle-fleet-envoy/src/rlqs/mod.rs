@@ -59,7 +59,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::envoy::r#type::v3::RateLimitStrategy;
 use envoy_types::pb::google::protobuf as pb;
 use futures_util::Stream;
-use throttle_fleet_config::ConfigFileError;
+use throttle_fleet_config::{ConfigFileError, RlsConfig};
 use throttle_fleet_core::{ConfigError, Key};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
@@ -128,6 +128,16 @@ impl RlqsOptions {
             max_stream_bytes: 1 << 20,
             max_bucket_id_bytes: 1 << 10,
         }
+    }
+
+    /// The interval and the bounds of the file's `[rls]` table (the
+    /// shares in this process: add [`redis`](Self::redis) for Redis).
+    pub fn from_config(rls: &RlsConfig) -> Self {
+        Self::new(rls.report_interval)
+            .max_streams(rls.max_streams)
+            .max_buckets_per_stream(rls.max_buckets_per_stream)
+            .max_stream_bytes(rls.max_stream_bytes)
+            .max_bucket_id_bytes(rls.max_bucket_id_bytes)
     }
 
     /// Keeps the shares in the Redis at `url`, so that several replicas of
