@@ -24,6 +24,9 @@ Scenarios:
               INVALID_ARGUMENT); either way a new stream is still served
   fleet       two replicas on one Redis, one Envoy on each: together at
               most 10 a minute
+  domain-once the domain in the first report only (the proto: later ones
+              may leave it out): a later report without it is answered;
+              one naming another domain ends the stream INVALID_ARGUMENT
 """
 
 import argparse
@@ -354,7 +357,28 @@ def scenario_bad_input(args):
     print(f"bad-input: unknown domain INVALID_ARGUMENT naming it; empty bucket id: {outcome}; then served")
 
 
+def scenario_domain_once(args):
+    envoy = Envoy(args.addr, "envoy reporting the domain once")
+    first, second = {"user_id": new_user()}, {"user_id": new_user()}
+    try:
+        envoy.send(report(first, allowed=1))
+        check(envoy.action_for(first, WAIT) is not None, f"domain-once: no action for the first report's bucket within {WAIT:.0f} s")
+        envoy.send(report(second, allowed=1, domain=""))
+        action = envoy.action_for(second, WAIT)
+        check(action is not None, f"domain-once: a report without the domain got no action within {WAIT:.0f} s: {envoy.describe_end()}")
+        rate_per_minute(action, "domain-once: the second bucket")
+        envoy.send(report({"user_id": new_user()}, allowed=1, domain="another"))
+        ended = envoy.wait_end(WAIT)
+        check(
+            isinstance(ended, grpc.RpcError) and ended.code() == grpc.StatusCode.INVALID_ARGUMENT,
+            f"domain-once: a report naming another domain: {envoy.describe_end()}, want INVALID_ARGUMENT",
+        )
+    finally:
+        envoy.close()
+
+
 SCENARIOS = {
+    "domain-once": scenario_domain_once,
     "assign": scenario_assign,
     "two-envoys": scenario_two_envoys,
     "unmatched": scenario_unmatched,
