@@ -373,6 +373,7 @@ def scenario_domain_once(args):
             isinstance(ended, grpc.RpcError) and ended.code() == grpc.StatusCode.INVALID_ARGUMENT,
             f"domain-once: a report naming another domain: {envoy.describe_end()}, want INVALID_ARGUMENT",
         )
+        print("domain-once: a later report without the domain answered; one naming another INVALID_ARGUMENT")
     finally:
         envoy.close()
 

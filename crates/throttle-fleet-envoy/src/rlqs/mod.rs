@@ -474,6 +474,9 @@ impl EnvoyStream {
         let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let mut actions = Vec::with_capacity(report.bucket_quota_usages.len());
         for usage in report.bucket_quota_usages {
+            // A report of thousands of buckets gives the runtime's thread
+            // back now and then: RLS calls on it do not wait for the lot.
+            tokio::task::coop::consume_budget().await;
             let Some(id) = usage.bucket_id.filter(|b| !b.bucket.is_empty()) else {
                 // A usage without a bucket id names nothing to answer.
                 continue;
