@@ -226,6 +226,8 @@ struct Inner {
     streams: AtomicU64,
     /// Streams open now.
     open: AtomicUsize,
+    /// One stream's report at a time in memory ([`Inner::turn`]).
+    turns: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Rlqs {
@@ -287,6 +289,7 @@ impl Rlqs {
                 replica,
                 streams: AtomicU64::new(0),
                 open: AtomicUsize::new(0),
+                turns: tokio::sync::Semaphore::new(1),
             }),
         })
     }
@@ -329,6 +332,24 @@ impl Rlqs {
             stream.run(Box::pin(reports), tx).await;
         });
         rx
+    }
+}
+
+/// How many buckets of a report one stream answers before another
+/// stream's report may go on (memory store).
+const TURN: usize = 64;
+
+impl Inner {
+    /// With the memory store, the turn to answer the next [`TURN`]
+    /// buckets of a report: share calls take no time waiting, so without
+    /// turns every stream reporting at once would be runnable together,
+    /// and an RLS call would wait for each of them. With Redis a share
+    /// call waits for Redis, which lets the others run.
+    async fn turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        match self.shares {
+            Shares::Memory(_) => self.turns.acquire().await.ok(),
+            Shares::Redis(_) => None,
+        }
     }
 }
 
@@ -473,9 +494,16 @@ impl EnvoyStream {
         let now = (self.inner.clock)();
         let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let mut actions = Vec::with_capacity(report.bucket_quota_usages.len());
-        for usage in report.bucket_quota_usages {
+        let mut turn = None;
+        for (i, usage) in report.bucket_quota_usages.into_iter().enumerate() {
             // A report of thousands of buckets gives the runtime's thread
-            // back now and then: RLS calls on it do not wait for the lot.
+            // back now and then, and in memory the streams' reports take
+            // turns, [`TURN`] buckets at a time: an RLS call waits behind
+            // one stream's turn, not behind every stream reporting.
+            if i % TURN == 0 {
+                drop(turn.take());
+                turn = self.inner.turn().await;
+            }
             tokio::task::coop::consume_budget().await;
             let Some(id) = usage.bucket_id.filter(|b| !b.bucket.is_empty()) else {
                 // A usage without a bucket id names nothing to answer.
