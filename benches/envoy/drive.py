@@ -467,6 +467,7 @@ def rlqs_flood(args):
     rss0, _ = server.memory()
     cpu0, exact0 = server.cpu(), server.cpu_exact()
     m0 = time.monotonic()
+    own0 = time.process_time()
     t0 = time.perf_counter()
     for s in streams:
         s.start([(t0, payloads[s.number])])
@@ -474,25 +475,28 @@ def rlqs_flood(args):
     for s in streams:
         s.first.wait(max(0.0, cap - time.perf_counter()))
     t1 = time.perf_counter()
+    own = time.process_time() - own0
     alive = server.alive()
     cpu1, exact1 = (server.cpu(), server.cpu_exact()) if alive else (float("nan"), float("nan"))
+    # The answers by the cap (more may come while the probe stops).
+    firsts = {s.number: s.received[0] for s in streams if s.received and s.received[0][0] <= t1}
     rss1, hwm1 = server.memory() if alive else (float("nan"), float("nan"))
     # The calls sent from the reports' going out to the last answer, and
     # for at least a second (a fast flood is over before the second call).
     m1 = max(time.monotonic(), m0 + 1.0)
     time.sleep(max(0.0, m1 - time.monotonic()))
     probe_text = probe_proc.finish(m0, m1, args.probe_deadline + 10)
-    answered = [s for s in streams if s.received]
+    answered = [s for s in streams if s.number in firsts]
     errors = [s for s in streams if s.error]
-    last = max((s.received[0][0] for s in answered), default=t0) - t0
+    last = max((firsts[s.number][0] for s in answered), default=t0) - t0
     for s in streams:
         s.close()
     for ch in channels:
         ch.close()
-    counts = [count_actions(s.received[0][1]) for s in answered]
+    counts = [count_actions(firsts[s.number][1]) for s in answered]
     complete = sum(1 for c in counts if c == buckets)
-    checked = [s for s in (answered[:1] + answered[-1:])]
-    problems = [p for p in (check_answer(s.received[0][1], s.number, buckets) for s in checked) if p]
+    checked = answered[:1] + answered[-1:]
+    problems = [p for p in (check_answer(firsts[s.number][1], s.number, buckets) for s in checked) if p]
     cpu, exact = cpu1 - cpu0, exact1 - exact0
     bucket_reports = len(answered) * buckets
     partial = len(answered) < n
@@ -507,7 +511,15 @@ def rlqs_flood(args):
         + (" (CPU includes the unanswered streams' work)" if partial else ""))
     say(f"  server RSS {rss0:.1f} MiB before, {rss1:.1f} MiB after (peak {hwm1:.1f} MiB)"
         + ("" if alive else "; THE SERVER EXITED"))
+    say(f"  driver CPU {own:.2f} s meanwhile (its streams; the RLS calls' process apart)")
     say(f"  RLS during the flood: {probe_text}")
+    if args.settle > 0 and server.alive():
+        cpu2 = server.cpu()
+        time.sleep(args.settle)
+        if server.alive():
+            rss2, _ = server.memory()
+            say(f"  {args.settle:.0f} s after the streams closed: server RSS {rss2:.1f} MiB, "
+                f"CPU {server.cpu() - cpu2:.2f} s in that time")
     for p in problems:
         say(f"  ODD ANSWER: {p}")
     say(f"rlqs-flood {n}x{buckets}: {len(answered)}/{n} answered, last {last:.2f} s, CPU {cpu:.2f} s"
@@ -591,6 +603,8 @@ def main():
             p.add_argument("--timeout", type=float, default=60.0, help="cap on the wait for answers, s")
             p.add_argument("--probe-every", type=float, default=0.05, help="s between RLS calls")
             p.add_argument("--probe-deadline", type=float, default=1.0, help="s, each RLS call's deadline")
+            p.add_argument("--settle", type=float, default=0.0,
+                           help="s to wait after the streams closed, then print the server's RSS again")
         else:
             p.add_argument("--intervals", type=int, default=3)
     args = parser.parse_args()

@@ -14,7 +14,7 @@
 #
 # Settings (environment variables; the README lists them with defaults):
 #   RLS_SIZES RLS_CALLS RLS_WARMUP
-#   FLOOD_STREAMS FLOOD_BUCKETS FLOOD_PER_CHANNEL FLOOD_TIMEOUT PROBE_EVERY_MS PROBE_DEADLINE_MS
+#   FLOOD_STREAMS FLOOD_BUCKETS FLOOD_PER_CHANNEL FLOOD_TIMEOUT FLOOD_SETTLE PROBE_EVERY_MS PROBE_DEADLINE_MS
 #   STEADY_STREAMS STEADY_BUCKETS STEADY_INTERVALS
 #   REPORT_INTERVAL  the server's report_interval_secs (default 5, as examples/envoy_rls.toml)
 #   ENVOY_RLS_BIN    an envoy_rls executable to run instead of building the release example
@@ -38,6 +38,7 @@ FLOOD_STREAMS=${FLOOD_STREAMS:-1 5 20 200}
 FLOOD_BUCKETS=${FLOOD_BUCKETS:-1000}
 FLOOD_PER_CHANNEL=${FLOOD_PER_CHANNEL:-50}
 FLOOD_TIMEOUT=${FLOOD_TIMEOUT:-60}
+FLOOD_SETTLE=${FLOOD_SETTLE:-0}
 PROBE_EVERY_MS=${PROBE_EVERY_MS:-50}
 PROBE_DEADLINE_MS=${PROBE_DEADLINE_MS:-1000}
 STEADY_STREAMS=${STEADY_STREAMS:-10}
@@ -145,11 +146,11 @@ if [ "$what" = rlqs-flood ] || [ "$what" = all ]; then
     for n in $FLOOD_STREAMS; do
         start_server "flood-$n"
         # The driver caps its own wait; timeout is the backstop.
-        timeout -k 5 "$((FLOOD_TIMEOUT + 120))" \
+        timeout -k 5 "$((FLOOD_TIMEOUT + FLOOD_SETTLE + 120))" \
             "$py" benches/envoy/drive.py --addr "$addr" --pid "$server" --interval "$REPORT_INTERVAL" \
             rlqs-flood --streams "$n" --buckets "$FLOOD_BUCKETS" --per-channel "$FLOOD_PER_CHANNEL" \
             --timeout "$FLOOD_TIMEOUT" --probe-every "$(awk "BEGIN { print $PROBE_EVERY_MS / 1000 }")" \
-            --probe-deadline "$(awk "BEGIN { print $PROBE_DEADLINE_MS / 1000 }")" || status=1
+            --probe-deadline "$(awk "BEGIN { print $PROBE_DEADLINE_MS / 1000 }")" --settle "$FLOOD_SETTLE" || status=1
         stop_server
         server_log "flood-$n"
     done
