@@ -349,7 +349,7 @@ def probe(addr, every, deadline, ready, stop, results):
     time.sleep(0.05)
     with lock:
         out = list(done)
-    results.put((sent_at, out))
+    results.put((sent_at, out, time.process_time()))
     ch.close()
 
 
@@ -371,9 +371,9 @@ class Probe:
         got."""
         self.stop.set()
         try:
-            sent, done = self.results.get(timeout=wait)
+            sent, done, self.cpu = self.results.get(timeout=wait)
         except Exception:
-            sent, done = [], []
+            sent, done, self.cpu = [], [], float("nan")
         self.process.join(5)
         if self.process.is_alive():
             self.process.kill()
@@ -511,7 +511,7 @@ def rlqs_flood(args):
         + (" (CPU includes the unanswered streams' work)" if partial else ""))
     say(f"  server RSS {rss0:.1f} MiB before, {rss1:.1f} MiB after (peak {hwm1:.1f} MiB)"
         + ("" if alive else "; THE SERVER EXITED"))
-    say(f"  driver CPU {own:.2f} s meanwhile (its streams; the RLS calls' process apart)")
+    say(f"  driver CPU {own:.2f} s meanwhile (its streams), {probe_proc.cpu:.2f} s in all (the RLS calls' process)")
     say(f"  RLS during the flood: {probe_text}")
     if args.settle > 0 and server.alive():
         cpu2 = server.cpu()
