@@ -6,7 +6,7 @@
 # server on a free port of 127.0.0.1, with the configuration below written
 # to a temporary folder; everything started here is stopped on exit.
 #
-#   benches/envoy/run.sh                # all three, about 3 minutes with a fast server
+#   benches/envoy/run.sh                # all three: 2 to 4 minutes (half a minute of it serializing the reports)
 #   benches/envoy/run.sh rls-sizes      # ShouldRateLimit latency per descriptor count
 #   benches/envoy/run.sh rlqs-flood     # N streams x 1,000 buckets at once, RLS alongside
 #   benches/envoy/run.sh rlqs-steady    # 10 streams x 1,000 buckets every interval
