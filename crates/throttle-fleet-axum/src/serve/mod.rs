@@ -148,8 +148,6 @@ impl Serve {
                 accepted = connections.accept(&self.listener) => accepted,
                 () = &mut shutdown => break,
             };
-            // Small answers go out at once rather than waiting for more.
-            let _ = stream.set_nodelay(true);
             let app = WithPeer {
                 app: self.app.clone(),
                 peer,
