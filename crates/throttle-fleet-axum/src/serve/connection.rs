@@ -45,6 +45,7 @@ pub async fn serve_connection<IO, S>(
         Arc::clone(&activity),
         limits.header_timeout,
         limits.idle_timeout,
+        limits.write_timeout,
     );
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let running = activity.start();
