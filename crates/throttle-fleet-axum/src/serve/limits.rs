@@ -28,9 +28,10 @@ use throttle_fleet_core::ConfigError;
 /// third of the socket's send buffer has drained, so "steadily" means at
 /// least that much per `write_timeout` (over TLS, the TLS layer's own
 /// buffer, 64 KiB by default, as well). While a connection's writes wait,
-/// hyper reads no further requests from it, so what a client that
+/// hyper reads further requests only as long as its own write buffer
+/// (about 400 KiB) has room for their answers, so what a client that
 /// pipelines without reading holds is bounded by the kernel's buffers and
-/// hyper's (about 400 KiB each way), for `write_timeout`.
+/// hyper's, for `write_timeout` after the last byte written.
 ///
 /// The default, 30 s, is half nginx's `send_timeout`: longer than the
 /// stalls a mobile network makes (a handover, a few retransmissions), and
