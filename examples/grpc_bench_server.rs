@@ -38,7 +38,9 @@ async fn serve(
     mode: &str,
     listener: tokio::net::TcpListener,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let incoming = TcpIncoming::from(listener);
+    // Without TCP_NODELAY, Nagle holds a response's second write until
+    // the client's delayed ACK (about 40 ms).
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -119,10 +119,13 @@ async fn main() -> ExitCode {
 async fn serve(layer: ThrottleLayer, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on {} (gRPC)", listener.local_addr()?);
+    // Without TCP_NODELAY, Nagle holds a response's second write until the
+    // client's delayed ACK (about 40 ms).
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     Server::builder()
         .layer(layer)
         .add_service(GreeterServer::new(MyGreeter))
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+        .serve_with_incoming_shutdown(incoming, async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;

@@ -1,5 +1,8 @@
-"""Slow, idle and hoarding clients against a server on 127.0.0.1:PORT."""
+"""Slow, idle, hoarding and non-reading clients against a server on
+127.0.0.1:PORT (process PID, whose memory is read from /proc)."""
 import multiprocessing
+import os
+import select
 import socket
 import sys
 import threading
@@ -7,6 +10,9 @@ import time
 
 PORT = int(sys.argv[1])
 HOARD = int(sys.argv[2])
+PID = int(sys.argv[3])
+# ONLY=pipelining runs that check alone.
+ONLY = os.environ.get("ONLY")
 
 
 def connect(source="127.0.0.1"):
@@ -65,6 +71,89 @@ def idle_keep_alive():
     while b"Hello, world!" not in got:
         got += s.recv(4096)
     return closed_after(s)
+
+
+def rss_mib():
+    """The server's resident memory (VmRSS), in MiB."""
+    with open(f"/proc/{PID}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_ticks():
+    """The server's CPU time so far (user + system), in clock ticks."""
+    with open(f"/proc/{PID}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def pipelining(n=20):
+    """n connections from 127.0.0.4, 4 KB socket buffers each, that
+    pipeline requests as fast as the server takes them and never read.
+    Returns the seconds from each one's last request taken to its close,
+    the seconds from the server's last CPU tick before the closes (when it
+    had answered all it took: its last write progress, near enough) to
+    the closes, and the server's RSS before, at its peak and after."""
+    before = rss_mib()
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        # A small send buffer too: otherwise the client's own kernel takes
+        # megabytes of requests after the server has stopped reading, and
+        # "the last request taken" would be the client's, seconds late.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        s.bind(("127.0.0.4", 0))
+        s.connect(("127.0.0.1", PORT))
+        s.setblocking(False)
+        socks.append(s)
+    batch = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 100
+    last = [time.monotonic()] * n
+    closed = [None] * n
+    sent = [0] * n  # how much of the current batch went out
+    peak = before
+    ticks, busy = cpu_ticks(), time.monotonic()
+    # Write until no socket has taken a byte for 2 s (the server has
+    # stopped reading them all), then wait for the closes.
+    while time.monotonic() - max(last) < 2:
+        for i, s in enumerate(socks):
+            try:
+                # The rest of a batch first: the requests must stay whole.
+                k = s.send(batch[sent[i]:])
+                if k:
+                    sent[i] = (sent[i] + k) % len(batch)
+                    last[i] = time.monotonic()
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed[i] = closed[i] or time.monotonic()
+        peak = max(peak, rss_mib())
+        time.sleep(0.01)
+    poller = select.poll()
+    for s in socks:
+        # A reset (unread requests at the close) or a FIN.
+        poller.register(s, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+    fds = {s.fileno(): i for i, s in enumerate(socks)}
+    deadline = time.monotonic() + 300
+    while None in closed and time.monotonic() < deadline:
+        now_ticks = cpu_ticks()
+        if now_ticks != ticks and not any(closed):
+            ticks, busy = now_ticks, time.monotonic()
+        for fd, _ in poller.poll(100):
+            i = fds[fd]
+            if closed[i] is None:
+                closed[i] = time.monotonic()
+            poller.unregister(fd)
+        peak = max(peak, rss_mib())
+    time.sleep(1)
+    after = rss_mib()
+    for s in socks:
+        s.close()
+    took = [c - l for c, l in zip(closed, last) if c is not None]
+    since_idle = [c - busy for c in closed if c is not None]
+    return took, since_idle, n - len(took), before, peak, after
 
 
 def still_open(sock):
@@ -141,6 +230,19 @@ def hoard():
     return opened, reply.split(b"\r\n")[0].decode(), answered, waits, held
 
 
+def report_pipelining(took, since_idle, open_, before, peak, after):
+    print(f"20 connections from 127.0.0.4 pipelining, never reading (4 KB socket buffers): "
+          f"closed {min(took, default=0):.2f} to {max(took, default=0):.2f} s after their last "
+          f"request was taken, {min(since_idle, default=0):.2f} to "
+          f"{max(since_idle, default=0):.2f} s after the server's last CPU tick (it had "
+          f"answered all it took), {open_} still open after 300 s; server RSS {before:.1f} MiB "
+          f"before, {peak:.1f} MiB at the peak, {after:.1f} MiB after")
+
+
+if ONLY == "pipelining":
+    report_pipelining(*pipelining())
+    sys.exit(0)
+
 results = {}
 threads = [threading.Thread(target=lambda n=n, f=f: results.__setitem__(n, f()))
            for n, f in [("slowloris (a header line every 2 s)", slowloris),
@@ -153,6 +255,7 @@ for t in threads:
     t.join()
 for name, took in results.items():
     print(f"{name}: closed after {took:.2f} s" if took is not None else f"{name}: still open after 120 s")
+report_pipelining(*pipelining())
 opened, status, answered, waits, held = hoard()
 served = sorted(w for w in waits if w is not None)
 p50 = served[len(served) // 2] if served else 0

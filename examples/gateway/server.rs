@@ -35,7 +35,6 @@ pub(crate) async fn serve(
             accepted = connections.accept(&listener) => accepted,
             _ = stop.changed() => break,
         };
-        let _ = stream.set_nodelay(true);
         let app = app.clone();
         let stop = stop.clone();
         let tls = tls.clone();

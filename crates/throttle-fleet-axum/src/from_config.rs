@@ -78,6 +78,7 @@ pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileEr
 ///     [server]
 ///     max_connections_per_client = 20
 ///     idle_timeout_secs = 30
+///     write_timeout_secs = 20
 ///     [[rules]]
 ///     name = "ip"
 ///     key = "ip"
@@ -87,6 +88,7 @@ pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileEr
 /// let connections = from_config::connections(&config).unwrap();
 /// assert_eq!(connections.limits().max_connections_per_client, 20);
 /// assert_eq!(connections.limits().idle_timeout.as_secs(), 30);
+/// assert_eq!(connections.limits().write_timeout.as_secs(), 20);
 /// # Ok::<(), throttle_fleet_config::ConfigFileError>(())
 /// ```
 #[cfg(feature = "serve")]
@@ -99,6 +101,7 @@ pub fn connections(
         max_connections_per_client: server.max_connections_per_client,
         header_timeout: server.header_timeout,
         idle_timeout: server.idle_timeout,
+        write_timeout: server.write_timeout,
     };
     crate::serve::Connections::new(
         limits,

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,13 +19,28 @@ use tokio::time::Instant;
 
 const HEADER: Duration = Duration::from_secs(10);
 const IDLE: Duration = Duration::from_secs(60);
+const WRITE: Duration = Duration::from_secs(30);
 /// How late past its deadline a close may come: the paused clock jumps
 /// straight to the deadline, so only the work after it counts.
 const SLACK: Duration = Duration::from_millis(100);
 
+/// The size of `/big`'s and `/pipelined`'s bodies.
+const BIG: usize = 256 * 1024;
+
+/// Requests `/pipelined` has answered (only one test asks for it).
+static PIPELINED: AtomicUsize = AtomicUsize::new(0);
+
 fn app() -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
+        .route("/big", get(|| async { vec![b'x'; BIG] }))
+        .route(
+            "/pipelined",
+            get(|| async {
+                PIPELINED.fetch_add(1, Ordering::Relaxed);
+                vec![b'x'; 64 * 1024]
+            }),
+        )
         .route(
             "/slow",
             get(|| async {
@@ -59,6 +75,10 @@ struct Server {
 
 async fn start(limits: ServeLimits, clients: ClientIp) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_on(listener, limits, clients)
+}
+
+fn start_on(listener: TcpListener, limits: ServeLimits, clients: ClientIp) -> Server {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = serve(listener, app())
@@ -82,6 +102,7 @@ fn limits() -> ServeLimits {
     ServeLimits {
         header_timeout: HEADER,
         idle_timeout: IDLE,
+        write_timeout: WRITE,
         ..ServeLimits::default()
     }
 }
@@ -347,6 +368,110 @@ async fn a_graceful_stop_closes_idle_connections_and_finishes_running_requests()
         TcpStream::connect(server.addr).await.is_err(),
         "no longer accepting"
     );
+}
+
+/// A connection from `source` whose receive buffer is small (4 KiB asked,
+/// the kernel doubles it): what the server sends fills it at once.
+async fn connect_small_window(source: &str, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4 * 1024).unwrap();
+    socket.set_send_buffer_size(4 * 1024).unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// Pipelines requests for `/pipelined` on `stream` and never reads,
+/// until a write fails. Returns when the last write went through and
+/// when one failed, since the start.
+async fn pipeline_without_reading(mut stream: TcpStream) -> (Duration, Duration) {
+    let batch = b"GET /pipelined HTTP/1.1\r\nHost: a\r\n\r\n".repeat(100);
+    let start = Instant::now();
+    let mut last_progress = Duration::ZERO;
+    // A server that read on while its writes wait would take these as
+    // fast as they come: 100,000 requests is more than any buffer holds.
+    for _ in 0..1_000 {
+        let write = tokio::time::timeout(NEVER, stream.write_all(&batch))
+            .await
+            .expect("the server never closed the connection");
+        if write.is_err() {
+            return (last_progress, start.elapsed());
+        }
+        last_progress = start.elapsed();
+    }
+    panic!(
+        "100,000 requests taken without a response read: the server reads on while its writes wait"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn connections_that_pipeline_and_never_read_are_closed_at_the_write_timeout() {
+    let server = start(limits(), ClientIp::default()).await;
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let stream = connect_small_window("127.0.0.5", server.addr).await;
+        clients.push(tokio::spawn(pipeline_without_reading(stream)));
+    }
+    for client in clients {
+        let (last_progress, closed) = client.await.unwrap();
+        assert_closed_at("pipelining, never reading", closed - last_progress, WRITE);
+    }
+    tokio::time::sleep(SLACK).await;
+    assert_eq!(server.stats.open(), 0);
+    // While its writes waited, the server read no more requests: what it
+    // answered is what its buffers and the client's window held.
+    let answered = PIPELINED.load(Ordering::Relaxed);
+    assert!(answered < 20 * 100, "{answered} requests answered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_response_read_slowly_but_steadily_is_sent_in_full() {
+    // A small send buffer (accepted sockets inherit the listener's), so
+    // that the response waits on the reader from its first kilobytes.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(16 * 1024).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1024).unwrap();
+    let server = start_on(listener, limits(), ClientIp::default());
+    let mut stream = connect_small_window("127.0.0.1", server.addr).await;
+    stream
+        .write_all(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let complete = |got: &[u8]| {
+        got.windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .is_some_and(|head| got.len() - head - 4 == BIG)
+    };
+    // 16 KiB every half write timeout: 256 KiB take eight write timeouts.
+    while !complete(&got) {
+        let mut turn = 0;
+        while turn < 16 * 1024 && !complete(&got) {
+            let n = tokio::time::timeout(NEVER, stream.read(&mut buf))
+                .await
+                .expect("no more of the response")
+                .unwrap();
+            assert!(
+                n > 0,
+                "closed after {} bytes, {:?}",
+                got.len(),
+                start.elapsed()
+            );
+            got.extend_from_slice(&buf[..n]);
+            turn += n;
+        }
+        tokio::time::sleep(WRITE / 2).await;
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    assert!(start.elapsed() >= WRITE * 7, "{:?}", start.elapsed());
+    // And the connection is still served.
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    read_response(&mut stream, "ok").await;
 }
 
 #[tokio::test]

@@ -54,6 +54,7 @@ pub(crate) struct Server {
     pub(crate) max_connections: Option<Spanned<i64>>,
     pub(crate) header_timeout_secs: Option<Spanned<i64>>,
     pub(crate) idle_timeout_secs: Option<Spanned<i64>>,
+    pub(crate) write_timeout_secs: Option<Spanned<i64>>,
     pub(crate) max_connections_per_client: Option<Spanned<i64>>,
 }
 

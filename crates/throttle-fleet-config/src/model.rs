@@ -115,6 +115,11 @@ pub struct ServerConfig {
     /// How long an idle keep-alive connection waits for its next request
     /// (`idle_timeout_secs`, default 60).
     pub idle_timeout: Duration,
+    /// How long the server's writes to a connection may make no progress
+    /// before it is closed (`write_timeout_secs`, default 30): a client
+    /// that stops reading, or pipelines requests and never reads the
+    /// answers. A response read slowly but steadily is never cut.
+    pub write_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -124,6 +129,7 @@ impl Default for ServerConfig {
             max_connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }

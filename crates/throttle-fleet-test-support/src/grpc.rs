@@ -110,7 +110,7 @@ pub async fn serve(layer: ThrottleLayer) -> SocketAddr {
     let server = Server::builder().layer(layer).add_routes(routes());
     tokio::spawn(async move {
         server
-            .serve_with_incoming(TcpIncoming::from(listener))
+            .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true)))
             .await
             .unwrap();
     });

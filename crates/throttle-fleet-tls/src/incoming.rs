@@ -118,6 +118,8 @@ impl AsyncWrite for TlsConnection {
 /// [`DEFAULT_MAX_HANDSHAKES`] handshakes are in progress at once unless
 /// told otherwise; past that, new connections wait in the kernel's backlog.
 ///
+/// Every accepted TCP connection has `TCP_NODELAY` set.
+///
 /// A [`Stream`](futures_core::Stream) of `io::Result<TlsConnection>` (never
 /// an error: failed handshakes are logged at debug level and dropped), as
 /// tonic's `Server::serve_with_incoming` takes one; `axum::serve` takes it
@@ -162,6 +164,12 @@ impl TlsIncoming {
                         continue;
                     }
                 };
+                // The handshake's flights and every answer go out at once:
+                // without it, Nagle's algorithm holds a second small write
+                // until the client's delayed ACK (about 40 ms on Linux).
+                // Fails only on a socket already dead, which the handshake
+                // reports.
+                let _ = tcp.set_nodelay(true);
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     let accepted = acceptor.accept(tcp).await;

@@ -274,6 +274,27 @@ async fn handshakes_past_the_cap_wait_for_a_free_slot() {
     assert!(tls.is_ok(), "{tls:?}");
 }
 
+/// Every accepted connection has `TCP_NODELAY` set, so the handshake's
+/// flights and a response's head and body are not held by Nagle's
+/// algorithm until the client's delayed ACK.
+#[tokio::test]
+async fn an_accepted_connection_has_nodelay_set() {
+    let certs = certs();
+    let acceptor = FingerprintAcceptor::new(server_config(&certs));
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let mut incoming = throttle_fleet_tls::TlsIncoming::new(tcp, acceptor);
+    let connector = TlsConnector::from(client_config(&certs, &[b"http/1.1"], false));
+    let client = tokio::spawn(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        connector.connect(name(), tcp).await.unwrap()
+    });
+    let conn = incoming.accept().await;
+    let _client = client.await.unwrap();
+    let (rewind, _) = conn.get_ref().get_ref();
+    assert!(rewind.get_ref().nodelay().unwrap(), "TCP_NODELAY is set");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_client_that_sends_nothing_times_out() {
     let certs = certs();

@@ -169,6 +169,11 @@ impl Connections {
     /// `max_connections`, accepts, and closes (logs, counts) connections
     /// from clients at their `max_connections_per_client` cap. A failed `accept` is logged
     /// and retried after 50 ms; this never returns an error.
+    ///
+    /// The stream comes with `TCP_NODELAY` set: hyper writes a response's
+    /// head and body in separate writes, and without it Nagle's algorithm
+    /// holds the second until the client's delayed ACK (about 40 ms on
+    /// Linux).
     pub async fn accept(&self, listener: &TcpListener) -> (TcpStream, SocketAddr, Admitted) {
         loop {
             let permit = Arc::clone(&self.shared.permits)
@@ -184,6 +189,9 @@ impl Connections {
                 }
             };
             if let Some(admitted) = self.admit(peer, permit) {
+                // Fails only on a socket already dead, which the first
+                // read or write reports.
+                let _ = stream.set_nodelay(true);
                 return (stream, peer, admitted);
             }
             // Refused: dropping the stream closes it.
@@ -320,6 +328,18 @@ mod tests {
 
     fn peer(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_accepted_connection_has_nodelay_set() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let c = connections(2, ClientIp::default());
+        let client = tokio::spawn(TcpStream::connect(addr));
+        let (stream, peer, _admitted) = c.accept(&listener).await;
+        let client = client.await.unwrap().unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        assert!(stream.nodelay().unwrap(), "TCP_NODELAY is set at accept");
     }
 
     #[tokio::test]

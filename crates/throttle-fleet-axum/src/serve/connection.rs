@@ -1,4 +1,4 @@
-//! One HTTP/1.1 connection under the header and idle timeouts.
+//! One HTTP/1.1 connection under the header, idle and write timeouts.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,8 +23,15 @@ use super::deadline::{Activity, Deadlines, Running};
 /// must arrive within `limits.header_timeout` (from the connection's start
 /// or the request's first byte), and a keep-alive connection waits at most
 /// `limits.idle_timeout` for its next request; past either the connection
-/// is closed. A running request is never cut: a slow handler or a long
-/// streamed response holds its connection as long as it runs.
+/// is closed. A running request is never cut for being slow to produce: a
+/// slow handler or a long streamed response holds its connection as long
+/// as it runs. A connection whose client stops reading is: once the
+/// server's writes have taken no byte for `limits.write_timeout`, the
+/// connection is closed (a response read slowly but steadily is sent in
+/// full; see [`ServeLimits`] for what "steadily" means).
+///
+/// `TCP_NODELAY` is the caller's to set ([`Connections::accept`](super::Connections::accept)
+/// sets it).
 ///
 /// When `shutdown` completes, idle connections close at once and a running
 /// request is finished first. HTTP upgrades (WebSocket) are not served
@@ -45,6 +52,7 @@ pub async fn serve_connection<IO, S>(
         Arc::clone(&activity),
         limits.header_timeout,
         limits.idle_timeout,
+        limits.write_timeout,
     );
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let running = activity.start();

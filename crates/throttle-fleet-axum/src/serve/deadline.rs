@@ -1,7 +1,9 @@
 //! The connection's own clock: a header timeout from the connection's
 //! start or a request's first byte, and an idle timeout between a response
-//! and the next request. Both are enforced on the read side, so a client
-//! that sends nothing is closed without the server polling anything.
+//! and the next request, both enforced on the read side, so a client that
+//! sends nothing is closed without the server polling anything; and a
+//! write timeout on the write side, so a client that stops reading is
+//! closed once the server's writes have made no progress for that long.
 
 use std::future::Future;
 use std::io;
@@ -58,12 +60,17 @@ enum Phase {
     Head(Instant),
     /// Between a response and the next request's first byte, since then.
     Idle(Instant),
-    /// A request is running: its handler's time is the application's.
+    /// A request is running: its handler's time is the application's. Or
+    /// a write waits: the write clock governs, and the header or idle wait
+    /// starts only once the response has gone (a handler hands hyper its
+    /// last bytes well before a slow reader takes them).
     Busy,
 }
 
 /// An I/O stream whose reads fail with `TimedOut` once the phase's
-/// deadline passes; hyper then closes the connection.
+/// deadline passes, and whose writes fail with `TimedOut` once they have
+/// made no progress for the write timeout; hyper then closes the
+/// connection.
 pub(super) struct Deadlines<IO> {
     io: IO,
     activity: Arc<Activity>,
@@ -72,8 +79,22 @@ pub(super) struct Deadlines<IO> {
     /// Requests started as of the last read.
     seen: u64,
     phase: Phase,
-    /// The timer; its deadline is never later than the phase's.
+    /// The read side's timer; its deadline is never later than the phase's.
     sleep: Pin<Box<Sleep>>,
+    write: WriteClock,
+}
+
+/// The write side's clock: since when the writes have made no progress,
+/// and a timer made at the first stall (a connection whose writes never
+/// wait never has one).
+struct WriteClock {
+    timeout: Duration,
+    /// When the first write or flush still waiting was refused; `None`
+    /// once one goes through.
+    stalled: Option<Instant>,
+    /// The timer; while `stalled`, its deadline is never later than the
+    /// stall's.
+    sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl<IO> Deadlines<IO> {
@@ -82,6 +103,7 @@ impl<IO> Deadlines<IO> {
         activity: Arc<Activity>,
         header_timeout: Duration,
         idle_timeout: Duration,
+        write_timeout: Duration,
     ) -> Self {
         let now = Instant::now();
         Self {
@@ -92,6 +114,11 @@ impl<IO> Deadlines<IO> {
             seen: 0,
             phase: Phase::Head(now),
             sleep: Box::pin(tokio::time::sleep_until(now + header_timeout)),
+            write: WriteClock {
+                timeout: write_timeout,
+                stalled: None,
+                sleep: None,
+            },
         }
     }
 
@@ -104,7 +131,7 @@ impl<IO> Deadlines<IO> {
         }
         let running = self.activity.running.load(Ordering::Relaxed);
         match self.phase {
-            _ if running > 0 => self.phase = Phase::Busy,
+            _ if running > 0 || self.write.stalled.is_some() => self.phase = Phase::Busy,
             // The last response has gone: the idle wait starts now.
             Phase::Busy => self.phase = Phase::Idle(Instant::now()),
             Phase::Head(_) | Phase::Idle(_) => {}
@@ -178,21 +205,83 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Deadlines<IO> {
     }
 }
 
+impl WriteClock {
+    /// Passes on what a write, flush or shutdown returned, having kept the
+    /// clock: a result that is ready (bytes taken, a flush done, an error)
+    /// ends a stall without touching the timer; a wait starts one, or
+    /// continues it, and fails with `TimedOut` once it has lasted the
+    /// timeout. The timer is polled with the waiting call's context, so it
+    /// wakes the task when it fires.
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if polled.is_ready() {
+            if self.stalled.take().is_some() {
+                // A wait ended: the connection was busy for the reader,
+                // which must look again (hyper may not read before the
+                // client sends something) to start its idle clock.
+                cx.waker().wake_by_ref();
+            }
+            return polled;
+        }
+        let deadline = *self.stalled.get_or_insert_with(Instant::now) + self.timeout;
+        // As on the read side, the timer moves earlier at once and later
+        // only once it fires: a client that reads slowly but steadily
+        // stalls the writes many times, and a timer-wheel reset per stall
+        // is not needed to catch the one that lasts.
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                if sleep.deadline() > deadline {
+                    sleep.as_mut().reset(deadline);
+                }
+                sleep
+            }
+            None => self
+                .sleep
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        loop {
+            match sleep.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) if sleep.deadline() >= deadline => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "write timeout",
+                    )));
+                }
+                // Fired for an earlier stall's deadline: wait on for this
+                // one's.
+                Poll::Ready(()) => sleep.as_mut().reset(deadline),
+            }
+        }
+    }
+}
+
 impl<IO: AsyncWrite + Unpin> AsyncWrite for Deadlines<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.write.check(cx, polled)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.write.check(cx, polled)
     }
 
+    /// On the clock too: over TLS a shutdown writes a last record, which
+    /// waits for a client that does not read as a response does.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.write.check(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -200,7 +289,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Deadlines<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.write.check(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

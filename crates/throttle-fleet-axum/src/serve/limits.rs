@@ -15,6 +15,35 @@ use throttle_fleet_core::ConfigError;
 /// | `max_connections_per_client` | 256 | connections one client holds at once, counted per address as [`ClientIp`](crate::ClientIp) groups them (IPv6 by `/64`); past it a new connection is closed at accept, logged and counted. Trusted proxies are exempt |
 /// | `header_timeout` | 10 s | from a new connection, or from the first byte of a request, until its headers are complete (a slowloris client or a stalled request line) |
 /// | `idle_timeout` | 60 s | how long a keep-alive connection waits for its next request after a response |
+/// | `write_timeout` | 30 s | how long the server's writes to a connection may make no progress: a client that stops reading, or pipelines requests and never reads the answers |
+///
+/// A running request is never cut for being slow to produce: a slow
+/// handler or a long streamed body holds its connection as long as it
+/// runs. What is cut is a connection whose client stops reading: once the
+/// kernel's send buffer is full the server's writes wait, and a write (or
+/// flush) that has waited `write_timeout` with no byte taken fails and
+/// closes the connection. Any byte taken restarts the clock, so a long
+/// response read slowly but steadily is sent in full. The kernel takes
+/// bytes in chunks, though: Linux wakes a waiting writer once about a
+/// third of the socket's send buffer has drained, so "steadily" means at
+/// least that much per `write_timeout` (over TLS, the TLS layer's own
+/// buffer, 64 KiB by default, as well). While a connection's writes wait,
+/// hyper reads further requests only as long as its own write buffer
+/// (about 400 KiB) has room for their answers, so what a client that
+/// pipelines without reading holds is bounded by the kernel's buffers and
+/// hyper's, for `write_timeout` after the last byte written.
+///
+/// The default, 30 s, is half nginx's `send_timeout`: longer than the
+/// stalls a mobile network makes (a handover, a few retransmissions), and
+/// short enough that a client holding `max_connections_per_client`
+/// connections full of unread answers gives their memory back within half
+/// a minute.
+///
+/// A client that disconnects while one pipelined byte of its next request
+/// is still unread keeps its running request, and so its place under a
+/// concurrency rule, until the handler ends: hyper notices the close only
+/// once its read buffer is empty. That is bounded by the handler, and
+/// costs only the client's own key.
 ///
 /// Keep `max_connections` below the process's file-descriptor limit
 /// (`ulimit -n`) less what the service opens itself, or accepts fail with
@@ -44,6 +73,9 @@ pub struct ServeLimits {
     pub header_timeout: Duration,
     /// How long a keep-alive connection may wait for its next request.
     pub idle_timeout: Duration,
+    /// How long the server's writes to a connection may make no progress
+    /// (no byte taken by the socket) before it is closed.
+    pub write_timeout: Duration,
 }
 
 impl Default for ServeLimits {
@@ -53,6 +85,7 @@ impl Default for ServeLimits {
             max_connections_per_client: 256,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -82,6 +115,12 @@ impl ServeLimits {
         if self.idle_timeout.is_zero() {
             return Err(ConfigError::new(
                 "serve.idle_timeout",
+                "must be longer than zero",
+            ));
+        }
+        if self.write_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "serve.write_timeout",
                 "must be longer than zero",
             ));
         }

@@ -1,14 +1,18 @@
 //! Serving an axum app with the connection limits a public service needs:
 //! [`serve`] is `axum::serve` with a connection cap, a cap per client, a
-//! header timeout and an idle keep-alive timeout ([`ServeLimits`]).
+//! header timeout, an idle keep-alive timeout and a write timeout
+//! ([`ServeLimits`]).
 //!
 //! The rate limiter only sees complete requests. A client that opens
 //! connections and sends nothing, or sends its headers a line at a time
 //! (slowloris), or keeps idle keep-alive connections, costs the server a
 //! file descriptor each and never meets the limiter; with `axum::serve` such
-//! connections stay open as long as the client likes. `serve` closes them
-//! after the documented time, and caps how many one client holds, so one
-//! host cannot take every descriptor.
+//! connections stay open as long as the client likes. So does a client
+//! that stops reading, or pipelines requests and never reads the answers,
+//! holding the server's send buffers as well. `serve` closes them after
+//! the documented time, and caps how many one client holds, so one host
+//! cannot take every descriptor. A running request is still never cut for
+//! being slow to produce (a slow handler, a long streamed body).
 //!
 //! ```no_run
 //! use axum::{Router, routing::get};
@@ -148,8 +152,6 @@ impl Serve {
                 accepted = connections.accept(&self.listener) => accepted,
                 () = &mut shutdown => break,
             };
-            // Small answers go out at once rather than waiting for more.
-            let _ = stream.set_nodelay(true);
             let app = WithPeer {
                 app: self.app.clone(),
                 peer,

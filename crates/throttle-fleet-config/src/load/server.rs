@@ -1,5 +1,5 @@
 //! The `[server]` table: the gateway example's own settings (its connection
-//! caps, header and idle timeouts), read here so that their errors name the
+//! caps, header, idle and write timeouts), read here so that their errors name the
 //! field and its line like every other.
 
 use std::time::Duration;
@@ -21,6 +21,10 @@ impl Loader<'_> {
         if let Some(v) = &table.idle_timeout_secs {
             server.idle_timeout =
                 Duration::from_secs(self.int("server.idle_timeout_secs", v, 1, 86_400)? as u64);
+        }
+        if let Some(v) = &table.write_timeout_secs {
+            server.write_timeout =
+                Duration::from_secs(self.int("server.write_timeout_secs", v, 1, 3_600)? as u64);
         }
         if let Some(v) = &table.max_connections_per_client {
             server.max_connections_per_client =
