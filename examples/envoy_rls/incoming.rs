@@ -31,10 +31,8 @@ pub(crate) fn incoming(
     Ok(futures_util::stream::unfold(
         (connections, listener),
         |(connections, listener)| async move {
+            // With TCP_NODELAY set.
             let (stream, _peer, admitted) = connections.accept(&listener).await;
-            // Also set in `Connections::accept`; said here too, since
-            // this server's answers depend on it.
-            let _ = stream.set_nodelay(true);
             let connection = Connection {
                 stream,
                 _admitted: admitted,
