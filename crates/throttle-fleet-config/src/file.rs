@@ -43,6 +43,7 @@ pub(crate) struct Rls {
     pub(crate) keepalive_interval_secs: Option<Spanned<i64>>,
     pub(crate) keepalive_timeout_secs: Option<Spanned<i64>>,
     pub(crate) max_streams: Option<Spanned<i64>>,
+    pub(crate) max_buckets: Option<Spanned<i64>>,
     pub(crate) max_buckets_per_stream: Option<Spanned<i64>>,
     pub(crate) max_stream_bytes: Option<Spanned<i64>>,
     pub(crate) max_bucket_id_bytes: Option<Spanned<i64>>,

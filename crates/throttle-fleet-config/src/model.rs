@@ -65,9 +65,12 @@ pub struct RlsConfig {
     /// (`keepalive_timeout_secs`, default 10).
     pub keepalive_timeout: Duration,
     /// Quota streams open at once, from every client (`max_streams`,
-    /// default 4,096); past it a new stream is refused
+    /// default 1,024); past it a new stream is refused
     /// `RESOURCE_EXHAUSTED`.
     pub max_streams: usize,
+    /// Buckets all quota streams hold together (`max_buckets`, default
+    /// 1,000,000, about 1.2 GiB); past it a new bucket gets no assignment.
+    pub max_buckets: usize,
     /// Buckets one quota stream holds (`max_buckets_per_stream`, default
     /// 10,000); past it a new bucket gets no assignment.
     pub max_buckets_per_stream: usize,
@@ -90,7 +93,8 @@ impl Default for RlsConfig {
             max_streams_per_connection: 1_024,
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
-            max_streams: 4_096,
+            max_streams: 1_024,
+            max_buckets: 1_000_000,
             max_buckets_per_stream: 10_000,
             max_stream_bytes: 1 << 20,
             max_bucket_id_bytes: 1 << 10,

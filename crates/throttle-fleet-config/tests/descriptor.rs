@@ -174,7 +174,7 @@ fn a_server_layer_refuses_a_descriptor_rule() {
 fn the_rls_bounds_read_as_written_and_refuse_zero_naming_the_field() {
     let text = "[rls]\nmax_connections = 10\nmax_connections_per_client = 2\nmax_streams_per_connection = 8\n\
                 keepalive_interval_secs = 5\nkeepalive_timeout_secs = 3\nmax_streams = 20\n\
-                max_buckets_per_stream = 100\nmax_stream_bytes = 4096\nmax_bucket_id_bytes = 64\n\n";
+                max_buckets = 1000\nmax_buckets_per_stream = 100\nmax_stream_bytes = 4096\nmax_bucket_id_bytes = 64\n\n";
     let rules = rule("domain = \"api\"\ndescriptor = [\"user_id\"]\n");
     let rls = GatewayConfig::parse("g.toml", &format!("{text}{rules}"), None)
         .unwrap()
@@ -189,6 +189,7 @@ fn the_rls_bounds_read_as_written_and_refuse_zero_naming_the_field() {
             keepalive_interval: Duration::from_secs(5),
             keepalive_timeout: Duration::from_secs(3),
             max_streams: 20,
+            max_buckets: 1000,
             max_buckets_per_stream: 100,
             max_stream_bytes: 4096,
             max_bucket_id_bytes: 64,
@@ -202,6 +203,7 @@ fn the_rls_bounds_read_as_written_and_refuse_zero_naming_the_field() {
         "keepalive_interval_secs",
         "keepalive_timeout_secs",
         "max_streams",
+        "max_buckets",
         "max_buckets_per_stream",
         "max_stream_bytes",
         "max_bucket_id_bytes",

@@ -8,7 +8,7 @@
 //! | `throttle_envoy_rlqs_reports_total` | counter | | usage reports received (one per bucket per report) |
 //! | `throttle_envoy_rlqs_assignments_total` | counter | `action` | bucket actions sent: `token_bucket`, `allow_all`, `deny_all`, `abandon` |
 //! | `throttle_envoy_rlqs_streams` | gauge | | quota streams open |
-//! | `throttle_envoy_rlqs_refused_total` | counter | `bound` | what a bound of [`RlqsOptions`](crate::RlqsOptions) refused: `streams` (a stream), `buckets`, `stream_bytes`, `bucket_id_bytes` (a bucket left without assignment) |
+//! | `throttle_envoy_rlqs_refused_total` | counter | `bound` | what a bound of [`RlqsOptions`](crate::RlqsOptions) refused: `streams` (a stream), `buckets_in_all`, `buckets`, `stream_bytes`, `bucket_id_bytes` (a bucket left without assignment) |
 //!
 //! No label carries a descriptor value or a bucket id: label sets stay
 //! bounded.

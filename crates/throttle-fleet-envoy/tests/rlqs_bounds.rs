@@ -168,6 +168,37 @@ async fn buckets_past_a_bound_get_no_assignment() {
 }
 
 #[tokio::test]
+async fn buckets_past_the_bound_for_all_streams_get_none_until_a_stream_lets_go() {
+    let service = start(options().max_buckets(3)).await;
+    let mut a = Stream::open(&service);
+    let mut b = Stream::open(&service);
+    assert_eq!(
+        a.report("api", &["a1", "a2"])
+            .await
+            .unwrap()
+            .bucket_action
+            .len(),
+        2
+    );
+    let answer = b.report("api", &["b1", "b2"]).await.unwrap();
+    assert_eq!(answer.bucket_action.len(), 1, "three buckets in all");
+    // `a` ends: its buckets' places are given back (its task notices the
+    // end first).
+    drop(a);
+    let mut answered = 0;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+        // `b1`, held, is answered whatever happens to the others.
+        let answer = b.report("", &["b1", "b2", "b3"]).await.unwrap();
+        answered = answer.bucket_action.len();
+        if answered == 3 {
+            break;
+        }
+    }
+    assert_eq!(answered, 3, "the ended stream's places were not given back");
+}
+
+#[tokio::test]
 async fn streams_past_the_bound_are_refused_until_one_ends() {
     let service = start(options().max_streams(2)).await;
     let mut a = Stream::open(&service);

@@ -276,6 +276,12 @@ impl Loader<'_> {
             &mut rls.max_streams,
         )?;
         count(
+            "rls.max_buckets",
+            &raw.max_buckets,
+            1_000_000_000,
+            &mut rls.max_buckets,
+        )?;
+        count(
             "rls.max_buckets_per_stream",
             &raw.max_buckets_per_stream,
             10_000_000,

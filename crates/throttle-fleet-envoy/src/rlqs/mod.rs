@@ -83,7 +83,8 @@ pub const REVIEW_PER_TICK: usize = 64;
 ///
 /// | setting | default | file (`[rls]`) | past it |
 /// |---|---:|---|---|
-/// | [`max_streams`](Self::max_streams) | 4,096 | `max_streams` | a new stream is refused `RESOURCE_EXHAUSTED` |
+/// | [`max_streams`](Self::max_streams) | 1,024 | `max_streams` | a new stream is refused `RESOURCE_EXHAUSTED` |
+/// | [`max_buckets`](Self::max_buckets) | 1,000,000 | `max_buckets` | all streams' buckets together: a new bucket gets no assignment |
 /// | [`max_buckets_per_stream`](Self::max_buckets_per_stream) | 10,000 | `max_buckets_per_stream` | a new bucket gets no assignment |
 /// | [`max_stream_bytes`](Self::max_stream_bytes) | 1 MiB | `max_stream_bytes` | a new bucket gets no assignment |
 /// | [`max_bucket_id_bytes`](Self::max_bucket_id_bytes) | 1 KiB | `max_bucket_id_bytes` | that bucket gets no assignment |
@@ -92,8 +93,10 @@ pub const REVIEW_PER_TICK: usize = 64;
 /// stream's, those of the buckets it holds (an abandoned bucket's are
 /// given back). A bucket that gets no assignment stays on its Envoy's
 /// `no_assignment_behavior`, and is counted in
-/// `throttle_envoy_rlqs_refused_total`. With the defaults one stream
-/// holds at most about 1 MiB of ids and their bookkeeping.
+/// `throttle_envoy_rlqs_refused_total`. A bucket held costs the service
+/// about 1.2 KiB (200 streams of 1,000 buckets: 242 MiB), so the default
+/// `max_buckets` holds the quota streams to about 1.2 GiB; size it to the
+/// service's memory.
 ///
 /// ```
 /// use std::time::Duration;
@@ -110,6 +113,7 @@ pub struct RlqsOptions {
     redis: Option<String>,
     key_prefix: String,
     max_streams: usize,
+    max_buckets: usize,
     max_buckets_per_stream: usize,
     max_stream_bytes: usize,
     max_bucket_id_bytes: usize,
@@ -123,7 +127,8 @@ impl RlqsOptions {
             report_interval: report_interval.max(Duration::from_secs(1)),
             redis: None,
             key_prefix: "throttle:".to_owned(),
-            max_streams: 4_096,
+            max_streams: 1_024,
+            max_buckets: 1_000_000,
             max_buckets_per_stream: 10_000,
             max_stream_bytes: 1 << 20,
             max_bucket_id_bytes: 1 << 10,
@@ -135,6 +140,7 @@ impl RlqsOptions {
     pub fn from_config(rls: &RlsConfig) -> Self {
         Self::new(rls.report_interval)
             .max_streams(rls.max_streams)
+            .max_buckets(rls.max_buckets)
             .max_buckets_per_stream(rls.max_buckets_per_stream)
             .max_stream_bytes(rls.max_stream_bytes)
             .max_bucket_id_bytes(rls.max_bucket_id_bytes)
@@ -153,9 +159,15 @@ impl RlqsOptions {
         self
     }
 
-    /// Quota streams open at once, from every client (default 4,096).
+    /// Quota streams open at once, from every client (default 1,024).
     pub fn max_streams(mut self, n: usize) -> Self {
         self.max_streams = n;
+        self
+    }
+
+    /// Buckets all streams hold together (default 1,000,000).
+    pub fn max_buckets(mut self, n: usize) -> Self {
+        self.max_buckets = n;
         self
     }
 
@@ -182,6 +194,7 @@ impl RlqsOptions {
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (field, n) in [
             ("rls.max_streams", self.max_streams),
+            ("rls.max_buckets", self.max_buckets),
             ("rls.max_buckets_per_stream", self.max_buckets_per_stream),
             ("rls.max_stream_bytes", self.max_stream_bytes),
             ("rls.max_bucket_id_bytes", self.max_bucket_id_bytes),
@@ -226,6 +239,8 @@ struct Inner {
     streams: AtomicU64,
     /// Streams open now.
     open: AtomicUsize,
+    /// Buckets all streams hold now.
+    buckets: AtomicUsize,
     /// One stream's report at a time in memory ([`Inner::turn`]).
     turns: tokio::sync::Semaphore,
 }
@@ -289,6 +304,7 @@ impl Rlqs {
                 replica,
                 streams: AtomicU64::new(0),
                 open: AtomicUsize::new(0),
+                buckets: AtomicUsize::new(0),
                 turns: tokio::sync::Semaphore::new(1),
             }),
         })
@@ -340,6 +356,21 @@ impl Rlqs {
 const TURN: usize = 64;
 
 impl Inner {
+    /// A place for one more bucket under [`RlqsOptions::max_buckets`].
+    fn hold_bucket(&self) -> bool {
+        let max = self.options.max_buckets;
+        self.buckets
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` buckets' places.
+    fn let_go_buckets(&self, n: usize) {
+        self.buckets.fetch_sub(n, Ordering::AcqRel);
+    }
+
     /// With the memory store, the turn to answer the next [`TURN`]
     /// buckets of a report: share calls take no time waiting, so without
     /// turns every stream reporting at once would be runnable together,
@@ -411,6 +442,12 @@ struct EnvoyStream {
     bytes: usize,
     /// The last bucket reviewed: the next tick's review starts after it.
     review_after: Option<BucketName>,
+}
+
+impl Drop for EnvoyStream {
+    fn drop(&mut self) {
+        self.inner.let_go_buckets(self.buckets.len());
+    }
 }
 
 /// One bucket of one Envoy.
@@ -525,6 +562,10 @@ impl EnvoyStream {
                     metrics::rlqs_refused("stream_bytes");
                     continue;
                 }
+                if !self.inner.hold_bucket() {
+                    metrics::rlqs_refused("buckets_in_all");
+                    continue;
+                }
             }
             let elapsed = usage
                 .time_elapsed
@@ -535,9 +576,19 @@ impl EnvoyStream {
                 .saturating_add(usage.num_requests_denied)) as f64
                 / elapsed;
             let expires = now + lifetime;
-            let assigned = self
+            let assigned = match self
                 .assign(&loaded, &domain, &id, demand, now, expires)
-                .await?;
+                .await
+            {
+                Ok(assigned) => assigned,
+                Err(status) => {
+                    if known.is_none() {
+                        // Not held after all: the stream ends.
+                        self.inner.let_go_buckets(1);
+                    }
+                    return Err(status);
+                }
+            };
             if let Some(strategy) = &assigned {
                 // Sent at every report, changed or not: it renews the
                 // assignment's lifetime.
@@ -719,6 +770,7 @@ impl EnvoyStream {
             .collect();
         let mut actions = Vec::with_capacity(gone.len());
         let loaded = (!gone.is_empty()).then(|| self.inner.rules.current_full());
+        self.inner.let_go_buckets(gone.len());
         for name in gone {
             self.buckets.remove(&name);
             let id = bucket_id(&name);
