@@ -66,6 +66,27 @@ struct Envoy {
 }
 
 impl Envoy {
+    /// A new Envoy on its own stream to `service`, its first report due
+    /// at `next_report` s.
+    fn open(service: &Rlqs, next_report: f64) -> Self {
+        let (reports, rx) = mpsc::channel(16);
+        Self {
+            reports,
+            answers: service.open(tokio_stream::wrappers::ReceiverStream::new(rx)),
+            local: Local::Default,
+            default_tokens: DEFAULT.0,
+            assigned: None,
+            expires: f64::INFINITY,
+            allowed: 0,
+            denied: 0,
+            last_report: 0.0,
+            next_report,
+            started: false,
+            changes: 0,
+            owed: 0.0,
+        }
+    }
+
     fn admit(&mut self, now: f64) -> bool {
         if now >= self.expires && !matches!(self.local, Local::Default) {
             self.local = Local::Default;
@@ -185,28 +206,9 @@ struct Run {
 }
 
 async fn run(service: Vec<Rlqs>, report: f64) -> Run {
+    // Timers not in step.
     let mut envoys: Vec<Envoy> = (0..4)
-        .map(|i| {
-            let (tx, rx) = mpsc::channel(16);
-            let answers =
-                service[i % service.len()].open(tokio_stream::wrappers::ReceiverStream::new(rx));
-            Envoy {
-                reports: tx,
-                answers,
-                local: Local::Default,
-                default_tokens: DEFAULT.0,
-                assigned: None,
-                expires: f64::INFINITY,
-                allowed: 0,
-                denied: 0,
-                last_report: 0.0,
-                // Timers not in step.
-                next_report: [0.0, 1.3, 2.7, 4.1][i],
-                started: false,
-                changes: 0,
-                owed: 0.0,
-            }
-        })
+        .map(|i| Envoy::open(&service[i % service.len()], [0.0, 1.3, 2.7, 4.1][i]))
         .collect();
     let seconds = 330;
     let mut admitted = vec![0u64; seconds];
@@ -404,26 +406,7 @@ fn in_force(e: &Envoy, now: f64) -> Option<f64> {
 async fn a_silent_envoys_share_goes_to_the_others_within_three_and_a_half_intervals() {
     let report = 2.0;
     let rlqs = service(report).await;
-    let mut envoys: Vec<Envoy> = (0..2)
-        .map(|i| {
-            let (tx, rx) = mpsc::channel(16);
-            Envoy {
-                reports: tx,
-                answers: rlqs.open(tokio_stream::wrappers::ReceiverStream::new(rx)),
-                local: Local::Default,
-                default_tokens: DEFAULT.0,
-                assigned: None,
-                expires: f64::INFINITY,
-                allowed: 0,
-                denied: 0,
-                last_report: 0.0,
-                next_report: [0.3, 1.1][i],
-                started: false,
-                changes: 0,
-                owed: 0.0,
-            }
-        })
-        .collect();
+    let mut envoys: Vec<Envoy> = [0.3, 1.1].map(|at| Envoy::open(&rlqs, at)).into();
     let (silent_from, grows_at, end) = (30.0, 28.5, 60.0);
     let mut last_report_of_silent = 0.0;
     let mut full_at = None;
