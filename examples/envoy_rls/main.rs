@@ -103,6 +103,7 @@ async fn run() -> Result<(), Failure> {
         .await
         .map_err(|e| (1, format!("cannot listen on {listen}: {e}")))?;
     let bound = listener.local_addr().map_err(|e| (1, e.to_string()))?;
+    let connections = incoming::incoming(listener, &rls_config).map_err(|e| (2, e))?;
     if let (Some(listen), Some(handle)) = (config.metrics_listen, prometheus) {
         let at = metrics::serve(listen, handle).await.map_err(|e| (1, e))?;
         eprintln!("envoy_rls: metrics at http://{at}/metrics");
@@ -125,7 +126,6 @@ async fn run() -> Result<(), Failure> {
         let _ = stop_tx.send(true);
     });
     let mut stopped = stop.clone();
-    let connections = incoming::incoming(listener, &rls_config).map_err(|e| (2, e))?;
     let served = throttle_fleet_envoy::server(&rls_config)
         .add_service(Rls::new(rules).into_server())
         .add_service(rlqs.into_server())
@@ -148,8 +148,8 @@ async fn run() -> Result<(), Failure> {
 }
 
 /// The quota service's settings from the file: the Envoys' report
-/// interval, the bounds, and Redis for the shares (under the backend's key prefix) when
-/// the backend is Redis. A Redis Cluster backend keeps the shares in this
+/// interval, the bounds, and Redis for the shares (under the backend's key
+/// prefix) when the backend is Redis. A Redis Cluster backend keeps the shares in this
 /// process: several replicas then need a standalone Redis.
 fn rlqs_options(config: &GatewayConfig, rls: RlsConfig) -> RlqsOptions {
     let mut options = RlqsOptions::from_config(&rls);
