@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use throttle_fleet_config::GatewayConfig;
 use throttle_fleet_config::reload::ReloadTarget;
+use throttle_fleet_core::{ManualClock, MemoryBackend};
 use throttle_fleet_envoy::{EnvoyRules, Rls};
 use throttle_fleet_test_support::RedisServer;
 use tonic::transport::Channel;
@@ -88,7 +89,12 @@ period_secs = 60
 
 #[tokio::test]
 async fn twelve_calls_ten_ok_then_over_limit_with_reset_and_headers() {
-    let mut client = serve(rules(PER_USER).await).await;
+    // In memory on a clock stopped 30 s into a minute: the twelve calls
+    // fall in one fixed window whatever the wall clock says.
+    let config = GatewayConfig::parse("rls.toml", PER_USER, None).unwrap();
+    let clock = ManualClock::new(1_800_000_030_000_000);
+    let backend = MemoryBackend::with_clock(clock);
+    let mut client = serve(EnvoyRules::new(&config, "rls.toml", backend).unwrap()).await;
     let req = request(&[&[("user_id", "alice")]], 0);
     let mut codes = Vec::new();
     for i in 0..12u32 {
