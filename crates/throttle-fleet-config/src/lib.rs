@@ -73,10 +73,4 @@ pub use model::{
 /// The certificate and key types of [`TlsIdentity`].
 pub use rustls_pki_types as pki_types;
 
-/// The bounds a file is held to, each checked when it loads (the error
-/// names the field).
-pub mod limits {
-    pub use crate::load::{
-        MAX_DESCRIPTOR_ENTRIES, MAX_FILE_BYTES, MAX_KEY_PARTS, MAX_RULES, MAX_TIER_KEYS,
-    };
-}
+pub mod limits;

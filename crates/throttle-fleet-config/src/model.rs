@@ -365,8 +365,8 @@ impl Descriptor {
             [one] => Key::new(one),
             many => {
                 // At most MAX_DESCRIPTOR_ENTRIES values: no allocation.
-                let mut parts: [&[u8]; crate::load::MAX_DESCRIPTOR_ENTRIES] =
-                    [&[]; crate::load::MAX_DESCRIPTOR_ENTRIES];
+                let mut parts: [&[u8]; crate::limits::MAX_DESCRIPTOR_ENTRIES] =
+                    [&[]; crate::limits::MAX_DESCRIPTOR_ENTRIES];
                 let n = many.len().min(parts.len());
                 for (part, value) in parts.iter_mut().zip(many) {
                     *part = value.as_bytes();

@@ -8,9 +8,10 @@ use throttle_fleet_core::limits::{MAX_SLOT_TTL, MIN_SLOT_TTL};
 use throttle_fleet_core::{Algorithm, FailurePolicy, Quota, Rule};
 use toml::Spanned;
 
+use super::Tables;
 use super::{Loader, Result};
-use super::{MAX_DESCRIPTOR_ENTRIES, MAX_KEY_PARTS, MAX_TIER_KEYS, Tables};
 use crate::file;
+use crate::limits::{MAX_DESCRIPTOR_ENTRIES, MAX_KEY_PARTS, MAX_TIER_KEYS};
 use crate::model::{Descriptor, DescriptorEntry, KeySpec, RuleConfig};
 
 /// The algorithms a rule may name: the five rates and the concurrency
