@@ -69,7 +69,7 @@ pub struct RlsConfig {
     /// `RESOURCE_EXHAUSTED`.
     pub max_streams: usize,
     /// Buckets all quota streams hold together (`max_buckets`, default
-    /// 1,000,000, about 1.2 GiB); past it a new bucket gets no assignment.
+    /// 1,000,000); past it a new bucket gets no assignment.
     pub max_buckets: usize,
     /// Buckets one quota stream holds (`max_buckets_per_stream`, default
     /// 10,000); past it a new bucket gets no assignment.

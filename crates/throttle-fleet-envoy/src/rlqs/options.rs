@@ -24,10 +24,9 @@ pub const LIFETIME_INTERVALS: u32 = 3;
 /// stream's, those of the buckets it holds (an abandoned bucket's are
 /// given back). A bucket that gets no assignment stays on its Envoy's
 /// `no_assignment_behavior`, and is counted in
-/// `throttle_envoy_rlqs_refused_total`. A bucket held costs the service
-/// about 1.2 KiB (200 streams of 1,000 buckets: 242 MiB), so the default
-/// `max_buckets` holds the quota streams to about 1.2 GiB; size it to the
-/// service's memory.
+/// `throttle_envoy_rlqs_refused_total`. Size `max_buckets` to the
+/// service's memory: the README gives what a bucket held was measured to
+/// cost.
 ///
 /// ```
 /// use std::time::Duration;
@@ -52,29 +51,28 @@ pub struct RlqsOptions {
 
 impl RlqsOptions {
     /// Envoys report every `report_interval` (their filter's
-    /// `reporting_interval`); shares are kept in this process.
+    /// `reporting_interval`); shares are kept in this process; the bounds
+    /// are the file's defaults ([`RlsConfig::default`]).
     pub fn new(report_interval: Duration) -> Self {
-        Self {
-            report_interval: report_interval.max(Duration::from_secs(1)),
-            redis: None,
-            key_prefix: "throttle:".to_owned(),
-            max_streams: 1_024,
-            max_buckets: 1_000_000,
-            max_buckets_per_stream: 10_000,
-            max_stream_bytes: 1 << 20,
-            max_bucket_id_bytes: 1 << 10,
-        }
+        Self::from_config(&RlsConfig {
+            report_interval,
+            ..RlsConfig::default()
+        })
     }
 
     /// The interval and the bounds of the file's `[rls]` table (the
     /// shares in this process: add [`redis`](Self::redis) for Redis).
     pub fn from_config(rls: &RlsConfig) -> Self {
-        Self::new(rls.report_interval)
-            .max_streams(rls.max_streams)
-            .max_buckets(rls.max_buckets)
-            .max_buckets_per_stream(rls.max_buckets_per_stream)
-            .max_stream_bytes(rls.max_stream_bytes)
-            .max_bucket_id_bytes(rls.max_bucket_id_bytes)
+        Self {
+            report_interval: rls.report_interval.max(Duration::from_secs(1)),
+            redis: None,
+            key_prefix: "throttle:".to_owned(),
+            max_streams: rls.max_streams,
+            max_buckets: rls.max_buckets,
+            max_buckets_per_stream: rls.max_buckets_per_stream,
+            max_stream_bytes: rls.max_stream_bytes,
+            max_bucket_id_bytes: rls.max_bucket_id_bytes,
+        }
     }
 
     /// Keeps the shares in the Redis at `url`, so that several replicas of
