@@ -6,6 +6,9 @@ outside (the [rls] table's bounds):
                closed at accept; once one closes, a new one is let in
   streams      quota streams (grpcio, Envoy's generated stubs): the first
                --max-streams are served, the next ends RESOURCE_EXHAUSTED
+  silent-peer  (--silent-peer S) a raw socket that sends the HTTP/2
+               preface and never reads is closed within S seconds (the
+               server's keepalive interval and timeout, and a second)
 
 Exit status 0 when every check holds, 1 with the first that does not.
 """
@@ -79,15 +82,39 @@ def streams(args):
     print(f"streams: {args.max_streams} served, the next RESOURCE_EXHAUSTED")
 
 
+def silent_peer(args):
+    host, port = args.addr.rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    # The client preface and an empty SETTINGS frame; then nothing is read.
+    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+    start = time.monotonic()
+    established = 1  # TCP_INFO's first byte, tcpi_state
+    while time.monotonic() - start < args.silent_peer:
+        time.sleep(0.1)
+        if sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != established:
+            print(f"silent-peer: a client that never reads closed after {time.monotonic() - start:.1f} s")
+            sock.close()
+            return
+    sock.close()
+    check(False, f"silent-peer: a client that never reads was still connected after {args.silent_peer} s")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--addr", required=True)
-    parser.add_argument("--per-client", type=int, required=True)
-    parser.add_argument("--max-streams", type=int, required=True)
+    parser.add_argument("--per-client", type=int)
+    parser.add_argument("--max-streams", type=int)
+    parser.add_argument("--silent-peer", type=float)
     args = parser.parse_args()
     try:
-        connections(args)
-        streams(args)
+        if args.per_client is not None:
+            connections(args)
+        if args.max_streams is not None:
+            streams(args)
+        if args.silent_peer is not None:
+            silent_peer(args)
     except Failed as e:
         print(f"bounds_client: {e}", file=sys.stderr)
         sys.exit(1)
