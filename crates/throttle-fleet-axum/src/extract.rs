@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::{ConnectInfo, MatchedPath};
 use http::StatusCode;
-use http::request::Parts;
 use throttle_fleet_core::{ConfigError, Key};
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{ClientAddr, Extracted, PeerSource};
 use throttle_fleet_tower::{KeyExtractor, MissingKey};
 
@@ -23,7 +23,7 @@ pub struct ConnectInfoPeer;
 
 impl PeerSource for ConnectInfoPeer {
     #[inline]
-    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr> {
+    fn peer_addr(&self, req: &RequestHead<'_>) -> Option<SocketAddr> {
         req.extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(addr)| *addr)
@@ -107,7 +107,7 @@ impl Route {
 }
 
 impl KeyExtractor for Route {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         let Some(matched) = req.extensions.get::<MatchedPath>() else {
             if let Some(only) = &self.only {
                 // Unrouted requests (404s, fallbacks) carry no matched path

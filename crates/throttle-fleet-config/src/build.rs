@@ -5,8 +5,8 @@
 
 use std::net::IpAddr;
 
-use http::request::Parts;
 use throttle_fleet_core::{Backend, Key, Quota};
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{
     AllOf, ClientAddr, Extracted, Global, Header, IpPrefix, Jwt, PeerSource, UserAgentHash,
 };
@@ -255,7 +255,7 @@ struct OnlyRoutes {
 }
 
 impl KeyExtractor for OnlyRoutes {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         match self.routes.extract(req) {
             Extracted::Key(_) => self.key.extract(req),
             other => other,

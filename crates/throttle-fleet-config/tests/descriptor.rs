@@ -140,11 +140,11 @@ fn misuse_names_the_field() {
 #[test]
 fn a_server_layer_refuses_a_descriptor_rule() {
     struct Plain;
-    fn peer(_: &http::request::Parts) -> Option<std::net::SocketAddr> {
+    fn peer(_: &throttle_fleet_tower::RequestHead<'_>) -> Option<std::net::SocketAddr> {
         None
     }
     impl throttle_fleet_config::Integration for Plain {
-        type Peer = fn(&http::request::Parts) -> Option<std::net::SocketAddr>;
+        type Peer = fn(&throttle_fleet_tower::RequestHead<'_>) -> Option<std::net::SocketAddr>;
         type Responder = throttle_fleet_tower::HttpResponder;
         fn peer(&self) -> Self::Peer {
             peer

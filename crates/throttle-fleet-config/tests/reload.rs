@@ -7,23 +7,23 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use http::request::Parts;
 use throttle_fleet_config::reload::{ReloadEvent, Reloader};
 use throttle_fleet_config::{GatewayConfig, Integration};
 use throttle_fleet_core::MemoryBackend;
 use throttle_fleet_core::rule_set::Carried;
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::Global;
 use throttle_fleet_tower::{HttpResponder, KeyExtractor};
 
 /// A server whose peer address is a `SocketAddr` extension.
 struct Plain;
 
-fn peer(req: &Parts) -> Option<SocketAddr> {
+fn peer(req: &RequestHead<'_>) -> Option<SocketAddr> {
     req.extensions.get::<SocketAddr>().copied()
 }
 
 impl Integration for Plain {
-    type Peer = fn(&Parts) -> Option<SocketAddr>;
+    type Peer = fn(&RequestHead<'_>) -> Option<SocketAddr>;
     type Responder = HttpResponder;
 
     fn peer(&self) -> Self::Peer {

@@ -12,11 +12,9 @@ pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 ///
 /// [`Limiter::acquire`](crate::backend::Limiter::acquire) answers a
 /// `Result<Outcome, Unavailable>`, [`RuleSet::check`](crate::RuleSet::check)
-/// a [`Decision`](crate::Decision) and
-/// [`RuleSet::check_charged`](crate::RuleSet::check_charged) a
-/// [`Charged`](crate::decision::Charged). Local backends always answer
+/// a [`Checked`](crate::Checked). Local backends always answer
 /// [`Ready`](Self::Ready), without allocating.
-pub enum Answer<T = crate::Decision> {
+pub enum Answer<T = crate::Checked> {
     /// Decided without waiting.
     Ready(T),
     /// Decided by a remote backend, once the future completes.

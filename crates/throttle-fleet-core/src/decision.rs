@@ -1,19 +1,23 @@
 //! Decisions: what a check of a request's rules says.
+//!
+//! A [`Decision`] is plain data of at most 32 bytes, made on every request;
+//! what a responder reports (the limit, the remaining units, the reset,
+//! the wait) is read from it through methods, the limit and quota with the
+//! rule that decided ([`Decision::limit`], [`Decision::quota`]).
 
+use std::fmt;
 use std::time::Duration;
 
-use smallvec::SmallVec;
-
-use crate::backend::{Outcome, Unavailable};
-use crate::{Key, Quota};
 #[cfg(doc)]
-use crate::{Rule, RuleSet};
+use crate::RuleSet;
+use crate::backend::{Outcome, Unavailable};
+use crate::{Key, Quota, Rule};
 
 /// The shadow rules that would have denied a request (see
 /// [`Rule::shadow`]): a small set of rule indices, plain data.
 ///
-/// Only the first 64 rules of a rule set may be shadow rules
-/// ([`RuleSet::bind`] refuses others), so the set is one `u64`.
+/// Only the first 32 rules of a rule set may be shadow rules
+/// ([`RuleSet::bind`] refuses others), so the set is one `u32`.
 ///
 /// ```
 /// use throttle_fleet_core::decision::ShadowDenials;
@@ -23,11 +27,11 @@ use crate::{Rule, RuleSet};
 /// assert_eq!(none.iter().count(), 0);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct ShadowDenials(u64);
+pub struct ShadowDenials(u32);
 
 impl ShadowDenials {
     /// The largest rule index a shadow rule may have, plus one.
-    pub const MAX_RULES: usize = 64;
+    pub const MAX_RULES: usize = 32;
 
     /// Whether no shadow rule would have denied.
     pub const fn is_empty(&self) -> bool {
@@ -51,102 +55,435 @@ impl ShadowDenials {
         (0..Self::MAX_RULES).filter(move |i| bits & (1 << i) != 0)
     }
 
-    pub(crate) fn insert(&mut self, index: usize) {
-        debug_assert!(index < Self::MAX_RULES);
-        self.0 |= 1 << index;
+    /// The set with the rule at `index` added (ignored past
+    /// [`MAX_RULES`](Self::MAX_RULES)).
+    #[must_use]
+    pub const fn with(self, index: usize) -> Self {
+        if index < Self::MAX_RULES {
+            Self(self.0 | 1 << index)
+        } else {
+            self
+        }
     }
 }
 
-/// The request may go on. Figures are those of the most restrictive rule
-/// (the fewest units remaining), which is what success headers report.
-/// Shadow rules ([`Rule::shadow`]) never supply the figures while an
-/// enforced rule applied; [`shadow_denied`](Self::shadow_denied) lists
-/// those that would have denied.
-///
-/// Rules are named by their index in the [`RuleSet`] ([`RuleSet::rule`]):
-/// a decision is plain data, cheap to make on every request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Allowed {
-    /// The most restrictive rule that applied (its index in the rule set).
-    pub rule: usize,
-    /// That rule's capacity for this key (`X-RateLimit-Limit`): its tier's,
-    /// when the rule has tiers.
-    pub limit: u64,
-    /// The quota that rule applied to this key: its tier's, or the rule's.
-    pub quota: Quota,
-    /// Units left for this key under that rule (`X-RateLimit-Remaining`).
-    pub remaining: u64,
-    /// Time until that rule is back to its full allowance (`X-RateLimit-Reset`).
-    pub reset: Duration,
-    /// How long the request must wait for its turn (leaky bucket rules);
-    /// zero for every other algorithm.
-    pub delay: Duration,
-    /// When that rule's backend decided, in microseconds since the Unix
-    /// epoch (`reset` counts from there).
-    pub at_us: u64,
-    /// The backend could not be asked and the rule's failure policy let the
-    /// request through (fail open, or the local fallback): `remaining` is
-    /// this instance's own count, not the fleet's, and responders leave it
-    /// out rather than report it as the fleet's.
-    pub degraded: bool,
-    /// Only shadow rules applied: the figures are a shadow rule's, which
-    /// clients must not be told about; the layer sends no `X-RateLimit-*`
-    /// headers for such a decision.
-    pub shadow: bool,
-    /// The shadow rules that would have denied this request (empty almost
-    /// always). For logs and metrics (`outcome = shadow_denied`); the
-    /// request goes on regardless, and the other rules keep their cost.
-    pub shadow_denied: ShadowDenials,
-}
-
-/// The request is over a limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Denied {
-    /// The rule (dimension) that denied it, the first in policy order (its
-    /// index in the rule set).
-    pub rule: usize,
-    /// That rule's capacity for this key (its tier's, when it has tiers).
-    pub limit: u64,
-    /// The quota that rule applied to this key: its tier's, or the rule's.
-    pub quota: Quota,
-    /// Units still left under that rule (less than the request's cost).
-    pub remaining: u64,
-    /// The shortest wait after which the same request fits.
-    pub retry_after: Duration,
-    /// Time until that rule is back to its full allowance.
-    pub reset: Duration,
-    /// When that rule's backend decided, in microseconds since the Unix
-    /// epoch (`retry_after` and `reset` count from there).
-    pub at_us: u64,
-}
-
-/// A rule's backend could not answer and the rule fails closed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    /// The rule that could not be checked (its index in the rule set).
-    pub rule: usize,
-    /// What went wrong.
-    pub error: Unavailable,
-}
-
-/// What a check of all rules decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+/// What kind of answer a [`Decision`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
     /// No rule applied to the request (every rule was skipped).
     Unlimited,
     /// Every enforced rule that applied allowed the request (shadow rules
-    /// may have said otherwise: [`Allowed::shadow_denied`]).
-    Allowed(Allowed),
+    /// may have said otherwise: [`Decision::shadow_denied`]).
+    Allowed,
     /// A rule denied the request; no other rule keeps its cost.
-    Denied(Denied),
-    /// A fail-closed rule could not be checked.
-    Refused(Refused),
+    Denied,
+    /// A fail-closed rule's backend could not answer
+    /// ([`Decision::error`]).
+    Refused,
+}
+
+/// What a check of all rules decided: [`kind`](Self::kind), and the
+/// figures of the rule that speaks for the decision (for an allowed
+/// request the most restrictive rule, the fewest units remaining; for a
+/// denied one the first rule in policy order that denied).
+///
+/// Rules are named by their index in the [`RuleSet`] ([`RuleSet::rule`]).
+/// Durations are kept to the microsecond up to 17 minutes, to the
+/// millisecond up to 12 days and to the second beyond, always rounded up,
+/// so a wait is never reported shorter than the backend found it.
+///
+/// ```
+/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+/// use throttle_fleet_core::decision::Kind;
+///
+/// let mut rules = RuleSet::new();
+/// let ip = rules.bind(Rule::new("ip", Quota::per_minute(1)), &MemoryBackend::default())?;
+/// let demand = [Demand { rule: ip, key: Key::new("10.0.0.1"), cost: 1 }];
+/// let Answer::Ready(first) = rules.check(&demand) else { unreachable!() };
+/// assert_eq!(first.decision().kind(), Kind::Allowed);
+/// let Answer::Ready(second) = rules.check(&demand) else { unreachable!() };
+/// let denied = second.decision();
+/// assert!(denied.is_denied());
+/// assert_eq!(denied.rule(), Some(ip));
+/// assert_eq!(denied.limit(rules.rule(ip)), 1);
+/// assert!(denied.retry_after().as_secs() >= 59);
+/// # Ok::<(), throttle_fleet_core::ConfigError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Decision {
+    repr: Repr,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Repr {
+    Unlimited,
+    Decided(Figures),
+    Refused { rule: u16, error: Unavailable },
+}
+
+/// One rule's answer, as a decision reports it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Figures {
+    at_us: u64,
+    remaining: u64,
+    reset: Span,
+    /// `retry_after` when denied, `delay` when allowed.
+    wait: Span,
+    shadow_denied: ShadowDenials,
+    rule: u16,
+    /// The key's tier (its index in `rule.tier_set()`), or [`NO_TIER`].
+    tier: u8,
+    flags: Flags,
+}
+
+const NO_TIER: u8 = u8::MAX;
+
+/// Allowed, degraded, shadow: the three bits of a decided answer. An enum
+/// rather than a `u8` so that its unused values leave the decision room
+/// for the other two kinds without a tag of their own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Flags {
+    F0,
+    F1,
+    F2,
+    F3,
+    F4,
+    F5,
+    F6,
+    F7,
+}
+
+impl Flags {
+    const ALLOWED: u8 = 1;
+    const DEGRADED: u8 = 2;
+    const SHADOW: u8 = 4;
+
+    #[inline(always)]
+    const fn of(bits: u8) -> Self {
+        match bits & 7 {
+            0 => Self::F0,
+            1 => Self::F1,
+            2 => Self::F2,
+            3 => Self::F3,
+            4 => Self::F4,
+            5 => Self::F5,
+            6 => Self::F6,
+            _ => Self::F7,
+        }
+    }
+
+    #[inline(always)]
+    const fn has(self, bit: u8) -> bool {
+        self as u8 & bit != 0
+    }
+}
+
+/// A duration in 32 bits: 30 bits of microseconds, milliseconds or
+/// seconds (the top two bits say which), rounded up.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+struct Span(u32);
+
+impl Span {
+    const VALUE: u64 = (1 << 30) - 1;
+
+    #[inline(always)]
+    fn from_us(us: u64) -> Self {
+        if us <= Self::VALUE {
+            Self(us as u32)
+        } else if us.div_ceil(1_000) <= Self::VALUE {
+            Self(1 << 30 | us.div_ceil(1_000) as u32)
+        } else {
+            Self(2 << 30 | us.div_ceil(1_000_000).min(Self::VALUE) as u32)
+        }
+    }
+
+    #[inline]
+    fn get(self) -> Duration {
+        let value = u64::from(self.0) & Self::VALUE;
+        match self.0 >> 30 {
+            0 => Duration::from_micros(value),
+            1 => Duration::from_millis(value),
+            _ => Duration::from_secs(value),
+        }
+    }
 }
 
 impl Decision {
-    /// Whether the request may go on.
+    /// No rule applied to the request.
+    pub const fn unlimited() -> Self {
+        Self {
+            repr: Repr::Unlimited,
+        }
+    }
+
+    /// What the rule at index `rule` decided alone, `outcome`: allowed or
+    /// denied as its step says (for backends' and responders' own tests;
+    /// a [`RuleSet`] makes decisions on its own).
+    ///
+    /// # Panics
+    ///
+    /// If `rule` is not below [`limits::MAX_RULES`](crate::limits::MAX_RULES).
+    pub fn from_outcome(rule: usize, outcome: &Outcome) -> Self {
+        let step = &outcome.step;
+        let wait = if step.allowed {
+            step.delay_us
+        } else {
+            step.retry_after_us.max(1)
+        };
+        let rule = u16::try_from(rule).expect("a rule index below limits::MAX_RULES");
+        Self::decided(
+            rule,
+            NO_TIER,
+            outcome,
+            wait,
+            step.allowed,
+            false,
+            ShadowDenials::default(),
+        )
+    }
+
+    /// This decision, for a key in tier `tier` of its rule (the index in
+    /// the rule's [`Tiers::quotas`](crate::Tiers::quotas)): its limit and
+    /// quota are then that tier's.
+    #[must_use]
+    pub fn in_tier(mut self, tier: usize) -> Self {
+        if let Repr::Decided(f) = &mut self.repr {
+            f.tier = u8::try_from(tier).unwrap_or(NO_TIER);
+        }
+        self
+    }
+
+    /// A fail-closed rule, at index `rule`, could not be checked.
+    pub fn refused(rule: usize, error: Unavailable) -> Self {
+        Self {
+            repr: Repr::Refused {
+                rule: u16::try_from(rule).unwrap_or(u16::MAX),
+                error,
+            },
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn decided(
+        rule: u16,
+        tier: u8,
+        outcome: &Outcome,
+        wait_us: u64,
+        allowed: bool,
+        shadow: bool,
+        shadow_denied: ShadowDenials,
+    ) -> Self {
+        let bits = (allowed as u8) * Flags::ALLOWED
+            | (outcome.degraded as u8) * Flags::DEGRADED
+            | (shadow as u8) * Flags::SHADOW;
+        Self {
+            repr: Repr::Decided(Figures {
+                at_us: outcome.at_us,
+                remaining: outcome.step.remaining,
+                reset: Span::from_us(outcome.step.reset_us),
+                wait: Span::from_us(wait_us),
+                shadow_denied,
+                rule,
+                tier,
+                flags: Flags::of(bits),
+            }),
+        }
+    }
+
+    /// What kind of answer this is.
+    #[inline]
+    pub fn kind(&self) -> Kind {
+        match &self.repr {
+            Repr::Unlimited => Kind::Unlimited,
+            Repr::Decided(f) if f.flags.has(Flags::ALLOWED) => Kind::Allowed,
+            Repr::Decided(_) => Kind::Denied,
+            Repr::Refused { .. } => Kind::Refused,
+        }
+    }
+
+    /// Whether the request may go on (allowed, or no rule applied).
+    #[inline]
     pub fn is_allowed(&self) -> bool {
-        matches!(self, Self::Unlimited | Self::Allowed(_))
+        match &self.repr {
+            Repr::Unlimited => true,
+            Repr::Decided(f) => f.flags.has(Flags::ALLOWED),
+            Repr::Refused { .. } => false,
+        }
+    }
+
+    /// Whether a rule denied the request (over its limit).
+    #[inline]
+    pub fn is_denied(&self) -> bool {
+        self.kind() == Kind::Denied
+    }
+
+    #[inline(always)]
+    fn figures(&self) -> Option<&Figures> {
+        match &self.repr {
+            Repr::Decided(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The rule that speaks for this decision (its index in the rule
+    /// set): the most restrictive allowing rule, the first denying one,
+    /// or the fail-closed rule that could not be checked. `None` when no
+    /// rule applied.
+    #[inline]
+    pub fn rule(&self) -> Option<usize> {
+        match &self.repr {
+            Repr::Unlimited => None,
+            Repr::Decided(f) => Some(usize::from(f.rule)),
+            Repr::Refused { rule, .. } => Some(usize::from(*rule)),
+        }
+    }
+
+    /// Units left for the key under [`rule`](Self::rule) (`X-RateLimit-Remaining`;
+    /// less than the request's cost when denied). Zero when no figures
+    /// apply (unlimited, refused).
+    #[inline]
+    pub fn remaining(&self) -> u64 {
+        self.figures().map_or(0, |f| f.remaining)
+    }
+
+    /// Time until that rule is back to its full allowance
+    /// (`X-RateLimit-Reset` counts from [`at_us`](Self::at_us)).
+    #[inline]
+    pub fn reset(&self) -> Duration {
+        self.figures().map_or(Duration::ZERO, |f| f.reset.get())
+    }
+
+    /// When denied: the shortest wait after which the same request fits
+    /// (at least a microsecond). Zero for every other kind.
+    #[inline]
+    pub fn retry_after(&self) -> Duration {
+        match self.figures() {
+            Some(f) if !f.flags.has(Flags::ALLOWED) => f.wait.get(),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// When allowed by a leaky bucket: how long the request must wait for
+    /// its turn. Zero for every other algorithm and kind.
+    #[inline]
+    pub fn delay(&self) -> Duration {
+        match self.figures() {
+            Some(f) if f.flags.has(Flags::ALLOWED) => f.wait.get(),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// When the rule's backend decided, in microseconds since the Unix
+    /// epoch (`reset` and `retry_after` count from there); zero when no
+    /// figures apply.
+    #[inline]
+    pub fn at_us(&self) -> u64 {
+        self.figures().map_or(0, |f| f.at_us)
+    }
+
+    /// The backend could not be asked and the rule's failure policy let
+    /// the request through (fail open, or the local fallback):
+    /// [`remaining`](Self::remaining) is this instance's own count, not the
+    /// fleet's, and responders leave it out rather than report it as the
+    /// fleet's.
+    #[inline]
+    pub fn is_degraded(&self) -> bool {
+        self.figures().is_some_and(|f| f.flags.has(Flags::DEGRADED))
+    }
+
+    /// Only shadow rules applied: the figures are a shadow rule's, which
+    /// clients must not be told about (the layer sends no `X-RateLimit-*`
+    /// headers for such a decision).
+    #[inline]
+    pub fn is_shadow(&self) -> bool {
+        self.figures().is_some_and(|f| f.flags.has(Flags::SHADOW))
+    }
+
+    /// The shadow rules that would have denied this request (empty almost
+    /// always). For logs and metrics; the request goes on regardless, and
+    /// the other rules keep their cost.
+    #[inline]
+    pub fn shadow_denied(&self) -> ShadowDenials {
+        self.figures()
+            .map_or_else(ShadowDenials::default, |f| f.shadow_denied)
+    }
+
+    /// What went wrong, for a fail-closed rule that could not be checked.
+    pub fn error(&self) -> Option<&Unavailable> {
+        match &self.repr {
+            Repr::Refused { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The key's tier under [`rule`](Self::rule) (its index in the rule's
+    /// [`Tiers::quotas`](crate::Tiers::quotas)), when the rule has tiers
+    /// and the key is in one.
+    pub fn tier(&self) -> Option<usize> {
+        self.figures()
+            .filter(|f| f.tier != NO_TIER)
+            .map(|f| usize::from(f.tier))
+    }
+
+    /// The quota `rule` (the rule this decision names, from
+    /// [`RuleSet::rule`]) applied to the key: its tier's, or the rule's.
+    pub fn quota(&self, rule: &Rule) -> Quota {
+        match (self.tier(), rule.tier_set()) {
+            (Some(t), Some(tiers)) => tiers.quotas().get(t).copied().unwrap_or(rule.quota()),
+            _ => rule.quota(),
+        }
+    }
+
+    /// `rule`'s capacity for the key (`X-RateLimit-Limit`): its tier's,
+    /// when the rule has tiers.
+    pub fn limit(&self, rule: &Rule) -> u64 {
+        rule.capacity_of(self.quota(rule))
+    }
+}
+
+impl Default for Decision {
+    fn default() -> Self {
+        Self::unlimited()
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            Repr::Unlimited => f.write_str("Unlimited"),
+            Repr::Refused { rule, error } => f
+                .debug_struct("Refused")
+                .field("rule", rule)
+                .field("error", error)
+                .finish(),
+            Repr::Decided(fig) => {
+                let mut d = f.debug_struct(if fig.flags.has(Flags::ALLOWED) {
+                    "Allowed"
+                } else {
+                    "Denied"
+                });
+                d.field("rule", &fig.rule)
+                    .field("remaining", &fig.remaining)
+                    .field("reset", &fig.reset.get())
+                    .field("wait", &fig.wait.get())
+                    .field("at_us", &fig.at_us);
+                if fig.tier != NO_TIER {
+                    d.field("tier", &fig.tier);
+                }
+                if fig.flags.has(Flags::DEGRADED) {
+                    d.field("degraded", &true);
+                }
+                if fig.flags.has(Flags::SHADOW) {
+                    d.field("shadow", &true);
+                }
+                if !fig.shadow_denied.is_empty() {
+                    d.field("shadow_denied", &fig.shadow_denied);
+                }
+                d.finish()
+            }
+        }
     }
 }
 
@@ -161,14 +498,108 @@ pub struct Demand {
     pub cost: u64,
 }
 
-/// A decision with what each allowed demand took, so that a cost can be
-/// given back later ([`RuleSet::refund`]): what a layer needs to settle a
-/// cost once the response is known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Charged {
-    /// The decision, as [`RuleSet::check`] makes it.
-    pub decision: Decision,
-    /// `(index in the demands, outcome)` of every demand whose cost was
-    /// taken; empty unless the request was allowed.
-    pub taken: SmallVec<[(usize, Outcome); 4]>,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Step;
+
+    #[test]
+    fn a_decision_is_at_most_32_bytes() {
+        assert!(
+            std::mem::size_of::<Decision>() <= 32,
+            "{}",
+            std::mem::size_of::<Decision>()
+        );
+    }
+
+    #[test]
+    fn spans_round_up_and_never_report_a_shorter_wait() {
+        for us in [
+            0,
+            1,
+            999_999,
+            (1 << 30) - 1,
+            1 << 30,
+            3_600_000_001,
+            86_400_000_000 * 13,
+            u64::MAX,
+        ] {
+            let got = Span::from_us(us).get();
+            assert!(
+                got >= Duration::from_micros(us).min(Duration::from_secs(Span::VALUE)),
+                "{us}: {got:?}"
+            );
+        }
+        assert_eq!(
+            Span::from_us(1_500_000).get(),
+            Duration::from_micros(1_500_000)
+        );
+        assert_eq!(
+            Span::from_us(3_600_000_001).get(),
+            Duration::from_millis(3_600_001)
+        );
+        assert_eq!(
+            Span::from_us(30 * 86_400_000_000 + 1).get(),
+            Duration::from_secs(30 * 86_400 + 1)
+        );
+    }
+
+    #[test]
+    fn the_figures_read_back_as_written() {
+        let step = Step {
+            allowed: false,
+            remaining: 7,
+            reset_us: 60_000_000,
+            retry_after_us: 1_500,
+            delay_us: 9,
+        };
+        let d = Decision::from_outcome(
+            3,
+            &Outcome {
+                step,
+                at_us: 42,
+                degraded: true,
+            },
+        );
+        assert_eq!(
+            (d.kind(), d.rule(), d.remaining(), d.at_us()),
+            (Kind::Denied, Some(3), 7, 42)
+        );
+        assert_eq!(
+            (d.reset(), d.retry_after(), d.delay()),
+            (
+                Duration::from_secs(60),
+                Duration::from_micros(1_500),
+                Duration::ZERO
+            )
+        );
+        assert!(d.is_degraded() && !d.is_shadow() && !d.is_allowed());
+        let a = Decision::from_outcome(
+            1,
+            &Outcome {
+                step: Step {
+                    allowed: true,
+                    ..step
+                },
+                at_us: 1,
+                degraded: false,
+            },
+        )
+        .in_tier(2);
+        assert_eq!(
+            (a.kind(), a.delay(), a.retry_after(), a.tier()),
+            (
+                Kind::Allowed,
+                Duration::from_micros(9),
+                Duration::ZERO,
+                Some(2)
+            )
+        );
+        let r = Decision::refused(5, Unavailable::new("down"));
+        assert_eq!(
+            (r.kind(), r.rule(), r.remaining()),
+            (Kind::Refused, Some(5), 0)
+        );
+        assert_eq!(r.error().map(|e| &*e.reason), Some("down"));
+    }
 }

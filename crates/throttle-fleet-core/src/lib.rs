@@ -4,7 +4,7 @@
 //! integration crates build on it.
 //!
 //! ```
-//! use throttle_fleet_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+//! use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 //!
 //! let mut rules = RuleSet::new();
 //! let backend = MemoryBackend::default();
@@ -13,10 +13,10 @@
 //!
 //! let key = Key::new("acme");
 //! let demands = [Demand { rule: tenant, key, cost: 1 }, Demand { rule: search, key, cost: 1 }];
-//! match rules.check(&demands) {
-//!     Answer::Ready(Decision::Allowed(a)) => assert_eq!(rules.rule(a.rule).name(), "search"), // fewest left
-//!     other => panic!("{other:?}"),
-//! }
+//! let Answer::Ready(checked) = rules.check(&demands) else { unreachable!("memory decides at once") };
+//! let decision = checked.decision();
+//! assert!(decision.is_allowed());
+//! assert_eq!(rules.rule(decision.rule().unwrap()).name(), "search"); // fewest left
 //! # Ok::<(), throttle_fleet_core::ConfigError>(())
 //! ```
 
@@ -43,11 +43,11 @@ pub use algorithm::Algorithm;
 pub use answer::Answer;
 pub use backend::Backend;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Allowed, Decision, Demand, Denied, Refused};
+pub use decision::{Decision, Demand};
 pub use error::ConfigError;
 pub use key::Key;
 pub use memory::MemoryBackend;
 pub use quota::Quota;
 pub use rule::{FailurePolicy, Rule};
-pub use rule_set::RuleSet;
+pub use rule_set::{Checked, RuleSet};
 pub use tier::Tiers;

@@ -9,3 +9,7 @@ pub use crate::tier::MAX_TIER_QUOTAS;
 
 /// How many rules of a policy may be shadow rules (the first ones).
 pub const MAX_SHADOW_RULES: usize = crate::decision::ShadowDenials::MAX_RULES;
+
+/// How many rules a rule set may hold (a decision names its rule in 16
+/// bits).
+pub const MAX_RULES: usize = u16::MAX as usize;

@@ -10,9 +10,9 @@ use throttle_fleet_core::algorithm::{
     SlidingWindowCounterState, SlidingWindowLog, SlidingWindowLogState,
 };
 use throttle_fleet_core::algorithm::{Meter, Step};
+use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::{
-    Allowed, Answer, Clock, Decision, Demand, Denied, Key, ManualClock, MemoryBackend, Quota, Rule,
-    RuleSet, sim,
+    Answer, Clock, Decision, Demand, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet, sim,
 };
 
 const MS: u64 = 1_000;
@@ -734,18 +734,40 @@ fn window_algorithms_reject_a_burst() {
 // Rule set on the memory backend
 // ---------------------------------------------------------------------------
 
-fn allowed(check: Answer) -> Allowed {
-    match check {
-        Answer::Ready(Decision::Allowed(a)) => a,
-        other => panic!("expected an allowance, got {other:?}"),
+/// A decision's figures, with the limit its rule gives it.
+#[derive(Debug)]
+struct Got {
+    rule: usize,
+    limit: u64,
+    remaining: u64,
+    reset: Duration,
+    retry_after: Duration,
+    delay: Duration,
+}
+
+fn got(rules: &RuleSet, check: Answer, kind: Kind) -> Got {
+    let Answer::Ready(checked) = check else {
+        panic!("the memory backend decides at once")
+    };
+    let d = checked.decision();
+    assert_eq!(d.kind(), kind, "{d:?}");
+    let rule = d.rule().unwrap();
+    Got {
+        rule,
+        limit: d.limit(rules.rule(rule)),
+        remaining: d.remaining(),
+        reset: d.reset(),
+        retry_after: d.retry_after(),
+        delay: d.delay(),
     }
 }
 
-fn denied(check: Answer) -> Denied {
-    match check {
-        Answer::Ready(Decision::Denied(d)) => d,
-        other => panic!("expected a denial, got {other:?}"),
-    }
+fn allowed(rules: &RuleSet, check: Answer) -> Got {
+    got(rules, check, Kind::Allowed)
+}
+
+fn denied(rules: &RuleSet, check: Answer) -> Got {
+    got(rules, check, Kind::Denied)
 }
 
 fn demand(rule: usize, key: &str) -> Demand {
@@ -775,7 +797,7 @@ fn rule_set_reports_the_most_restrictive_rule_on_allow() {
         .unwrap();
     let both = [demand(ip, "10.0.0.1"), demand(tenant, "acme")];
 
-    let a = allowed(rules.check(&both));
+    let a = allowed(&rules, rules.check(&both));
     assert_eq!(rules.rule(a.rule).name(), "tenant");
     assert_eq!((a.limit, a.remaining), (3, 2));
     assert_eq!(a.reset, Duration::from_secs(60));
@@ -783,7 +805,7 @@ fn rule_set_reports_the_most_restrictive_rule_on_allow() {
 
     // Alone, the ip rule reports its own figures.
     clock.advance(Duration::from_secs(1));
-    let a = allowed(rules.check(&both[..1]));
+    let a = allowed(&rules, rules.check(&both[..1]));
     assert_eq!(rules.rule(a.rule).name(), "ip");
     assert_eq!((a.limit, a.remaining), (5, 3));
     assert_eq!(a.reset, Duration::from_secs(59));
@@ -804,7 +826,7 @@ fn rule_set_reports_the_first_denial_in_rule_order() {
         .bind(Rule::new("b", Quota::per_second(1)), &backend)
         .unwrap();
     let both = [demand(a, "k"), demand(b, "k")];
-    let first = allowed(rules.check(&both));
+    let first = allowed(&rules, rules.check(&both));
     assert_eq!(
         rules.rule(first.rule).name(),
         "a",
@@ -813,23 +835,23 @@ fn rule_set_reports_the_first_denial_in_rule_order() {
     assert_eq!(first.remaining, 0);
 
     clock.advance(Duration::from_millis(400));
-    let d = denied(rules.check(&both));
+    let d = denied(&rules, rules.check(&both));
     assert_eq!(rules.rule(d.rule).name(), "a");
     assert_eq!((d.limit, d.remaining), (1, 0));
     assert_eq!(d.retry_after, Duration::from_millis(59_600));
     assert_eq!(d.reset, Duration::from_millis(59_600));
-    let d = denied(rules.check(&both[1..]));
+    let d = denied(&rules, rules.check(&both[1..]));
     assert_eq!(rules.rule(d.rule).name(), "b");
     assert_eq!(d.retry_after, Duration::from_millis(600));
 
     // Waiting for the advertised retry is enough, and not a microsecond less.
     clock.advance(Duration::from_micros(59_600_000 - 1));
     assert_eq!(
-        denied(rules.check(&both)).retry_after,
+        denied(&rules, rules.check(&both)).retry_after,
         Duration::from_micros(1)
     );
     clock.advance(Duration::from_micros(1));
-    allowed(rules.check(&both));
+    allowed(&rules, rules.check(&both));
 }
 
 #[test]
@@ -853,17 +875,17 @@ fn a_denied_request_does_not_use_up_the_other_rules_quota() {
             )
             .unwrap();
         let both = [demand(first, "k"), demand(gate, "k")];
-        allowed(rules.check(&both));
+        allowed(&rules, rules.check(&both));
         for _ in 0..10 {
             clock.advance(Duration::from_millis(1));
             assert_eq!(
-                rules.rule(denied(rules.check(&both)).rule).name(),
+                rules.rule(denied(&rules, rules.check(&both)).rule).name(),
                 "gate",
                 "{algorithm}"
             );
         }
         // Only the allowed request counted: 4 - 1 - this one.
-        let a = allowed(rules.check(&both[..1]));
+        let a = allowed(&rules, rules.check(&both[..1]));
         assert_eq!(
             a.remaining, 2,
             "{algorithm}: denied requests kept their cost"
@@ -889,8 +911,8 @@ fn rule_set_reports_the_longest_delay_of_a_leaky_bucket() {
         )
         .unwrap();
     let both = [demand(shape, "k"), demand(narrow, "k")];
-    assert_eq!(allowed(rules.check(&both)).delay, Duration::ZERO);
-    let a = allowed(rules.check(&both));
+    assert_eq!(allowed(&rules, rules.check(&both)).delay, Duration::ZERO);
+    let a = allowed(&rules, rules.check(&both));
     assert_eq!(rules.rule(a.rule).name(), "narrow");
     assert_eq!(a.remaining, 1);
     assert_eq!(a.delay, Duration::from_millis(100));
@@ -909,8 +931,8 @@ fn rule_set_weighs_each_demand_by_its_cost() {
         key: Key::new("k"),
         cost: 7,
     }];
-    assert_eq!(allowed(rules.check(&heavy)).remaining, 3);
-    let d = denied(rules.check(&heavy));
+    assert_eq!(allowed(&rules, rules.check(&heavy)).remaining, 3);
+    let d = denied(&rules, rules.check(&heavy));
     assert_eq!(d.remaining, 3);
     assert_eq!(d.retry_after, Duration::from_millis(400));
 }
@@ -922,14 +944,14 @@ fn no_demand_means_unlimited() {
     rules
         .bind(Rule::new("ip", Quota::per_minute(1)), &backend)
         .unwrap();
-    let Answer::Ready(decision) = rules.check(&[]) else {
+    let Answer::Ready(checked) = rules.check(&[]) else {
         panic!("a local check completes at once");
     };
-    assert_eq!(decision, Decision::Unlimited);
-    assert!(decision.is_allowed());
+    assert_eq!(*checked.decision(), Decision::unlimited());
+    assert!(checked.decision().is_allowed());
     assert!(matches!(
         RuleSet::new().check(&[]),
-        Answer::Ready(Decision::Unlimited)
+        Answer::Ready(c) if c.decision().kind() == Kind::Unlimited
     ));
 }
 

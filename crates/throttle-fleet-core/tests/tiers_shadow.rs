@@ -3,31 +3,51 @@
 
 use std::time::Duration;
 
+use throttle_fleet_core::decision::{Kind, ShadowDenials};
 use throttle_fleet_core::limits::MAX_TIER_QUOTAS;
 use throttle_fleet_core::{
-    Allowed, Answer, Decision, Demand, Denied, Key, ManualClock, MemoryBackend, Quota, Rule,
-    RuleSet,
+    Answer, Decision, Demand, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet,
 };
 
 fn decide(check: Answer) -> Decision {
     match check {
-        Answer::Ready(d) => d,
+        Answer::Ready(c) => c.into_decision(),
         Answer::Pending(_) => panic!("the memory backend decides at once"),
     }
 }
 
-fn allowed(check: Answer) -> Allowed {
-    match decide(check) {
-        Decision::Allowed(a) => a,
-        other => panic!("expected allowed, got {other:?}"),
+/// A decision's figures, with the limit and quota its rule gives them.
+#[derive(Debug)]
+struct Got {
+    rule: usize,
+    limit: u64,
+    quota: Quota,
+    remaining: u64,
+    retry_after: Duration,
+    shadow: bool,
+    shadow_denied: ShadowDenials,
+}
+
+fn got(rules: &RuleSet, d: Decision, kind: Kind) -> Got {
+    assert_eq!(d.kind(), kind, "{d:?}");
+    let rule = d.rule().unwrap();
+    Got {
+        rule,
+        limit: d.limit(rules.rule(rule)),
+        quota: d.quota(rules.rule(rule)),
+        remaining: d.remaining(),
+        retry_after: d.retry_after(),
+        shadow: d.is_shadow(),
+        shadow_denied: d.shadow_denied(),
     }
 }
 
-fn denied(check: Answer) -> Denied {
-    match decide(check) {
-        Decision::Denied(d) => d,
-        other => panic!("expected denied, got {other:?}"),
-    }
+fn allowed(rules: &RuleSet, check: Answer) -> Got {
+    got(rules, decide(check), Kind::Allowed)
+}
+
+fn denied(rules: &RuleSet, check: Answer) -> Got {
+    got(rules, decide(check), Kind::Denied)
 }
 
 fn backend() -> MemoryBackend<ManualClock> {
@@ -53,11 +73,11 @@ fn each_tier_has_its_own_quota_and_counters() {
             cost: 1,
         }];
         for left in (0..quota).rev() {
-            let a = allowed(rules.check(&d));
+            let a = allowed(&rules, rules.check(&d));
             assert_eq!((a.limit, a.remaining), (quota, left), "{key}");
             assert_eq!(a.quota, Quota::per_minute(quota), "{key}");
         }
-        let no = denied(rules.check(&d));
+        let no = denied(&rules, rules.check(&d));
         assert_eq!((no.limit, no.quota.limit()), (quota, quota), "{key}");
     }
 }
@@ -82,14 +102,14 @@ fn a_tier_function_picks_among_declared_quotas() {
         }]
     };
     for _ in 0..3 {
-        assert_eq!(allowed(rules.check(&d("paid:1"))).limit, 3);
+        assert_eq!(allowed(&rules, rules.check(&d("paid:1"))).limit, 3);
     }
     assert_eq!(
-        denied(rules.check(&d("paid:1"))).retry_after,
+        denied(&rules, rules.check(&d("paid:1"))).retry_after,
         Duration::from_secs(20)
     );
-    assert_eq!(allowed(rules.check(&d("u:1"))).limit, 1);
-    assert_eq!(denied(rules.check(&d("u:1"))).limit, 1);
+    assert_eq!(allowed(&rules, rules.check(&d("u:1"))).limit, 1);
+    assert_eq!(denied(&rules, rules.check(&d("u:1"))).limit, 1);
 }
 
 #[test]
@@ -145,7 +165,7 @@ fn a_shadow_rule_counts_and_never_denies() {
         },
     ];
     for n in 1..=5u64 {
-        let a = allowed(rules.check(&d));
+        let a = allowed(&rules, rules.check(&d));
         // The enforced rule supplies the figures, and keeps every cost.
         assert_eq!((a.rule, a.remaining, a.shadow), (ip, 10 - n, false));
         assert_eq!(a.shadow_denied.contains(trial), n > 2, "request {n}");
@@ -160,7 +180,7 @@ fn a_shadow_rule_counts_and_never_denies() {
         key,
         cost: 1,
     }];
-    let a = allowed(rules.check(&alone));
+    let a = allowed(&rules, rules.check(&alone));
     assert!(a.shadow && a.shadow_denied.contains(trial));
 }
 
@@ -187,16 +207,19 @@ fn an_enforced_denial_gives_the_shadow_rule_its_cost_back() {
             cost: 1,
         },
     ];
-    allowed(rules.check(&d));
+    allowed(&rules, rules.check(&d));
     for _ in 0..5 {
-        assert_eq!(denied(rules.check(&d)).rule, ip);
+        assert_eq!(denied(&rules, rules.check(&d)).rule, ip);
     }
     // The trial rule counted only the request that went on.
-    let a = allowed(rules.check(&[Demand {
-        rule: trial,
-        key,
-        cost: 1,
-    }]));
+    let a = allowed(
+        &rules,
+        rules.check(&[Demand {
+            rule: trial,
+            key,
+            cost: 1,
+        }]),
+    );
     assert_eq!(a.remaining, 8);
 }
 
@@ -210,26 +233,26 @@ fn charges_come_back_through_release_in_their_tier() {
         key: Key::new("vip"),
         cost: 1,
     }];
+    rules
+        .settle_by(t, std::sync::Arc::new(|status| status >= 500))
+        .unwrap();
     for _ in 0..10 {
-        let Answer::Ready(charged) = rules.check_charged(&d) else {
+        let Answer::Ready(checked) = rules.check(&d) else {
             panic!()
         };
-        let Decision::Allowed(a) = charged.decision else {
-            panic!("{charged:?}")
-        };
+        let (decision, held) = checked.into_parts();
+        let a = got(&rules, decision, Kind::Allowed);
         assert_eq!((a.limit, a.remaining), (3, 2));
-        assert_eq!(charged.taken.len(), 1);
-        let (i, outcome) = charged.taken[0];
-        rules.refund(&d[i], &outcome);
+        held.expect("a settling rule keeps its charge").settle(503);
     }
     // A denied check took nothing.
     for _ in 0..3 {
-        allowed(rules.check(&d));
+        allowed(&rules, rules.check(&d));
     }
-    let Answer::Ready(charged) = rules.check_charged(&d) else {
+    let Answer::Ready(checked) = rules.check(&d) else {
         panic!()
     };
-    assert!(!charged.decision.is_allowed() && charged.taken.is_empty());
+    assert!(!checked.decision().is_allowed() && checked.held().is_none());
 }
 
 #[test]

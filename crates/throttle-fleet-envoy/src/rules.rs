@@ -174,6 +174,12 @@ fn load(
             None => rules.bind(rule, backend).map(|i| (i, Carried::Fresh)),
         }
         .map_err(|e| ConfigFileError::from_rule_error(file, &e))?;
+        // Each descriptor is answered with its own rule's figures, and a
+        // later round's denial gives back what earlier rounds took: checks
+        // keep every charge.
+        rules
+            .keep(index)
+            .map_err(|e| ConfigFileError::from_rule_error(file, &e))?;
         if let Some(observer) = throttle_fleet_tower::metrics::rule_observer(rules.rule(index)) {
             rules
                 .observe(index, observer)

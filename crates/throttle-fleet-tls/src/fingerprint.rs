@@ -1,6 +1,6 @@
 //! The fingerprint as a request extension, and the key extractor over it.
 
-use http::request::Parts;
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::Extracted;
 use throttle_fleet_tower::{Key, KeyExtractor};
 
@@ -64,7 +64,7 @@ impl TlsFingerprint {
 
 impl KeyExtractor for TlsFingerprint {
     #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         let ext = &req.extensions;
         ext.get::<Fingerprint>()
             .copied()

@@ -13,7 +13,7 @@ use bytes::BufMut;
 use http::{HeaderMap, HeaderValue};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
-use throttle_fleet_core::{Denied, Quota, Rule};
+use throttle_fleet_core::{Quota, Rule};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, RetryInfo, StatusExt};
 
@@ -235,12 +235,13 @@ impl RuleAnswers {
     /// (a tier function's), for the caller to build it the slow way.
     pub(crate) fn limited(
         &self,
-        d: &Denied,
+        quota: Quota,
+        retry_after: Duration,
         secs: u64,
         pushback_ms: u64,
         reset: u64,
     ) -> Option<LimitedValues> {
-        let (_, tail) = self.tails.iter().find(|(q, _)| *q == d.quota)?;
+        let (_, tail) = self.tails.iter().find(|(q, _)| *q == quota)?;
         let mut secs_buf = itoa::Buffer::new();
         let secs_text = secs_buf.format(secs).as_bytes();
         arena::scratch(|status| {
@@ -253,7 +254,7 @@ impl RuleAnswers {
             status.put_slice(self.head.as_bytes());
             status.put_slice(secs_text);
             status.put_slice(MESSAGE[2].as_bytes());
-            put_retry_info(d.retry_after, status);
+            put_retry_info(retry_after, status);
             status.put_slice(tail);
             let wire_len = self.wire_head.len() + secs_text.len() + self.wire_tail.len();
             let need = wire_len + arena::base64_len(status.len()) + 2 * 20;

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::ConnectInfo;
-use http::request::Parts;
 use throttle_fleet_core::{ConfigError, Key};
 use throttle_fleet_tower::KeyExtractor;
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{ClientAddr, Extracted, Header, PeerSource};
 use tonic::transport::server::TcpConnectInfo;
 
@@ -94,7 +94,7 @@ impl GrpcMethod {
 }
 
 impl KeyExtractor for GrpcMethod {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         if !is_grpc(req) {
             return Extracted::Skip;
         }
@@ -161,7 +161,7 @@ impl GrpcService {
 }
 
 impl KeyExtractor for GrpcService {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         if !is_grpc(req) {
             return Extracted::Skip;
         }
@@ -224,7 +224,7 @@ impl Metadata {
 
 impl KeyExtractor for Metadata {
     #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         self.header.extract(req)
     }
 
@@ -275,7 +275,7 @@ pub struct TonicPeer;
 
 impl PeerSource for TonicPeer {
     #[inline]
-    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr> {
+    fn peer_addr(&self, req: &RequestHead<'_>) -> Option<SocketAddr> {
         if let Some(info) = req.extensions.get::<TcpConnectInfo>() {
             return info.remote_addr();
         }
@@ -332,7 +332,7 @@ mod tests {
 
     use super::*;
 
-    fn grpc(path: &str) -> Parts {
+    fn grpc(path: &str) -> http::request::Parts {
         http::Request::post(path)
             .header("content-type", "application/grpc")
             .body(())
@@ -357,22 +357,31 @@ mod tests {
         let req = grpc("/helloworld.Greeter/SayHello");
         let key = |k: &str| Extracted::Key(Key::new(k));
         assert_eq!(
-            GrpcMethod::full().extract(&req),
+            GrpcMethod::full().extract(&RequestHead::from_parts(&req)),
             key("/helloworld.Greeter/SayHello")
         );
-        assert_eq!(GrpcService::each().extract(&req), key("helloworld.Greeter"));
-        assert_eq!(GrpcMethod::only(["/x.Y/Z"]).extract(&req), Extracted::Skip);
-        assert_eq!(GrpcService::only(["x.Y"]).extract(&req), Extracted::Skip);
         assert_eq!(
-            GrpcMethod::full().extract(&grpc("/bad")),
+            GrpcService::each().extract(&RequestHead::from_parts(&req)),
+            key("helloworld.Greeter")
+        );
+        assert_eq!(
+            GrpcMethod::only(["/x.Y/Z"]).extract(&RequestHead::from_parts(&req)),
+            Extracted::Skip
+        );
+        assert_eq!(
+            GrpcService::only(["x.Y"]).extract(&RequestHead::from_parts(&req)),
+            Extracted::Skip
+        );
+        assert_eq!(
+            GrpcMethod::full().extract(&RequestHead::from_parts(&grpc("/bad"))),
             Extracted::Missing
         );
         assert_eq!(
-            GrpcService::each().extract(&grpc("/bad")),
+            GrpcService::each().extract(&RequestHead::from_parts(&grpc("/bad"))),
             Extracted::Missing
         );
         assert_eq!(
-            GrpcService::only(["x.Y"]).extract(&grpc("/bad")),
+            GrpcService::only(["x.Y"]).extract(&RequestHead::from_parts(&grpc("/bad"))),
             Extracted::Skip
         );
         let http = http::Request::get("/helloworld.Greeter/SayHello")
@@ -380,8 +389,14 @@ mod tests {
             .unwrap()
             .into_parts()
             .0;
-        assert_eq!(GrpcMethod::full().extract(&http), Extracted::Skip);
-        assert_eq!(GrpcService::each().extract(&http), Extracted::Skip);
+        assert_eq!(
+            GrpcMethod::full().extract(&RequestHead::from_parts(&http)),
+            Extracted::Skip
+        );
+        assert_eq!(
+            GrpcService::each().extract(&RequestHead::from_parts(&http)),
+            Extracted::Skip
+        );
     }
 
     #[test]
@@ -413,12 +428,15 @@ mod tests {
     #[test]
     fn peer_ip_reads_axum_connect_info_and_folds_mapped_addresses() {
         let mut req = grpc("/a.B/C");
-        assert_eq!(PeerIp::default().extract(&req), Extracted::Missing);
+        assert_eq!(
+            PeerIp::default().extract(&RequestHead::from_parts(&req)),
+            Extracted::Missing
+        );
         let mapped: SocketAddr = "[::ffff:203.0.113.7]:5000".parse().unwrap();
         req.extensions.insert(ConnectInfo(mapped));
         let v4: IpAddr = "203.0.113.7".parse().unwrap();
         assert_eq!(
-            PeerIp::default().extract(&req),
+            PeerIp::default().extract(&RequestHead::from_parts(&req)),
             Extracted::Key(IpPrefix::new().key_of(v4))
         );
     }
@@ -431,8 +449,14 @@ mod tests {
         let proxy: SocketAddr = "10.0.0.1:5000".parse().unwrap();
         req.extensions.insert(ConnectInfo(proxy));
         let key = |ip: &str| Extracted::Key(IpPrefix::new().key_of(ip.parse().unwrap()));
-        assert_eq!(PeerIp::default().extract(&req), key("10.0.0.1"));
+        assert_eq!(
+            PeerIp::default().extract(&RequestHead::from_parts(&req)),
+            key("10.0.0.1")
+        );
         let trusting = PeerIp::default().trusted_proxies(["10.0.0.0/8"]);
-        assert_eq!(trusting.extract(&req), key("203.0.113.7"));
+        assert_eq!(
+            trusting.extract(&RequestHead::from_parts(&req)),
+            key("203.0.113.7")
+        );
     }
 }

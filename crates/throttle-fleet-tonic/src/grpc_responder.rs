@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::request::Parts;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use throttle_fleet_core::{Allowed, Denied, Rule};
+use throttle_fleet_core::{Decision, Rule};
 use throttle_fleet_tower::HttpResponder;
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::headers::{
     SuccessHeaders, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number,
     retry_after_secs,
@@ -80,7 +80,7 @@ impl GrpcProtocol {
 }
 
 /// Whether `req` is a gRPC call (gRPC or gRPC-web), by its `content-type`.
-pub fn is_grpc(req: &Parts) -> bool {
+pub fn is_grpc(req: &RequestHead<'_>) -> bool {
     GrpcProtocol::of(&req.headers).is_some()
 }
 
@@ -302,7 +302,7 @@ const ANSWER_HEADERS: usize = 9;
 /// A Trailers-Only answer, so far only its content type: the status and
 /// metadata go in the headers, there is no body. The header map has room
 /// for every header of an answer, so it is allocated once.
-fn trailers_only(protocol: GrpcProtocol, req: &Parts) -> Response<Bytes> {
+fn trailers_only(protocol: GrpcProtocol, req: &RequestHead<'_>) -> Response<Bytes> {
     let mut res = Response::new(Bytes::new());
     let headers = res.headers_mut();
     *headers = http::HeaderMap::with_capacity(ANSWER_HEADERS);
@@ -344,26 +344,28 @@ impl GrpcResponder {
     fn limited(
         &self,
         protocol: GrpcProtocol,
-        req: &Parts,
-        d: &Denied,
+        req: &RequestHead<'_>,
+        d: &Decision,
         rule: &Rule,
     ) -> Response<Bytes> {
         let mut res = trailers_only(protocol, req);
         let headers = res.headers_mut();
-        let secs = retry_after_secs(d.retry_after);
-        let pushback = pushback_ms(d.retry_after);
+        let retry_after = d.retry_after();
+        let secs = retry_after_secs(retry_after);
+        let pushback = pushback_ms(retry_after);
         // Counted from when the backend decided, as for allowed calls.
-        let reset_us = u64::try_from(d.reset.as_micros()).unwrap_or(u64::MAX);
-        let reset = d.at_us.saturating_add(reset_us).div_ceil(1_000_000);
+        let reset_us = u64::try_from(d.reset().as_micros()).unwrap_or(u64::MAX);
+        let reset = d.at_us().saturating_add(reset_us).div_ceil(1_000_000);
+        let (limit, quota) = (d.limit(rule), d.quota(rule));
         headers.insert(RETRY_AFTER, number(secs));
         let made = self
-            .bound(d.rule, rule)
-            .and_then(|answers| answers.limited(d, secs, pushback, reset));
+            .bound(d.rule().unwrap_or_default(), rule)
+            .and_then(|answers| answers.limited(quota, retry_after, secs, pushback, reset));
         match made {
             Some(v) => {
                 headers.insert(GRPC_RETRY_PUSHBACK_MS.clone(), v.pushback_ms);
-                headers.insert(X_RATELIMIT_LIMIT.clone(), number(d.limit));
-                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining));
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
+                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining()));
                 headers.insert(X_RATELIMIT_RESET.clone(), v.reset);
                 put_resource_exhausted(headers, v.message, v.details);
             }
@@ -371,15 +373,15 @@ impl GrpcResponder {
                 // Not bound to this rule (a responder used outside a layer),
                 // or a quota the rule was not bound with: built whole.
                 headers.insert(GRPC_RETRY_PUSHBACK_MS.clone(), HeaderValue::from(pushback));
-                headers.insert(X_RATELIMIT_LIMIT.clone(), number(d.limit));
-                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining));
+                headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
+                headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining()));
                 headers.insert(X_RATELIMIT_RESET.clone(), HeaderValue::from(reset));
                 let subject = match self.bound_by_name(rule) {
                     Some(answers) => answers.subject().to_owned(),
                     None => self.subject(rule, None),
                 };
                 let details =
-                    limited_details(d.retry_after, subject, describe_quota(rule, d.quota), rule);
+                    limited_details(retry_after, subject, describe_quota(rule, quota), rule);
                 let message = limited_message(rule, secs);
                 put_status(
                     headers,
@@ -392,12 +394,12 @@ impl GrpcResponder {
 }
 
 impl Responder for GrpcResponder {
-    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
+    fn reject(&self, req: &RequestHead<'_>, rejection: Rejection<'_>) -> Response<Bytes> {
         let Some(protocol) = GrpcProtocol::of(&req.headers) else {
             return self.http.reject(req, rejection);
         };
-        if let Rejection::Limited { denied, rule } = rejection {
-            return self.limited(protocol, req, denied, rule);
+        if let Rejection::Denied { decision, rule } = rejection {
+            return self.limited(protocol, req, decision, rule);
         }
         let mut res = trailers_only(protocol, req);
         let headers = res.headers_mut();
@@ -417,14 +419,14 @@ impl Responder for GrpcResponder {
                     &Status::with_error_details(code_for_http_status(status), message, details),
                 );
             }
-            Rejection::Refused { rule, refused } => {
+            Rejection::Refused { rule, decision } => {
                 headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
                 headers.insert(
                     GRPC_RETRY_PUSHBACK_MS.clone(),
                     HeaderValue::from_static("1000"),
                 );
                 let made = self
-                    .bound(refused.rule, rule)
+                    .bound(decision.rule().unwrap_or_default(), rule)
                     .and_then(RuleAnswers::unavailable);
                 match made {
                     Some((message, details)) => {
@@ -448,11 +450,11 @@ impl Responder for GrpcResponder {
         res
     }
 
-    fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
-        if GrpcProtocol::of(&req.headers).is_some() {
-            SuccessHeaders::for_allowed(allowed)
+    fn allowed(&self, req: &RequestHead<'_>, decision: &Decision, rule: &Rule) -> SuccessHeaders {
+        if GrpcProtocol::of(req.headers).is_some() {
+            SuccessHeaders::for_allowed(decision, rule)
         } else {
-            self.http.allowed(req, allowed, rule)
+            self.http.allowed(req, decision, rule)
         }
     }
 
@@ -538,19 +540,32 @@ mod tests {
         assert_eq!(r.subject(&other, Some("custom")), "tenant:custom");
     }
 
-    fn denied(rule: usize, quota: throttle_fleet_core::Quota, retry_after: Duration) -> Denied {
-        Denied {
-            rule,
-            limit: quota.limit(),
-            quota,
+    /// A denial by `rule` (at `index`) under `quota` (its own or a tier's).
+    fn denied(
+        rule: &Rule,
+        index: usize,
+        quota: throttle_fleet_core::Quota,
+        retry_after: Duration,
+    ) -> Decision {
+        let step = throttle_fleet_core::algorithm::Step {
+            allowed: false,
             remaining: 0,
-            retry_after,
-            reset: Duration::from_secs(60),
-            at_us: 1_796_025_675_123_456,
+            reset_us: 60_000_000,
+            retry_after_us: u64::try_from(retry_after.as_micros()).unwrap_or(u64::MAX),
+            delay_us: 0,
+        };
+        let outcome = throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456);
+        let d = Decision::from_outcome(index, &outcome);
+        match rule
+            .tier_set()
+            .and_then(|t| t.quotas().iter().position(|q| *q == quota))
+        {
+            Some(tier) => d.in_tier(tier),
+            None => d,
         }
     }
 
-    fn grpc_request(content_type: &str) -> Parts {
+    fn grpc_request(content_type: &str) -> http::request::Parts {
         http::Request::post("/helloworld.Greeter/SayHello")
             .header(CONTENT_TYPE, content_type)
             .body(())
@@ -599,9 +614,10 @@ mod tests {
                 for wait in waits {
                     for ct in ["application/grpc", "application/grpc-web-text"] {
                         let req = grpc_request(ct);
-                        let d = denied(index, quota, wait);
+                        let d = denied(rule, index, quota, wait);
+                        let head = RequestHead::from_parts(&req);
                         let reject = |r: &GrpcResponder| {
-                            r.reject(&req, Rejection::Limited { denied: &d, rule })
+                            r.reject(&head, Rejection::Denied { decision: &d, rule })
                         };
                         let (fast, slow) = (reject(&bound), reject(&whole));
                         assert_eq!(fast.headers(), slow.headers(), "{rule:?} {wait:?}");
@@ -610,7 +626,7 @@ mod tests {
                         let retry = status.get_details_retry_info().unwrap();
                         assert_eq!(
                             retry.retry_delay,
-                            Some(wait.min(tonic_types::RetryInfo::MAX_RETRY_DELAY))
+                            Some(d.retry_after().min(tonic_types::RetryInfo::MAX_RETRY_DELAY))
                         );
                         seen += 1;
                     }
@@ -625,16 +641,13 @@ mod tests {
         let rule = Rule::new("ip", throttle_fleet_core::Quota::per_minute(1)).fail_closed();
         let mut bound = GrpcResponder::new();
         bound.bind(&[(&rule, "peer-ip")]);
-        let refused = throttle_fleet_core::Refused {
-            rule: 0,
-            error: throttle_fleet_core::backend::Unavailable::new("down"),
-        };
+        let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));
         let req = grpc_request("application/grpc");
         let reject = |r: &GrpcResponder| {
             r.reject(
-                &req,
+                &RequestHead::from_parts(&req),
                 Rejection::Refused {
-                    refused: &refused,
+                    decision: &refused,
                     rule: &rule,
                 },
             )

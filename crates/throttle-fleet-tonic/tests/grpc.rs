@@ -84,7 +84,7 @@ fn ip_and_tenant(tenant_first: bool) -> Policy {
     let ip = Limit::new(Rule::new("ip", Quota::per_minute(1)), PeerIp::default());
     let tenant = Limit::new(
         Rule::new("tenant", Quota::per_minute(1)),
-        |_: &http::request::Parts| Some(Key::global()),
+        |_: &throttle_fleet_tonic::RequestHead<'_>| Some(Key::global()),
     );
     let (a, b) = if tenant_first {
         (tenant, ip)

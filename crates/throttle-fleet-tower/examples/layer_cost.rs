@@ -25,15 +25,15 @@
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use http::request::Parts;
 use http::{HeaderValue, Request, Response, header::CONTENT_TYPE};
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{ClientAddr, Header};
 use throttle_fleet_tower::{
     HttpResponder, KeyExtractor, MemoryBackend, Policy, Quota, Rule, ThrottleLayer,
 };
 use tower::{Layer, Service, ServiceExt, service_fn};
 
-fn peer(req: &Parts) -> Option<SocketAddr> {
+fn peer(req: &RequestHead<'_>) -> Option<SocketAddr> {
     req.extensions.get::<SocketAddr>().copied()
 }
 
@@ -61,7 +61,7 @@ fn main() {
             .expect("no other recorder");
     }
     let plenty = Quota::per_second(1_000_000_000);
-    let by_peer = || ClientAddr::new(peer as fn(&Parts) -> Option<SocketAddr>);
+    let by_peer = || ClientAddr::new(peer as fn(&RequestHead<'_>) -> Option<SocketAddr>);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use throttle_fleet_core::rule_set::Slots;
+use throttle_fleet_core::rule_set::Held;
 
 pin_project! {
     /// Either the inner service's body or a complete body written by the
@@ -26,7 +26,7 @@ pin_project! {
             #[pin]
             body: B,
             // Given back when the body ends, or when it is dropped.
-            slots: Option<Box<Slots>>,
+            slots: Option<Box<Held>>,
         },
         Full {
             data: Option<Bytes>,
@@ -47,9 +47,9 @@ impl<B> ThrottleBody<B> {
     /// client that went away, a response that was never sent); a complete
     /// body written by the limiter holds none, and `slots` are given back
     /// at once.
-    pub(crate) fn hold(&mut self, slots: Option<Box<Slots>>) {
+    pub(crate) fn hold(&mut self, slots: Box<Held>) {
         if let Kind::Inner { slots: held, .. } = &mut self.kind {
-            *held = slots;
+            *held = Some(slots);
         }
     }
 
@@ -112,7 +112,7 @@ type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error
 /// comes here.
 #[cold]
 #[inline(never)]
-fn release_at_end<B: Body>(frame: &Polled<B>, body: &Pin<&mut B>, slots: &mut Option<Box<Slots>>) {
+fn release_at_end<B: Body>(frame: &Polled<B>, body: &Pin<&mut B>, slots: &mut Option<Box<Held>>) {
     let ended = match frame {
         Poll::Ready(None | Some(Err(_))) => true,
         Poll::Ready(Some(Ok(_))) => body.is_end_stream(),

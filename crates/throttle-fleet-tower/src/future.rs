@@ -5,31 +5,19 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use throttle_fleet_core::decision::Charged;
-use throttle_fleet_core::rule_set::Holding;
-use throttle_fleet_core::{Decision, Demand};
+use throttle_fleet_core::Checked;
+use throttle_fleet_core::backend::Pending;
+use throttle_fleet_core::rule_set::Held;
 use tokio::time::Sleep;
 use tower_service::Service;
 
+use crate::RequestHead;
 use crate::body::ThrottleBody;
-use crate::engine::{Engine, Next, Settle};
+use crate::engine::{Engine, Next};
 use crate::headers::SuccessHeaders;
 use crate::responder::Responder;
-
-type Pending = Pin<Box<dyn Future<Output = Decision> + Send>>;
-type PendingCharged = Pin<Box<dyn Future<Output = Charged> + Send>>;
-type PendingHeld = Pin<Box<dyn Future<Output = Holding> + Send>>;
-
-/// A remote check: plain, with charges a response-aware limit settles, or
-/// with the slots of concurrency rules.
-pub(crate) enum PendingCheck {
-    Plain(Pending),
-    Charged(PendingCharged, Vec<Demand>),
-    Held(PendingHeld),
-}
 
 pin_project! {
     /// The response future of [`Throttle`](crate::Throttle): the inner
@@ -43,16 +31,16 @@ pin_project! {
         #[pin]
         state: State<F, S, ReqBody, R>,
         headers: SuccessHeaders,
-        // Response-aware charges to settle when the inner service answers,
-        // and concurrency slots handed to the body then (given back if this
-        // future is dropped first).
-        settle: Option<Box<Settle<R>>>,
+        // What the request holds: response-aware charges settled when the
+        // inner service answers, and concurrency slots handed to the body
+        // then (given back if this future is dropped first).
+        held: Option<Box<Held>>,
     }
 }
 
 /// Waiting for a remote backend, with what the inner call needs.
 struct Checking<S, ReqBody, R> {
-    check: PendingCheck,
+    check: Pending<Checked>,
     service: S,
     request: Request<ReqBody>,
     shared: Arc<Engine<R>>,
@@ -93,21 +81,12 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
                 response: Some(response),
             },
             headers: SuccessHeaders::none(),
-            settle: None,
+            held: None,
         }
-    }
-
-    /// Settles `settle` when the inner service answers, its slots held by
-    /// the response until it ends (if the service is called).
-    pub(crate) fn settling(mut self, settle: Option<Box<Settle<R>>>) -> Self {
-        if matches!(self.state, State::Call { .. } | State::Delay { .. }) {
-            self.settle = settle;
-        }
-        self
     }
 
     pub(crate) fn checking(
-        check: PendingCheck,
+        check: Pending<Checked>,
         service: S,
         request: Request<ReqBody>,
         shared: Arc<Engine<R>>,
@@ -122,7 +101,7 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
                 }),
             },
             headers: SuccessHeaders::none(),
-            settle: None,
+            held: None,
         }
     }
 }
@@ -146,34 +125,46 @@ where
     S: Service<Request<ReqBody>, Future = F> + Clone,
     R: Responder,
 {
-    /// The future for a decision made in `call`: the inner call, a
-    /// rejection, or a delay (leaky bucket) with the ready service moved in.
+    /// The future for a decision made in `call` (`next`): the inner
+    /// call, a rejection, or a delay (leaky bucket) with the ready service
+    /// moved in; `held` goes with the response if the service is called.
+    #[inline]
     pub(crate) fn decided(
-        shared: &Engine<R>,
         service: &mut S,
-        parts: Parts,
-        body: ReqBody,
-        decision: Decision,
+        request: Request<ReqBody>,
+        next: Next,
+        held: Option<Box<Held>>,
     ) -> Self {
-        match shared.next(&parts, decision) {
+        match next {
             Next::Call(headers) => Self {
                 state: State::Call {
-                    future: service.call(Request::from_parts(parts, body)),
+                    future: service.call(request),
                 },
                 headers,
-                settle: None,
+                held,
             },
             Next::Delay(headers, delay) => {
                 let clone = service.clone();
                 let ready = std::mem::replace(service, clone);
                 Self {
-                    state: delaying(delay, ready, Request::from_parts(parts, body)),
+                    state: delaying(delay, ready, request),
                     headers,
-                    settle: None,
+                    held,
                 }
             }
             Next::Reject(response) => Self::rejected(response),
         }
+    }
+}
+
+/// Settles what the request holds by the response's status, and hands its
+/// slots to the body. Out of line: most policies hold nothing.
+#[cold]
+#[inline(never)]
+fn settle<B>(mut held: Box<Held>, response: &mut Response<ThrottleBody<B>>) {
+    held.settle(response.status().as_u16());
+    if held.slots() > 0 {
+        response.body_mut().hold(held);
     }
 }
 
@@ -191,29 +182,17 @@ where
             match this.state.as_mut().project() {
                 StateProj::Call { future } => {
                     let result = ready!(future.poll(cx));
-                    let settle = this.settle.take();
+                    let held = this.held.take();
                     let mut response = result?.map(ThrottleBody::inner);
-                    if let Some(settle) = settle {
-                        let slots = settle.settle(response.status());
-                        response.body_mut().hold(slots);
+                    if let Some(held) = held {
+                        settle(held, &mut response);
                     }
                     std::mem::take(this.headers).apply(response.headers_mut());
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Check { pending } => {
-                    let (decision, settle) = match &mut pending.check {
-                        PendingCheck::Plain(check) => (ready!(check.as_mut().poll(cx)), None),
-                        PendingCheck::Charged(check, demands) => {
-                            let charged = ready!(check.as_mut().poll(cx));
-                            let settle = Settle::of(&pending.shared, demands, &charged);
-                            (charged.decision, settle)
-                        }
-                        PendingCheck::Held(check) => {
-                            let held = ready!(check.as_mut().poll(cx));
-                            (held.decision, Settle::holding(&pending.shared, held.slots))
-                        }
-                    };
+                    let (decision, held) = ready!(pending.check.as_mut().poll(cx)).into_parts();
                     let StateOwned::Check { pending } =
                         this.state.as_mut().project_replace(State::Done)
                     else {
@@ -225,22 +204,17 @@ where
                         shared,
                         ..
                     } = *pending;
-                    let (parts, body) = request.into_parts();
-                    match shared.next(&parts, decision) {
+                    match shared.next(&RequestHead::of(&request), &decision) {
                         Next::Call(headers) => {
                             *this.headers = headers;
-                            *this.settle = settle;
-                            let future = service.call(Request::from_parts(parts, body));
+                            *this.held = held;
+                            let future = service.call(request);
                             this.state.set(State::Call { future });
                         }
                         Next::Delay(headers, delay) => {
                             *this.headers = headers;
-                            *this.settle = settle;
-                            this.state.set(delaying(
-                                delay,
-                                service,
-                                Request::from_parts(parts, body),
-                            ));
+                            *this.held = held;
+                            this.state.set(delaying(delay, service, request));
                         }
                         Next::Reject(response) => {
                             this.state.set(State::Reject {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
-use throttle_fleet_core::Allowed;
 use throttle_fleet_core::clock::unix_now_us;
+use throttle_fleet_core::{Decision, Rule};
 
 /// `X-RateLimit-Limit`.
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -101,15 +101,17 @@ impl SuccessHeaders {
         })
     }
 
-    /// The `X-RateLimit-*` trio of an allowed decision, its reset counted
-    /// from when the backend decided (no second clock read). A degraded
-    /// decision (the backend could not be asked) carries no
-    /// `X-RateLimit-Remaining`: the fleet's count is not known.
-    pub fn for_allowed(allowed: &Allowed) -> Self {
+    /// The `X-RateLimit-*` trio of an allowed decision by `rule` (the
+    /// rule it names), its reset counted from when the backend decided (no
+    /// second clock read). A degraded decision (the backend could not be
+    /// asked) carries no `X-RateLimit-Remaining`: the fleet's count is not
+    /// known.
+    #[inline]
+    pub fn for_allowed(decision: &Decision, rule: &Rule) -> Self {
         Self(SuccessRepr::Standard {
-            limit: allowed.limit,
-            remaining: (!allowed.degraded).then_some(allowed.remaining),
-            reset_epoch: epoch_secs_after(allowed.at_us, allowed.reset),
+            limit: decision.limit(rule),
+            remaining: (!decision.is_degraded()).then_some(decision.remaining()),
+            reset_epoch: epoch_secs_after(decision.at_us(), decision.reset()),
         })
     }
 

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
+use crate::RequestHead;
 use http::StatusCode;
 use http::header::AUTHORIZATION;
-use http::request::Parts;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 use throttle_fleet_core::{ConfigError, Key};
@@ -210,7 +210,7 @@ impl Jwt {
 }
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive).
-fn bearer(req: &Parts) -> Option<&str> {
+fn bearer<'a>(req: &RequestHead<'a>) -> Option<&'a str> {
     let value = req.headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
@@ -220,7 +220,7 @@ fn bearer(req: &Parts) -> Option<&str> {
 }
 
 impl KeyExtractor for Jwt {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         bearer(req).and_then(|token| self.verify(token)).into()
     }
 

@@ -39,6 +39,7 @@ mod body;
 mod engine;
 mod extract;
 mod future;
+mod head;
 pub mod headers;
 mod ip;
 #[cfg(feature = "jwt")]
@@ -52,6 +53,7 @@ mod service;
 pub use body::ThrottleBody;
 pub use extract::{KeyExtractor, KeyExtractorExt};
 pub use future::ResponseFuture;
+pub use head::RequestHead;
 pub use layer::{Reloaded, ThrottleLayer};
 pub use policy::{CostFn, Limit, MissingKey, Policy, RefundFn};
 pub use responder::HttpResponder;
@@ -102,7 +104,8 @@ pub mod prelude {
 pub mod integration {
     pub use crate::{
         ConfigError, CostFn, Key, KeyExtractor, KeyExtractorExt, Limit, MemoryBackend, MissingKey,
-        Policy, Quota, RefundFn, Reloaded, ResponseFuture, Rule, Throttle, ThrottleBody,
+        Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseFuture, Rule, Throttle,
+        ThrottleBody,
     };
     pub use crate::{core, headers, key, limits, metrics, responder};
 }

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::RequestHead;
 use http::StatusCode;
-use http::request::Parts;
 use throttle_fleet_core::{Backend, Rule};
 
 use crate::KeyExtractor;
@@ -29,7 +29,7 @@ impl Default for MissingKey {
 
 /// A per-request cost: a function of the request. Returning 0 exempts the
 /// request from the rule.
-pub type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
+pub type CostFn = Arc<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
 
 /// Whether to give a request's cost back, from its response's status (see
 /// [`Limit::refund_when`]).
@@ -88,7 +88,10 @@ impl Limit {
     /// cost. A cost above the rule's capacity is always denied; 0 exempts
     /// the request from this rule.
     #[must_use]
-    pub fn cost_fn(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Self {
+    pub fn cost_fn(
+        mut self,
+        cost: impl Fn(&RequestHead<'_>) -> u32 + Send + Sync + 'static,
+    ) -> Self {
         self.cost = Some(Arc::new(cost));
         self
     }

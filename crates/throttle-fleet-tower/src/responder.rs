@@ -4,11 +4,11 @@ use std::cell::RefCell;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use crate::RequestHead;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
-use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use throttle_fleet_core::{Allowed, Denied, Refused, Rule};
+use throttle_fleet_core::{Decision, Rule};
 
 use crate::headers::{
     HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
@@ -22,9 +22,9 @@ use crate::headers::{
 #[non_exhaustive]
 pub enum Rejection<'a> {
     /// A rule denied the request.
-    Limited {
-        /// What the rule found.
-        denied: &'a Denied,
+    Denied {
+        /// What the check decided (its figures are the denying rule's).
+        decision: &'a Decision,
         /// The rule (dimension) that denied it.
         rule: &'a Rule,
     },
@@ -37,8 +37,9 @@ pub enum Rejection<'a> {
     },
     /// A fail-closed rule's backend could not be reached.
     Refused {
-        /// What went wrong.
-        refused: &'a Refused,
+        /// What the check decided ([`Decision::error`] says what went
+        /// wrong).
+        decision: &'a Decision,
         /// The rule that could not be checked.
         rule: &'a Rule,
     },
@@ -47,22 +48,22 @@ pub enum Rejection<'a> {
 /// Turns decisions into responses: a whole response for rejections, and
 /// headers for allowed requests.
 ///
-/// Closures `Fn(&Parts, Rejection<'_>) -> Response<Bytes>` are responders
+/// Closures `Fn(&RequestHead<'_>, Rejection<'_>) -> Response<Bytes>` are responders
 /// whose allowed responses carry the standard `X-RateLimit-*` headers.
 pub trait Responder: Send + Sync + 'static {
     /// The response to a rejected request.
-    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes>;
+    fn reject(&self, req: &RequestHead<'_>, rejection: Rejection<'_>) -> Response<Bytes>;
 
     /// Headers for an allowed request's response (default: `X-RateLimit-*`
-    /// of the most restrictive rule, `rule`).
-    fn allowed(&self, req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
-        let _ = (req, rule);
-        SuccessHeaders::for_allowed(allowed)
+    /// of the most restrictive rule, `rule`, the one `decision` names).
+    fn allowed(&self, req: &RequestHead<'_>, decision: &Decision, rule: &Rule) -> SuccessHeaders {
+        let _ = req;
+        SuccessHeaders::for_allowed(decision, rule)
     }
 
     /// Called when the layer is built, and again on every reload, before
     /// the first request: every rule in policy order (the position is the
-    /// rule's index, as in [`Denied::rule`]) with its extractor's
+    /// rule's index, as in [`Decision::rule`]) with its extractor's
     /// [`kind`](crate::KeyExtractor::kind). The place to make once what
     /// each rule's answers share. The default does nothing.
     fn bind(&mut self, rules: &[(&Rule, &str)]) {
@@ -72,9 +73,9 @@ pub trait Responder: Send + Sync + 'static {
 
 impl<F> Responder for F
 where
-    F: Fn(&Parts, Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>, Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
 {
-    fn reject(&self, req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
+    fn reject(&self, req: &RequestHead<'_>, rejection: Rejection<'_>) -> Response<Bytes> {
         self(req, rejection)
     }
 }
@@ -333,25 +334,26 @@ fn limited_headers(
 }
 
 impl Responder for HttpResponder {
-    fn reject(&self, _req: &Parts, rejection: Rejection<'_>) -> Response<Bytes> {
+    fn reject(&self, _req: &RequestHead<'_>, rejection: Rejection<'_>) -> Response<Bytes> {
         match rejection {
-            Rejection::Limited { denied: d, rule } => {
-                let secs = retry_after_secs(d.retry_after);
+            Rejection::Denied { decision: d, rule } => {
+                let secs = retry_after_secs(d.retry_after());
                 let body = limited_body(secs, rule.name());
+                let limit = d.limit(rule);
                 let standard = [
                     number(body.len() as u64),
                     number(secs),
-                    number(d.limit),
-                    number(d.remaining),
-                    number(epoch_secs_after(d.at_us, d.reset)),
+                    number(limit),
+                    number(d.remaining()),
+                    number(epoch_secs_after(d.at_us(), d.reset())),
                 ];
                 let headers = if self.ietf_only() {
                     let mut ietf = HeaderBlock::default();
                     Self::ietf_fields(
                         &mut ietf,
                         rule,
-                        (d.limit, d.quota.period()),
-                        d.remaining,
+                        (limit, d.quota(rule).period()),
+                        d.remaining(),
                         secs,
                     );
                     let [length, retry, ..] = standard;
@@ -362,8 +364,8 @@ impl Responder for HttpResponder {
                     Self::ietf_fields(
                         &mut ietf,
                         rule,
-                        (d.limit, d.quota.period()),
-                        d.remaining,
+                        (limit, d.quota(rule).period()),
+                        d.remaining(),
                         secs,
                     );
                     let ietf = ietf.into_values();
@@ -395,45 +397,46 @@ impl Responder for HttpResponder {
         }
     }
 
-    fn allowed(&self, _req: &Parts, allowed: &Allowed, rule: &Rule) -> SuccessHeaders {
+    fn allowed(&self, _req: &RequestHead<'_>, decision: &Decision, rule: &Rule) -> SuccessHeaders {
         if !self.success {
             return SuccessHeaders::none();
         }
+        if !self.ietf {
+            // The default, and the hot path: the trio alone.
+            return SuccessHeaders::for_allowed(decision, rule);
+        }
+        let limit = decision.limit(rule);
+        let degraded = decision.is_degraded();
         if self.ietf_only() && !rule.algorithm().is_concurrency() {
-            let policy = policy_value(rule.name(), allowed.limit, allowed.quota.period());
+            let policy = policy_value(rule.name(), limit, decision.quota(rule).period());
             // (Degraded: the fleet's remaining count is not known, so no
             // `RateLimit` field, as no `X-RateLimit-Remaining` otherwise.)
-            let remaining = (!allowed.degraded).then_some(allowed.remaining);
-            return SuccessHeaders::ietf(policy, remaining, retry_after_secs(allowed.reset));
+            let remaining = (!degraded).then_some(decision.remaining());
+            return SuccessHeaders::ietf(policy, remaining, retry_after_secs(decision.reset()));
         }
-        if self.ietf_only() && allowed.degraded {
+        if self.ietf_only() && degraded {
             // A concurrency rule's policy alone: no remaining count to report.
             let mut headers = HeaderBlock::default();
             headers.push(
                 RATELIMIT_POLICY.clone(),
-                in_flight_policy_value(rule.name(), allowed.limit),
+                in_flight_policy_value(rule.name(), limit),
             );
             return SuccessHeaders::block(headers);
         }
-        if !self.ietf || allowed.degraded {
+        if degraded {
             // (Degraded: no remaining count to report, in either form.)
-            return SuccessHeaders::for_allowed(allowed);
+            return SuccessHeaders::for_allowed(decision, rule);
         }
         let mut headers = HeaderBlock::default();
         if self.legacy {
-            rate_limit_headers(
-                &mut headers,
-                allowed.limit,
-                allowed.remaining,
-                allowed.reset,
-            );
+            rate_limit_headers(&mut headers, limit, decision.remaining(), decision.reset());
         }
-        let t = retry_after_secs(allowed.reset);
+        let t = retry_after_secs(decision.reset());
         Self::ietf_fields(
             &mut headers,
             rule,
-            (allowed.limit, allowed.quota.period()),
-            allowed.remaining,
+            (limit, decision.quota(rule).period()),
+            decision.remaining(),
             t,
         );
         SuccessHeaders::block(headers)
@@ -444,27 +447,28 @@ impl Responder for HttpResponder {
 mod tests {
     use super::*;
     use throttle_fleet_core::Quota;
+    use throttle_fleet_core::algorithm::Step;
+    use throttle_fleet_core::backend::Outcome;
 
-    fn denied(retry_after_ms: u64) -> Denied {
-        Denied {
-            rule: 0,
-            limit: 100,
-            quota: Quota::per_minute(100),
+    fn denied(retry_after_ms: u64) -> Decision {
+        let step = Step {
+            allowed: false,
             remaining: 0,
-            retry_after: Duration::from_millis(retry_after_ms),
-            reset: Duration::from_secs(60),
-            at_us: 1_700_000_000_000_000,
-        }
+            reset_us: 60_000_000,
+            retry_after_us: retry_after_ms * 1_000,
+            delay_us: 0,
+        };
+        Decision::from_outcome(0, &Outcome::new(step, 1_700_000_000_000_000))
     }
 
     fn answer(responder: HttpResponder, rule: &str, retry_after_ms: u64) -> Response<Bytes> {
-        let (parts, ()) = http::Request::new(()).into_parts();
+        let req = http::Request::new(());
         let rule = Rule::new(rule, Quota::per_minute(100));
         let d = denied(retry_after_ms);
         responder.reject(
-            &parts,
-            Rejection::Limited {
-                denied: &d,
+            &RequestHead::of(&req),
+            Rejection::Denied {
+                decision: &d,
                 rule: &rule,
             },
         )

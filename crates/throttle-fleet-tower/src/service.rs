@@ -5,12 +5,14 @@ use std::task::{Context, Poll};
 
 use arc_swap::{ArcSwap, Guard};
 use http::{Request, Response};
-use throttle_fleet_core::Answer;
+use throttle_fleet_core::backend::Pending;
+use throttle_fleet_core::{Answer, Checked};
 use tower_service::Service;
 
+use crate::RequestHead;
 use crate::body::ThrottleBody;
-use crate::engine::{Engine, Prepared, Settle};
-use crate::future::{PendingCheck, ResponseFuture};
+use crate::engine::Engine;
+use crate::future::ResponseFuture;
 use crate::responder::Responder;
 
 /// The service [`ThrottleLayer`](crate::ThrottleLayer) wraps around another:
@@ -58,16 +60,15 @@ impl<S: Clone, R> Throttle<S, R> {
     /// The future of a check that needs a round trip.
     fn checking<F, ReqBody>(
         &mut self,
-        check: PendingCheck,
-        parts: http::request::Parts,
-        body: ReqBody,
+        check: Pending<Checked>,
+        request: Request<ReqBody>,
         shared: Arc<Engine<R>>,
     ) -> ResponseFuture<F, S, ReqBody, R> {
         // The inner call happens after an await: take the service that was
         // polled ready and leave a fresh clone in its place.
         let clone = self.inner.clone();
         let ready = mem::replace(&mut self.inner, clone);
-        ResponseFuture::checking(check, ready, Request::from_parts(parts, body), shared)
+        ResponseFuture::checking(check, ready, request, shared)
     }
 }
 
@@ -84,52 +85,22 @@ where
         self.inner.poll_ready(cx)
     }
 
-    // Kept out of line, as it was before slots existed: inlined into
-    // axum's layers it costs a request more copies of the request (HTTP
-    // callgrind, memory modes: about 60 instructions).
+    // Kept out of line: inlined into axum's layers it costs a request
+    // more copies of the request.
     #[inline(never)]
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = req.into_parts();
         // The rules as they are now; a reload during this request's check
         // does not change which rules it was checked and charged against.
         let shared = self.shared.load();
-        match shared.prepare(&parts) {
-            Prepared::Rejected(rejection) => {
-                ResponseFuture::rejected(shared.responder.reject(&parts, rejection))
+        let head = RequestHead::of(&req);
+        match shared.prepare(&head) {
+            Ok(Answer::Ready(checked)) => {
+                let (decision, held) = checked.into_parts();
+                let next = shared.next(&head, &decision);
+                ResponseFuture::decided(&mut self.inner, req, next, held)
             }
-            Prepared::Plain(Answer::Ready(decision)) => {
-                ResponseFuture::decided(&shared, &mut self.inner, parts, body, decision)
-            }
-            Prepared::Plain(Answer::Pending(check)) => self.checking(
-                PendingCheck::Plain(check),
-                parts,
-                body,
-                Guard::into_inner(shared),
-            ),
-            Prepared::Held(Answer::Ready(held)) => {
-                let settle = Settle::holding(&shared, held.slots);
-                ResponseFuture::decided(&shared, &mut self.inner, parts, body, held.decision)
-                    .settling(settle)
-            }
-            Prepared::Held(Answer::Pending(check)) => self.checking(
-                PendingCheck::Held(check),
-                parts,
-                body,
-                Guard::into_inner(shared),
-            ),
-            Prepared::Settle(settle) => match *settle {
-                (Answer::Ready(charged), demands) => {
-                    let settle = Settle::of(&shared, &demands, &charged);
-                    ResponseFuture::decided(&shared, &mut self.inner, parts, body, charged.decision)
-                        .settling(settle)
-                }
-                (Answer::Pending(check), demands) => self.checking(
-                    PendingCheck::Charged(check, demands.into_vec()),
-                    parts,
-                    body,
-                    Guard::into_inner(shared),
-                ),
-            },
+            Ok(Answer::Pending(check)) => self.checking(check, req, Guard::into_inner(shared)),
+            Err(rejection) => ResponseFuture::rejected(shared.responder.reject(&head, rejection)),
         }
     }
 }

@@ -11,8 +11,8 @@
 use std::alloc::System;
 use std::net::SocketAddr;
 
-use http::request::Parts;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{AllOf, ClientAddr, Extracted, Global, Header, UserAgentHash};
 use throttle_fleet_tower::{Key, KeyExtractor};
 
@@ -27,7 +27,7 @@ fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
     (out, change.allocations + change.reallocations)
 }
 
-fn peer(req: &Parts) -> Option<SocketAddr> {
+fn peer(req: &RequestHead<'_>) -> Option<SocketAddr> {
     req.extensions.get::<SocketAddr>().copied()
 }
 
@@ -44,7 +44,7 @@ fn parts() -> Vec<Box<dyn KeyExtractor>> {
 
 /// The composite as the configuration built it before: two `Vec`s a
 /// request.
-fn with_vecs(parts: &[Box<dyn KeyExtractor>], req: &Parts) -> Extracted {
+fn with_vecs(parts: &[Box<dyn KeyExtractor>], req: &RequestHead<'_>) -> Extracted {
     let mut keys = Vec::with_capacity(parts.len());
     for part in parts {
         match part.extract(req) {
@@ -60,7 +60,7 @@ fn with_vecs(parts: &[Box<dyn KeyExtractor>], req: &Parts) -> Extracted {
     Extracted::Key(Key::from_parts(&encoded))
 }
 
-fn request(tenant: &str) -> Parts {
+fn request(tenant: &str) -> http::request::Parts {
     let mut req = http::Request::get("/")
         .header("x-tenant", tenant)
         .header("user-agent", "curl/8.5.0")
@@ -78,8 +78,9 @@ fn main() {
     composite.validate().unwrap();
     let reference = parts();
     // Short enough to stay raw, and long enough to be hashed.
-    let short = request("acme");
-    let long = request(&"t".repeat(60));
+    let (short, long) = (request("acme"), request(&"t".repeat(60)));
+    let short = RequestHead::from_parts(&short);
+    let long = RequestHead::from_parts(&long);
 
     for req in [&short, &long] {
         let expected = with_vecs(&reference, req);

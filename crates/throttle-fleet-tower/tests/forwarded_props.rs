@@ -7,20 +7,20 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{ClientAddr, ForwardedHeader};
 use throttle_fleet_tower::limits::MAX_FORWARDED_ENTRIES;
 
-type Ip = ClientAddr<fn(&Parts) -> Option<SocketAddr>>;
+type Ip = ClientAddr<fn(&RequestHead<'_>) -> Option<SocketAddr>>;
 
-fn nowhere(_: &Parts) -> Option<SocketAddr> {
+fn nowhere(_: &RequestHead<'_>) -> Option<SocketAddr> {
     None
 }
 
 fn extractor(header: ForwardedHeader) -> Ip {
-    ClientAddr::new(nowhere as fn(&Parts) -> Option<SocketAddr>)
+    ClientAddr::new(nowhere as fn(&RequestHead<'_>) -> Option<SocketAddr>)
         .trusted_proxies(["10.0.0.0/8", "fd00::/8"])
         .forwarded_header(header)
 }

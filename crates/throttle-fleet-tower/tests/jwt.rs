@@ -8,9 +8,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::StatusCode;
-use http::request::Parts;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
+use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{Extracted, Jwt};
 use throttle_fleet_tower::limits::MAX_TOKEN_LEN;
 use throttle_fleet_tower::{Key, KeyExtractor, MissingKey};
@@ -78,7 +78,7 @@ fn raw_token(header: &Value, claims: &Value, signature: &str) -> String {
     )
 }
 
-fn bearer(token: &str) -> Parts {
+fn bearer(token: &str) -> http::request::Parts {
     http::Request::get("/")
         .header("authorization", format!("Bearer {token}"))
         .body(())
@@ -100,10 +100,22 @@ fn genuine_tokens_of_each_algorithm_are_keys() {
     for ex in [&hs256, &rs256, &rs256_der, &es256] {
         assert!(ex.validate().is_ok(), "{ex:?}");
     }
-    assert_eq!(hs256.extract(&bearer(&hs(&claims("alice")))), key("alice"));
-    assert_eq!(rs256.extract(&bearer(&rs(&claims("bob")))), key("bob"));
-    assert_eq!(rs256_der.extract(&bearer(&rs(&claims("bob")))), key("bob"));
-    assert_eq!(es256.extract(&bearer(&es(&claims("carol")))), key("carol"));
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&hs(&claims("alice"))))),
+        key("alice")
+    );
+    assert_eq!(
+        rs256.extract(&RequestHead::from_parts(&bearer(&rs(&claims("bob"))))),
+        key("bob")
+    );
+    assert_eq!(
+        rs256_der.extract(&RequestHead::from_parts(&bearer(&rs(&claims("bob"))))),
+        key("bob")
+    );
+    assert_eq!(
+        es256.extract(&RequestHead::from_parts(&bearer(&es(&claims("carol"))))),
+        key("carol")
+    );
     // The scheme is case-insensitive.
     let lower = http::Request::get("/")
         .header("authorization", format!("bearer {}", hs(&claims("alice"))))
@@ -111,7 +123,10 @@ fn genuine_tokens_of_each_algorithm_are_keys() {
         .unwrap()
         .into_parts()
         .0;
-    assert_eq!(hs256.extract(&lower), key("alice"));
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&lower)),
+        key("alice")
+    );
 }
 
 #[test]
@@ -129,7 +144,10 @@ fn forged_tokens_are_never_keys() {
         &EncodingKey::from_secret(b"another secret, also 32 bytes...").unwrap(),
     )
     .unwrap();
-    assert_eq!(hs256.extract(&bearer(&other)), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&other))),
+        Extracted::Missing
+    );
     for token in [hs(&good), rs(&good), es(&good)] {
         let signature = token.rsplit('.').next().unwrap();
         let tampered = raw_token(
@@ -138,7 +156,10 @@ fn forged_tokens_are_never_keys() {
             signature,
         );
         for ex in [&hs256, &rs256, &es256] {
-            assert_eq!(ex.extract(&bearer(&tampered)), Extracted::Missing);
+            assert_eq!(
+                ex.extract(&RequestHead::from_parts(&bearer(&tampered))),
+                Extracted::Missing
+            );
         }
     }
 
@@ -147,8 +168,16 @@ fn forged_tokens_are_never_keys() {
         let none = raw_token(&json!({"alg": alg, "typ": "JWT"}), &good, "");
         let none_sig = raw_token(&json!({"alg": alg}), &good, "c2ln");
         for ex in [&hs256, &rs256, &es256] {
-            assert_eq!(ex.extract(&bearer(&none)), Extracted::Missing, "{alg}");
-            assert_eq!(ex.extract(&bearer(&none_sig)), Extracted::Missing, "{alg}");
+            assert_eq!(
+                ex.extract(&RequestHead::from_parts(&bearer(&none))),
+                Extracted::Missing,
+                "{alg}"
+            );
+            assert_eq!(
+                ex.extract(&RequestHead::from_parts(&bearer(&none_sig))),
+                Extracted::Missing,
+                "{alg}"
+            );
         }
     }
 
@@ -161,14 +190,30 @@ fn forged_tokens_are_never_keys() {
         &EncodingKey::from_secret(RSA_PUBLIC).unwrap(),
     )
     .unwrap();
-    assert_eq!(rs256.extract(&bearer(&confused)), Extracted::Missing);
-    assert_eq!(rs256.extract(&bearer(&es(&good))), Extracted::Missing);
-    assert_eq!(es256.extract(&bearer(&rs(&good))), Extracted::Missing);
-    assert_eq!(hs256.extract(&bearer(&rs(&good))), Extracted::Missing);
+    assert_eq!(
+        rs256.extract(&RequestHead::from_parts(&bearer(&confused))),
+        Extracted::Missing
+    );
+    assert_eq!(
+        rs256.extract(&RequestHead::from_parts(&bearer(&es(&good)))),
+        Extracted::Missing
+    );
+    assert_eq!(
+        es256.extract(&RequestHead::from_parts(&bearer(&rs(&good)))),
+        Extracted::Missing
+    );
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&rs(&good)))),
+        Extracted::Missing
+    );
 
     // Garbage.
     for junk in ["", "a.b.c", "a.b", "...", "e30.e30.e30"] {
-        assert_eq!(hs256.extract(&bearer(junk)), Extracted::Missing, "{junk}");
+        assert_eq!(
+            hs256.extract(&RequestHead::from_parts(&bearer(junk))),
+            Extracted::Missing,
+            "{junk}"
+        );
     }
 }
 
@@ -176,19 +221,34 @@ fn forged_tokens_are_never_keys() {
 fn expiry_is_required_and_enforced() {
     let hs256 = Jwt::hs256(SECRET);
     let expired = json!({"sub": "alice", "exp": now() - 5});
-    assert_eq!(hs256.extract(&bearer(&hs(&expired))), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&hs(&expired)))),
+        Extracted::Missing
+    );
     let no_exp = json!({"sub": "alice"});
-    assert_eq!(hs256.extract(&bearer(&hs(&no_exp))), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&hs(&no_exp)))),
+        Extracted::Missing
+    );
     let bad_exp = json!({"sub": "alice", "exp": "tomorrow"});
-    assert_eq!(hs256.extract(&bearer(&hs(&bad_exp))), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&hs(&bad_exp)))),
+        Extracted::Missing
+    );
     let not_yet = json!({"sub": "alice", "exp": now() + 600, "nbf": now() + 300});
-    assert_eq!(hs256.extract(&bearer(&hs(&not_yet))), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&hs(&not_yet)))),
+        Extracted::Missing
+    );
     // A leeway is only what it says.
     let lenient = Jwt::hs256(SECRET).leeway(Duration::from_secs(60));
-    assert_eq!(lenient.extract(&bearer(&hs(&expired))), key("alice"));
+    assert_eq!(
+        lenient.extract(&RequestHead::from_parts(&bearer(&hs(&expired)))),
+        key("alice")
+    );
     let long_expired = json!({"sub": "alice", "exp": now() - 120});
     assert_eq!(
-        lenient.extract(&bearer(&hs(&long_expired))),
+        lenient.extract(&RequestHead::from_parts(&bearer(&hs(&long_expired)))),
         Extracted::Missing
     );
 }
@@ -203,24 +263,51 @@ fn audience_and_issuer() {
         json!({"sub": "alice", "exp": exp, "aud": ["billing", "api"], "iss": "https://id.example"});
     let no_aud = json!({"sub": "alice", "exp": exp, "iss": "https://id.example"});
     let api = Jwt::hs256(SECRET).audience(["api"]);
-    assert_eq!(api.extract(&bearer(&hs(&for_api))), key("alice"));
-    assert_eq!(api.extract(&bearer(&hs(&both))), key("alice"));
-    assert_eq!(api.extract(&bearer(&hs(&for_other))), Extracted::Missing);
-    assert_eq!(api.extract(&bearer(&hs(&no_aud))), Extracted::Missing);
+    assert_eq!(
+        api.extract(&RequestHead::from_parts(&bearer(&hs(&for_api)))),
+        key("alice")
+    );
+    assert_eq!(
+        api.extract(&RequestHead::from_parts(&bearer(&hs(&both)))),
+        key("alice")
+    );
+    assert_eq!(
+        api.extract(&RequestHead::from_parts(&bearer(&hs(&for_other)))),
+        Extracted::Missing
+    );
+    assert_eq!(
+        api.extract(&RequestHead::from_parts(&bearer(&hs(&no_aud)))),
+        Extracted::Missing
+    );
     // With no audience configured, a token meant for someone is refused.
     let anyone = Jwt::hs256(SECRET);
-    assert_eq!(anyone.extract(&bearer(&hs(&for_api))), Extracted::Missing);
-    assert_eq!(anyone.extract(&bearer(&hs(&no_aud))), key("alice"));
+    assert_eq!(
+        anyone.extract(&RequestHead::from_parts(&bearer(&hs(&for_api)))),
+        Extracted::Missing
+    );
+    assert_eq!(
+        anyone.extract(&RequestHead::from_parts(&bearer(&hs(&no_aud)))),
+        key("alice")
+    );
 
     let issuer = Jwt::hs256(SECRET)
         .audience(["api"])
         .issuer(["https://id.example"]);
-    assert_eq!(issuer.extract(&bearer(&hs(&for_api))), key("alice"));
+    assert_eq!(
+        issuer.extract(&RequestHead::from_parts(&bearer(&hs(&for_api)))),
+        key("alice")
+    );
     let wrong_iss =
         json!({"sub": "alice", "exp": exp, "aud": "api", "iss": "https://evil.example"});
-    assert_eq!(issuer.extract(&bearer(&hs(&wrong_iss))), Extracted::Missing);
+    assert_eq!(
+        issuer.extract(&RequestHead::from_parts(&bearer(&hs(&wrong_iss)))),
+        Extracted::Missing
+    );
     let no_iss = json!({"sub": "alice", "exp": exp, "aud": "api"});
-    assert_eq!(issuer.extract(&bearer(&hs(&no_iss))), Extracted::Missing);
+    assert_eq!(
+        issuer.extract(&RequestHead::from_parts(&bearer(&hs(&no_iss)))),
+        Extracted::Missing
+    );
 }
 
 #[test]
@@ -230,7 +317,11 @@ fn the_claim_is_configurable_and_must_be_a_string_or_an_integer() {
         "sub": "alice", "exp": exp, "tenant": "acme", "uid": 88192,
         "empty": "", "obj": {"a": 1}, "float": 1.5, "long": "x".repeat(500),
     }));
-    let by = |claim: &str| Jwt::hs256(SECRET).claim(claim).extract(&bearer(&token));
+    let by = |claim: &str| {
+        Jwt::hs256(SECRET)
+            .claim(claim)
+            .extract(&RequestHead::from_parts(&bearer(&token)))
+    };
     assert_eq!(by("sub"), key("alice"));
     assert_eq!(by("tenant"), key("acme"));
     assert_eq!(by("uid"), key("88192"));
@@ -253,17 +344,29 @@ fn the_header_must_be_a_bearer_token_of_bounded_length() {
     };
     let token = hs(&claims("alice"));
     assert_eq!(
-        hs256.extract(&with(&format!("Basic {token}"))),
+        hs256.extract(&RequestHead::from_parts(&with(&format!("Basic {token}")))),
         Extracted::Missing
     );
-    assert_eq!(hs256.extract(&with(&token)), Extracted::Missing);
-    assert_eq!(hs256.extract(&with("Bearer ")), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&with(&token))),
+        Extracted::Missing
+    );
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&with("Bearer "))),
+        Extracted::Missing
+    );
     let none = http::Request::get("/").body(()).unwrap().into_parts().0;
-    assert_eq!(hs256.extract(&none), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&none)),
+        Extracted::Missing
+    );
     // A genuine token past the length cap is not even decoded.
     let big = hs(&json!({"sub": "alice", "exp": now() + 600, "pad": "p".repeat(MAX_TOKEN_LEN)}));
     assert!(big.len() > MAX_TOKEN_LEN);
-    assert_eq!(hs256.extract(&bearer(&big)), Extracted::Missing);
+    assert_eq!(
+        hs256.extract(&RequestHead::from_parts(&bearer(&big))),
+        Extracted::Missing
+    );
     assert_eq!(
         hs256.on_missing(),
         MissingKey::Reject(StatusCode::UNAUTHORIZED)

@@ -154,13 +154,15 @@ async fn a_denial_gives_back_what_the_other_rules_took() {
         key: Key::new("a"),
         cost: 1,
     }]);
-    let throttle_fleet_core::Answer::Ready(throttle_fleet_core::Decision::Allowed(a)) = check
-    else {
+    let throttle_fleet_core::Answer::Ready(checked) = check else {
         panic!("{check:?}")
     };
-    assert_eq!(layer.rules().rule(a.rule).name(), "tenant");
+    let a = checked.decision();
+    assert!(a.is_allowed(), "{a:?}");
+    assert_eq!(layer.rules().rule(a.rule().unwrap()).name(), "tenant");
     assert_eq!(
-        a.remaining, 3,
+        a.remaining(),
+        3,
         "one by the first request, one by this check"
     );
 }

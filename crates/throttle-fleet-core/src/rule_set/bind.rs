@@ -8,6 +8,7 @@ use crate::decision::ShadowDenials;
 use crate::memory::Engine;
 use crate::{Backend, ConfigError, Key, Quota, Rule};
 
+use super::held::SettleFn;
 use super::{Observer, RuleSet};
 
 pub(super) struct Bound {
@@ -27,6 +28,12 @@ pub(super) struct Bound {
     pub(super) tiers: Option<TierLimiters>,
     /// Sees each of the rule's answers ([`RuleSet::observe`]).
     pub(super) observer: Option<Arc<dyn Observer>>,
+    /// Whether a check keeps what this rule took in its answer's
+    /// [`Held`](super::Held): a concurrency rule, or one that settles by
+    /// response.
+    pub(super) keep: bool,
+    /// [`RuleSet::settle_by`].
+    pub(super) settle: Option<SettleFn>,
 }
 
 /// One limiter per distinct tier quota of a rule.
@@ -44,6 +51,8 @@ impl Clone for Bound {
             shadow: self.shadow,
             tiers: self.tiers.clone(),
             observer: self.observer.clone(),
+            keep: self.keep,
+            settle: self.settle.clone(),
         }
     }
 }
@@ -87,14 +96,16 @@ impl Bound {
         }
     }
 
-    /// `key`'s quota and capacity under this rule.
-    #[inline]
-    pub(super) fn quota(&self, key: &Key) -> (Quota, u64) {
+    /// `key`'s tier under this rule, as a decision records it.
+    #[inline(always)]
+    pub(super) fn tier(&self, key: &Key) -> u8 {
         if self.tiers.is_none() {
-            return (self.quota, self.limit);
+            return u8::MAX;
         }
-        let q = self.rule.quota_for(key);
-        (q, self.rule.capacity_of(q))
+        self.rule
+            .tier_set()
+            .and_then(|t| t.tier_of(key))
+            .map_or(u8::MAX, |i| i as u8)
     }
 }
 
@@ -193,8 +204,18 @@ impl RuleSet {
             )
             .in_rule(rule.name()));
         }
+        if self.rules.len() >= crate::limits::MAX_RULES {
+            return Err(ConfigError::new(
+                "policy",
+                format!("may have at most {} rules", crate::limits::MAX_RULES),
+            )
+            .in_rule(rule.name()));
+        }
+        let concurrency = rule.algorithm().is_concurrency();
         let mut rules: Vec<Bound> = self.rules.to_vec();
         rules.push(Bound {
+            keep: concurrency,
+            settle: None,
             remote: limiter.is_remote(),
             shadow: rule.is_shadow(),
             quota: rule.quota(),
@@ -206,7 +227,7 @@ impl RuleSet {
             observer: None,
         });
         self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
-        self.holds = rules.iter().any(|b| b.rule.algorithm().is_concurrency());
+        self.keeps = rules.iter().any(|b| b.keep);
         self.rules = rules.into();
         Ok(self.rules.len() - 1)
     }

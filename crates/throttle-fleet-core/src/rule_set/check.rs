@@ -4,27 +4,25 @@ use smallvec::SmallVec;
 
 use crate::Answer;
 use crate::backend::{Outcome, Pending, Unavailable};
-use crate::decision::{Charged, Demand};
+use crate::decision::Demand;
 
-use super::RuleSet;
-use super::combine::{Keep, Tally};
+use super::combine::Tally;
+use super::{Checked, RuleSet};
 
 impl RuleSet {
     /// Checks `demands` (at most one per rule, in rule order) and takes their
     /// cost if all allow. Rules decided locally are asked first, in order,
     /// then the remote ones: a request a local rule denies costs no round
     /// trip (and no refund of a remote charge).
-    pub fn check(&self, demands: &[Demand]) -> Answer {
-        match demands {
-            [d] => self.one(d),
-            _ => self.run(demands),
-        }
-    }
-
-    /// Like [`check`](Self::check), and also hands back what each allowed
-    /// demand took ([`Charged::taken`]), for a cost to be given back once
-    /// the request's outcome is known ([`refund`](Self::refund)).
-    pub fn check_charged(&self, demands: &[Demand]) -> Answer<Charged> {
+    ///
+    /// The answer owns what an allowed request holds ([`Checked::held`]):
+    /// slots under concurrency rules, given back when it is dropped, and
+    /// the charges of rules whose cost depends on the response
+    /// ([`settle_by`](Self::settle_by)), given back or kept by
+    /// [`Held::settle`](super::Held::settle). A request that holds nothing
+    /// costs no allocation.
+    #[inline]
+    pub fn check(&self, demands: &[Demand]) -> Answer<Checked> {
         match demands {
             [d] => self.one(d),
             _ => self.run(demands),
@@ -34,7 +32,7 @@ impl RuleSet {
     /// A check of one demand, the common case: no order to work out,
     /// nothing to give back, nothing to combine.
     #[inline]
-    pub(super) fn one<K: Keep>(&self, d: &Demand) -> Answer<K> {
+    pub(super) fn one(&self, d: &Demand) -> Answer<Checked> {
         let bound = &self.rules[d.rule];
         if let Some(o) = bound.local(&d.key, d.cost) {
             return Answer::Ready(self.decide_one(d, Ok(o)));
@@ -50,7 +48,7 @@ impl RuleSet {
 
     // Kept out of `check`, so the one-demand path stays small.
     #[inline(never)]
-    pub(super) fn run<K: Keep>(&self, demands: &[Demand]) -> Answer<K> {
+    pub(super) fn run(&self, demands: &[Demand]) -> Answer<Checked> {
         let mut tally = Tally::<8>::new();
         let remote = |d: &Demand| self.rules[d.rule].remote;
         let order: SmallVec<[usize; 8]> = if self.reorder {
@@ -87,14 +85,14 @@ impl RuleSet {
     /// `demands[first_at]` is pending as `first`, the demands at `rest` (in
     /// asking order) are not asked yet. Asks those at once so their round
     /// trips overlap.
-    async fn finish<K: Keep>(
+    async fn finish(
         self,
         demands: Vec<Demand>,
         mut tally: Tally<8>,
         first_at: usize,
         first: Pending<Result<Outcome, Unavailable>>,
         rest: Vec<usize>,
-    ) -> K {
+    ) -> Checked {
         let mut pending = vec![(first_at, first)];
         let mut answered = Vec::new();
         for j in rest {

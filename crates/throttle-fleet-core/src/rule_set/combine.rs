@@ -1,13 +1,11 @@
 //! Combining the rules' answers into one decision.
 
-use std::time::Duration;
-
 use smallvec::SmallVec;
 
 use crate::backend::{Outcome, Unavailable};
-use crate::decision::{Allowed, Charged, Decision, Demand, Denied, Refused, ShadowDenials};
+use crate::decision::{Decision, Demand, ShadowDenials};
 
-use super::RuleSet;
+use super::{Checked, RuleSet};
 
 /// How one rule's answer counts in a check: the fold's one step.
 pub(super) enum Counted {
@@ -72,7 +70,7 @@ impl<const N: usize> Tally<N> {
         match count(bound.shadow, result) {
             Counted::Taken(o) => self.held.push((i, o)),
             Counted::ShadowDenied(o) => {
-                self.shadow.insert(rule);
+                self.shadow = self.shadow.with(rule);
                 self.held.push((i, o));
             }
             // The refusal reported is the first in rule order.
@@ -96,56 +94,22 @@ impl<const N: usize> Tally<N> {
         self.refusal.is_some()
     }
 
-    /// The decision on `demands`. A refusal first gives back what the
-    /// allowed answers took (the only effect of the fold), so that a denied
-    /// request does not use up the other dimensions' quota.
+    /// The decision on `demands`, with what the request holds. A refusal
+    /// first gives back what the allowed answers took (the only effect of
+    /// the fold), so that a denied request does not use up the other
+    /// dimensions' quota.
     #[inline(always)]
-    pub(super) fn decide<K: Keep>(self, set: &RuleSet, demands: &[Demand]) -> K {
+    pub(super) fn decide(self, set: &RuleSet, demands: &[Demand]) -> Checked {
         match self.refusal {
             Some((i, result)) => {
                 set.refund_held(demands, &self.held);
-                K::keep(set, demands, set.refusal(&demands[i], result), &[])
+                Checked::new(set.refusal(&demands[i], result), None)
             }
-            None => K::keep(
-                set,
-                demands,
+            None => Checked::new(
                 set.allowed(demands, &self.held, self.shadow),
-                &self.held,
+                set.kept(demands, &self.held),
             ),
         }
-    }
-}
-
-/// What a check hands back: a decision, a decision and its charges, or a
-/// decision and the slots it holds. `held` are the answers that took
-/// their cost (and the shadow denials), by index in `demands`.
-pub(super) trait Keep: Send + 'static {
-    fn keep(
-        set: &RuleSet,
-        demands: &[Demand],
-        decision: Decision,
-        held: &[(usize, Outcome)],
-    ) -> Self;
-}
-
-impl Keep for Decision {
-    #[inline]
-    fn keep(_: &RuleSet, _: &[Demand], decision: Decision, _: &[(usize, Outcome)]) -> Self {
-        decision
-    }
-}
-
-impl Keep for Charged {
-    fn keep(_: &RuleSet, _: &[Demand], decision: Decision, held: &[(usize, Outcome)]) -> Self {
-        let taken = if decision.is_allowed() {
-            held.iter()
-                .filter(|(_, o)| o.step.allowed)
-                .copied()
-                .collect()
-        } else {
-            SmallVec::new()
-        };
-        Self { decision, taken }
     }
 }
 
@@ -154,11 +118,7 @@ impl RuleSet {
     /// [`Tally`] decides for one answer, without holding it (the common
     /// case, one rule per request, pays for no list).
     #[inline(always)]
-    pub(super) fn decide_one<K: Keep>(
-        &self,
-        d: &Demand,
-        result: Result<Outcome, Unavailable>,
-    ) -> K {
+    pub(super) fn decide_one(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Checked {
         let bound = &self.rules[d.rule];
         bound.observed(&result);
         let shadow = bound.shadow;
@@ -166,18 +126,19 @@ impl RuleSet {
             Counted::Taken(o) => {
                 // A shadow rule never shapes traffic.
                 let delay_us = if shadow { 0 } else { o.step.delay_us };
-                let decision = self.allowed_by(d, o, shadow, delay_us, ShadowDenials::default());
-                K::keep(self, std::slice::from_ref(d), decision, &[(0, o)])
+                let decision = self.allowed_by(d, &o, shadow, delay_us, ShadowDenials::default());
+                let held = if bound.keep {
+                    self.kept(std::slice::from_ref(d), &[(0, o)])
+                } else {
+                    None
+                };
+                Checked::new(decision, held)
             }
             Counted::ShadowDenied(o) => {
-                let mut denied = ShadowDenials::default();
-                denied.insert(d.rule);
-                let decision = self.allowed_by(d, o, true, 0, denied);
-                K::keep(self, std::slice::from_ref(d), decision, &[(0, o)])
+                let denied = ShadowDenials::default().with(d.rule);
+                Checked::new(self.allowed_by(d, &o, true, 0, denied), None)
             }
-            Counted::Refused(result) => {
-                K::keep(self, std::slice::from_ref(d), self.refusal(d, result), &[])
-            }
+            Counted::Refused(result) => Checked::new(self.refusal(d, result), None),
         }
     }
 
@@ -191,21 +152,21 @@ impl RuleSet {
     }
 
     pub(super) fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
-        let rule = d.rule;
         match result {
-            Ok(Outcome { step, at_us, .. }) => {
-                let (quota, limit) = self.rules[rule].quota(&d.key);
-                Decision::Denied(Denied {
-                    at_us,
-                    limit,
-                    quota,
-                    remaining: step.remaining,
-                    retry_after: Duration::from_micros(step.retry_after_us.max(1)),
-                    reset: Duration::from_micros(step.reset_us),
-                    rule,
-                })
+            Ok(o) => {
+                let wait = o.step.retry_after_us.max(1);
+                let tier = self.rules[d.rule].tier(&d.key);
+                Decision::decided(
+                    d.rule as u16,
+                    tier,
+                    &o,
+                    wait,
+                    false,
+                    false,
+                    ShadowDenials::default(),
+                )
             }
-            Err(error) => Decision::Refused(Refused { rule, error }),
+            Err(error) => Decision::refused(d.rule, error),
         }
     }
 
@@ -233,36 +194,33 @@ impl RuleSet {
             }
         }
         match tightest {
-            None => Decision::Unlimited,
+            None => Decision::unlimited(),
             Some((i, o, shadow)) => {
-                self.allowed_by(&demands[i], o, shadow, delay_us, shadow_denied)
+                self.allowed_by(&demands[i], &o, shadow, delay_us, shadow_denied)
             }
         }
     }
 
     /// An allowed decision reporting `d`'s rule, which answered `o`.
-    #[inline]
+    #[inline(always)]
     fn allowed_by(
         &self,
         d: &Demand,
-        o: Outcome,
+        o: &Outcome,
         shadow: bool,
         delay_us: u64,
         shadow_denied: ShadowDenials,
     ) -> Decision {
-        let (quota, limit) = self.rules[d.rule].quota(&d.key);
-        Decision::Allowed(Allowed {
-            limit,
-            quota,
-            remaining: o.step.remaining,
-            reset: Duration::from_micros(o.step.reset_us),
-            delay: Duration::from_micros(delay_us),
-            at_us: o.at_us,
-            rule: d.rule,
-            degraded: o.degraded,
+        let tier = self.rules[d.rule].tier(&d.key);
+        Decision::decided(
+            d.rule as u16,
+            tier,
+            o,
+            delay_us,
+            true,
             shadow,
             shadow_denied,
-        })
+        )
     }
 }
 

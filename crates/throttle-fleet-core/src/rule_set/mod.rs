@@ -5,22 +5,22 @@
 mod bind;
 mod check;
 mod combine;
+mod held;
 mod observe;
-mod slots;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
 use std::sync::Arc;
 
-use crate::Rule;
 #[cfg(doc)]
-use crate::{Allowed, Decision};
+use crate::Decision;
+use crate::Rule;
 
 use bind::Bound;
 pub use bind::Carried;
+pub use held::{Checked, Held, SettleFn};
 pub use observe::Observer;
-pub use slots::{Holding, Slots};
 
 /// The ordered rules a request must all pass, each bound to its backend.
 ///
@@ -34,23 +34,25 @@ pub use slots::{Holding, Slots};
 /// A rule with tiers ([`Rule::tiers`]) checks each key against its tier's
 /// counters; a shadow rule ([`Rule::shadow`]) is checked and counted like
 /// the others but its denial only goes into
-/// [`Allowed::shadow_denied`]: the request goes on and no other rule gives
+/// [`Decision::shadow_denied`]: the request goes on and no other rule gives
 /// its cost back. (A shadow rule's own cost is given back when an
 /// enforced rule denies, as any rule's is: it counts what it would count
 /// if it were enforced.)
 ///
 /// ```
-/// use throttle_fleet_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
 ///
 /// let mut rules = RuleSet::new();
 /// let backend = MemoryBackend::default();
 /// let ip = rules.bind(Rule::new("ip", Quota::per_minute(2)), &backend).unwrap();
 /// let demand = [Demand { rule: ip, key: Key::new("10.0.0.1"), cost: 1 }];
 /// for _ in 0..2 {
-///     assert!(matches!(rules.check(&demand), Answer::Ready(Decision::Allowed(_))));
+///     assert!(matches!(rules.check(&demand), Answer::Ready(c) if c.decision().is_allowed()));
 /// }
-/// let Answer::Ready(Decision::Denied(d)) = rules.check(&demand) else { panic!() };
-/// assert_eq!(rules.rule(d.rule).name(), "ip");
+/// let Answer::Ready(checked) = rules.check(&demand) else { panic!() };
+/// let denied = checked.decision();
+/// assert!(denied.is_denied());
+/// assert_eq!(rules.rule(denied.rule().unwrap()).name(), "ip");
 /// ```
 #[derive(Clone, Default)]
 pub struct RuleSet {
@@ -58,8 +60,8 @@ pub struct RuleSet {
     /// Whether a remote rule comes before a local one: checks then ask the
     /// local ones first.
     reorder: bool,
-    /// Whether a rule is a concurrency rule ([`RuleSet::holds_slots`]).
-    holds: bool,
+    /// Whether a rule keeps what it takes ([`RuleSet::holds`]).
+    keeps: bool,
 }
 
 impl fmt::Debug for RuleSet {

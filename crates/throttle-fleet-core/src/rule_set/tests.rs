@@ -9,7 +9,8 @@ use crate::{Algorithm, ManualClock, MemoryBackend};
 use std::sync::Arc;
 
 use crate::backend::{Limiter, Outcome, Unavailable};
-use crate::{Answer, Backend, ConfigError, Decision, Demand, Key, Quota, Rule};
+use crate::decision::Kind;
+use crate::{Answer, Backend, ConfigError, Demand, Key, Quota, Rule};
 
 /// What a decision says, without the instants (which the system clock
 /// moves between two rule sets).
@@ -17,11 +18,14 @@ fn figures(check: Answer) -> (bool, usize, u64, u64) {
     let Answer::Ready(decision) = check else {
         panic!("the memory backend decides at once")
     };
-    match decision {
-        Decision::Allowed(a) => (true, a.rule, a.limit, a.remaining),
-        Decision::Denied(d) => (false, d.rule, d.limit, d.remaining),
-        other => panic!("{other:?}"),
-    }
+    let d = decision.decision();
+    assert!(matches!(d.kind(), Kind::Allowed | Kind::Denied), "{d:?}");
+    (
+        d.is_allowed(),
+        d.rule().unwrap(),
+        d.remaining(),
+        u64::from(d.is_degraded()),
+    )
 }
 
 /// The delay of the second of two requests at once to a leaky bucket.
@@ -36,7 +40,7 @@ fn second_delay(rule: Rule) -> Duration {
     }];
     let _ = set.check(&demand);
     match set.check(&demand) {
-        Answer::Ready(Decision::Allowed(a)) => a.delay,
+        Answer::Ready(c) if c.decision().is_allowed() => c.decision().delay(),
         other => panic!("{other:?}"),
     }
 }
@@ -153,11 +157,10 @@ fn after_a_wait_the_refusal_reported_is_the_first_in_rule_order() {
         Answer::Ready(d) => d,
         Answer::Pending(f) => futures_util::FutureExt::now_or_never(f).expect("ready"),
     };
-    assert!(resolve(set.check(&demands)).is_allowed());
+    assert!(resolve(set.check(&demands)).decision().is_allowed());
     // Every rule now denies; all three are asked at once after the first
     // wait, and the first in rule order is the one reported.
-    match resolve(set.check(&demands)) {
-        Decision::Denied(d) => assert_eq!(set.rule(d.rule).name(), "first"),
-        other => panic!("{other:?}"),
-    }
+    let denied = resolve(set.check(&demands)).into_decision();
+    assert!(denied.is_denied(), "{denied:?}");
+    assert_eq!(set.rule(denied.rule().unwrap()).name(), "first");
 }

@@ -10,8 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::google::protobuf::{self as pb, ListValue, Struct, Value, value::Kind};
 use throttle_fleet_core::backend::Outcome;
-use throttle_fleet_core::decision::Denied;
-use throttle_fleet_core::{Demand, Quota};
+use throttle_fleet_core::{Decision, Demand, Quota};
 use throttle_fleet_tower::headers::{ratelimit_field, retry_after_secs};
 
 use crate::rules::{Loaded, current_limit, policy_text};
@@ -51,16 +50,17 @@ impl Asked {
         }
     }
 
-    pub(super) fn denied(_loaded: &Loaded, demand: &Demand, d: &Denied) -> Self {
+    pub(super) fn denied(loaded: &Loaded, demand: &Demand, d: &Decision) -> Self {
+        let rule = loaded.rules.rule(demand.rule);
         Self {
             over: true,
             rule: demand.rule,
-            quota: d.quota,
-            limit: d.limit,
-            remaining: d.remaining,
+            quota: d.quota(rule),
+            limit: d.limit(rule),
+            remaining: d.remaining(),
             cost: demand.cost,
-            reset: d.reset,
-            retry_after: Some(d.retry_after),
+            reset: d.reset(),
+            retry_after: Some(d.retry_after()),
         }
     }
 

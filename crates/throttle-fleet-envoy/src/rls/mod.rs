@@ -10,8 +10,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
-use throttle_fleet_core::backend::Outcome;
-use throttle_fleet_core::{Decision, Demand};
+use throttle_fleet_core::Demand;
+use throttle_fleet_core::decision::Kind;
+use throttle_fleet_core::rule_set::Held;
 use tonic::{Request, Response, Status};
 
 use crate::metrics;
@@ -200,54 +201,64 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
         rounds[round].push(*ask);
     }
     // What earlier rounds took, to give back if a later one denies.
-    let mut taken: SmallVec<[(Demand, Outcome); 4]> = SmallVec::new();
+    let mut taken: SmallVec<[Box<Held>; 1]> = SmallVec::new();
     for round in &mut rounds {
         round.sort_by_key(|a| a.demand.rule);
         let demands: SmallVec<[Demand; 8]> = round.iter().map(|a| a.demand).collect();
-        let charged = match loaded.rules.check_charged(&demands) {
+        let checked = match loaded.rules.check(&demands) {
             throttle_fleet_core::Answer::Ready(c) => c,
             throttle_fleet_core::Answer::Pending(later) => later.await,
         };
-        match &charged.decision {
-            Decision::Allowed(a) => {
-                for i in a.shadow_denied.iter() {
+        let (decision, held) = checked.into_parts();
+        let ask_of = |rule: usize| round.iter().find(|a| a.demand.rule == rule);
+        match decision.kind() {
+            Kind::Allowed => {
+                for i in decision.shadow_denied().iter() {
                     answer.shadow_denied(loaded.rules.rule(i).name());
                 }
-                for (i, outcome) in &charged.taken {
-                    let ask = &round[*i];
-                    // A shadow rule's figures are never told (as the
-                    // layer's headers do not): it only reports.
-                    if !loaded.rules.rule(ask.demand.rule).is_shadow() {
-                        answer.asked(ask.descriptor, Asked::allowed(loaded, &ask.demand, outcome));
+                if let Some(held) = held {
+                    for (demand, outcome) in held.taken() {
+                        // A shadow rule's figures are never told (as the
+                        // layer's headers do not): it only reports.
+                        if let Some(ask) = ask_of(demand.rule)
+                            && !loaded.rules.rule(demand.rule).is_shadow()
+                        {
+                            answer.asked(ask.descriptor, Asked::allowed(loaded, demand, outcome));
+                        }
                     }
-                    taken.push((ask.demand, *outcome));
+                    taken.push(held);
                 }
             }
-            Decision::Unlimited => {}
-            Decision::Denied(d) => {
-                if let Some(ask) = round.iter().find(|a| a.demand.rule == d.rule) {
-                    answer.asked(ask.descriptor, Asked::denied(loaded, &ask.demand, d));
+            Kind::Denied => {
+                if let Some(ask) = decision.rule().and_then(ask_of) {
+                    answer.asked(
+                        ask.descriptor,
+                        Asked::denied(loaded, &ask.demand, &decision),
+                    );
                 }
-                give_back(loaded, &taken, &mut answer);
+                give_back(taken, &mut answer);
                 return answer;
             }
-            Decision::Refused(r) => {
-                if let Some(ask) = round.iter().find(|a| a.demand.rule == r.rule) {
+            Kind::Refused => {
+                let rule = decision.rule().unwrap_or_default();
+                if let Some(ask) = ask_of(rule) {
                     answer.asked(ask.descriptor, Asked::unavailable(loaded, &ask.demand));
                 }
-                answer.unavailable(loaded.rules.rule(r.rule).name());
-                give_back(loaded, &taken, &mut answer);
+                answer.unavailable(loaded.rules.rule(rule).name());
+                give_back(taken, &mut answer);
                 return answer;
             }
+            // No rule applied.
+            _ => {}
         }
     }
     answer
 }
 
 /// Gives back what earlier rounds took, once a later one denied.
-fn give_back(loaded: &Loaded, taken: &[(Demand, Outcome)], answer: &mut Answer) {
-    for (demand, outcome) in taken {
-        loaded.rules.refund(demand, outcome);
+fn give_back(taken: SmallVec<[Box<Held>; 1]>, answer: &mut Answer) {
+    for held in taken {
+        held.give_back();
     }
     answer.given_back();
 }

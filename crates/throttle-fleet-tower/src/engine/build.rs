@@ -35,7 +35,6 @@ impl<R> Engine<R> {
         let mut carried = Vec::with_capacity(policy.limits.len());
         let mut kinds = Vec::with_capacity(policy.limits.len());
         let shadow_header = policy.shadow_header;
-        let settles = policy.limits.iter().any(|l| l.refund.is_some());
         for limit in policy.limits {
             limit
                 .extractor
@@ -69,6 +68,12 @@ impl<R> Engine<R> {
             if let Some(metrics) = metrics {
                 rules.observe(index, Arc::new(metrics))?;
             }
+            // A response-aware limit settles its cost from the status.
+            if let Some(refund) = limit.refund {
+                let give_back =
+                    move |status: u16| http::StatusCode::from_u16(status).is_ok_and(|s| refund(s));
+                rules.settle_by(index, Arc::new(give_back))?;
+            }
             carried.push((name, how));
             limits.push(BoundLimit {
                 index,
@@ -76,10 +81,8 @@ impl<R> Engine<R> {
                 on_missing: limit.on_missing,
                 cost: limit.cost,
                 static_cost,
-                refund: limit.refund,
             });
-            // Demands name their rule by index; the limits are kept at the
-            // same index so that a settlement finds its limit.
+            // Demands name their rule by index, in policy order.
             debug_assert_eq!(index, limits.len() - 1);
         }
         let bound: Vec<_> = (0..rules.len())
@@ -88,12 +91,10 @@ impl<R> Engine<R> {
         responder.bind(&bound);
         Ok((
             Self {
-                holds: rules.holds_slots(),
                 rules,
                 limits: limits.into(),
                 responder,
                 shadow_header,
-                settles,
             },
             carried,
         ))

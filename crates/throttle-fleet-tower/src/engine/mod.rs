@@ -6,18 +6,15 @@
 mod build;
 mod prepare;
 mod respond;
-mod settle;
 #[cfg(test)]
 mod tests;
 
 use throttle_fleet_core::RuleSet;
 
 use crate::KeyExtractor;
-use crate::policy::{CostFn, MissingKey, RefundFn};
+use crate::policy::{CostFn, MissingKey};
 
-pub(crate) use prepare::Prepared;
 pub(crate) use respond::Next;
-pub(crate) use settle::Settle;
 
 /// A policy bound to its backends, with the responder that answers for it:
 /// what one reload of a layer holds.
@@ -27,12 +24,6 @@ pub(crate) struct Engine<R> {
     pub(crate) responder: R,
     /// `Policy::shadow_header`.
     pub(crate) shadow_header: bool,
-    /// Whether a limit settles its cost from the response (its charges,
-    /// and any slots, are then kept with the whole list of demands).
-    settles: bool,
-    /// Whether a rule is a concurrency rule, whose slots the response
-    /// holds until its body ends ([`RuleSet::holds_slots`]).
-    holds: bool,
 }
 
 /// One limit of the policy: how a request's key and cost are found for its
@@ -43,5 +34,4 @@ pub(super) struct BoundLimit {
     pub(super) on_missing: MissingKey,
     pub(super) cost: Option<CostFn>,
     pub(super) static_cost: u64,
-    pub(super) refund: Option<RefundFn>,
 }

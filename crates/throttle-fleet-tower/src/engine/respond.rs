@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
-use http::request::Parts;
-use throttle_fleet_core::Decision;
+use throttle_fleet_core::decision::Kind;
+use throttle_fleet_core::{Decision, Rule};
 
 use super::Engine;
+use crate::RequestHead;
 use crate::headers::SuccessHeaders;
 use crate::responder::{Rejection, Responder};
 
@@ -20,50 +21,59 @@ pub(crate) enum Next {
 }
 
 impl<R: Responder> Engine<R> {
-    /// What `decision` on the request `parts` leads to.
-    pub(crate) fn next(&self, parts: &Parts, decision: Decision) -> Next {
-        let shared = self;
-        match decision {
-            Decision::Unlimited => Next::Call(SuccessHeaders::none()),
-            Decision::Allowed(allowed) => {
-                let mut headers = if allowed.shadow {
+    /// What `decision` on the request `req` leads to.
+    #[inline]
+    pub(crate) fn next(&self, req: &RequestHead<'_>, decision: &Decision) -> Next {
+        match decision.kind() {
+            Kind::Allowed => {
+                let mut headers = if decision.is_shadow() {
                     // Only shadow rules applied: clients are not told of them.
                     SuccessHeaders::none()
                 } else {
-                    let rule = shared.rules.rule(allowed.rule);
-                    shared.responder.allowed(parts, &allowed, rule)
+                    self.allowed(req, decision)
                 };
-                if !allowed.shadow_denied.is_empty() {
-                    headers = shadow_report(shared, &allowed, headers);
+                if !decision.shadow_denied().is_empty() {
+                    headers = shadow_report(self, decision, headers);
                 }
-                if allowed.delay.is_zero() {
+                let delay = decision.delay();
+                if delay.is_zero() {
                     Next::Call(headers)
                 } else {
-                    Next::Delay(headers, allowed.delay)
+                    Next::Delay(headers, delay)
                 }
             }
-            Decision::Denied(denied) => {
-                let rule = shared.rules.rule(denied.rule);
-                Next::Reject(shared.responder.reject(
-                    parts,
-                    Rejection::Limited {
-                        denied: &denied,
-                        rule,
-                    },
-                ))
+            Kind::Denied => {
+                let rule = self.rule_of(decision);
+                Next::Reject(
+                    self.responder
+                        .reject(req, Rejection::Denied { decision, rule }),
+                )
             }
-            Decision::Refused(refused) => {
-                let rule = shared.rules.rule(refused.rule);
-                tracing::warn!(rule = rule.name(), error = %refused.error, "fail-closed rule could not be checked");
-                Next::Reject(shared.responder.reject(
-                    parts,
-                    Rejection::Refused {
-                        refused: &refused,
-                        rule,
-                    },
-                ))
-            }
+            Kind::Refused => Next::Reject(self.refused(req, decision)),
+            // No rule applied, or a kind this version does not know.
+            _ => Next::Call(SuccessHeaders::none()),
         }
+    }
+
+    #[inline]
+    fn rule_of(&self, decision: &Decision) -> &Rule {
+        self.rules.rule(decision.rule().unwrap_or_default())
+    }
+
+    #[inline]
+    fn allowed(&self, req: &RequestHead<'_>, decision: &Decision) -> SuccessHeaders {
+        self.responder
+            .allowed(req, decision, self.rule_of(decision))
+    }
+
+    #[cold]
+    fn refused(&self, req: &RequestHead<'_>, decision: &Decision) -> Response<Bytes> {
+        let rule = self.rule_of(decision);
+        if let Some(error) = decision.error() {
+            tracing::warn!(rule = rule.name(), %error, "fail-closed rule could not be checked");
+        }
+        self.responder
+            .reject(req, Rejection::Refused { decision, rule })
     }
 }
 
@@ -72,12 +82,12 @@ impl<R: Responder> Engine<R> {
 #[cold]
 fn shadow_report<R>(
     shared: &Engine<R>,
-    allowed: &throttle_fleet_core::Allowed,
+    decision: &Decision,
     headers: SuccessHeaders,
 ) -> SuccessHeaders {
     let names = || {
-        allowed
-            .shadow_denied
+        decision
+            .shadow_denied()
             .iter()
             .map(|i| shared.rules.rule(i).name())
             .collect::<Vec<_>>()

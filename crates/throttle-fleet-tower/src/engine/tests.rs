@@ -4,22 +4,22 @@
 use std::sync::Arc;
 
 use http::Request;
-use http::request::Parts;
 use throttle_fleet_core::{Answer, ManualClock, MemoryBackend, Quota, Rule};
 
-use super::{Engine, Next, Prepared};
+use super::{Engine, Next};
 use crate::key::Global;
-use crate::{HttpResponder, Policy};
+use crate::{HttpResponder, Policy, RequestHead};
 
-fn parts() -> Parts {
-    Request::get("/").body(()).unwrap().into_parts().0
+fn request() -> Request<()> {
+    Request::get("/").body(()).unwrap()
 }
 
 /// What the engine makes of one request.
 fn next(engine: &Engine<HttpResponder>) -> Next {
-    let parts = parts();
-    match engine.prepare(&parts) {
-        Prepared::Plain(Answer::Ready(decision)) => engine.next(&parts, decision),
+    let req = request();
+    let head = RequestHead::of(&req);
+    match engine.prepare(&head) {
+        Ok(Answer::Ready(checked)) => engine.next(&head, checked.decision()),
         _ => panic!("a memory backend decides at once"),
     }
 }

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use http::request::Parts;
+use crate::RequestHead;
 use throttle_fleet_core::{ConfigError, Key};
 
 use super::{Extracted, KeyExtractor};
@@ -15,7 +15,7 @@ macro_rules! composite {
     ($($name:ident),+) => {
         impl<$($name: KeyExtractor),+> KeyExtractor for ($($name,)+) {
             #[allow(non_snake_case)]
-            fn extract(&self, req: &Parts) -> Extracted {
+            fn extract(&self, req: &RequestHead<'_>) -> Extracted {
                 let ($($name,)+) = self;
                 $(
                     let $name = match $name.extract(req) {
@@ -114,7 +114,7 @@ impl<E> fmt::Debug for AllOf<E> {
 }
 
 impl<E: KeyExtractor> KeyExtractor for AllOf<E> {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         let n = self.parts.len();
         if n == 0 || n > Self::MAX_PARTS {
             // Refused by `validate`: never limit by a key built otherwise.

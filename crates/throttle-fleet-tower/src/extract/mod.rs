@@ -9,7 +9,7 @@ mod tests;
 
 use std::borrow::Cow;
 
-use http::request::Parts;
+use crate::RequestHead;
 use throttle_fleet_core::{ConfigError, Key};
 
 use crate::MissingKey;
@@ -44,22 +44,22 @@ impl From<Key> for Extracted {
 
 /// Finds the key a rule limits by in a request.
 ///
-/// Implemented for closures `Fn(&Parts) -> Option<Key>` (where `None` means
+/// Implemented for closures `Fn(&RequestHead<'_>) -> Option<Key>` (where `None` means
 /// the key material is missing), and for pairs and triples of extractors,
 /// which build a composite key (any part missing makes the whole missing).
 ///
 /// ```
-/// use http::request::Parts;
+/// use crate::RequestHead;
 /// use throttle_fleet_tower::{Key, KeyExtractor};
 /// use throttle_fleet_tower::key::Extracted;
 ///
-/// let by_tenant = |req: &Parts| req.uri.path().strip_prefix("/t/").map(Key::new);
+/// let by_tenant = |req: &RequestHead<'_>| req.uri.path().strip_prefix("/t/").map(Key::new);
 /// let (parts, ()) = http::Request::get("/t/acme").body(()).unwrap().into_parts();
 /// assert_eq!(by_tenant.extract(&parts), Extracted::Key(Key::new("acme")));
 /// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key for this request.
-    fn extract(&self, req: &Parts) -> Extracted;
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted;
 
     /// Checks the extractor's own configuration when the layer is built.
     fn validate(&self) -> Result<(), ConfigError> {
@@ -87,9 +87,9 @@ pub trait KeyExtractor: Send + Sync + 'static {
 
 impl<F> KeyExtractor for F
 where
-    F: Fn(&Parts) -> Option<Key> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Option<Key> + Send + Sync + 'static,
 {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         self(req).into()
     }
 }
@@ -122,7 +122,7 @@ pub struct Or<A, B> {
 }
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         match self.first.extract(req) {
             Extracted::Missing => self.fallback.extract(req),
             found => found,
@@ -142,7 +142,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 /// A boxed extractor is one (for policies built at run time).
 impl KeyExtractor for Box<dyn KeyExtractor> {
     #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         (**self).extract(req)
     }
 

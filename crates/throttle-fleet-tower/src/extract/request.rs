@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::RequestHead;
 use http::HeaderName;
-use http::request::Parts;
 use throttle_fleet_core::{ConfigError, Key};
 
 use super::{Extracted, KeyExtractor};
@@ -16,7 +16,7 @@ use super::{Extracted, KeyExtractor};
 pub struct Global;
 
 impl KeyExtractor for Global {
-    fn extract(&self, _: &Parts) -> Extracted {
+    fn extract(&self, _: &RequestHead<'_>) -> Extracted {
         Extracted::Key(Key::global())
     }
 
@@ -44,7 +44,7 @@ impl Header {
 
 impl KeyExtractor for Header {
     #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         let Ok(name) = &self.name else {
             return Extracted::Missing;
         };
@@ -118,7 +118,7 @@ impl UserAgentHash {
 
 impl KeyExtractor for UserAgentHash {
     #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         match req.headers.get(http::header::USER_AGENT) {
             Some(v) if !v.is_empty() => Extracted::Key(Self::key_of(v.as_bytes())),
             _ => Extracted::Missing,
@@ -183,7 +183,7 @@ where
     T: Send + Sync + 'static,
     F: Fn(&T) -> Key + Send + Sync + 'static,
 {
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         req.extensions.get::<T>().map(|t| (self.key)(t)).into()
     }
 

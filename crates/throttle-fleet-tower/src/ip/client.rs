@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use http::request::Parts;
+use crate::RequestHead;
 use http::{HeaderMap, StatusCode};
 use ipnet::IpNet;
 use throttle_fleet_core::{ConfigError, Key};
@@ -18,12 +18,12 @@ use crate::{KeyExtractor, MissingKey};
 ///
 /// Each integration crate has one (`throttle_fleet_axum::ConnectInfoPeer` reads
 /// axum's `ConnectInfo<SocketAddr>`, `throttle_fleet_tonic::TonicPeer` tonic's
-/// `TcpConnectInfo` too); a closure `Fn(&Parts) -> Option<SocketAddr>` is
+/// `TcpConnectInfo` too); a closure `Fn(&RequestHead<'_>) -> Option<SocketAddr>` is
 /// one as well, for other servers.
 pub trait PeerSource: Send + Sync + 'static {
     /// The peer address of the connection `req` came in on, if the server
     /// recorded one.
-    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr>;
+    fn peer_addr(&self, req: &RequestHead<'_>) -> Option<SocketAddr>;
 
     /// Called when [`peer_addr`](Self::peer_addr) found nothing, before the
     /// request is answered by the rule's missing-key setting: the place to
@@ -39,9 +39,9 @@ pub trait PeerSource: Send + Sync + 'static {
 
 impl<F> PeerSource for F
 where
-    F: Fn(&Parts) -> Option<SocketAddr> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Option<SocketAddr> + Send + Sync + 'static,
 {
-    fn peer_addr(&self, req: &Parts) -> Option<SocketAddr> {
+    fn peer_addr(&self, req: &RequestHead<'_>) -> Option<SocketAddr> {
         self(req)
     }
 }
@@ -80,13 +80,13 @@ where
 ///
 /// ```
 /// use std::net::SocketAddr;
-/// use http::request::Parts;
+/// use crate::RequestHead;
 /// use throttle_fleet_tower::KeyExtractor;
 /// use throttle_fleet_tower::key::{ClientAddr, Extracted, ForwardedHeader, IpPrefix};
 ///
 /// // A server that puts the peer address in the extensions (axum and tonic
 /// // have theirs: `throttle_fleet_axum::ClientIp`, `throttle_fleet_tonic::PeerIp`).
-/// let from_extension = |req: &Parts| req.extensions.get::<SocketAddr>().copied();
+/// let from_extension = |req: &RequestHead<'_>| req.extensions.get::<SocketAddr>().copied();
 /// let ip = ClientAddr::new(from_extension).trusted_proxies(["10.0.0.0/8"]);
 /// assert!(ip.validate().is_ok());
 ///
@@ -96,8 +96,8 @@ where
 /// req.extensions.insert("10.0.0.1:4711".parse::<SocketAddr>().unwrap());
 /// // 10.0.0.1 and 10.0.0.2 are ours, 203.0.113.7 is the client; the
 /// // leftmost entry is what the client wrote, and never read.
-/// assert_eq!(ip.client_ip(&req), Some("203.0.113.7".parse().unwrap()));
-/// assert_eq!(ip.extract(&req), Extracted::Key(IpPrefix::new().key_of("203.0.113.7".parse().unwrap())));
+/// assert_eq!(ip.client_ip(&RequestHead::from_parts(&req)), Some("203.0.113.7".parse().unwrap()));
+/// assert_eq!(ip.extract(&RequestHead::from_parts(&req)), Extracted::Key(IpPrefix::new().key_of("203.0.113.7".parse().unwrap())));
 ///
 /// let bad = ClientAddr::new(from_extension).trusted_proxies(["10.0.0.0/33"]);
 /// assert_eq!(bad.validate().unwrap_err().field(), "trusted_proxies");
@@ -243,7 +243,7 @@ impl<P: PeerSource> ClientAddr<P> {
 
     /// The client address of `req`: the peer, or what trusted proxies
     /// forwarded for. `None` when the server recorded no peer address.
-    pub fn client_ip(&self, req: &Parts) -> Option<IpAddr> {
+    pub fn client_ip(&self, req: &RequestHead<'_>) -> Option<IpAddr> {
         let peer = self.peer.peer_addr(req)?.ip();
         Some(self.resolve(peer, &req.headers))
     }
@@ -273,7 +273,7 @@ fn parse_net(s: &str) -> Option<IpNet> {
 
 impl<P: PeerSource> KeyExtractor for ClientAddr<P> {
     #[inline]
-    fn extract(&self, req: &Parts) -> Extracted {
+    fn extract(&self, req: &RequestHead<'_>) -> Extracted {
         match self.client_ip(req) {
             Some(ip) => Extracted::Key(self.key_of(ip)),
             None => {
@@ -316,17 +316,17 @@ impl<P: PeerSource> KeyExtractor for ClientAddr<P> {
 mod tests {
     use super::*;
 
-    type Ip = ClientAddr<fn(&Parts) -> Option<SocketAddr>>;
+    type Ip = ClientAddr<fn(&RequestHead<'_>) -> Option<SocketAddr>>;
 
-    fn from_ext(req: &Parts) -> Option<SocketAddr> {
+    fn from_ext(req: &RequestHead<'_>) -> Option<SocketAddr> {
         req.extensions.get::<SocketAddr>().copied()
     }
 
     fn ip() -> Ip {
-        ClientAddr::new(from_ext as fn(&Parts) -> Option<SocketAddr>)
+        ClientAddr::new(from_ext as fn(&RequestHead<'_>) -> Option<SocketAddr>)
     }
 
-    fn req(peer: &str, xff: Option<&str>) -> Parts {
+    fn req(peer: &str, xff: Option<&str>) -> http::request::Parts {
         let mut b = http::Request::get("/");
         if let Some(x) = xff {
             b = b.header("x-forwarded-for", x);
@@ -343,9 +343,15 @@ mod tests {
     #[test]
     fn without_trusted_proxies_headers_are_never_read() {
         let r = req("203.0.113.9:1", Some("198.51.100.1"));
-        assert_eq!(ip().client_ip(&r), Some(addr("203.0.113.9")));
+        assert_eq!(
+            ip().client_ip(&RequestHead::from_parts(&r)),
+            Some(addr("203.0.113.9"))
+        );
         let r = req("[::ffff:203.0.113.9]:1", Some("198.51.100.1"));
-        assert_eq!(ip().client_ip(&r), Some(addr("203.0.113.9")));
+        assert_eq!(
+            ip().client_ip(&RequestHead::from_parts(&r)),
+            Some(addr("203.0.113.9"))
+        );
     }
 
     #[test]
@@ -354,24 +360,24 @@ mod tests {
         assert!(ip.validate().is_ok());
         let x = Some("203.0.113.7");
         assert_eq!(
-            ip.client_ip(&req("10.9.9.9:1", x)),
+            ip.client_ip(&RequestHead::from_parts(&req("10.9.9.9:1", x))),
             Some(addr("203.0.113.7"))
         );
         assert_eq!(
-            ip.client_ip(&req("192.0.2.1:1", x)),
+            ip.client_ip(&RequestHead::from_parts(&req("192.0.2.1:1", x))),
             Some(addr("203.0.113.7"))
         );
         assert_eq!(
-            ip.client_ip(&req("192.0.2.2:1", x)),
+            ip.client_ip(&RequestHead::from_parts(&req("192.0.2.2:1", x))),
             Some(addr("192.0.2.2"))
         );
         assert_eq!(
-            ip.client_ip(&req("[2001:db8::5]:1", x)),
+            ip.client_ip(&RequestHead::from_parts(&req("[2001:db8::5]:1", x))),
             Some(addr("203.0.113.7"))
         );
         // The IPv4-mapped form of a trusted IPv4 peer is trusted too.
         assert_eq!(
-            ip.client_ip(&req("[::ffff:10.0.0.1]:1", x)),
+            ip.client_ip(&RequestHead::from_parts(&req("[::ffff:10.0.0.1]:1", x))),
             Some(addr("203.0.113.7"))
         );
     }
@@ -381,18 +387,18 @@ mod tests {
         let chain = Some("6.6.6.6, 203.0.113.7, 198.51.100.2");
         let one = ip().trusted_hops(1);
         assert_eq!(
-            one.client_ip(&req("198.51.100.1:1", chain)),
+            one.client_ip(&RequestHead::from_parts(&req("198.51.100.1:1", chain))),
             Some(addr("198.51.100.2"))
         );
         let two = ip().trusted_hops(2);
         assert_eq!(
-            two.client_ip(&req("198.51.100.1:1", chain)),
+            two.client_ip(&RequestHead::from_parts(&req("198.51.100.1:1", chain))),
             Some(addr("203.0.113.7"))
         );
         // Hops and CIDRs together: 198.51.100.2 is trusted by range.
         let both = ip().trusted_hops(1).trusted_proxies(["198.51.100.0/24"]);
         assert_eq!(
-            both.client_ip(&req("192.0.2.1:1", chain)),
+            both.client_ip(&RequestHead::from_parts(&req("192.0.2.1:1", chain))),
             Some(addr("203.0.113.7"))
         );
     }
@@ -439,7 +445,10 @@ mod tests {
     fn host_bits_of_a_cidr_are_masked() {
         let ip = ip().trusted_proxies(["10.1.2.3/8"]);
         let r = req("10.200.0.1:1", Some("203.0.113.7"));
-        assert_eq!(ip.client_ip(&r), Some(addr("203.0.113.7")));
+        assert_eq!(
+            ip.client_ip(&RequestHead::from_parts(&r)),
+            Some(addr("203.0.113.7"))
+        );
     }
 
     #[test]
@@ -448,10 +457,19 @@ mod tests {
         let a = req("10.0.0.1:1", Some("2001:db8:1:2::1"));
         let b = req("10.0.0.1:1", Some("2001:db8:1:ffff::9"));
         let c = req("10.0.0.1:1", Some("2001:db8:2::1"));
-        assert_eq!(ip.extract(&a), ip.extract(&b));
-        assert_ne!(ip.extract(&a), ip.extract(&c));
+        assert_eq!(
+            ip.extract(&RequestHead::from_parts(&a)),
+            ip.extract(&RequestHead::from_parts(&b))
+        );
+        assert_ne!(
+            ip.extract(&RequestHead::from_parts(&a)),
+            ip.extract(&RequestHead::from_parts(&c))
+        );
         let none = http::Request::get("/").body(()).unwrap().into_parts().0;
-        assert_eq!(ip.extract(&none), Extracted::Missing);
+        assert_eq!(
+            ip.extract(&RequestHead::from_parts(&none)),
+            Extracted::Missing
+        );
         assert_eq!(
             ip.on_missing(),
             MissingKey::Reject(StatusCode::INTERNAL_SERVER_ERROR)
@@ -463,7 +481,7 @@ mod tests {
         #[derive(Default)]
         struct Nowhere;
         impl PeerSource for Nowhere {
-            fn peer_addr(&self, _: &Parts) -> Option<SocketAddr> {
+            fn peer_addr(&self, _: &RequestHead<'_>) -> Option<SocketAddr> {
                 None
             }
         }

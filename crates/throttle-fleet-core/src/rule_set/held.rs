@@ -1,0 +1,327 @@
+//! What a check answers: the decision, and what an allowed request holds
+//! until it ends (slots under concurrency rules, charges that the response
+//! settles).
+
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::ConfigError;
+use crate::backend::Outcome;
+use crate::decision::{Decision, Demand};
+
+use super::RuleSet;
+
+/// Whether the cost a request took under a rule goes back, given the
+/// status code of its response ([`RuleSet::settle_by`]).
+pub type SettleFn = Arc<dyn Fn(u16) -> bool + Send + Sync>;
+
+/// What [`RuleSet::check`] answers: the [`Decision`], and what the request
+/// holds if it was allowed ([`held`](Self::held)).
+///
+/// Dropping it gives the held slots back at once: a layer keeps the
+/// [`Held`] with the response (see [`into_parts`](Self::into_parts)).
+#[derive(Debug)]
+pub struct Checked {
+    decision: Decision,
+    held: Option<Box<Held>>,
+}
+
+impl Checked {
+    #[inline(always)]
+    pub(super) fn new(decision: Decision, held: Option<Box<Held>>) -> Self {
+        Self { decision, held }
+    }
+
+    /// What the check decided.
+    #[inline]
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// What the allowed request holds (`None` when it holds nothing: no
+    /// concurrency rule took a slot, no rule settles by response, or it
+    /// was not allowed).
+    pub fn held(&self) -> Option<&Held> {
+        self.held.as_deref()
+    }
+
+    /// The decision alone (anything held is given back now).
+    pub fn into_decision(self) -> Decision {
+        self.decision
+    }
+
+    /// The decision and what the request holds, apart: a layer answers
+    /// from the one and keeps the other until the response ends.
+    #[inline]
+    pub fn into_parts(self) -> (Decision, Option<Box<Held>>) {
+        (self.decision, self.held)
+    }
+}
+
+/// What one admitted request holds until it ends: its slots under
+/// concurrency rules ([`Rule::concurrency`](crate::Rule::concurrency)),
+/// and the cost it took under rules that settle by response
+/// ([`RuleSet::settle_by`]).
+///
+/// [`settle`](Self::settle), once the response's status is known, gives
+/// back the costs whose rule says so and forgets the others. Dropping it
+/// gives the slots back, so a layer keeps it with the response until the
+/// body has been sent in full or dropped: the slot is held exactly as long
+/// as the request runs, whatever ends it (the last byte, a disconnect, a
+/// panic unwinding through the handler, a cancelled future). A cost not
+/// yet settled when it is dropped stays taken (a request that never got
+/// its response keeps its cost).
+///
+/// Giving back never blocks: the memory backend does it in place; a
+/// remote backend sends it in the background.
+///
+/// ```
+/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Rule, RuleSet};
+///
+/// let mut rules = RuleSet::new();
+/// let inflight = rules.bind(Rule::concurrency("inflight", 1), &MemoryBackend::default()).unwrap();
+/// let demands = [Demand { rule: inflight, key: Key::new("tenant-a"), cost: 1 }];
+///
+/// let Answer::Ready(first) = rules.check(&demands) else { unreachable!() };
+/// let (decision, held) = first.into_parts();
+/// assert!(decision.is_allowed() && held.is_some(), "a concurrency rule took a slot");
+/// let Answer::Ready(second) = rules.check(&demands) else { unreachable!() };
+/// assert!(second.decision().is_denied(), "the only slot is held");
+///
+/// drop(held); // the first request ended
+/// let Answer::Ready(third) = rules.check(&demands) else { unreachable!() };
+/// assert!(third.decision().is_allowed());
+/// ```
+pub struct Held {
+    rules: RuleSet,
+    /// What each kept demand took; `slot` when its rule is a concurrency
+    /// rule.
+    taken: SmallVec<[Taken; 1]>,
+}
+
+struct Taken {
+    demand: Demand,
+    outcome: Outcome,
+    slot: bool,
+}
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(
+                self.taken
+                    .iter()
+                    .map(|t| (self.rules.rule(t.demand.rule).name(), t.demand.cost, t.slot)),
+            )
+            .finish()
+    }
+}
+
+impl Held {
+    /// Settles the costs taken under rules that settle by response, given
+    /// the response's status code: each goes back if its rule's
+    /// [`SettleFn`] says so, and is forgotten either way. The slots stay
+    /// held.
+    pub fn settle(&mut self, status: u16) {
+        let rules = &self.rules;
+        self.taken.retain(|t| {
+            if t.slot {
+                return true;
+            }
+            if rules.rules[t.demand.rule]
+                .settle
+                .as_ref()
+                .is_some_and(|give_back| give_back(status))
+            {
+                rules.refund(&t.demand, &t.outcome);
+            }
+            false
+        });
+    }
+
+    /// What each kept demand took, in rule order: its demand and its
+    /// rule's outcome (the figures a per-demand answer reports).
+    pub fn taken(&self) -> impl Iterator<Item = (&Demand, &Outcome)> {
+        self.taken.iter().map(|t| (&t.demand, &t.outcome))
+    }
+
+    /// Gives back everything it holds now, slots and costs alike (a later
+    /// step of the same request was denied).
+    pub fn give_back(mut self) {
+        for t in self.taken.drain(..) {
+            self.rules.refund(&t.demand, &t.outcome);
+        }
+    }
+
+    /// How many slots it holds (under as many concurrency rules).
+    pub fn slots(&self) -> usize {
+        self.taken.iter().filter(|t| t.slot).count()
+    }
+
+    /// Gives the slots back now (the same as dropping it).
+    pub fn release(self) {}
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        for t in &self.taken {
+            if t.slot {
+                self.rules.refund(&t.demand, &t.outcome);
+            }
+        }
+    }
+}
+
+impl RuleSet {
+    /// Makes checks keep what the rule at `index` takes in their answer's
+    /// [`Held`], to read ([`Held::taken`]) or give back
+    /// ([`Held::give_back`]): a service that answers per demand (Envoy's
+    /// RLS answers each descriptor). A kept cost nobody gives back stays
+    /// taken.
+    pub fn keep(&mut self, index: usize) -> Result<(), ConfigError> {
+        self.set_kept(index, "keep", None)
+    }
+
+    /// Makes checks keep what the rule at `index` takes, so that
+    /// [`Held::settle`] decides from the response's status code whether
+    /// it goes back (`give_back`): costs that depend on how the request
+    /// went, such as not counting a request the server failed.
+    pub fn settle_by(&mut self, index: usize, give_back: SettleFn) -> Result<(), ConfigError> {
+        if self
+            .rules
+            .get(index)
+            .is_some_and(|b| b.rule.algorithm().is_concurrency())
+        {
+            return Err(ConfigError::new(
+                "settle_by",
+                "does not apply to a concurrency rule: its slots always come back when the request ends",
+            )
+            .in_rule(self.rules[index].rule.name()));
+        }
+        self.set_kept(index, "settle_by", Some(give_back))
+    }
+
+    fn set_kept(
+        &mut self,
+        index: usize,
+        field: &'static str,
+        settle: Option<SettleFn>,
+    ) -> Result<(), ConfigError> {
+        if index >= self.rules.len() {
+            return Err(ConfigError::new(
+                field,
+                format!("no rule at index {index} ({} rules)", self.rules.len()),
+            ));
+        }
+        let mut rules = self.rules.to_vec();
+        if settle.is_some() {
+            rules[index].settle = settle;
+        }
+        rules[index].keep = true;
+        self.keeps = true;
+        self.rules = rules.into();
+        Ok(())
+    }
+
+    /// Whether a check may answer something held: a rule is a concurrency
+    /// rule or settles by response.
+    pub fn holds(&self) -> bool {
+        self.keeps
+    }
+
+    /// What the allowed answers among `taken` (by index in `demands`) hold
+    /// for the request: those of rules that keep theirs.
+    pub(super) fn kept(&self, demands: &[Demand], taken: &[(usize, Outcome)]) -> Option<Box<Held>> {
+        if !self.keeps {
+            return None;
+        }
+        let taken: SmallVec<[Taken; 1]> = taken
+            .iter()
+            .filter(|(i, o)| o.step.allowed && self.rules[demands[*i].rule].keep)
+            .map(|&(i, outcome)| Taken {
+                demand: demands[i],
+                outcome,
+                slot: self.rules[demands[i].rule]
+                    .rule
+                    .algorithm()
+                    .is_concurrency(),
+            })
+            .collect();
+        (!taken.is_empty()).then(|| {
+            Box::new(Held {
+                rules: self.clone(),
+                taken,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Answer, Demand, Key, MemoryBackend, Rule, RuleSet};
+
+    use super::Checked;
+
+    fn check(rules: &RuleSet, demands: &[Demand]) -> Checked {
+        match rules.check(demands) {
+            Answer::Ready(c) => c,
+            Answer::Pending(_) => unreachable!("memory decides at once"),
+        }
+    }
+
+    #[test]
+    fn a_shadow_denial_holds_no_slot_so_its_end_frees_none_of_the_others() {
+        let mut rules = RuleSet::new();
+        let backend = MemoryBackend::default();
+        let shadow = rules
+            .bind(Rule::concurrency("shadow", 1).shadow(), &backend)
+            .unwrap();
+        let demands = [Demand {
+            rule: shadow,
+            key: Key::new("k"),
+            cost: 1,
+        }];
+        let (_, held) = check(&rules, &demands).into_parts();
+        let held = held.expect("the first takes the slot");
+        let second = check(&rules, &demands);
+        assert!(second.decision().shadow_denied().contains(shadow));
+        // It took nothing: it holds nothing, and its end gives nothing back.
+        assert!(second.held().is_none());
+        drop(second);
+        let third = check(&rules, &demands);
+        assert!(
+            third.decision().shadow_denied().contains(shadow),
+            "the first still runs"
+        );
+        drop(held);
+        let fourth = check(&rules, &demands);
+        assert!(fourth.decision().shadow_denied().is_empty());
+    }
+
+    #[test]
+    fn a_settled_cost_goes_back_only_when_its_rule_says_so() {
+        let mut rules = RuleSet::new();
+        let backend = MemoryBackend::default();
+        let r = rules
+            .bind(Rule::new("r", crate::Quota::per_minute(1)), &backend)
+            .unwrap();
+        rules
+            .settle_by(r, std::sync::Arc::new(|status| status >= 500))
+            .unwrap();
+        let demands = [Demand {
+            rule: r,
+            key: Key::new("k"),
+            cost: 1,
+        }];
+        let (_, held) = check(&rules, &demands).into_parts();
+        let mut held = held.expect("a settling rule keeps its charge");
+        assert_eq!(held.slots(), 0);
+        held.settle(503);
+        drop(held);
+        let (_, held) = check(&rules, &demands).into_parts();
+        held.expect("given back, so allowed again").settle(200);
+        assert!(check(&rules, &demands).decision().is_denied(), "kept");
+    }
+}
