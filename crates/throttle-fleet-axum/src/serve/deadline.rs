@@ -10,7 +10,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -82,6 +82,10 @@ pub(super) struct Deadlines<IO> {
     phase: Phase,
     /// The read side's timer; its deadline is never later than the phase's.
     sleep: Pin<Box<Sleep>>,
+    /// The waker `sleep` was last polled with, since its last reset: while
+    /// it has not fired, a wait for no earlier a deadline by the same task
+    /// need not poll it again.
+    sleep_waker: Option<Waker>,
     write: WriteClock,
 }
 
@@ -115,6 +119,7 @@ impl<IO> Deadlines<IO> {
             seen: 0,
             phase: Phase::Head(Some(now)),
             sleep: Box::pin(tokio::time::sleep_until(now + header_timeout)),
+            sleep_waker: None,
             write: WriteClock {
                 timeout: write_timeout,
                 stalled: None,
@@ -161,17 +166,46 @@ impl<IO> Deadlines<IO> {
     /// rest of this together.
     fn arm(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
         if self.sleep.deadline() > deadline {
-            self.sleep.as_mut().reset(deadline);
+            self.reset(deadline);
+        } else if !self.sleep.is_elapsed()
+            && self
+                .sleep_waker
+                .as_ref()
+                .is_some_and(|waker| waker.will_wake(cx.waker()))
+        {
+            // Registered, for this deadline or an earlier one, to wake this
+            // task: polling it again would change nothing.
+            return Poll::Pending;
         }
         loop {
+            // Out of budget, the timer answers `Pending` without having
+            // registered the waker: not to be taken for a registration.
+            let budget = tokio::task::coop::has_budget_remaining();
             match self.sleep.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if !budget {
+                        self.sleep_waker = None;
+                    } else if !self
+                        .sleep_waker
+                        .as_ref()
+                        .is_some_and(|waker| waker.will_wake(cx.waker()))
+                    {
+                        self.sleep_waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
                 Poll::Ready(()) if self.sleep.deadline() >= deadline => return Poll::Ready(()),
                 // Fired for an earlier phase's deadline: wait on for this
                 // one.
-                Poll::Ready(()) => self.sleep.as_mut().reset(deadline),
+                Poll::Ready(()) => self.reset(deadline),
             }
         }
+    }
+
+    /// Moves the read timer, which forgets the waker it was polled with.
+    fn reset(&mut self, deadline: Instant) {
+        self.sleep.as_mut().reset(deadline);
+        self.sleep_waker = None;
     }
 
     /// After a write, flush or shutdown that went through: if that ended
