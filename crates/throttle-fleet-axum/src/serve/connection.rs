@@ -2,12 +2,14 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 
 use axum::body::{Body, HttpBody};
 use axum::response::Response;
+use futures_util::task::AtomicWaker;
 use http::Request;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -68,18 +70,65 @@ pub async fn serve_connection<IO, S>(
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(TokioIo::new(io), service);
-    tokio::pin!(conn);
-    tokio::pin!(shutdown);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        () = &mut shutdown => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    let mut conn = pin!(conn);
+    let mut shutdown = pin!(shutdown);
+    // `shutdown` is polled only when its own waker has fired, not on every
+    // wake-up of the connection (each read, write and response); a
+    // `watch` or `Notify` takes a lock each time it is polled.
+    let gate = Arc::new(Gate::default());
+    let gate_waker = Waker::from(Arc::clone(&gate));
+    let mut registered: Option<Waker> = None;
+    let mut stopping = false;
+    let result = std::future::poll_fn(|cx| {
+        if !stopping {
+            if !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                gate.task.register(cx.waker());
+                registered = Some(cx.waker().clone());
+            }
+            if gate.fired.load(Ordering::Acquire) {
+                gate.fired.store(false, Ordering::Release);
+                let mut gate_cx = Context::from_waker(&gate_waker);
+                if shutdown.as_mut().poll(&mut gate_cx).is_ready() {
+                    stopping = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
         }
-    };
+        conn.as_mut().poll(cx)
+    })
+    .await;
     if let Err(e) = result {
         // Timeouts and clients that went away: routine, not worth a warning.
         tracing::debug!(error = %e, "connection closed");
+    }
+}
+
+/// The waker `shutdown` is polled with: it notes that the signal must be
+/// polled again, and wakes the connection's task.
+struct Gate {
+    /// Whether `shutdown` is to be polled (at first, and once woken).
+    fired: AtomicBool,
+    /// The connection's task.
+    task: AtomicWaker,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            fired: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
     }
 }
 

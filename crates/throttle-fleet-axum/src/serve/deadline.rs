@@ -1,33 +1,39 @@
 //! The connection's own clock: a header timeout from the connection's
 //! start or a request's first byte, and an idle timeout between a response
 //! and the next request, both enforced on the read side, so a client that
-//! sends nothing is closed without the server polling anything; and a
-//! write timeout on the write side, so a client that stops reading is
-//! closed once the server's writes have made no progress for that long.
+//! sends nothing is closed without the server polling anything (the idle
+//! wait starts at the write that ends a response, which arms the read
+//! timer); and a write timeout on the write side, so a client that stops
+//! reading is closed once the server's writes have made no progress for
+//! that long.
+//!
+//! The clock is read only where a wait starts that may need a timer, and
+//! the timer is polled only when it must register or may have fired: a
+//! request served at once costs one clock read and no timer poll.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// What the service side of one connection tells its reader: how many
+/// What the service side of one connection tells its I/O: how many
 /// requests have started, and how many are still running (until their
 /// response body is sent or dropped).
+///
+/// Nothing is woken when the last one ends: its response's last bytes are
+/// written after that (hyper drops a body before it writes the body's
+/// end), and the write that takes them starts the idle clock. A wake-up
+/// here would cost a second poll of the connection's task per request.
 #[derive(Debug, Default)]
 pub(super) struct Activity {
     started: AtomicU64,
     running: AtomicUsize,
-    /// The reader waiting while a request runs: when the last one ends,
-    /// hyper need not read again before the client sends something, so the
-    /// idle clock must be started from here.
-    reader: AtomicWaker,
 }
 
 impl Activity {
@@ -46,9 +52,7 @@ pub(super) struct Running(Arc<Activity>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.0.reader.wake();
-        }
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -56,8 +60,11 @@ impl Drop for Running {
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     /// Waiting for a request's headers, since then: the connection's start
-    /// or the request's first byte.
-    Head(Instant),
+    /// or the request's first byte. `None` until a read must wait for more
+    /// of them: hyper reads again at once while a head is incomplete, so
+    /// that read's time is the first byte's, and a request whose head
+    /// comes whole (nearly all) never reads the clock for it.
+    Head(Option<Instant>),
     /// Between a response and the next request's first byte, since then.
     Idle(Instant),
     /// A request is running: its handler's time is the application's. Or
@@ -81,6 +88,10 @@ pub(super) struct Deadlines<IO> {
     phase: Phase,
     /// The read side's timer; its deadline is never later than the phase's.
     sleep: Pin<Box<Sleep>>,
+    /// The waker `sleep` was last polled with, since its last reset: while
+    /// it has not fired, a wait for no earlier a deadline by the same task
+    /// need not poll it again.
+    sleep_waker: Option<Waker>,
     write: WriteClock,
 }
 
@@ -112,8 +123,9 @@ impl<IO> Deadlines<IO> {
             header_timeout,
             idle_timeout,
             seen: 0,
-            phase: Phase::Head(now),
+            phase: Phase::Head(Some(now)),
             sleep: Box::pin(tokio::time::sleep_until(now + header_timeout)),
+            sleep_waker: None,
             write: WriteClock {
                 timeout: write_timeout,
                 stalled: None,
@@ -122,7 +134,8 @@ impl<IO> Deadlines<IO> {
         }
     }
 
-    /// Brings the phase up to date with the service side before a read.
+    /// Brings the phase up to date with the service side, before a read
+    /// and after a write that went through.
     fn update(&mut self) {
         let started = self.activity.started.load(Ordering::Relaxed);
         if started != self.seen {
@@ -138,11 +151,86 @@ impl<IO> Deadlines<IO> {
         }
     }
 
-    fn deadline(&self) -> Option<(Instant, &'static str)> {
+    /// The phase's deadline, reading the clock for a head's first wait.
+    fn deadline(&mut self) -> Option<(Instant, &'static str)> {
         match self.phase {
-            Phase::Head(since) => Some((since + self.header_timeout, "header")),
+            Phase::Head(Some(since)) => Some((since + self.header_timeout, "header")),
+            Phase::Head(None) => {
+                let since = Instant::now();
+                self.phase = Phase::Head(Some(since));
+                Some((since + self.header_timeout, "header"))
+            }
             Phase::Idle(since) => Some((since + self.idle_timeout, "idle")),
             Phase::Busy => None,
+        }
+    }
+
+    /// Has the read timer wake the task at `deadline`, or says it has
+    /// passed. The timer moves earlier at once, later only once it fires:
+    /// on a busy keep-alive connection every request moves the deadline
+    /// later, and a timer-wheel reset per request would cost more than the
+    /// rest of this together.
+    fn arm(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
+        if self.sleep.deadline() > deadline {
+            self.reset(deadline);
+        } else if !self.sleep.is_elapsed()
+            && self
+                .sleep_waker
+                .as_ref()
+                .is_some_and(|waker| waker.will_wake(cx.waker()))
+        {
+            // Registered, for this deadline or an earlier one, to wake this
+            // task: polling it again would change nothing.
+            return Poll::Pending;
+        }
+        loop {
+            // Out of budget, the timer answers `Pending` without having
+            // registered the waker: not to be taken for a registration.
+            let budget = tokio::task::coop::has_budget_remaining();
+            match self.sleep.as_mut().poll(cx) {
+                Poll::Pending => {
+                    if !budget {
+                        self.sleep_waker = None;
+                    } else if !self
+                        .sleep_waker
+                        .as_ref()
+                        .is_some_and(|waker| waker.will_wake(cx.waker()))
+                    {
+                        self.sleep_waker = Some(cx.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(()) if self.sleep.deadline() >= deadline => return Poll::Ready(()),
+                // Fired for an earlier phase's deadline: wait on for this
+                // one.
+                Poll::Ready(()) => self.reset(deadline),
+            }
+        }
+    }
+
+    /// Moves the read timer, which forgets the waker it was polled with.
+    fn reset(&mut self, deadline: Instant) {
+        self.sleep.as_mut().reset(deadline);
+        self.sleep_waker = None;
+    }
+
+    /// After a write, flush or shutdown that went through: if that ended
+    /// the connection's last request (its response's last bytes taken),
+    /// the idle wait starts here, and its timer is armed now, since hyper
+    /// may not read again before the client sends something.
+    fn written(&mut self, cx: &mut Context<'_>) {
+        let idle_since = match self.phase {
+            Phase::Idle(since) => Some(since),
+            Phase::Head(_) | Phase::Busy => None,
+        };
+        self.update();
+        if let Phase::Idle(since) = self.phase
+            && idle_since != Some(since)
+            && self.arm(cx, since + self.idle_timeout).is_ready()
+        {
+            // Passed already (it cannot, the wait having just started):
+            // the reader reports it at hyper's next read.
+            cx.waker().wake_by_ref();
         }
     }
 }
@@ -164,41 +252,23 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Deadlines<IO> {
                 {
                     // The next request's first byte: its headers are on
                     // the header clock from here.
-                    this.phase = Phase::Head(Instant::now());
+                    this.phase = Phase::Head(None);
                 }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                if this.deadline().is_none() {
-                    this.activity.reader.register(cx.waker());
-                    // Registered first, then checked: an end in between is
-                    // not missed.
-                    this.update();
-                }
+                // Busy: no read clock; the write that ends the last
+                // request starts the idle one (see `written`).
                 let Some((deadline, which)) = this.deadline() else {
                     return Poll::Pending;
                 };
-                // The timer moves earlier at once, later only once it fires:
-                // on a busy keep-alive connection every request moves the
-                // deadline later, and a timer-wheel reset per request
-                // would cost more than the rest of this together.
-                if this.sleep.deadline() > deadline {
-                    this.sleep.as_mut().reset(deadline);
-                }
-                loop {
-                    match this.sleep.as_mut().poll(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(()) if this.sleep.deadline() >= deadline => {
-                            return Poll::Ready(Err(io::Error::new(
-                                io::ErrorKind::TimedOut,
-                                format!("{which} timeout"),
-                            )));
-                        }
-                        // Fired for an earlier phase's deadline: wait on
-                        // for this one.
-                        Poll::Ready(()) => this.sleep.as_mut().reset(deadline),
-                    }
+                match this.arm(cx, deadline) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{which} timeout"),
+                    ))),
                 }
             }
         }
@@ -218,12 +288,8 @@ impl WriteClock {
         polled: Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
         if polled.is_ready() {
-            if self.stalled.take().is_some() {
-                // A wait ended: the connection was busy for the reader,
-                // which must look again (hyper may not read before the
-                // client sends something) to start its idle clock.
-                cx.waker().wake_by_ref();
-            }
+            // A wait ended: the caller settles the phase (`written`).
+            self.stalled = None;
             return polled;
         }
         let deadline = *self.stalled.get_or_insert_with(Instant::now) + self.timeout;
@@ -259,6 +325,22 @@ impl WriteClock {
     }
 }
 
+impl<IO> Deadlines<IO> {
+    /// What a write, flush or shutdown returned, through the write clock,
+    /// and the phase settled after one that went through.
+    fn checked<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        let checked = self.write.check(cx, polled);
+        if let Poll::Ready(Ok(_)) = checked {
+            self.written(cx);
+        }
+        checked
+    }
+}
+
 impl<IO: AsyncWrite + Unpin> AsyncWrite for Deadlines<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -267,13 +349,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Deadlines<IO> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.write.check(cx, polled)
+        this.checked(cx, polled)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_flush(cx);
-        this.write.check(cx, polled)
+        this.checked(cx, polled)
     }
 
     /// On the clock too: over TLS a shutdown writes a last record, which
@@ -281,7 +363,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Deadlines<IO> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_shutdown(cx);
-        this.write.check(cx, polled)
+        this.checked(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -291,7 +373,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Deadlines<IO> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.write.check(cx, polled)
+        this.checked(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -143,6 +143,9 @@ impl Serve {
         let connections = Connections::with_stats(self.limits, self.clients, self.stats)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let limits = self.limits;
+        // Every route made a `Route` once, as `axum::serve` does (through
+        // `into_make_service`), not again for every request.
+        let app = self.app.with_state::<()>(());
         let (stop, stopped) = watch::channel(false);
         let mut shutdown = self
             .shutdown
@@ -153,7 +156,7 @@ impl Serve {
                 () = &mut shutdown => break,
             };
             let app = WithPeer {
-                app: self.app.clone(),
+                app: app.clone(),
                 peer,
             };
             let mut stopped = stopped.clone();
