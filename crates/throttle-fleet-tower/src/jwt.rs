@@ -54,15 +54,15 @@ pub const MAX_TOKEN_LEN: usize = 8 * 1024;
 /// at start-up then.
 ///
 /// ```
-/// use throttle_fleet_tower::{Key, KeyExtractor};
+/// use throttle_fleet_tower::{KeyExtractor, RequestHead};
 /// use throttle_fleet_tower::key::{Extracted, Jwt};
 ///
 /// let by_user = Jwt::hs256(b"a secret of at least 32 bytes!!!").audience(["api"]);
 /// assert!(by_user.validate().is_ok());
 /// let req = http::Request::get("/")
 ///     .header("authorization", "Bearer not.a.token")
-///     .body(()).unwrap().into_parts().0;
-/// assert_eq!(by_user.extract(&req), Extracted::Missing);
+///     .body(()).unwrap();
+/// assert_eq!(by_user.extract(&RequestHead::of(&req)), Extracted::Missing);
 ///
 /// let bad_key = Jwt::rs256_pem(b"-----BEGIN NONSENSE-----");
 /// assert_eq!(bad_key.validate().unwrap_err().field(), "jwt.key");

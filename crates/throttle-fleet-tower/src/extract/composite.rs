@@ -74,15 +74,15 @@ fn tag(key: &Key) -> &'static [u8] {
 /// peer address of [`ClientAddr`](crate::key::ClientAddr), say: 500).
 ///
 /// ```
-/// use throttle_fleet_tower::KeyExtractor;
+/// use throttle_fleet_tower::{KeyExtractor, RequestHead};
 /// use throttle_fleet_tower::key::{AllOf, Header, UserAgentHash};
 ///
 /// let parts: Vec<Box<dyn KeyExtractor>> = vec![Box::new(Header::new("x-net")), Box::new(UserAgentHash)];
 /// let any = AllOf::new(parts);
 /// let pair = (Header::new("x-net"), UserAgentHash);
 /// let req = http::Request::get("/").header("x-net", "a").header("user-agent", "b").body(()).unwrap();
-/// let (req, ()) = req.into_parts();
-/// assert_eq!(any.extract(&req), pair.extract(&req));
+/// let head = RequestHead::of(&req);
+/// assert_eq!(any.extract(&head), pair.extract(&head));
 /// assert_eq!(any.kind(), "header:x-net+user-agent-hash");
 /// ```
 pub struct AllOf<E = Box<dyn KeyExtractor>> {

@@ -49,13 +49,12 @@ impl From<Key> for Extracted {
 /// which build a composite key (any part missing makes the whole missing).
 ///
 /// ```
-/// use crate::RequestHead;
-/// use throttle_fleet_tower::{Key, KeyExtractor};
+/// use throttle_fleet_tower::{Key, KeyExtractor, RequestHead};
 /// use throttle_fleet_tower::key::Extracted;
 ///
 /// let by_tenant = |req: &RequestHead<'_>| req.uri.path().strip_prefix("/t/").map(Key::new);
-/// let (parts, ()) = http::Request::get("/t/acme").body(()).unwrap().into_parts();
-/// assert_eq!(by_tenant.extract(&parts), Extracted::Key(Key::new("acme")));
+/// let req = http::Request::get("/t/acme").body(()).unwrap();
+/// assert_eq!(by_tenant.extract(&RequestHead::of(&req)), Extracted::Key(Key::new("acme")));
 /// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The key for this request.

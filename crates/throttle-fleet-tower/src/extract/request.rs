@@ -90,13 +90,14 @@ impl KeyExtractor for Header {
 /// `UserAgentHash.or(Global)`.
 ///
 /// ```
-/// use throttle_fleet_tower::KeyExtractor;
+/// use throttle_fleet_tower::{KeyExtractor, RequestHead};
 /// use throttle_fleet_tower::key::{Extracted, UserAgentHash};
 ///
-/// let req = |ua: &str| http::Request::get("/").header("user-agent", ua).body(()).unwrap().into_parts().0;
-/// let a = UserAgentHash.extract(&req("curl/8.5.0"));
-/// assert_eq!(a, UserAgentHash.extract(&req("curl/8.5.0")));
-/// assert_ne!(a, UserAgentHash.extract(&req("curl/8.6.0")));
+/// let req = |ua: &str| http::Request::get("/").header("user-agent", ua).body(()).unwrap();
+/// let key = |ua: &str| UserAgentHash.extract(&RequestHead::of(&req(ua)));
+/// let a = key("curl/8.5.0");
+/// assert_eq!(a, key("curl/8.5.0"));
+/// assert_ne!(a, key("curl/8.6.0"));
 /// let Extracted::Key(key) = a else { unreachable!() };
 /// assert_eq!(key.as_bytes().len(), 16);
 /// ```

@@ -80,8 +80,7 @@ where
 ///
 /// ```
 /// use std::net::SocketAddr;
-/// use crate::RequestHead;
-/// use throttle_fleet_tower::KeyExtractor;
+/// use throttle_fleet_tower::{KeyExtractor, RequestHead};
 /// use throttle_fleet_tower::key::{ClientAddr, Extracted, ForwardedHeader, IpPrefix};
 ///
 /// // A server that puts the peer address in the extensions (axum and tonic
