@@ -275,9 +275,9 @@ impl Decision {
         shadow: bool,
         shadow_denied: ShadowDenials,
     ) -> Self {
-        let bits = (allowed as u8) * Flags::ALLOWED
-            | (outcome.degraded as u8) * Flags::DEGRADED
-            | (shadow as u8) * Flags::SHADOW;
+        let bits = ((allowed as u8) * Flags::ALLOWED)
+            | ((outcome.degraded as u8) * Flags::DEGRADED)
+            | ((shadow as u8) * Flags::SHADOW);
         Self {
             repr: Repr::Decided(Figures {
                 at_us: outcome.at_us,

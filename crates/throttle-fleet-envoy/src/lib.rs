@@ -24,7 +24,7 @@ mod rules;
 mod server;
 
 pub use envoy_types;
-pub use rlqs::{Clock, LIFETIME_INTERVALS, REVIEW_PER_TICK, Rlqs, RlqsOptions};
+pub use rlqs::{LIFETIME_INTERVALS, REVIEW_PER_TICK, Rlqs, RlqsOptions};
 pub use rls::{MAX_DESCRIPTORS, Rls};
 pub use rules::EnvoyRules;
 pub use server::server;

@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf as pb;
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_core::{Clock, MemoryBackend};
 use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions};
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -274,6 +274,15 @@ async fn run(service: Vec<Rlqs>, report: f64) -> Run {
     }
 }
 
+/// Tokio's (paused) clock, counted from 1000 s after the epoch.
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now_us(&self) -> u64 {
+        1_000_000_000 + self.0.elapsed().as_micros() as u64
+    }
+}
+
 async fn service(report: f64) -> Rlqs {
     let config = GatewayConfig::parse(
         "rls.toml",
@@ -290,8 +299,7 @@ period_secs = 60
     )
     .unwrap();
     let rules = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default()).unwrap();
-    let start = tokio::time::Instant::now();
-    let clock = Arc::new(move || 1_000_000 + start.elapsed().as_millis() as u64);
+    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
     Rlqs::with_clock(
         rules,
         RlqsOptions::new(Duration::from_secs_f64(report)),

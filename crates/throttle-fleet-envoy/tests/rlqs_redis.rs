@@ -7,7 +7,6 @@
 //! `expired_assignment_behavior`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
@@ -18,7 +17,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf as pb;
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_core::{Clock, ManualClock, MemoryBackend};
 use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions};
 use throttle_fleet_test_support::RedisServer;
 use tokio::sync::mpsc;
@@ -33,20 +32,22 @@ limit = 600
 period_secs = 60
 "#;
 
-/// A clock the test moves (ms).
-#[derive(Clone)]
-struct Clock(Arc<AtomicU64>);
+/// A clock the test moves, starting 1000 s after the epoch.
+fn start_clock() -> ManualClock {
+    ManualClock::new(1_000_000_000)
+}
 
-impl Clock {
-    fn new() -> Self {
-        Self(Arc::new(AtomicU64::new(1_000_000)))
-    }
-    fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
+/// Tokio's clock (paused in the test that reads it), counted from 1000 s
+/// after the epoch.
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now_us(&self) -> u64 {
+        1_000_000_000 + self.0.elapsed().as_micros() as u64
     }
 }
 
-async fn replica(redis: Option<&str>, clock: &Clock) -> Rlqs {
+async fn replica(redis: Option<&str>, clock: &ManualClock) -> Rlqs {
     let config = GatewayConfig::parse("rls.toml", RULES, None).unwrap();
     let rules = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default()).unwrap();
     // Envoys reporting every 60 s: the service's own reviews (every
@@ -58,8 +59,7 @@ async fn replica(redis: Option<&str>, clock: &Clock) -> Rlqs {
             .redis(url)
             .key_prefix(format!("t{}:", std::process::id()));
     }
-    let c = clock.0.clone();
-    Rlqs::with_clock(rules, options, Arc::new(move || c.load(Ordering::SeqCst)))
+    Rlqs::with_clock(rules, options, Arc::new(clock.clone()))
         .await
         .unwrap()
 }
@@ -124,12 +124,12 @@ fn per_minute(r: &RateLimitQuotaResponse) -> u64 {
 }
 
 /// The same reports, in the same order, at the same times.
-async fn script(a: &mut Envoy, b: &mut Envoy, clock: &Clock) -> Vec<u64> {
+async fn script(a: &mut Envoy, b: &mut Envoy, clock: &ManualClock) -> Vec<u64> {
     let mut got = Vec::new();
     for (demand_a, demand_b) in [(30, 10), (30, 10), (5, 20), (5, 20), (1, 1)] {
         got.push(a.report(demand_a).await.unwrap());
         got.push(b.report(demand_b).await.unwrap());
-        clock.advance(5_000);
+        clock.advance(Duration::from_secs(5));
     }
     got
 }
@@ -137,7 +137,7 @@ async fn script(a: &mut Envoy, b: &mut Envoy, clock: &Clock) -> Vec<u64> {
 #[tokio::test]
 async fn two_replicas_split_one_quota_as_one_process_would() {
     let redis = RedisServer::start();
-    let clock = Clock::new();
+    let clock = start_clock();
     let (one, two) = (
         replica(Some(&redis.url()), &clock).await,
         replica(Some(&redis.url()), &clock).await,
@@ -145,7 +145,7 @@ async fn two_replicas_split_one_quota_as_one_process_would() {
     let (mut a, mut b) = (Envoy::open(&one), Envoy::open(&two));
     let fleet = script(&mut a, &mut b, &clock).await;
 
-    let memory_clock = Clock::new();
+    let memory_clock = start_clock();
     let alone = replica(None, &memory_clock).await;
     let (mut a, mut b) = (Envoy::open(&alone), Envoy::open(&alone));
     let memory = script(&mut a, &mut b, &memory_clock).await;
@@ -164,7 +164,7 @@ async fn two_replicas_split_one_quota_as_one_process_would() {
 #[tokio::test]
 async fn a_gone_replicas_shares_stay_held_until_they_expire() {
     let redis = RedisServer::start();
-    let clock = Clock::new();
+    let clock = start_clock();
     let one = replica(Some(&redis.url()), &clock).await;
     let mut a = Envoy::open(&one);
     assert_eq!(a.report(10).await.unwrap(), 600);
@@ -180,7 +180,7 @@ async fn a_gone_replicas_shares_stay_held_until_they_expire() {
         0,
         "the old share is still held"
     );
-    clock.advance(180_000);
+    clock.advance(Duration::from_secs(180));
     assert_eq!(
         again.report(10).await.unwrap(),
         600,
@@ -197,8 +197,7 @@ async fn a_gone_replicas_shares_stay_held_until_they_expire() {
 async fn an_unreported_bucket_is_abandoned_and_a_silent_stream_costs_nothing() {
     let config = GatewayConfig::parse("rls.toml", RULES, None).unwrap();
     let rules = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default()).unwrap();
-    let start = tokio::time::Instant::now();
-    let clock = Arc::new(move || 1_000_000 + start.elapsed().as_millis() as u64);
+    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
     let service = Rlqs::with_clock(rules, RlqsOptions::new(Duration::from_secs(5)), clock)
         .await
         .unwrap();

@@ -10,7 +10,7 @@ pub(crate) struct Breaker {
     threshold: u32,
     failures: AtomicU32,
     open: AtomicBool,
-    meter: BreakerMetrics,
+    metrics: BreakerMetrics,
 }
 
 impl Breaker {
@@ -21,7 +21,7 @@ impl Breaker {
             threshold,
             failures: AtomicU32::new(0),
             open: AtomicBool::new(false),
-            meter: BreakerMetrics::new(node),
+            metrics: BreakerMetrics::new(node),
         }
     }
 
@@ -42,7 +42,7 @@ impl Breaker {
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         let opened = n >= self.threshold && !self.open.swap(true, Ordering::AcqRel);
         if opened {
-            self.meter.opened();
+            self.metrics.opened();
         }
         opened
     }
@@ -52,7 +52,7 @@ impl Breaker {
     pub(crate) fn trip(&self) -> bool {
         let opened = !self.open.swap(true, Ordering::AcqRel);
         if opened {
-            self.meter.opened();
+            self.metrics.opened();
         }
         opened
     }
@@ -60,7 +60,7 @@ impl Breaker {
     pub(crate) fn close(&self) {
         self.failures.store(0, Ordering::Relaxed);
         if self.open.swap(false, Ordering::AcqRel) {
-            self.meter.closed();
+            self.metrics.closed();
         }
     }
 }

@@ -34,7 +34,7 @@ end
 "#;
 
 /// Fixed window refund. ARGV: acquired at, period, cost.
-const FIXED_WINDOW_RELEASE: &str = r#"
+const FIXED_WINDOW_REFUND: &str = r#"
 local at, period, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local s = redis.call('GET', KEYS[1])
 if not s then return 0 end
@@ -48,7 +48,7 @@ return 0
 "#;
 
 /// Sliding window counter refund. ARGV: acquired at, period, cost.
-const SLIDING_COUNTER_RELEASE: &str = r#"
+const SLIDING_COUNTER_REFUND: &str = r#"
 local at, period, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local s = redis.call('GET', KEYS[1])
 if not s then return 0 end
@@ -62,7 +62,7 @@ return 0
 "#;
 
 /// GCRA refund. ARGV: limit, increment (us, rem).
-const GCRA_RELEASE: &str = r#"
+const GCRA_REFUND: &str = r#"
 local l, inc_us, inc_rem = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local s = redis.call('GET', KEYS[1])
 if not s then return 0 end
@@ -271,7 +271,7 @@ return {0, total, now, last, fit}
 "#;
 
 /// Sliding window log refund. ARGV: acquired at, cost.
-const SLIDING_LOG_RELEASE: &str = r#"
+const SLIDING_LOG_REFUND: &str = r#"
 local at, cost = ARGV[1], tonumber(ARGV[2])
 local entries = redis.call('ZRANGEBYSCORE', KEYS[1], at, at)
 for i = #entries, 1, -1 do
@@ -293,22 +293,22 @@ fn script(body: &str) -> Script {
     Script::new(&[NOW, body].concat())
 }
 
-/// A script that takes no "now" (refunds, flushes).
+/// A script that takes no "now" (the refunds).
 fn refund(body: &str) -> Script {
     Script::new(body)
 }
 
-pub(crate) static FIXED_WINDOW_RELEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| refund(FIXED_WINDOW_RELEASE));
-pub(crate) static SLIDING_COUNTER_RELEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| refund(SLIDING_COUNTER_RELEASE));
+pub(crate) static FIXED_WINDOW_REFUND_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| refund(FIXED_WINDOW_REFUND));
+pub(crate) static SLIDING_COUNTER_REFUND_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| refund(SLIDING_COUNTER_REFUND));
 pub(crate) static FIXED_WINDOW_BATCH_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| script(FIXED_WINDOW_BATCH));
 pub(crate) static SLIDING_COUNTER_BATCH_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| script(SLIDING_COUNTER_BATCH));
 pub(crate) static GCRA_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_BATCH));
 pub(crate) static GCRA_LEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_LEASE));
-pub(crate) static GCRA_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| refund(GCRA_RELEASE));
+pub(crate) static GCRA_REFUND_SCRIPT: LazyLock<Script> = LazyLock::new(|| refund(GCRA_REFUND));
 pub(crate) static SLIDING_LOG_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(SLIDING_LOG));
-pub(crate) static SLIDING_LOG_RELEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| refund(SLIDING_LOG_RELEASE));
+pub(crate) static SLIDING_LOG_REFUND_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| refund(SLIDING_LOG_REFUND));

@@ -10,12 +10,12 @@ use crate::algorithm::{FixedWindow, Gcra, SlidingWindowCounter};
 use crate::backend::{Limiter, Outcome};
 use crate::{Key, SystemClock};
 
-/// How a rule's limiter is asked: the memory backend's own limiters (on the
-/// system clock, for the algorithms whose state is plain data) are called
-/// directly, their check inlined into the rule set's; any other limiter
-/// goes through the [`Limiter`] trait.
+/// How the rule set calls a rule's limiter directly: the memory backend's
+/// own limiters (on the system clock, for the algorithms whose state is
+/// plain data), their check inlined into the rule set's; any other limiter
+/// (`Other`) goes through the [`Limiter`] trait.
 #[derive(Clone)]
-pub(crate) enum Engine {
+pub(crate) enum Direct {
     Bucket(Arc<MemoryLimiter<Gcra, SystemClock>>),
     Window(Arc<MemoryLimiter<FixedWindow, SystemClock>>),
     Counter(Arc<MemoryLimiter<SlidingWindowCounter, SystemClock>>),
@@ -23,7 +23,7 @@ pub(crate) enum Engine {
     Other,
 }
 
-impl Engine {
+impl Direct {
     pub(crate) fn new(limiter: &Arc<dyn Limiter>) -> Self {
         let any: Arc<dyn Any + Send + Sync> = limiter.clone();
         any.downcast()

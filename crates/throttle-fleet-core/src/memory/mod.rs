@@ -11,7 +11,7 @@ use crate::backend::{Backend, Limiter, Outcome, Unavailable};
 use crate::rule::MeterVisitor;
 use crate::{Clock, ConfigError, Key, Rule, SystemClock};
 
-pub(crate) use direct::Engine;
+pub(crate) use direct::Direct;
 pub use store::MemoryStats;
 use store::Store;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::Answer;
 use crate::backend::{Limiter, Outcome, Unavailable};
 use crate::decision::ShadowDenials;
-use crate::memory::Engine;
+use crate::memory::Direct;
 use crate::{Backend, ConfigError, Key, Quota, Rule};
 
 use super::held::SettleFn;
@@ -14,8 +14,8 @@ use super::{Observer, RuleSet};
 pub(super) struct Bound {
     pub(super) rule: Arc<Rule>,
     pub(super) limiter: Arc<dyn Limiter>,
-    /// How `limiter` is asked.
-    pub(super) engine: Engine,
+    /// `limiter` called directly when it is one of the memory backend's.
+    pub(super) direct: Direct,
     /// `rule.quota()` and its capacity, for a rule without tiers.
     pub(super) quota: Quota,
     pub(super) limit: u64,
@@ -44,7 +44,7 @@ impl Clone for Bound {
         Self {
             rule: self.rule.clone(),
             limiter: self.limiter.clone(),
-            engine: self.engine.clone(),
+            direct: self.direct.clone(),
             quota: self.quota,
             limit: self.limit,
             remote: self.remote,
@@ -70,13 +70,13 @@ impl Bound {
     }
 
     /// The answer for `cost` of a memory limiter called directly (see
-    /// [`Engine`]), or `None`: ask [`limiter`](Self::limiter).
+    /// [`Direct`]), or `None`: ask [`limiter`](Self::limiter).
     #[inline(always)]
     pub(super) fn local(&self, key: &Key, cost: u64) -> Option<Outcome> {
         if self.tiers.is_some() {
             return None;
         }
-        self.engine.local(key, cost)
+        self.direct.local(key, cost)
     }
 
     /// Shows `result`, this rule's answer, to its observer.
@@ -221,7 +221,7 @@ impl RuleSet {
             quota: rule.quota(),
             limit: rule.capacity(),
             rule: Arc::new(rule),
-            engine: Engine::new(&limiter),
+            direct: Direct::new(&limiter),
             limiter,
             tiers,
             observer: None,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::memory::Engine;
+use crate::memory::Direct;
 use crate::{Algorithm, ManualClock, MemoryBackend};
 use std::sync::Arc;
 
@@ -60,14 +60,14 @@ fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
         direct
             .bind(rule.clone(), &MemoryBackend::default())
             .unwrap();
-        let engine = &direct.rules[0].engine;
+        let how = &direct.rules[0].direct;
         let expected = match algorithm {
             Algorithm::TokenBucket | Algorithm::LeakyBucket => {
-                matches!(engine, Engine::Bucket(_))
+                matches!(how, Direct::Bucket(_))
             }
-            Algorithm::FixedWindow => matches!(engine, Engine::Window(_)),
-            Algorithm::SlidingWindowCounter => matches!(engine, Engine::Counter(_)),
-            _ => matches!(engine, Engine::Other),
+            Algorithm::FixedWindow => matches!(how, Direct::Window(_)),
+            Algorithm::SlidingWindowCounter => matches!(how, Direct::Counter(_)),
+            _ => matches!(how, Direct::Other),
         };
         assert!(expected, "{algorithm:?}");
 
@@ -77,7 +77,7 @@ fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
             .rules
             .iter()
             .map(|b| Bound {
-                engine: Engine::Other,
+                direct: Direct::Other,
                 ..b.clone()
             })
             .collect();
@@ -106,7 +106,7 @@ fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
     manual
         .bind(Rule::new("r", Quota::per_hour(3)), &backend)
         .unwrap();
-    assert!(matches!(manual.rules[0].engine, Engine::Other));
+    assert!(matches!(manual.rules[0].direct, Direct::Other));
 }
 
 /// A memory limiter that answers after a (ready) round trip, as a remote

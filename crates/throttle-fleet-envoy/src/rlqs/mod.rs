@@ -44,7 +44,6 @@ mod stream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
@@ -54,6 +53,8 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use futures_util::Stream;
 use throttle_fleet_config::ConfigFileError;
+use throttle_fleet_core::Clock;
+use throttle_fleet_core::clock::WallClock;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -73,10 +74,6 @@ enum Shares {
     Redis(redis::RedisShares),
 }
 
-/// The clock the service reads, in milliseconds (the Unix epoch's, so
-/// replicas on several machines agree on expiries).
-pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
-
 /// The RLQS service over [`EnvoyRules`].
 #[derive(Clone)]
 pub struct Rlqs {
@@ -87,7 +84,9 @@ struct Inner {
     rules: EnvoyRules,
     shares: Shares,
     options: RlqsOptions,
-    clock: Clock,
+    /// The Unix epoch's time, so replicas on several machines agree on
+    /// expiries; the service counts in milliseconds ([`Inner::now_ms`]).
+    clock: Arc<dyn Clock>,
     /// This replica's name, so that Envoys of several replicas are apart.
     replica: String,
     /// Streams opened so far (each Envoy's name).
@@ -108,24 +107,19 @@ impl std::fmt::Debug for Rlqs {
     }
 }
 
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Rlqs {
     /// The service answering from `rules`; connects to Redis when the
     /// options say so (an error names `backend.url`).
     pub async fn new(rules: EnvoyRules, options: RlqsOptions) -> Result<Self, ConfigFileError> {
-        Self::with_clock(rules, options, Arc::new(wall_ms)).await
+        Self::with_clock(rules, options, Arc::new(WallClock)).await
     }
 
-    /// Like [`new`](Self::new), reading `clock` (for tests).
+    /// Like [`new`](Self::new), reading `clock` (for tests; the wall
+    /// clock otherwise, which replicas agree on through NTP).
     pub async fn with_clock(
         rules: EnvoyRules,
         options: RlqsOptions,
-        clock: Clock,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, ConfigFileError> {
         metrics::describe();
         options
@@ -201,6 +195,11 @@ impl Rlqs {
 }
 
 impl Inner {
+    /// Now, in milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64 {
+        self.clock.now_us() / 1_000
+    }
+
     /// A place for one more bucket under [`RlqsOptions::max_buckets`].
     fn hold_bucket(&self) -> bool {
         let max = self.options.max_buckets;

@@ -152,7 +152,7 @@ impl EnvoyStream {
             )));
         }
         metrics::rlqs_reports(report.bucket_quota_usages.len() as u64);
-        let now = (self.inner.clock)();
+        let now = self.inner.now_ms();
         let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let mut actions = Vec::with_capacity(report.bucket_quota_usages.len());
         let mut turn = None;
@@ -331,7 +331,7 @@ impl EnvoyStream {
         if self.buckets.is_empty() || !loaded.catalog.knows(&domain) {
             return Ok(response);
         }
-        let now = (self.inner.clock)();
+        let now = self.inner.now_ms();
         let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let every = self.inner.options.report_interval.as_millis() as u64;
         let after = match self.review_after.take() {
@@ -384,7 +384,7 @@ impl EnvoyStream {
     /// `abandon_action` for every bucket not reported for the assignment
     /// lifetime; its share is given up and it is forgotten here.
     async fn abandoned(&mut self) -> RateLimitQuotaResponse {
-        let now = (self.inner.clock)();
+        let now = self.inner.now_ms();
         let lifetime = self.inner.options.lifetime().as_millis() as u64;
         let gone: Vec<BucketName> = self
             .buckets

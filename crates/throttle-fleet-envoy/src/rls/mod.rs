@@ -3,23 +3,23 @@
 //! rule must allow (two rules on one descriptor are two limits, both
 //! enforced); a request whose descriptors match no rule is `OK`.
 
-mod answer;
+mod reply;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
-use throttle_fleet_core::Demand;
 use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::rule_set::Held;
+use throttle_fleet_core::{Answer, Demand};
 use tonic::{Request, Response, Status};
 
 use crate::metrics;
 use crate::quote::quoted;
 use crate::rules::{EnvoyRules, Loaded};
 
-use answer::{Answer, Asked};
+use reply::{Asked, Reply};
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -108,9 +108,9 @@ impl Rls {
                 return Err(status);
             }
         };
-        let answer = check(&loaded, request.descriptors.len(), &asks).await;
-        let response = answer.response(&loaded);
-        self.metrics.answered(if answer.is_over_limit() {
+        let reply = check(&loaded, request.descriptors.len(), &asks).await;
+        let response = reply.response(&loaded);
+        self.metrics.answered(if reply.is_over_limit() {
             metrics::RlsAnswer::OverLimit
         } else {
             metrics::RlsAnswer::Ok
@@ -185,8 +185,8 @@ fn asks(loaded: &Loaded, request: &RateLimitRequest) -> Result<Asks, Status> {
 /// matching one rule are checked one after the other, the first charge
 /// given back when the second is denied), every rule in one check
 /// otherwise.
-async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
-    let mut answer = Answer::new(descriptors);
+async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Reply {
+    let mut reply = Reply::new(descriptors);
     // Rounds: the n-th ask of each rule goes into round n, in rule order.
     let mut rounds: SmallVec<[Asks; 1]> = SmallVec::new();
     for ask in asks {
@@ -206,15 +206,15 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
         round.sort_by_key(|a| a.demand.rule);
         let demands: SmallVec<[Demand; 8]> = round.iter().map(|a| a.demand).collect();
         let checked = match loaded.rules.check(&demands) {
-            throttle_fleet_core::Answer::Ready(c) => c,
-            throttle_fleet_core::Answer::Pending(later) => later.await,
+            Answer::Ready(c) => c,
+            Answer::Pending(later) => later.await,
         };
         let (decision, held) = checked.into_parts();
         let ask_of = |rule: usize| round.iter().find(|a| a.demand.rule == rule);
         match decision.kind() {
             Kind::Allowed => {
                 for i in decision.shadow_denied().iter() {
-                    answer.shadow_denied(loaded.rules.rule(i).name());
+                    reply.shadow_denied(loaded.rules.rule(i).name());
                 }
                 if let Some(held) = held {
                     for (demand, outcome) in held.taken() {
@@ -223,7 +223,7 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
                         if let Some(ask) = ask_of(demand.rule)
                             && !loaded.rules.rule(demand.rule).is_shadow()
                         {
-                            answer.asked(ask.descriptor, Asked::allowed(loaded, demand, outcome));
+                            reply.asked(ask.descriptor, Asked::allowed(loaded, demand, outcome));
                         }
                     }
                     taken.push(held);
@@ -231,34 +231,34 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Answer {
             }
             Kind::Denied => {
                 if let Some(ask) = decision.rule().and_then(ask_of) {
-                    answer.asked(
+                    reply.asked(
                         ask.descriptor,
                         Asked::denied(loaded, &ask.demand, &decision),
                     );
                 }
-                give_back(taken, &mut answer);
-                return answer;
+                give_back(taken, &mut reply);
+                return reply;
             }
             Kind::Refused => {
                 let rule = decision.rule().unwrap_or_default();
                 if let Some(ask) = ask_of(rule) {
-                    answer.asked(ask.descriptor, Asked::unavailable(loaded, &ask.demand));
+                    reply.asked(ask.descriptor, Asked::unavailable(loaded, &ask.demand));
                 }
-                answer.unavailable(loaded.rules.rule(rule).name());
-                give_back(taken, &mut answer);
-                return answer;
+                reply.unavailable(loaded.rules.rule(rule).name());
+                give_back(taken, &mut reply);
+                return reply;
             }
             // No rule applied.
             _ => {}
         }
     }
-    answer
+    reply
 }
 
 /// Gives back what earlier rounds took, once a later one denied.
-fn give_back(taken: SmallVec<[Box<Held>; 1]>, answer: &mut Answer) {
+fn give_back(taken: SmallVec<[Box<Held>; 1]>, reply: &mut Reply) {
     for held in taken {
         held.give_back();
     }
-    answer.given_back();
+    reply.given_back();
 }

@@ -64,7 +64,7 @@ pub(crate) struct Redis {
     breaker_opened: AtomicU64,
     pub(crate) degraded: AtomicU64,
     pub(crate) denied_locally: AtomicU64,
-    meter: CallMetrics,
+    metrics: CallMetrics,
     /// Woken when a probe closes a breaker: the approximate mode's flush
     /// tasks that wait to find Redis back try at once, not at their next
     /// probe-interval turn.
@@ -103,7 +103,7 @@ impl Redis {
             breaker_opened: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
             denied_locally: AtomicU64::new(0),
-            meter: CallMetrics::new(),
+            metrics: CallMetrics::new(),
             recovered: Arc::new(tokio::sync::Notify::new()),
         });
         let patience = redis.patience();
@@ -214,7 +214,7 @@ impl Redis {
         report: bool,
     ) -> Result<T, Failure> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        self.meter.call();
+        self.metrics.call();
         let deadline = tokio::time::Instant::now() + timeout;
         let (node, result) = match &self.route {
             Route::Single(node) => (
@@ -224,7 +224,7 @@ impl Redis {
             Route::Cluster(cluster) => {
                 let Some(node) = cluster.node_for(slot) else {
                     Self::discover(self);
-                    self.meter.failed(&Failure::Unrouted);
+                    self.metrics.failed(&Failure::Unrouted);
                     return Err(Failure::Unrouted);
                 };
                 let first = invoke(&node, inv, deadline, false, !report).await;
@@ -258,7 +258,7 @@ impl Redis {
             Ok(_) if report => node.breaker.success(),
             Ok(_) => {}
             Err(failure) => {
-                self.meter.failed(failure);
+                self.metrics.failed(failure);
                 match failure {
                     Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
                     _ => self.errors.fetch_add(1, Ordering::Relaxed),

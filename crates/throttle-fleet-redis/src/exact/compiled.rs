@@ -12,8 +12,8 @@ use throttle_fleet_core::{Algorithm, ConfigError, Rule};
 use crate::conn::Eval;
 use crate::reply::Reply;
 use crate::scripts::{
-    FIXED_WINDOW_BATCH_SCRIPT, FIXED_WINDOW_RELEASE_SCRIPT, GCRA_BATCH_SCRIPT, GCRA_RELEASE_SCRIPT,
-    SLIDING_COUNTER_BATCH_SCRIPT, SLIDING_COUNTER_RELEASE_SCRIPT, SLIDING_LOG_RELEASE_SCRIPT,
+    FIXED_WINDOW_BATCH_SCRIPT, FIXED_WINDOW_REFUND_SCRIPT, GCRA_BATCH_SCRIPT, GCRA_REFUND_SCRIPT,
+    SLIDING_COUNTER_BATCH_SCRIPT, SLIDING_COUNTER_REFUND_SCRIPT, SLIDING_LOG_REFUND_SCRIPT,
 };
 
 /// The scripts add the bucket's depth to Unix-epoch microseconds in Lua
@@ -186,17 +186,17 @@ impl Compiled {
         Some((step, now))
     }
 
-    pub(super) fn release_script(&self) -> &'static Script {
+    pub(super) fn refund_script(&self) -> &'static Script {
         match self {
-            Self::Fixed(_) => &FIXED_WINDOW_RELEASE_SCRIPT,
-            Self::Counter(_) => &SLIDING_COUNTER_RELEASE_SCRIPT,
-            Self::Log(_) => &SLIDING_LOG_RELEASE_SCRIPT,
-            Self::Gcra(_) => &GCRA_RELEASE_SCRIPT,
+            Self::Fixed(_) => &FIXED_WINDOW_REFUND_SCRIPT,
+            Self::Counter(_) => &SLIDING_COUNTER_REFUND_SCRIPT,
+            Self::Log(_) => &SLIDING_LOG_REFUND_SCRIPT,
+            Self::Gcra(_) => &GCRA_REFUND_SCRIPT,
         }
     }
 
     /// The refund script's arguments after the keys.
-    pub(super) fn release_args(&self, inv: &mut Eval, at: u64, cost: u64) {
+    pub(super) fn refund_args(&self, inv: &mut Eval, at: u64, cost: u64) {
         match self {
             Self::Fixed(m) => inv.arg(at).arg(m.period_us()).arg(cost),
             Self::Counter(m) => inv.arg(at).arg(m.period_us()).arg(cost),

@@ -163,8 +163,8 @@ impl Limiter for ExactLimiter {
             }
             return;
         }
-        let mut inv = self.0.invocation(self.0.compiled.release_script(), key, 3);
-        self.0.compiled.release_args(&mut inv, outcome.at_us, cost);
+        let mut inv = self.0.invocation(self.0.compiled.refund_script(), key, 3);
+        self.0.compiled.refund_args(&mut inv, outcome.at_us, cost);
         self.0.redis.spawn_eval(inv, self.0.group(key));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::scripts::GCRA_RELEASE_SCRIPT;
+use crate::scripts::GCRA_REFUND_SCRIPT;
 
 use super::limiter::LeaseRule;
 use super::state::LeaseState;
@@ -58,7 +58,7 @@ impl LeaseRule {
             }
         });
         let returns = back.iter().map(|&(key, tokens)| async move {
-            let mut inv = GCRA_RELEASE_SCRIPT.prepare_invoke();
+            let mut inv = GCRA_REFUND_SCRIPT.prepare_invoke();
             let (inc_us, inc_rem) = self.gcra.increment(tokens);
             inv.key(self.keys.key(&key, "gcra"))
                 .arg(self.gcra.limit())

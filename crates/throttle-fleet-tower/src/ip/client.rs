@@ -244,7 +244,7 @@ impl<P: PeerSource> ClientAddr<P> {
     /// forwarded for. `None` when the server recorded no peer address.
     pub fn client_ip(&self, req: &RequestHead<'_>) -> Option<IpAddr> {
         let peer = self.peer.peer_addr(req)?.ip();
-        Some(self.resolve(peer, &req.headers))
+        Some(self.resolve(peer, req.headers))
     }
 
     /// The client address of a request from `peer` with these headers (the

@@ -103,9 +103,9 @@ impl Asked {
     }
 }
 
-/// The answer being put together.
+/// The reply being put together.
 #[derive(Debug)]
-pub(super) struct Answer {
+pub(super) struct Reply {
     /// Each descriptor's most restrictive rule, if one matched and was
     /// asked.
     statuses: Vec<Option<Asked>>,
@@ -113,7 +113,7 @@ pub(super) struct Answer {
     unavailable: Option<String>,
 }
 
-impl Answer {
+impl Reply {
     pub(super) fn new(descriptors: usize) -> Self {
         Self {
             statuses: vec![None; descriptors],
