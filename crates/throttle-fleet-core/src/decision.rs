@@ -201,6 +201,10 @@ impl Span {
 
     #[inline]
     fn get(self) -> Duration {
+        if self.0 == 0 {
+            // No wait (every allowed request but a leaky bucket's).
+            return Duration::ZERO;
+        }
         let value = u64::from(self.0) & Self::VALUE;
         match self.0 >> 30 {
             0 => Duration::from_micros(value),

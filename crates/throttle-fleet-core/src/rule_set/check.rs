@@ -35,13 +35,15 @@ impl RuleSet {
     pub(super) fn one(&self, d: &Demand) -> Answer<Checked> {
         let bound = &self.rules[d.rule];
         if let Some(o) = bound.local(&d.key, d.cost) {
-            return Answer::Ready(self.decide_one(d, Ok(o)));
+            return Answer::Ready(self.decide_one(bound, d, Ok(o)));
         }
         match bound.limiter(&d.key).acquire(&d.key, d.cost) {
-            Answer::Ready(result) => Answer::Ready(self.decide_one(d, result)),
+            Answer::Ready(result) => Answer::Ready(self.decide_one(bound, d, result)),
             Answer::Pending(first) => {
                 let (set, d) = (self.clone(), *d);
-                Answer::Pending(Box::pin(async move { set.decide_one(&d, first.await) }))
+                Answer::Pending(Box::pin(async move {
+                    set.decide_one(&set.rules[d.rule], &d, first.await)
+                }))
             }
         }
     }

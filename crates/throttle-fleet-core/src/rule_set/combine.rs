@@ -5,6 +5,7 @@ use smallvec::SmallVec;
 use crate::backend::{Outcome, Unavailable};
 use crate::decision::{Decision, Demand, ShadowDenials};
 
+use super::bind::Bound;
 use super::{Checked, RuleSet};
 
 /// How one rule's answer counts in a check: the fold's one step.
@@ -118,15 +119,28 @@ impl RuleSet {
     /// [`Tally`] decides for one answer, without holding it (the common
     /// case, one rule per request, pays for no list).
     #[inline(always)]
-    pub(super) fn decide_one(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Checked {
-        let bound = &self.rules[d.rule];
+    pub(super) fn decide_one(
+        &self,
+        bound: &Bound,
+        d: &Demand,
+        result: Result<Outcome, Unavailable>,
+    ) -> Checked {
         bound.observed(&result);
         let shadow = bound.shadow;
         match count(shadow, result) {
             Counted::Taken(o) => {
                 // A shadow rule never shapes traffic.
                 let delay_us = if shadow { 0 } else { o.step.delay_us };
-                let decision = self.allowed_by(d, &o, shadow, delay_us, ShadowDenials::default());
+                let tier = bound.tier(&d.key);
+                let decision = Decision::decided(
+                    d.rule as u16,
+                    tier,
+                    &o,
+                    delay_us,
+                    true,
+                    shadow,
+                    ShadowDenials::default(),
+                );
                 let held = if bound.keep {
                     self.kept(std::slice::from_ref(d), &[(0, o)])
                 } else {
