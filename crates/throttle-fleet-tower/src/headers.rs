@@ -164,11 +164,13 @@ impl SuccessHeaders {
                 remaining,
                 reset_epoch,
             } => {
-                headers.insert(X_RATELIMIT_LIMIT.clone(), number(limit));
-                if let Some(remaining) = remaining {
-                    headers.insert(X_RATELIMIT_REMAINING.clone(), number(remaining));
+                let [limit, remaining_value, reset] =
+                    numbers([limit, remaining.unwrap_or(0), reset_epoch]);
+                headers.insert(X_RATELIMIT_LIMIT.clone(), limit);
+                if remaining.is_some() {
+                    headers.insert(X_RATELIMIT_REMAINING.clone(), remaining_value);
                 }
-                headers.insert(X_RATELIMIT_RESET.clone(), number(reset_epoch));
+                headers.insert(X_RATELIMIT_RESET.clone(), reset);
             }
             SuccessRepr::Ietf {
                 policy,
@@ -360,34 +362,51 @@ thread_local! {
     /// so two numbers that land in the same set (a limit and a reset time
     /// answered together) never evict each other.
     static RECENT: std::cell::RefCell<[[Recent; 2]; RECENT_SETS]> =
-        std::cell::RefCell::new(std::array::from_fn(|_| [(0, None), (0, None)]));
+        const { std::cell::RefCell::new([const { [(0, None), (0, None)] }; RECENT_SETS]) };
 }
 
 /// `n` as a header value; no allocation for small or recently seen numbers.
 pub fn number(n: u64) -> HeaderValue {
-    if let Some(v) = SMALL_NUMBERS.get(n as usize) {
-        return v.clone();
-    }
+    let [v] = numbers([n]);
+    v
+}
+
+/// Each of `ns` as a header value, as [`number`] makes it, with one look
+/// at the thread's recent numbers for them all.
+#[inline]
+pub fn numbers<const N: usize>(ns: [u64; N]) -> [HeaderValue; N] {
+    let small = &**SMALL_NUMBERS;
     RECENT.with(|recent| {
         let mut recent = recent.borrow_mut();
-        let set = &mut recent[(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize];
-        if let (m, Some(v)) = &set[0]
-            && *m == n
-        {
-            return v.clone();
-        }
-        if let (m, Some(v)) = &set[1]
-            && *m == n
-        {
-            let v = v.clone();
-            set.swap(0, 1);
-            return v;
-        }
-        // The most recent first: the older of the two makes room.
-        let v = HeaderValue::from(n);
-        set[1] = std::mem::replace(&mut set[0], (n, Some(v.clone())));
-        v
+        ns.map(|n| {
+            if let Some(v) = small.get(n as usize) {
+                return v.clone();
+            }
+            recent_number(&mut recent, n)
+        })
     })
+}
+
+/// `n` from the recent numbers, or rendered and kept there.
+#[inline]
+fn recent_number(recent: &mut [[Recent; 2]; RECENT_SETS], n: u64) -> HeaderValue {
+    let set = &mut recent[(n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize];
+    if let (m, Some(v)) = &set[0]
+        && *m == n
+    {
+        return v.clone();
+    }
+    if let (m, Some(v)) = &set[1]
+        && *m == n
+    {
+        let v = v.clone();
+        set.swap(0, 1);
+        return v;
+    }
+    // The most recent first: the older of the two makes room.
+    let v = HeaderValue::from(n);
+    set[1] = std::mem::replace(&mut set[0], (n, Some(v.clone())));
+    v
 }
 
 /// Whole seconds to wait, rounded up, and never 0 for a positive wait (a
