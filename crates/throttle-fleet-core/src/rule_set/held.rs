@@ -133,7 +133,7 @@ impl Held {
             if rules.rules[t.demand.rule]
                 .settle
                 .as_ref()
-                .is_some_and(|give_back| give_back(status))
+                .is_some_and(|refund| refund(status))
             {
                 rules.refund(&t.demand, &t.outcome);
             }
@@ -147,9 +147,9 @@ impl Held {
         self.taken.iter().map(|t| (&t.demand, &t.outcome))
     }
 
-    /// Gives back everything it holds now, slots and costs alike (a later
+    /// Refunds everything it holds now, slots and costs alike (a later
     /// step of the same request was denied).
-    pub fn give_back(mut self) {
+    pub fn refund(mut self) {
         for t in self.taken.drain(..) {
             self.rules.refund(&t.demand, &t.outcome);
         }
@@ -176,8 +176,8 @@ impl Drop for Held {
 
 impl RuleSet {
     /// Makes checks keep what the rule at `index` takes in their answer's
-    /// [`Held`], to read ([`Held::taken`]) or give back
-    /// ([`Held::give_back`]): a service that answers per demand (Envoy's
+    /// [`Held`], to read ([`Held::taken`]) or refund
+    /// ([`Held::refund`]): a service that answers per demand (Envoy's
     /// RLS answers each descriptor). A kept cost nobody gives back stays
     /// taken.
     pub fn keep(&mut self, index: usize) -> Result<(), ConfigError> {
@@ -186,9 +186,9 @@ impl RuleSet {
 
     /// Makes checks keep what the rule at `index` takes, so that
     /// [`Held::settle`] decides from the response's status code whether
-    /// it goes back (`give_back`): costs that depend on how the request
+    /// it goes back (`refund`): costs that depend on how the request
     /// went, such as not counting a request the server failed.
-    pub fn settle_by(&mut self, index: usize, give_back: SettleFn) -> Result<(), ConfigError> {
+    pub fn settle_by(&mut self, index: usize, refund: SettleFn) -> Result<(), ConfigError> {
         if self
             .rules
             .get(index)
@@ -200,7 +200,7 @@ impl RuleSet {
             )
             .in_rule(self.rules[index].rule.name()));
         }
-        self.set_kept(index, "settle_by", Some(give_back))
+        self.set_kept(index, "settle_by", Some(refund))
     }
 
     fn set_kept(

@@ -200,7 +200,7 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Reply {
         }
         rounds[round].push(*ask);
     }
-    // What earlier rounds took, to give back if a later one denies.
+    // What earlier rounds took, to refund if a later one denies.
     let mut taken: SmallVec<[Box<Held>; 1]> = SmallVec::new();
     for round in &mut rounds {
         round.sort_by_key(|a| a.demand.rule);
@@ -236,7 +236,7 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Reply {
                         Asked::denied(loaded, &ask.demand, &decision),
                     );
                 }
-                give_back(taken, &mut reply);
+                refund(taken, &mut reply);
                 return reply;
             }
             Kind::Refused => {
@@ -245,7 +245,7 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Reply {
                     reply.asked(ask.descriptor, Asked::unavailable(loaded, &ask.demand));
                 }
                 reply.unavailable(loaded.rules.rule(rule).name());
-                give_back(taken, &mut reply);
+                refund(taken, &mut reply);
                 return reply;
             }
             // No rule applied.
@@ -255,10 +255,10 @@ async fn check(loaded: &Loaded, descriptors: usize, asks: &[Ask]) -> Reply {
     reply
 }
 
-/// Gives back what earlier rounds took, once a later one denied.
-fn give_back(taken: SmallVec<[Box<Held>; 1]>, reply: &mut Reply) {
+/// Refunds what earlier rounds took, once a later one denied.
+fn refund(taken: SmallVec<[Box<Held>; 1]>, reply: &mut Reply) {
     for held in taken {
-        held.give_back();
+        held.refund();
     }
-    reply.given_back();
+    reply.refunded();
 }

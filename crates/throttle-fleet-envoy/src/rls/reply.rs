@@ -142,9 +142,9 @@ impl Reply {
         self.unavailable = Some(rule.to_owned());
     }
 
-    /// What the allowed rules took was given back (another denied): their
+    /// What the allowed rules took was refunded (another denied): their
     /// figures are those before this request.
-    pub(super) fn given_back(&mut self) {
+    pub(super) fn refunded(&mut self) {
         for asked in self.statuses.iter_mut().flatten() {
             if !asked.over {
                 asked.remaining = asked.remaining.saturating_add(asked.cost).min(asked.limit);
