@@ -357,7 +357,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             let policy = keying.policy(
                 Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
             );
-            app.layer(throttle_fleet_tower::ThrottleLayer::with_responder(
+            app.layer(ThrottleLayer::with_responder(
                 policy,
                 memory_backend()?,
                 HttpResponder::new().success_headers(false),

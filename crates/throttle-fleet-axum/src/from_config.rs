@@ -17,6 +17,7 @@ pub struct Axum;
 impl Integration for Axum {
     type Peer = ConnectInfoPeer;
     type Responder = HttpResponder;
+    type Bodies = crate::AxumBodies;
 
     fn peer(&self) -> ConnectInfoPeer {
         ConnectInfoPeer

@@ -57,13 +57,49 @@ use throttle_fleet_tower::HttpResponder;
 pub use throttle_fleet_tower::integration::*;
 
 /// What a policy is written with, for `use throttle_fleet_axum::prelude::*`:
-/// [`throttle_fleet_tower::prelude`], the layer and axum's extractors.
+/// the quick start's names ([`throttle_fleet_tower::prelude`], the layer,
+/// [`ClientIp`], [`Route`] and [`key::Header`]). The rest by module path:
+/// [`key`] for the other extractors, [`core`] for decisions, algorithms,
+/// tiers and failure policies.
 pub mod prelude {
+    pub use crate::key::Header;
     pub use crate::{ClientIp, Route, ThrottleLayer};
     pub use throttle_fleet_tower::prelude::*;
 }
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON
-/// ([`responder::HttpResponder`]). Use [`ThrottleLayer::with_responder`] for a custom
-/// answer.
-pub type ThrottleLayer = throttle_fleet_tower::ThrottleLayer<HttpResponder>;
+/// ([`responder::HttpResponder`]) in axum's own body ([`AxumBodies`]). Use
+/// [`ThrottleLayer::with_responder`] for another `HttpResponder`, and
+/// `throttle_fleet_tower::ThrottleLayer<YourResponder, AxumBodies>` for an
+/// answer of your own.
+pub type ThrottleLayer = throttle_fleet_tower::ThrottleLayer<HttpResponder, AxumBodies>;
+
+/// How [`ThrottleLayer`]'s responses carry their bodies: in axum's own
+/// [`Body`](axum::body::Body), so that a router does not box the layer's
+/// body again. Only a response that holds something until its body ends
+/// (a concurrency rule's slot) wraps the body, in a [`ThrottleBody`]; the
+/// others pass the handler's body through as it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AxumBodies;
+
+impl<B> throttle_fleet_tower::ResponseBodies<B> for AxumBodies
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Body = axum::body::Body;
+
+    #[inline]
+    fn inner(body: B) -> axum::body::Body {
+        // No allocation when `body` is already axum's (a router's handler).
+        axum::body::Body::new(body)
+    }
+
+    fn holding(body: B, held: Box<throttle_fleet_tower::core::rule_set::Held>) -> axum::body::Body {
+        axum::body::Body::new(ThrottleBody::holding(body, held))
+    }
+
+    fn full(bytes: bytes::Bytes) -> axum::body::Body {
+        axum::body::Body::from(bytes)
+    }
+}

@@ -25,6 +25,11 @@ pub trait Integration {
     type Peer: PeerSource;
     /// How denials are answered.
     type Responder: Responder;
+    /// How the layer's responses carry their bodies
+    /// ([`ResponseBodies`](throttle_fleet_tower::ResponseBodies):
+    /// `throttle_fleet_tower::Wrap` unless the server has a body type of its
+    /// own).
+    type Bodies;
 
     /// The peer address source of `ip` keys (proxies, hops and prefixes
     /// are set from the file).
@@ -47,7 +52,7 @@ pub fn layer<I: Integration>(
     file: &str,
     backend: impl Backend,
     integration: &I,
-) -> Result<ThrottleLayer<I::Responder>, ConfigFileError> {
+) -> Result<ThrottleLayer<I::Responder, I::Bodies>, ConfigFileError> {
     let responder = integration.responder(config);
     ThrottleLayer::with_responder(policy(config, file, integration)?, backend, responder)
         .map_err(|e| ConfigFileError::from_rule_error(file, &e))

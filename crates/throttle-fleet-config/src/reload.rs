@@ -110,7 +110,7 @@ pub trait ReloadTarget {
 /// A server's [`ThrottleLayer`], reloaded on `backend` for the server
 /// `integration` describes.
 pub struct LayerTarget<I: Integration, B> {
-    layer: ThrottleLayer<I::Responder>,
+    layer: ThrottleLayer<I::Responder, I::Bodies>,
     backend: B,
     integration: I,
 }
@@ -167,7 +167,7 @@ impl<I: Integration, B: Backend + Clone> Reloader<LayerTarget<I, B>> {
     pub fn new(
         path: impl Into<PathBuf>,
         running: GatewayConfig,
-        layer: ThrottleLayer<I::Responder>,
+        layer: ThrottleLayer<I::Responder, I::Bodies>,
         backend: B,
         integration: I,
     ) -> Self {

@@ -25,6 +25,7 @@ fn peer(req: &RequestHead<'_>) -> Option<SocketAddr> {
 impl Integration for Plain {
     type Peer = fn(&RequestHead<'_>) -> Option<SocketAddr>;
     type Responder = HttpResponder;
+    type Bodies = throttle_fleet_tower::Wrap;
 
     fn peer(&self) -> Self::Peer {
         peer

@@ -19,6 +19,7 @@ pub struct Tonic;
 impl Integration for Tonic {
     type Peer = TonicPeer;
     type Responder = GrpcResponder;
+    type Bodies = throttle_fleet_tower::Wrap;
 
     fn peer(&self) -> TonicPeer {
         TonicPeer

@@ -76,7 +76,7 @@ fn main() {
             rt.block_on(drive(layer.layer(service_fn(hello)), n))
         }
         "no-headers" => {
-            let layer = ThrottleLayer::with_responder(
+            let layer = ThrottleLayer::<_>::with_responder(
                 policy(plenty, by_peer()),
                 MemoryBackend::default(),
                 HttpResponder::new().success_headers(false),

@@ -42,14 +42,15 @@ impl<B> ThrottleBody<B> {
         }
     }
 
-    /// Makes the inner service's body hold `slots` (a concurrency rule's)
-    /// until its last frame has been read, or until it is dropped (a
-    /// client that went away, a response that was never sent); a complete
-    /// body written by the limiter holds none, and `slots` are given back
-    /// at once.
-    pub(crate) fn hold(&mut self, slots: Box<Held>) {
-        if let Kind::Inner { slots: held, .. } = &mut self.kind {
-            *held = Some(slots);
+    /// Wraps the inner service's body, which holds `held` (the request's
+    /// concurrency slots) until its last frame has been read or it is
+    /// dropped.
+    pub fn holding(body: B, held: Box<Held>) -> Self {
+        Self {
+            kind: Kind::Inner {
+                body,
+                slots: Some(held),
+            },
         }
     }
 
@@ -120,5 +121,51 @@ fn release_at_end<B: Body>(frame: &Polled<B>, body: &Pin<&mut B>, slots: &mut Op
     };
     if ended {
         *slots = None;
+    }
+}
+
+/// How the layer makes its responses' bodies from the inner service's
+/// body `B`: the body type of its responses, and how a body holds what
+/// the request holds (its concurrency slots, until the body ends) and how
+/// the limiter's own answer is written.
+///
+/// [`Wrap`], the default, answers [`ThrottleBody<B>`] for every response.
+/// An integration whose framework boxes bodies anyway answers in the
+/// framework's own body type and wraps only a body that holds something
+/// (`throttle_fleet_axum::AxumBodies`): a request that holds nothing then
+/// costs no wrapper and no allocation.
+pub trait ResponseBodies<B>: Send + Sync + 'static {
+    /// The body of the layer's responses.
+    type Body;
+
+    /// The inner service's body, holding nothing.
+    fn inner(body: B) -> Self::Body;
+
+    /// The inner service's body, holding `held` until it ends or is
+    /// dropped.
+    fn holding(body: B, held: Box<Held>) -> Self::Body;
+
+    /// A complete body written by the limiter (a rejection).
+    fn full(bytes: Bytes) -> Self::Body;
+}
+
+/// Every response's body is a [`ThrottleBody`] (see [`ResponseBodies`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wrap;
+
+impl<B> ResponseBodies<B> for Wrap {
+    type Body = ThrottleBody<B>;
+
+    #[inline]
+    fn inner(body: B) -> Self::Body {
+        ThrottleBody::inner(body)
+    }
+
+    fn holding(body: B, held: Box<Held>) -> Self::Body {
+        ThrottleBody::holding(body, held)
+    }
+
+    fn full(bytes: Bytes) -> Self::Body {
+        ThrottleBody::full(bytes)
     }
 }

@@ -1,4 +1,5 @@
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -14,7 +15,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::RequestHead;
-use crate::body::ThrottleBody;
+use crate::body::{ResponseBodies, Wrap};
 use crate::engine::{Engine, Next};
 use crate::headers::SuccessHeaders;
 use crate::responder::Responder;
@@ -27,7 +28,7 @@ pin_project! {
     /// The common case (decided in `call`, inner future running) keeps only
     /// the inner future and three numbers for the headers; the rare states
     /// are boxed so they do not make every request's future larger.
-    pub struct ResponseFuture<F, S, ReqBody, R> {
+    pub struct ResponseFuture<F, S, ReqBody, R, W = Wrap> {
         #[pin]
         state: State<F, S, ReqBody, R>,
         headers: SuccessHeaders,
@@ -35,6 +36,7 @@ pin_project! {
         // inner service answers, and concurrency slots handed to the body
         // then (given back if this future is dropped first).
         held: Option<Box<Held>>,
+        bodies: PhantomData<fn() -> W>,
     }
 }
 
@@ -74,7 +76,7 @@ pin_project! {
     }
 }
 
-impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
+impl<F, S, ReqBody, R, W> ResponseFuture<F, S, ReqBody, R, W> {
     pub(crate) fn rejected(response: Response<Bytes>) -> Self {
         Self {
             state: State::Reject {
@@ -82,6 +84,7 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
             },
             headers: SuccessHeaders::none(),
             held: None,
+            bodies: PhantomData,
         }
     }
 
@@ -102,6 +105,7 @@ impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R> {
             },
             headers: SuccessHeaders::none(),
             held: None,
+            bodies: PhantomData,
         }
     }
 }
@@ -120,7 +124,7 @@ fn delaying<F, S, ReqBody, R>(
     }
 }
 
-impl<F, S, ReqBody, R> ResponseFuture<F, S, ReqBody, R>
+impl<F, S, ReqBody, R, W> ResponseFuture<F, S, ReqBody, R, W>
 where
     S: Service<Request<ReqBody>, Future = F> + Clone,
     R: Responder,
@@ -142,6 +146,7 @@ where
                 },
                 headers,
                 held,
+                bodies: PhantomData,
             },
             Next::Delay(headers, delay) => {
                 let clone = service.clone();
@@ -150,6 +155,7 @@ where
                     state: delaying(delay, ready, request),
                     headers,
                     held,
+                    bodies: PhantomData,
                 }
             }
             Next::Reject(response) => Self::rejected(response),
@@ -161,20 +167,26 @@ where
 /// slots to the body. Out of line: most policies hold nothing.
 #[cold]
 #[inline(never)]
-fn settle<B>(mut held: Box<Held>, response: &mut Response<ThrottleBody<B>>) {
+fn settle<W: ResponseBodies<B>, B>(
+    mut held: Box<Held>,
+    response: Response<B>,
+) -> Response<W::Body> {
     held.settle(response.status().as_u16());
     if held.slots() > 0 {
-        response.body_mut().hold(held);
+        response.map(|body| W::holding(body, held))
+    } else {
+        response.map(W::inner)
     }
 }
 
-impl<F, S, ReqBody, ResBody, E, R> Future for ResponseFuture<F, S, ReqBody, R>
+impl<F, S, ReqBody, ResBody, E, R, W> Future for ResponseFuture<F, S, ReqBody, R, W>
 where
     F: Future<Output = Result<Response<ResBody>, E>>,
     S: Service<Request<ReqBody>, Future = F, Response = Response<ResBody>, Error = E>,
     R: Responder,
+    W: ResponseBodies<ResBody>,
 {
-    type Output = Result<Response<ThrottleBody<ResBody>>, E>;
+    type Output = Result<Response<W::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -182,11 +194,10 @@ where
             match this.state.as_mut().project() {
                 StateProj::Call { future } => {
                     let result = ready!(future.poll(cx));
-                    let held = this.held.take();
-                    let mut response = result?.map(ThrottleBody::inner);
-                    if let Some(held) = held {
-                        settle(held, &mut response);
-                    }
+                    let mut response = match this.held.take() {
+                        None => result?.map(W::inner),
+                        Some(held) => settle::<W, _>(held, result?),
+                    };
                     std::mem::take(this.headers).apply(response.headers_mut());
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
@@ -239,7 +250,7 @@ where
                     this.state.set(State::Call { future });
                 }
                 StateProj::Reject { response } => {
-                    let response = response.take().map(|r| r.map(ThrottleBody::full));
+                    let response = response.take().map(|r| r.map(W::full));
                     this.state.set(State::Done);
                     return match response {
                         Some(response) => Poll::Ready(Ok(response)),

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -6,6 +7,9 @@ use throttle_fleet_core::rule_set::Carried;
 use throttle_fleet_core::{Backend, ConfigError, RuleSet};
 use tower_layer::Layer;
 
+#[cfg(doc)]
+use crate::body::ResponseBodies;
+use crate::body::Wrap;
 use crate::engine::Engine;
 use crate::policy::Policy;
 use crate::responder::{HttpResponder, Responder};
@@ -19,6 +23,9 @@ use crate::service::Throttle;
 /// The responder type `R` decides what rejections look like; the
 /// integration crates fix it (`throttle_fleet_axum::ThrottleLayer` answers HTTP
 /// 429, `throttle_fleet_tonic::ThrottleLayer` answers gRPC `RESOURCE_EXHAUSTED`).
+/// `W` decides the responses' body type ([`ResponseBodies`]): [`Wrap`]
+/// (a [`ThrottleBody`](crate::ThrottleBody)) unless the integration answers
+/// in its framework's own body (`throttle_fleet_axum::ThrottleLayer` does).
 ///
 /// ```
 /// use throttle_fleet_tower::{HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
@@ -29,20 +36,22 @@ use crate::service::Throttle;
 /// # let _ = layer;
 /// # Ok::<(), throttle_fleet_tower::ConfigError>(())
 /// ```
-pub struct ThrottleLayer<R = HttpResponder> {
+pub struct ThrottleLayer<R = HttpResponder, W = Wrap> {
     /// The current rules; [`reload`](Self::reload) replaces them whole.
     pub(crate) shared: Arc<ArcSwap<Engine<R>>>,
+    bodies: PhantomData<fn() -> W>,
 }
 
-impl<R> Clone for ThrottleLayer<R> {
+impl<R, W> Clone for ThrottleLayer<R, W> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
+            bodies: PhantomData,
         }
     }
 }
 
-impl<R> fmt::Debug for ThrottleLayer<R> {
+impl<R, W> fmt::Debug for ThrottleLayer<R, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThrottleLayer")
             .field("rules", &self.shared.load().rules)
@@ -50,7 +59,7 @@ impl<R> fmt::Debug for ThrottleLayer<R> {
     }
 }
 
-impl<R: Responder + Default> ThrottleLayer<R> {
+impl<R: Responder + Default, W> ThrottleLayer<R, W> {
     /// Builds the layer: validates every rule and extractor, and binds each
     /// rule to `backend` (or to the rule's own backend).
     ///
@@ -61,7 +70,7 @@ impl<R: Responder + Default> ThrottleLayer<R> {
     }
 }
 
-impl<R: Responder> ThrottleLayer<R> {
+impl<R: Responder, W> ThrottleLayer<R, W> {
     /// Like [`new`](Self::new), answering rejections with `responder`.
     pub fn with_responder(
         policy: Policy,
@@ -71,6 +80,7 @@ impl<R: Responder> ThrottleLayer<R> {
         let (shared, _) = Engine::build(policy, Arc::new(backend), responder, None)?;
         Ok(Self {
             shared: Arc::new(ArcSwap::from_pointee(shared)),
+            bodies: PhantomData,
         })
     }
 
@@ -131,8 +141,8 @@ impl<R: Responder> ThrottleLayer<R> {
     }
 }
 
-impl<S, R> Layer<S> for ThrottleLayer<R> {
-    type Service = Throttle<S, R>;
+impl<S, R, W> Layer<S> for ThrottleLayer<R, W> {
+    type Service = Throttle<S, R, W>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Throttle::new(inner, self.shared.clone())

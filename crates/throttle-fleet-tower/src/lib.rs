@@ -50,7 +50,7 @@ mod policy;
 pub mod responder;
 mod service;
 
-pub use body::ThrottleBody;
+pub use body::{ResponseBodies, ThrottleBody, Wrap};
 pub use extract::{KeyExtractor, KeyExtractorExt};
 pub use future::ResponseFuture;
 pub use head::RequestHead;
@@ -84,18 +84,14 @@ pub mod limits {
     pub use crate::jwt::MAX_TOKEN_LEN;
 }
 
-/// What a policy is written with, for `use throttle_fleet_tower::prelude::*`. The
-/// integration crates' preludes add their layer and their own extractors to
-/// it.
+/// What a policy is written with, for `use throttle_fleet_tower::prelude::*`:
+/// the policy, its rules and quotas, the memory backend, and what a key
+/// extractor of your own needs. Everything else is named by its module
+/// (`key::Header`, `core::Decision`, `core::Algorithm`, ...). The
+/// integration crates' preludes add their layer and their own extractors.
 pub mod prelude {
-    pub use crate::key::{
-        AllOf, ClientAddr, Extension, ForwardedHeader, Global, Header, IpPrefix, PeerSource,
-        UserAgentHash,
-    };
-    pub use crate::{KeyExtractor, KeyExtractorExt, Limit, MissingKey, Policy};
-    pub use throttle_fleet_core::{
-        Algorithm, ConfigError, Decision, FailurePolicy, Key, MemoryBackend, Quota, Rule, Tiers,
-    };
+    pub use crate::{KeyExtractor, KeyExtractorExt, MissingKey, Policy};
+    pub use throttle_fleet_core::{ConfigError, Key, MemoryBackend, Quota, Rule};
 }
 
 /// What an integration crate re-exports at its root, besides its layer and
@@ -104,8 +100,8 @@ pub mod prelude {
 pub mod integration {
     pub use crate::{
         ConfigError, CostFn, Key, KeyExtractor, KeyExtractorExt, Limit, MemoryBackend, MissingKey,
-        Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseFuture, Rule, Throttle,
-        ThrottleBody,
+        Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseBodies, ResponseFuture, Rule,
+        Throttle, ThrottleBody,
     };
     pub use crate::{core, headers, key, limits, metrics, responder};
 }

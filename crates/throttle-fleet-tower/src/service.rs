@@ -1,4 +1,5 @@
 use std::fmt;
+use std::marker::PhantomData;
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -10,7 +11,7 @@ use throttle_fleet_core::{Answer, Checked};
 use tower_service::Service;
 
 use crate::RequestHead;
-use crate::body::ThrottleBody;
+use crate::body::{ResponseBodies, Wrap};
 use crate::engine::Engine;
 use crate::future::ResponseFuture;
 use crate::responder::Responder;
@@ -21,15 +22,21 @@ use crate::responder::Responder;
 /// `poll_ready` only forwards to the inner service (limits are never
 /// enforced through back-pressure, which would be per clone and unkeyed),
 /// and the error type stays the inner service's.
-pub struct Throttle<S, R> {
+pub struct Throttle<S, R, W = Wrap> {
     inner: S,
     /// The layer's current rules (replaced whole by a reload).
     shared: Arc<ArcSwap<Engine<R>>>,
+    /// How response bodies are made ([`ResponseBodies`]).
+    bodies: PhantomData<fn() -> W>,
 }
 
-impl<S, R> Throttle<S, R> {
+impl<S, R, W> Throttle<S, R, W> {
     pub(crate) fn new(inner: S, shared: Arc<ArcSwap<Engine<R>>>) -> Self {
-        Self { inner, shared }
+        Self {
+            inner,
+            shared,
+            bodies: PhantomData,
+        }
     }
 
     /// The wrapped service.
@@ -38,16 +45,17 @@ impl<S, R> Throttle<S, R> {
     }
 }
 
-impl<S: Clone, R> Clone for Throttle<S, R> {
+impl<S: Clone, R, W> Clone for Throttle<S, R, W> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
+            bodies: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, R> fmt::Debug for Throttle<S, R> {
+impl<S: fmt::Debug, R, W> fmt::Debug for Throttle<S, R, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Throttle")
             .field("inner", &self.inner)
@@ -56,14 +64,14 @@ impl<S: fmt::Debug, R> fmt::Debug for Throttle<S, R> {
     }
 }
 
-impl<S: Clone, R> Throttle<S, R> {
+impl<S: Clone, R, W> Throttle<S, R, W> {
     /// The future of a check that needs a round trip.
     fn checking<F, ReqBody>(
         &mut self,
         check: Pending<Checked>,
         request: Request<ReqBody>,
         shared: Arc<Engine<R>>,
-    ) -> ResponseFuture<F, S, ReqBody, R> {
+    ) -> ResponseFuture<F, S, ReqBody, R, W> {
         // The inner call happens after an await: take the service that was
         // polled ready and leave a fresh clone in its place.
         let clone = self.inner.clone();
@@ -72,14 +80,15 @@ impl<S: Clone, R> Throttle<S, R> {
     }
 }
 
-impl<S, R, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S, R>
+impl<S, R, W, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S, R, W>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     R: Responder,
+    W: ResponseBodies<ResBody>,
 {
-    type Response = Response<ThrottleBody<ResBody>>;
+    type Response = Response<W::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, S, ReqBody, R>;
+    type Future = ResponseFuture<S::Future, S, ReqBody, R, W>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

@@ -349,7 +349,7 @@ async fn cost_functions_weigh_requests_and_zero_exempts() {
 #[tokio::test]
 async fn ietf_headers_when_asked() {
     let policy = Policy::new().rule(Rule::new("ip", Quota::per_minute(100)), Global);
-    let layer = ThrottleLayer::with_responder(
+    let layer = ThrottleLayer::<_>::with_responder(
         policy,
         MemoryBackend::default(),
         HttpResponder::new().ietf_headers(true),
@@ -365,7 +365,7 @@ async fn ietf_headers_when_asked() {
 /// A layer of `rule` keyed by nothing (`Global`), on the memory backend.
 fn one_rule(rule: Rule, responder: HttpResponder) -> ThrottleLayer<HttpResponder> {
     let policy = Policy::new().rule(rule, Global);
-    ThrottleLayer::with_responder(policy, MemoryBackend::default(), responder).unwrap()
+    ThrottleLayer::<_>::with_responder(policy, MemoryBackend::default(), responder).unwrap()
 }
 
 /// The names of a response's headers, in order.
