@@ -81,7 +81,7 @@ impl GrpcProtocol {
 
 /// Whether `req` is a gRPC call (gRPC or gRPC-web), by its `content-type`.
 pub fn is_grpc(req: &RequestHead<'_>) -> bool {
-    GrpcProtocol::of(&req.headers).is_some()
+    GrpcProtocol::of(req.headers).is_some()
 }
 
 /// The responder of `throttle-fleet-tonic`: gRPC calls get the gRPC error model's
@@ -395,7 +395,7 @@ impl GrpcResponder {
 
 impl Responder for GrpcResponder {
     fn reject(&self, req: &RequestHead<'_>, rejection: Rejection<'_>) -> Response<Bytes> {
-        let Some(protocol) = GrpcProtocol::of(&req.headers) else {
+        let Some(protocol) = GrpcProtocol::of(req.headers) else {
             return self.http.reject(req, rejection);
         };
         if let Rejection::Denied { decision, rule } = rejection {

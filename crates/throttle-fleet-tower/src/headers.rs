@@ -367,8 +367,10 @@ thread_local! {
 
 /// `n` as a header value; no allocation for small or recently seen numbers.
 pub fn number(n: u64) -> HeaderValue {
-    let [v] = numbers([n]);
-    v
+    if let Some(v) = SMALL_NUMBERS.get(n as usize) {
+        return v.clone();
+    }
+    RECENT.with(|recent| recent_number(&mut recent.borrow_mut(), n))
 }
 
 /// Each of `ns` as a header value, as [`number`] makes it, with one look
@@ -376,6 +378,9 @@ pub fn number(n: u64) -> HeaderValue {
 #[inline]
 pub fn numbers<const N: usize>(ns: [u64; N]) -> [HeaderValue; N] {
     let small = &**SMALL_NUMBERS;
+    if ns.iter().all(|&n| (n as usize) < small.len()) {
+        return ns.map(|n| small[n as usize].clone());
+    }
     RECENT.with(|recent| {
         let mut recent = recent.borrow_mut();
         ns.map(|n| {

@@ -13,7 +13,7 @@ use throttle_fleet_core::{Decision, Rule};
 use crate::headers::{
     HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
     X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, in_flight_field,
-    in_flight_policy_value, number, policy_value, rate_limit_headers, ratelimit_field,
+    in_flight_policy_value, numbers, policy_value, rate_limit_headers, ratelimit_field,
     retry_after_secs,
 };
 
@@ -340,13 +340,13 @@ impl Responder for HttpResponder {
                 let secs = retry_after_secs(d.retry_after());
                 let body = limited_body(secs, rule.name());
                 let limit = d.limit(rule);
-                let standard = [
-                    number(body.len() as u64),
-                    number(secs),
-                    number(limit),
-                    number(d.remaining()),
-                    number(epoch_secs_after(d.at_us(), d.reset())),
-                ];
+                let standard = numbers([
+                    body.len() as u64,
+                    secs,
+                    limit,
+                    d.remaining(),
+                    epoch_secs_after(d.at_us(), d.reset()),
+                ]);
                 let headers = if self.ietf_only() {
                     let mut ietf = HeaderBlock::default();
                     Self::ietf_fields(
@@ -446,6 +446,7 @@ impl Responder for HttpResponder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::headers::number;
     use throttle_fleet_core::Quota;
     use throttle_fleet_core::algorithm::Step;
     use throttle_fleet_core::backend::Outcome;
@@ -542,6 +543,10 @@ mod tests {
         assert_eq!(number(1_040), HeaderValue::from(1_040u64));
         assert_eq!(number(1_056), HeaderValue::from(1_056u64));
         assert_eq!(number(1_040), HeaderValue::from(1_040u64));
+        // Several at once, small and large mixed, as one look.
+        let all = [7, 1_796_025_675, 0, u64::MAX];
+        assert_eq!(numbers(all), all.map(HeaderValue::from));
+        assert_eq!(numbers([3, 9]), [3u64, 9].map(HeaderValue::from));
     }
 
     #[test]
