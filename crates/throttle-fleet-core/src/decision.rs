@@ -191,9 +191,11 @@ impl Span {
     #[inline(always)]
     fn from_us(us: u64) -> Self {
         if us <= Self::VALUE {
-            Self(us as u32)
-        } else if us.div_ceil(1_000) <= Self::VALUE {
-            Self(1 << 30 | us.div_ceil(1_000) as u32)
+            return Self(us as u32);
+        }
+        let ms = us.div_ceil(1_000);
+        if ms <= Self::VALUE {
+            Self(1 << 30 | ms as u32)
         } else {
             Self(2 << 30 | us.div_ceil(1_000_000).min(Self::VALUE) as u32)
         }

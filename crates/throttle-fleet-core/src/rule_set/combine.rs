@@ -152,7 +152,7 @@ impl RuleSet {
                 let denied = ShadowDenials::default().with(d.rule);
                 Checked::new(self.allowed_by(d, &o, true, 0, denied), None)
             }
-            Counted::Refused(result) => Checked::new(self.refusal(d, result), None),
+            Counted::Refused(result) => Checked::new(refusal(bound, d, result), None),
         }
     }
 
@@ -166,22 +166,7 @@ impl RuleSet {
     }
 
     pub(super) fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
-        match result {
-            Ok(o) => {
-                let wait = o.step.retry_after_us.max(1);
-                let tier = self.rules[d.rule].tier(&d.key);
-                Decision::decided(
-                    d.rule as u16,
-                    tier,
-                    &o,
-                    wait,
-                    false,
-                    false,
-                    ShadowDenials::default(),
-                )
-            }
-            Err(error) => Decision::refused(d.rule, error),
-        }
+        refusal(&self.rules[d.rule], d, result)
     }
 
     pub(super) fn allowed(
@@ -248,5 +233,27 @@ pub(super) fn shadow_outcome(result: Result<Outcome, Unavailable>) -> Outcome {
             at_us: crate::clock::unix_now_us(),
             degraded: true,
         },
+    }
+}
+
+/// The decision of a request `d`'s rule, `bound`, refused: denied with its
+/// figures, or refused for a fail-closed rule that could not answer.
+#[inline(always)]
+fn refusal(bound: &Bound, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
+    match result {
+        Ok(o) => {
+            let wait = o.step.retry_after_us.max(1);
+            let tier = bound.tier(&d.key);
+            Decision::decided(
+                d.rule as u16,
+                tier,
+                &o,
+                wait,
+                false,
+                false,
+                ShadowDenials::default(),
+            )
+        }
+        Err(error) => Decision::refused(d.rule, error),
     }
 }
