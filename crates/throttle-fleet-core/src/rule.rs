@@ -281,7 +281,7 @@ impl Rule {
 
     /// Makes the rule a *shadow* rule: it is checked and counts like any
     /// other, but never denies. A request it would have denied goes on, and
-    /// the decision says so ([`Allowed::shadow_denied`](crate::Allowed::shadow_denied)),
+    /// the decision says so ([`Decision::shadow_denied`](crate::Decision::shadow_denied)),
     /// for logs and metrics. Its figures never reach the response headers.
     /// The way to roll a new limit out: watch what it would do first.
     #[must_use]

@@ -221,7 +221,7 @@ impl Policy {
     ///
     /// Whatever this says, every shadow denial is reported as a `tracing`
     /// event (target `throttle::shadow`, level debug, naming the rules and
-    /// never the key) and in [`Allowed::shadow_denied`](throttle_fleet_core::Allowed::shadow_denied).
+    /// never the key) and in [`Decision::shadow_denied`](throttle_fleet_core::Decision::shadow_denied).
     #[must_use]
     pub fn shadow_header(mut self, on: bool) -> Self {
         self.shadow_header = on;
