@@ -29,7 +29,7 @@ pub trait Integration {
     /// ([`ResponseBodies`](throttle_fleet_tower::ResponseBodies):
     /// `throttle_fleet_tower::Wrap` unless the server has a body type of its
     /// own).
-    type Bodies;
+    type Bodies: Send + Sync + 'static;
 
     /// The peer address source of `ip` keys (proxies, hops and prefixes
     /// are set from the file).

@@ -181,7 +181,8 @@ impl Flags {
 }
 
 /// A duration in 32 bits: 30 bits of microseconds, milliseconds or
-/// seconds (the top two bits say which), rounded up.
+/// seconds (the top two bits say which), rounded up; past 2^30 seconds,
+/// the longest a step can say (`u64::MAX` microseconds).
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
 struct Span(u32);
 
@@ -195,9 +196,14 @@ impl Span {
         }
         let ms = us.div_ceil(1_000);
         if ms <= Self::VALUE {
-            Self(1 << 30 | ms as u32)
+            return Self(1 << 30 | ms as u32);
+        }
+        let secs = us.div_ceil(1_000_000);
+        if secs <= Self::VALUE {
+            Self(2 << 30 | secs as u32)
         } else {
-            Self(2 << 30 | us.div_ceil(1_000_000).min(Self::VALUE) as u32)
+            // Past 34 years: the longest wait there is, never a shorter one.
+            Self(3 << 30)
         }
     }
 
@@ -211,7 +217,8 @@ impl Span {
         match self.0 >> 30 {
             0 => Duration::from_micros(value),
             1 => Duration::from_millis(value),
-            _ => Duration::from_secs(value),
+            2 => Duration::from_secs(value),
+            _ => Duration::from_micros(u64::MAX),
         }
     }
 }
@@ -230,7 +237,8 @@ impl Decision {
     ///
     /// # Panics
     ///
-    /// If `rule` is not below [`limits::MAX_RULES`](crate::limits::MAX_RULES).
+    /// If `rule` is above [`limits::MAX_RULES`](crate::limits::MAX_RULES)
+    /// (a rule set never holds such an index).
     pub fn from_outcome(rule: usize, outcome: &Outcome) -> Self {
         let step = &outcome.step;
         let wait = if step.allowed {
@@ -528,13 +536,11 @@ mod tests {
             1 << 30,
             3_600_000_001,
             86_400_000_000 * 13,
+            (1 << 30) * 1_000_000 + 1,
             u64::MAX,
         ] {
             let got = Span::from_us(us).get();
-            assert!(
-                got >= Duration::from_micros(us).min(Duration::from_secs(Span::VALUE)),
-                "{us}: {got:?}"
-            );
+            assert!(got >= Duration::from_micros(us), "{us}: {got:?}");
         }
         assert_eq!(
             Span::from_us(1_500_000).get(),

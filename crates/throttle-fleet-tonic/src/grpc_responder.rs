@@ -122,7 +122,9 @@ pub fn is_grpc(req: &RequestHead<'_>) -> bool {
 ///
 /// `retry-after` is whole seconds, rounded up; `grpc-retry-pushback-ms` is
 /// the wait in milliseconds, rounded up, so a client whose retry policy
-/// lists `RESOURCE_EXHAUSTED` waits exactly as long as needed.
+/// lists `RESOURCE_EXHAUSTED` waits as long as needed and at most a
+/// millisecond more (a wait past 17 minutes is kept to the millisecond,
+/// and past 12 days to the second, always rounded up).
 ///
 /// # Other answers
 ///
@@ -551,7 +553,8 @@ mod tests {
             allowed: false,
             remaining: 0,
             reset_us: 60_000_000,
-            retry_after_us: u64::try_from(retry_after.as_micros()).unwrap_or(u64::MAX),
+            retry_after_us: u64::try_from(retry_after.as_nanos().div_ceil(1_000))
+                .unwrap_or(u64::MAX),
             delay_us: 0,
         };
         let outcome = throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456);
@@ -624,10 +627,10 @@ mod tests {
                         let status = Status::from_header_map(fast.headers()).unwrap();
                         assert_eq!(status.code(), Code::ResourceExhausted);
                         let retry = status.get_details_retry_info().unwrap();
-                        assert_eq!(
-                            retry.retry_delay,
-                            Some(d.retry_after().min(tonic_types::RetryInfo::MAX_RETRY_DELAY))
-                        );
+                        let max = tonic_types::RetryInfo::MAX_RETRY_DELAY;
+                        assert_eq!(retry.retry_delay, Some(d.retry_after().min(max)));
+                        // Never shorter than the wait (microseconds, rounded up).
+                        assert!(retry.retry_delay >= Some(wait.min(max)), "{wait:?}");
                         seen += 1;
                     }
                 }

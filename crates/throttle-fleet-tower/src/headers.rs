@@ -367,8 +367,8 @@ thread_local! {
 
 /// `n` as a header value; no allocation for small or recently seen numbers.
 pub fn number(n: u64) -> HeaderValue {
-    if let Some(v) = SMALL_NUMBERS.get(n as usize) {
-        return v.clone();
+    if let Some(v) = small_number(n) {
+        return v;
     }
     RECENT.with(|recent| recent_number(&mut recent.borrow_mut(), n))
 }
@@ -377,19 +377,22 @@ pub fn number(n: u64) -> HeaderValue {
 /// at the thread's recent numbers for them all.
 #[inline]
 pub fn numbers<const N: usize>(ns: [u64; N]) -> [HeaderValue; N] {
-    let small = &**SMALL_NUMBERS;
-    if ns.iter().all(|&n| (n as usize) < small.len()) {
-        return ns.map(|n| small[n as usize].clone());
+    if ns.iter().all(|&n| n < SMALL_NUMBERS.len() as u64) {
+        return ns.map(|n| small_number(n).unwrap_or_else(|| HeaderValue::from(n)));
     }
     RECENT.with(|recent| {
         let mut recent = recent.borrow_mut();
-        ns.map(|n| {
-            if let Some(v) = small.get(n as usize) {
-                return v.clone();
-            }
-            recent_number(&mut recent, n)
-        })
+        ns.map(|n| small_number(n).unwrap_or_else(|| recent_number(&mut recent, n)))
     })
+}
+
+/// `n` from the static table of small numbers, if it is in it.
+#[inline(always)]
+fn small_number(n: u64) -> Option<HeaderValue> {
+    usize::try_from(n)
+        .ok()
+        .and_then(|i| SMALL_NUMBERS.get(i))
+        .cloned()
 }
 
 /// `n` from the recent numbers, or rendered and kept there.

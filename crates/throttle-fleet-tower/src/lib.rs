@@ -101,7 +101,7 @@ pub mod integration {
     pub use crate::{
         ConfigError, CostFn, Key, KeyExtractor, KeyExtractorExt, Limit, MemoryBackend, MissingKey,
         Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseBodies, ResponseFuture, Rule,
-        Throttle, ThrottleBody,
+        Throttle, ThrottleBody, Wrap,
     };
     pub use crate::{core, headers, key, limits, metrics, responder};
 }

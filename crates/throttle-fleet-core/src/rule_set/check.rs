@@ -127,9 +127,9 @@ impl RuleSet {
     }
 
     /// Gives back the cost that `demand` took in a check that allowed it
-    /// (`outcome` is what its rule decided then). For costs that depend on
-    /// how the request went: the layer's response-aware limits use it once
-    /// the inner service has answered. Best effort and never blocking, like
+    /// (`outcome` is what its rule decided then): for a caller that keeps
+    /// charges of its own; what a check keeps in its [`Held`](super::Held)
+    /// is refunded through it instead. Best effort and never blocking, like
     /// [`Limiter::refund`](crate::backend::Limiter::refund).
     pub fn refund(&self, demand: &Demand, outcome: &Outcome) {
         self.rules[demand.rule]

@@ -41,8 +41,9 @@ impl Checked {
     }
 
     /// What the allowed request holds (`None` when it holds nothing: no
-    /// concurrency rule took a slot, no rule settles by response, or it
-    /// was not allowed).
+    /// concurrency rule took a slot and no rule kept its cost
+    /// ([`RuleSet::keep`], [`RuleSet::settle_by`]), or it was not
+    /// allowed).
     pub fn held(&self) -> Option<&Held> {
         self.held.as_deref()
     }
@@ -62,11 +63,11 @@ impl Checked {
 
 /// What one admitted request holds until it ends: its slots under
 /// concurrency rules ([`Rule::concurrency`](crate::Rule::concurrency)),
-/// and the cost it took under rules that settle by response
-/// ([`RuleSet::settle_by`]).
+/// and the cost it took under rules that keep it ([`RuleSet::keep`],
+/// [`RuleSet::settle_by`]).
 ///
-/// [`settle`](Self::settle), once the response's status is known, gives
-/// back the costs whose rule says so and forgets the others. Dropping it
+/// [`settle`](Self::settle), once the response's status is known, refunds
+/// the costs whose rule says so and forgets the other costs. Dropping it
 /// gives the slots back, so a layer keeps it with the response until the
 /// body has been sent in full or dropped: the slot is held exactly as long
 /// as the request runs, whatever ends it (the last byte, a disconnect, a
@@ -120,9 +121,11 @@ impl fmt::Debug for Held {
 }
 
 impl Held {
-    /// Settles the costs taken under rules that settle by response, given
-    /// the response's status code: each goes back if its rule's
-    /// [`SettleFn`] says so, and is forgotten either way. The slots stay
+    /// Settles the costs it holds, given the response's status code: a
+    /// cost under a rule bound with [`RuleSet::settle_by`] is refunded if
+    /// its [`SettleFn`] says so; every cost (those kept by
+    /// [`RuleSet::keep`] too) is forgotten either way, so a later
+    /// [`refund`](Self::refund) gives back only the slots. The slots stay
     /// held.
     pub fn settle(&mut self, status: u16) {
         let rules = &self.rules;
@@ -141,8 +144,12 @@ impl Held {
         });
     }
 
-    /// What each kept demand took, in rule order: its demand and its
-    /// rule's outcome (the figures a per-demand answer reports).
+    /// What each kept demand took, in the order the rules were asked (rule
+    /// order unless a remote rule comes before a local one): its demand
+    /// and its rule's outcome (the figures a per-demand answer reports).
+    /// Slots are among them: give them back through this `Held` (dropping
+    /// it, or [`refund`](Self::refund)), never with [`RuleSet::refund`] as
+    /// well, or a slot comes back twice.
     pub fn taken(&self) -> impl Iterator<Item = (&Demand, &Outcome)> {
         self.taken.iter().map(|t| (&t.demand, &t.outcome))
     }
@@ -178,8 +185,10 @@ impl RuleSet {
     /// Makes checks keep what the rule at `index` takes in their answer's
     /// [`Held`], to read ([`Held::taken`]) or refund
     /// ([`Held::refund`]): a service that answers per demand (Envoy's
-    /// RLS answers each descriptor). A kept cost nobody gives back stays
-    /// taken.
+    /// RLS answers each descriptor). A kept cost nobody refunds stays
+    /// taken. Like [`observe`](Self::observe), it is set on this rule set
+    /// only: a reload ([`bind_after`](Self::bind_after)) makes a new set,
+    /// on which it is set again.
     pub fn keep(&mut self, index: usize) -> Result<(), ConfigError> {
         self.set_kept(index, "keep", None)
     }
@@ -187,7 +196,8 @@ impl RuleSet {
     /// Makes checks keep what the rule at `index` takes, so that
     /// [`Held::settle`] decides from the response's status code whether
     /// it goes back (`refund`): costs that depend on how the request
-    /// went, such as not counting a request the server failed.
+    /// went, such as not counting a request the server failed. Set again
+    /// after a reload, as [`keep`](Self::keep) is.
     pub fn settle_by(&mut self, index: usize, refund: SettleFn) -> Result<(), ConfigError> {
         if self
             .rules
@@ -226,7 +236,8 @@ impl RuleSet {
     }
 
     /// Whether a check may answer something held: a rule is a concurrency
-    /// rule or settles by response.
+    /// rule or keeps its cost ([`keep`](Self::keep),
+    /// [`settle_by`](Self::settle_by)).
     pub fn holds(&self) -> bool {
         self.keeps
     }
