@@ -104,7 +104,8 @@ impl<const N: usize> Tally<N> {
         match self.refusal {
             Some((i, result)) => {
                 set.refund_held(demands, &self.held);
-                Checked::new(set.refusal(&demands[i], result), None)
+                let d = &demands[i];
+                Checked::new(refusal(&set.rules[d.rule], d, result), None)
             }
             None => Checked::new(
                 set.allowed(demands, &self.held, self.shadow),
@@ -131,16 +132,7 @@ impl RuleSet {
             Counted::Taken(o) => {
                 // A shadow rule never shapes traffic.
                 let delay_us = if shadow { 0 } else { o.step.delay_us };
-                let tier = bound.tier(&d.key);
-                let decision = Decision::decided(
-                    d.rule as u16,
-                    tier,
-                    &o,
-                    delay_us,
-                    true,
-                    shadow,
-                    ShadowDenials::default(),
-                );
+                let decision = allowed_by(bound, d, &o, shadow, delay_us, ShadowDenials::default());
                 let held = if bound.keep {
                     self.kept(std::slice::from_ref(d), &[(0, o)])
                 } else {
@@ -150,7 +142,7 @@ impl RuleSet {
             }
             Counted::ShadowDenied(o) => {
                 let denied = ShadowDenials::default().with(d.rule);
-                Checked::new(self.allowed_by(d, &o, true, 0, denied), None)
+                Checked::new(allowed_by(bound, d, &o, true, 0, denied), None)
             }
             Counted::Refused(result) => Checked::new(refusal(bound, d, result), None),
         }
@@ -163,10 +155,6 @@ impl RuleSet {
                 self.refund(&demands[*i], o);
             }
         }
-    }
-
-    pub(super) fn refusal(&self, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
-        refusal(&self.rules[d.rule], d, result)
     }
 
     pub(super) fn allowed(
@@ -195,31 +183,10 @@ impl RuleSet {
         match tightest {
             None => Decision::unlimited(),
             Some((i, o, shadow)) => {
-                self.allowed_by(&demands[i], &o, shadow, delay_us, shadow_denied)
+                let d = &demands[i];
+                allowed_by(&self.rules[d.rule], d, &o, shadow, delay_us, shadow_denied)
             }
         }
-    }
-
-    /// An allowed decision reporting `d`'s rule, which answered `o`.
-    #[inline(always)]
-    fn allowed_by(
-        &self,
-        d: &Demand,
-        o: &Outcome,
-        shadow: bool,
-        delay_us: u64,
-        shadow_denied: ShadowDenials,
-    ) -> Decision {
-        let tier = self.rules[d.rule].tier(&d.key);
-        Decision::decided(
-            d.rule as u16,
-            tier,
-            o,
-            delay_us,
-            true,
-            shadow,
-            shadow_denied,
-        )
     }
 }
 
@@ -256,4 +223,26 @@ fn refusal(bound: &Bound, d: &Demand, result: Result<Outcome, Unavailable>) -> D
         }
         Err(error) => Decision::refused(d.rule, error),
     }
+}
+
+/// An allowed decision reporting `d`'s rule, `bound`, which answered `o`.
+#[inline(always)]
+fn allowed_by(
+    bound: &Bound,
+    d: &Demand,
+    o: &Outcome,
+    shadow: bool,
+    delay_us: u64,
+    shadow_denied: ShadowDenials,
+) -> Decision {
+    let tier = bound.tier(&d.key);
+    Decision::decided(
+        d.rule as u16,
+        tier,
+        o,
+        delay_us,
+        true,
+        shadow,
+        shadow_denied,
+    )
 }

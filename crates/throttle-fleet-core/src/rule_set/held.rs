@@ -97,25 +97,38 @@ impl Checked {
 /// ```
 pub struct Held {
     rules: RuleSet,
-    /// What each kept demand took; `slot` when its rule is a concurrency
-    /// rule.
+    /// What each kept demand took.
     taken: SmallVec<[Taken; 1]>,
 }
 
 struct Taken {
     demand: Demand,
     outcome: Outcome,
-    slot: bool,
+}
+
+impl Held {
+    /// Whether `t` is a slot (its rule is a concurrency rule).
+    fn is_slot(&self, t: &Taken) -> bool {
+        self.rules.is_slot(t.demand.rule)
+    }
+}
+
+impl RuleSet {
+    fn is_slot(&self, rule: usize) -> bool {
+        self.rules[rule].rule.algorithm().is_concurrency()
+    }
 }
 
 impl fmt::Debug for Held {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(
-                self.taken
-                    .iter()
-                    .map(|t| (self.rules.rule(t.demand.rule).name(), t.demand.cost, t.slot)),
-            )
+            .entries(self.taken.iter().map(|t| {
+                (
+                    self.rules.rule(t.demand.rule).name(),
+                    t.demand.cost,
+                    self.is_slot(t),
+                )
+            }))
             .finish()
     }
 }
@@ -130,7 +143,7 @@ impl Held {
     pub fn settle(&mut self, status: u16) {
         let rules = &self.rules;
         self.taken.retain(|t| {
-            if t.slot {
+            if rules.is_slot(t.demand.rule) {
                 return true;
             }
             if rules.rules[t.demand.rule]
@@ -164,7 +177,7 @@ impl Held {
 
     /// How many slots it holds (under as many concurrency rules).
     pub fn slots(&self) -> usize {
-        self.taken.iter().filter(|t| t.slot).count()
+        self.taken.iter().filter(|t| self.is_slot(t)).count()
     }
 
     /// Gives the slots back now (the same as dropping it).
@@ -174,7 +187,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         for t in &self.taken {
-            if t.slot {
+            if self.is_slot(t) {
                 self.rules.refund(&t.demand, &t.outcome);
             }
         }
@@ -254,10 +267,6 @@ impl RuleSet {
             .map(|&(i, outcome)| Taken {
                 demand: demands[i],
                 outcome,
-                slot: self.rules[demands[i].rule]
-                    .rule
-                    .algorithm()
-                    .is_concurrency(),
             })
             .collect();
         (!taken.is_empty()).then(|| {
