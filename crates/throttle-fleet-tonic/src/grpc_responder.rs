@@ -122,9 +122,9 @@ pub fn is_grpc(req: &RequestHead<'_>) -> bool {
 ///
 /// `retry-after` is whole seconds, rounded up; `grpc-retry-pushback-ms` is
 /// the wait in milliseconds, rounded up, so a client whose retry policy
-/// lists `RESOURCE_EXHAUSTED` waits as long as needed and at most a
-/// millisecond more (a wait past 17 minutes is kept to the millisecond,
-/// and past 12 days to the second, always rounded up).
+/// lists `RESOURCE_EXHAUSTED` waits as long as needed, never less (a
+/// long wait is rounded up as the decision keeps it: see
+/// [`Decision`](throttle_fleet_core::Decision)).
 ///
 /// # Other answers
 ///

@@ -133,8 +133,8 @@ fn a_denied_grpc_call_allocates_at_most_twice() {
     assert!(counts.iter().all(|&n| n <= 2), "{counts:?}");
 
     // The wait changes from one denial to the next (the clock moves by a
-    // microsecond per call; a decision keeps waits under 17 minutes to the
-    // microsecond), a gRPC-web call: the message and details are made per
+    // microsecond per call; a 10-minute wait is one a decision keeps to the
+    // microsecond, see `Decision`), a gRPC-web call: the message and details are made per
     // denial all the same.
     let counts = denial_allocations(
         Rule::new("method", Quota::new(1, Duration::from_secs(600))).token_bucket(),
