@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 cargo build -q --example axum_basic
-bin=target/debug/examples/axum_basic
+bin="${CARGO_TARGET_DIR:-target}/debug/examples/axum_basic"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 log=$(mktemp)
 THROTTLE_LISTEN="127.0.0.1:$port" "$bin" >/dev/null 2>"$log" &
