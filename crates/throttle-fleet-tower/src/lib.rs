@@ -55,9 +55,10 @@ pub use extract::{KeyExtractor, KeyExtractorExt};
 pub use future::ResponseFuture;
 pub use head::RequestHead;
 pub use layer::{Reloaded, ThrottleLayer};
-pub use policy::{CostFn, Limit, MissingKey, Policy, RefundFn};
+pub use policy::{CostFn, Limit, MissingKey, Policy};
 pub use responder::HttpResponder;
 pub use service::Throttle;
+pub use throttle_fleet_core::rule_set::RefundFn;
 pub use throttle_fleet_core::{ConfigError, Key, MemoryBackend, Quota, Rule};
 
 /// The core crate, for what the roots leave out: decisions

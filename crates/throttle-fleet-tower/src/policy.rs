@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::RequestHead;
 use http::StatusCode;
+use throttle_fleet_core::rule_set::RefundFn;
 use throttle_fleet_core::{Backend, Rule};
 
 use crate::KeyExtractor;
@@ -30,10 +31,6 @@ impl Default for MissingKey {
 /// A per-request cost: a function of the request. Returning 0 exempts the
 /// request from the rule.
 pub type CostFn = Arc<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
-
-/// Whether to give a request's cost back, from its response's status (see
-/// [`Limit::refund_when`]).
-pub type RefundFn = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 
 /// One rule of a [`Policy`] with everything the layer needs to apply it: the
 /// key extractor, what to do when the key is missing, an optional
@@ -129,6 +126,8 @@ impl Limit {
         mut self,
         refund: impl Fn(StatusCode) -> bool + Send + Sync + 'static,
     ) -> Self {
+        // The rule set settles by the status code's number.
+        let refund = move |status: u16| StatusCode::from_u16(status).is_ok_and(&refund);
         self.refund = Some(Arc::new(refund));
         self
     }

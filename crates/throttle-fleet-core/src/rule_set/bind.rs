@@ -8,7 +8,7 @@ use crate::decision::ShadowDenials;
 use crate::memory::Direct;
 use crate::{Backend, ConfigError, Key, Quota, Rule};
 
-use super::held::SettleFn;
+use super::held::RefundFn;
 use super::{Observer, RuleSet};
 
 pub(super) struct Bound {
@@ -33,7 +33,7 @@ pub(super) struct Bound {
     /// response.
     pub(super) keep: bool,
     /// [`RuleSet::settle_by`].
-    pub(super) settle: Option<SettleFn>,
+    pub(super) settle: Option<RefundFn>,
 }
 
 /// One limiter per distinct tier quota of a rule.

@@ -13,9 +13,10 @@ use crate::decision::{Decision, Demand};
 
 use super::RuleSet;
 
-/// Whether the cost a request took under a rule goes back, given the
-/// status code of its response ([`RuleSet::settle_by`]).
-pub type SettleFn = Arc<dyn Fn(u16) -> bool + Send + Sync>;
+/// Whether the cost a request took under a rule is refunded, given the
+/// status code of its response ([`RuleSet::settle_by`];
+/// `throttle_fleet_tower::Limit::refund_when` makes one).
+pub type RefundFn = Arc<dyn Fn(u16) -> bool + Send + Sync>;
 
 /// What [`RuleSet::check`] answers: the [`Decision`], and what the request
 /// holds if it was allowed ([`held`](Self::held)).
@@ -136,7 +137,7 @@ impl fmt::Debug for Held {
 impl Held {
     /// Settles the costs it holds, given the response's status code: a
     /// cost under a rule bound with [`RuleSet::settle_by`] is refunded if
-    /// its [`SettleFn`] says so; every cost (those kept by
+    /// its [`RefundFn`] says so; every cost (those kept by
     /// [`RuleSet::keep`] too) is forgotten either way, so a later
     /// [`refund`](Self::refund) gives back only the slots. The slots stay
     /// held.
@@ -211,7 +212,7 @@ impl RuleSet {
     /// it goes back (`refund`): costs that depend on how the request
     /// went, such as not counting a request the server failed. Set again
     /// after a reload, as [`keep`](Self::keep) is.
-    pub fn settle_by(&mut self, index: usize, refund: SettleFn) -> Result<(), ConfigError> {
+    pub fn settle_by(&mut self, index: usize, refund: RefundFn) -> Result<(), ConfigError> {
         if self
             .rules
             .get(index)
@@ -230,7 +231,7 @@ impl RuleSet {
         &mut self,
         index: usize,
         field: &'static str,
-        settle: Option<SettleFn>,
+        settle: Option<RefundFn>,
     ) -> Result<(), ConfigError> {
         if index >= self.rules.len() {
             return Err(ConfigError::new(

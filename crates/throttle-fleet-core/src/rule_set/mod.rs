@@ -19,7 +19,7 @@ use crate::Rule;
 
 use bind::Bound;
 pub use bind::Carried;
-pub use held::{Checked, Held, SettleFn};
+pub use held::{Checked, Held, RefundFn};
 pub use observe::Observer;
 
 /// The ordered rules a request must all pass, each bound to its backend.

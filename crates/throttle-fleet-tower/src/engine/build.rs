@@ -70,9 +70,7 @@ impl<R> Engine<R> {
             }
             // A response-aware limit settles its cost from the status.
             if let Some(refund) = limit.refund {
-                let give_back =
-                    move |status: u16| http::StatusCode::from_u16(status).is_ok_and(|s| refund(s));
-                rules.settle_by(index, Arc::new(give_back))?;
+                rules.settle_by(index, refund)?;
             }
             carried.push((name, how));
             limits.push(BoundLimit {
