@@ -108,22 +108,20 @@ fn counted(server: &RedisServer, rule: &str, key: &Key, interval: u64) -> (u64, 
         if entries.is_empty() {
             continue;
         }
-        // `@<first span>,<id>=<seq>:<count>:<claim>:<span>:<demand>,...`
-        let counts: Vec<u64> = entries
-            .split(',')
-            .filter(|e| !e.starts_with('@'))
-            .map(|e| {
-                e.split_once('=')
-                    .unwrap()
-                    .1
-                    .split(':')
-                    .nth(1)
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            })
-            .collect();
-        return (counts.iter().sum(), counts.len(), hash.to_owned());
+        // `@<first span>:<overdrawn>,~<instances>;...=0:<counts>:...`, then
+        // any `<id>=<seq>:<count>:<claim>:<span>:<demand>` of an instance
+        // that writes 0.1's format.
+        let (mut total, mut instances) = (0, 0);
+        for entry in entries.split(',').filter(|e| !e.starts_with('@')) {
+            let (id, numbers) = entry.split_once('=').unwrap();
+            let count: u64 = numbers.split(':').nth(1).unwrap().parse().unwrap();
+            total += count;
+            instances += match id.strip_prefix('~') {
+                Some(sums) => sums.split(';').next().unwrap().parse().unwrap(),
+                None => 1,
+            };
+        }
+        return (total, instances, hash.to_owned());
     }
     panic!("no counts for {key:?} in interval {interval}: {hashes:?}")
 }

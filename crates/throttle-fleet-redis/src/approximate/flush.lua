@@ -1,112 +1,137 @@
 -- Approximate-mode flush of many keys sharing one bucket hash: writes this
 -- instance's count of each key and hands it a claim on what the fleet has
--- left (see flush.rs for the protocol and the bound it gives).
+-- left. `claims.rs` mirrors this script line for line and holds the
+-- formula, the bound and the field format; a test runs both on the same
+-- random inputs.
 --
 -- KEYS[1]: the bucket's hash for the interval written; KEYS[2]: the same
 -- bucket's hash for the interval before (read for the sliding estimate).
 -- ARGV: instance id, expiry (ms, set when a field is added), limit, weight
 -- of the previous interval (x1000, 0 for a fixed window), writer's span
 -- (absolute), fleet size the writer knows, credit per instance, sequence
--- number of this flush, overdraft per key and interval; then per key: field, count, hold, demand, the
--- fleet count the writer last heard (a floor should Redis have lost data),
--- and the cost of the writer's requests waiting for this answer (need).
+-- number of this flush, overdraft per key and interval, first span of the
+-- interval written (absolute); then per key: field, count, hold, demand,
+-- the fleet count the writer last heard, and the cost of the writer's
+-- requests waiting for this answer (need).
 --
--- Each field holds `@<first span>:<overdraft>` then
--- `,<id>=<seq>:<count>:<claim>:<span>:<demand>` entries, one per instance. The reply is one string per key:
--- `<fleet count>:<claim>:<limit now>:<instances>:<previous total>:<estimate>:<rate>:<free>`
--- (estimate: the fleet count with every other entry brought forward by its
--- demand over the spans since it was written; rate: the others' demand;
--- free: what no instance holds a claim on after this one's), or
--- `S` when this instance already wrote a later flush (a late flush never
--- overwrites a newer count).
+-- A key `K` has one field `K` with `@<first span>:<overdrawn>`, the sums of
+-- the instances that write this format as one entry
+-- `~<instances>;<demand x span>;<span>.<demand>;...=0:<counts>:<holds>:<last span>:<demands>`,
+-- and, verbatim, the entries `<id>=<seq>:<count>:<claim>:<span>:<demand>`
+-- of instances that still write one entry per instance into it (an
+-- upgrade in progress); and one field `K.<id>` per instance of this format
+-- with its `<seq>:<count>:<claim>:<span>:<demand>`. A write reads and
+-- rewrites two fields: its cost does not grow with the instances.
+--
+-- The reply is one string per key:
+-- `<fleet count>:<claim>:<limit now>:<instances>:<previous total>:<estimate>:<rate>:<free>`,
+-- or `S` when this instance already wrote a later flush.
 local inst, ttl = ARGV[1], ARGV[2]
 local limit, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
 local span, fleet, credit, seq = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local overdraft = tonumber(ARGV[9])
-local n = (#ARGV - 9) / 6
-local fields = {}
-for i = 1, n do fields[i] = ARGV[4 + 6 * i] end
+local overdraft, base = tonumber(ARGV[9]), tonumber(ARGV[10])
+local ARGS = 10
+local n = (#ARGV - ARGS) / 6
+local rel = span - base
+local fields, names = {}, {}
+for i = 1, n do
+  local name = ARGV[ARGS + 1 + 6 * (i - 1)]
+  names[i] = name
+  fields[2 * i - 1] = name
+  fields[2 * i] = name .. '.' .. inst
+end
 local current = redis.call('HMGET', KEYS[1], unpack(fields))
 local previous = {}
-if weight > 0 then previous = redis.call('HMGET', KEYS[2], unpack(fields)) end
+if weight > 0 then previous = redis.call('HMGET', KEYS[2], unpack(names)) end
+local function int(x) return string.format('%.0f', x) end
 local out, update = {}, {}
 for i = 1, n do
-  local base = 4 + 6 * i
-  local cum, hold, demand = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-  local known, need = tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
-  local first, stale, overdrawn = span, false, 0
-  local others, spent, claimed, wanted, count = {}, cum, 0, demand, 0
-  local estimate, rate = cum, 0
-  local value = current[i]
+  local b = ARGS + 1 + 6 * (i - 1)
+  local cum, hold, demand = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local known, need = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  local first, overdrawn, stale = span, 0, false
+  -- The sums of the instances writing `K.<id>` fields.
+  local members, counts, holds, demands, dspan, last = 0, 0, 0, 0, 0, 0
+  local by_span = {}
+  local olds = {}
+  local count, spent, claimed, wanted, estimate, rate = 0, cum, 0, demand, cum, 0
+  local value = current[2 * i - 1]
   if value then
     for entry in string.gmatch(value, '[^,]+') do
-      if string.sub(entry, 1, 1) == '@' then
+      local c = string.sub(entry, 1, 1)
+      if c == '@' then
         local f, o = string.match(entry, '^@(%d+):?(%d*)$')
         first = tonumber(f)
         if o ~= '' then overdrawn = tonumber(o) end
+      elseif c == '~' then
+        local m, ds, list, ec, eh, es, ed =
+          string.match(entry, '^~(%d+);(%d+);([^=]*)=%d+:(%d+):(%d+):(%d+):(%d+)$')
+        if m then
+          members, dspan, counts, holds = tonumber(m), tonumber(ds), tonumber(ec), tonumber(eh)
+          last, demands = tonumber(es), tonumber(ed)
+          for s, d in string.gmatch(list, '(%d+)%.(%d+)') do by_span[tonumber(s)] = tonumber(d) end
+        end
       else
         local id, eseq, ecum, eclaim, espan, edemand =
           string.match(entry, '^([^=]+)=(%d+):(%d+):(%d+):(%d+):(%d+)$')
-        if id == inst then
-          if tonumber(eseq) > seq then stale = true end
-        elseif id then
-          ecum, eclaim = tonumber(ecum), tonumber(eclaim)
-          others[#others + 1] = entry
+        if id then
+          olds[#olds + 1] = entry
+          ecum, eclaim, espan, edemand = tonumber(ecum), tonumber(eclaim), tonumber(espan), tonumber(edemand)
           count = count + 1
           spent = spent + ecum
-          edemand, espan = tonumber(edemand), tonumber(espan)
+          claimed = claimed + math.max(ecum, eclaim)
           estimate = estimate + ecum + edemand * math.max(0, span - espan)
           rate = rate + edemand
-          if espan + 2 >= span then
-            -- A live claim: its owner may spend up to it.
-            claimed = claimed + math.max(ecum, eclaim)
-            wanted = wanted + edemand
-          else
-            -- Expired: its owner stopped spending it, but may have spent
-            -- all of it without a write that got here.
-            claimed = claimed + math.max(ecum, eclaim)
-          end
+          if espan + 2 >= span then wanted = wanted + edemand end
         end
       end
+    end
+  end
+  -- This instance's own entry leaves the sums; the others' stay.
+  local mine = current[2 * i]
+  if mine then
+    local mseq, mcum, mclaim, mspan, mdemand = string.match(mine, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if mseq then
+      if tonumber(mseq) > seq then stale = true end
+      mcum, mclaim, mdemand = tonumber(mcum), tonumber(mclaim), tonumber(mdemand)
+      local mrel = tonumber(mspan) - base
+      members = math.max(0, members - 1)
+      counts = math.max(0, counts - mcum)
+      holds = math.max(0, holds - math.max(mcum, mclaim))
+      demands = math.max(0, demands - mdemand)
+      dspan = math.max(0, dspan - mdemand * mrel)
+      if by_span[mrel] then by_span[mrel] = math.max(0, by_span[mrel] - mdemand) end
     end
   end
   if stale then
     out[i] = 'S'
   else
+    count = count + members
+    spent = spent + counts
+    claimed = claimed + holds
+    estimate = estimate + counts + math.max(0, rel * demands - dspan)
+    rate = rate + demands
+    for s, d in pairs(by_span) do
+      if s + 2 >= rel then wanted = wanted + d end
+    end
     local prev = 0
     if previous[i] then
       for c in string.gmatch(previous[i], '=%d+:(%d+):') do prev = prev + tonumber(c) end
     end
     local now_limit = limit - math.floor(prev * weight / 1000)
-    -- Instances the writer knows of that have not written this key yet may
-    -- each spend their credit: keep it for them during the key's first two
-    -- spans.
     local reserve = 0
     if span <= first + 1 then reserve = math.max(0, fleet - 1 - count) * credit end
-    -- `known`: what the writer heard last; more than Redis holds only if
-    -- Redis lost data (a restart or failover), when it is the better floor.
     spent = math.max(spent, known)
     local free = now_limit - math.max(claimed + cum, known) - reserve
     local pool = now_limit - spent
     local share = 0
     if wanted > 0 then share = math.floor(pool * demand / wanted) end
-    -- Claims made on demand seen take at most half of what is free, and
-    -- leave one unit per instance known unclaimed (while the fleet has that
-    -- much): requests waiting for an answer get what they need from what is
-    -- free, whatever the shares say, however the traffic moves. Not once
-    -- the key's demand is more than twice what is left (a key over its
-    -- quota), nor while no other instance is known: then what is free goes
-    -- by the shares.
     local spare = free
     local others_known = math.max(fleet - 1, count)
     if wanted <= 2 * pool and others_known > 0 then
       spare = math.min(free - math.min(pool, others_known + 1), math.floor(free / 2))
     end
     local grant = math.max(0, math.min(free, math.max(need, math.min(spare, share, 3 * demand))))
-    -- Waiting requests the free part cannot cover, while the fleet has not
-    -- spent the limit (the rest is claimed by instances that may not spend
-    -- it): a small overdraft per key and interval covers them (flush.rs:
-    -- the bound counts it).
     if need > grant then
       local extra = math.min(need - grant, overdraft - overdrawn, pool - grant)
       if extra > 0 then
@@ -115,10 +140,30 @@ for i = 1, n do
       end
     end
     local claim = math.max(hold, cum + grant)
-    local list = '@' .. first .. ':' .. overdrawn .. ',' .. inst .. '=' .. seq .. ':' .. cum .. ':' .. claim .. ':' .. span .. ':' .. demand
-    for j = 1, #others do list = list .. ',' .. others[j] end
-    update[#update + 1] = fields[i]
-    update[#update + 1] = list
+    -- This instance's entry joins the sums again, as written now.
+    members = members + 1
+    counts = counts + cum
+    holds = holds + math.max(cum, claim)
+    demands = demands + demand
+    dspan = dspan + demand * rel
+    last = math.max(last, span)
+    by_span[rel] = (by_span[rel] or 0) + demand
+    -- Spans no writer a span behind this one counts as live are dropped.
+    local kept = {}
+    for s, d in pairs(by_span) do
+      if s + 3 >= rel and d > 0 then kept[#kept + 1] = s end
+    end
+    table.sort(kept)
+    local list = {}
+    for j = 1, #kept do list[j] = kept[j] .. '.' .. int(by_span[kept[j]]) end
+    local field = '@' .. first .. ':' .. overdrawn .. ',~' .. members .. ';' .. int(dspan) .. ';'
+      .. table.concat(list, ';') .. '=0:' .. int(counts) .. ':' .. int(holds) .. ':' .. last
+      .. ':' .. int(demands)
+    for j = 1, #olds do field = field .. ',' .. olds[j] end
+    update[#update + 1] = fields[2 * i - 1]
+    update[#update + 1] = field
+    update[#update + 1] = fields[2 * i]
+    update[#update + 1] = seq .. ':' .. cum .. ':' .. claim .. ':' .. span .. ':' .. demand
     out[i] = spent .. ':' .. claim .. ':' .. now_limit .. ':' .. (count + 1) .. ':' .. prev
       .. ':' .. math.max(estimate, spent) .. ':' .. rate .. ':' .. math.max(0, free - grant)
   end

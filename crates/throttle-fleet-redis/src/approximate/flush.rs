@@ -1,66 +1,7 @@
-//! The flush protocol: claims on what the fleet has left.
-//!
-//! At every span end an instance writes, for each key it saw since its last
-//! span-end write (and each key still holding a claim), its cumulative
-//! count for the interval, the most it may admit before the reply arrives
-//! (its *hold*), its demand (requests per span, denied ones included) and
-//! its *need*: the cost of the requests waiting for this answer. An early
-//! flush (a request found no claim while the fleet had room) writes the
-//! keys that asked, within the early-flush gap. One script call per bucket
-//! hash does up to [`FLUSH_CHUNK`] keys atomically (`flush.lua`); for each
-//! key it computes, from every instance's entry:
-//!
-//! ```text
-//! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
-//! pool   = limit - sum of all counts
-//! free   = limit - sum of the other instances' live claims - my count - reserve
-//! share  = pool x my demand / sum of live demands
-//! spare  = min(free - min(pool, others known + 1), free / 2)   while demand <= 2 x pool
-//!          and another instance is known; free otherwise
-//! grant  = min(free, max(need, min(spare, share, 3 x my demand)))
-//!          + overdraft, if need > grant and pool > grant:
-//!            up to max(1, MAX / (8 x N)) per key and interval, fleet-wide
-//! claim  = max(hold, my count + grant)
-//! ```
-//!
-//! and stores `claim` with this instance's entry. An instance admits a key
-//! only up to its claim, which holds for the span it was granted in and the
-//! next; other instances' scripts count a claim as taken until its writer's
-//! span is two past it (one span of clock skew tolerated), then as the
-//! larger of the claim and its count (its owner may have spent the claim
-//! without a write that arrived). A request past its instance's claim
-//! while the window has room waits for the early flush it asks for
-//! (bounded by the command timeout, then the failure policy decides);
-//! the `spare` rule keeps part of what is free for such requests, so that
-//! claims sized to one instance's demand never leave a request elsewhere
-//! without room while the fleet has it. What is still claimed elsewhere (a
-//! client whose traffic just moved away from an instance that holds a
-//! claim) is covered by the small **overdraft**. So at every script run
-//! the claims of the fleet fit in `limit` plus the overdraft, and the
-//! fleet admits no more than that except for **credits**: before an
-//! instance has an entry for a key in an interval it may admit
-//! `credit = MAX / (8 x fleet x N)` (rounded down: none below eight
-//! requests per instance and span, where a key's first request waits) on
-//! its own. During a key's first two spans the script reserves a credit
-//! for every instance it knows of that has not written the key yet; after
-//! that, an instance that sees the key for the first time spends a credit
-//! no claim covered.
-//!
-//! Worst case per interval (fixed window, clocks within one span of each
-//! other, Redis keeping its data):
-//! `MAX + max(1, MAX / (8 x N)) + (I - 1) x MAX / (8 x N)`, where `I` is
-//! the number of instances serving the key (the credit at its largest: an
-//! instance that has not learnt the fleet's size yet counts a fleet of
-//! one). It is no looser than the bound before requests could wait,
-//! `MAX + (I - 1) x max(1, MAX / (4 x N))`, for two instances or more (and
-//! the quota plus one below `8 x N`). The
-//! demand-weighted share moves the unspent quota towards where the traffic
-//! is at every flush; the cap of three spans of demand leaves the rest free
-//! for instances that start seeing the key.
-//!
-//! A flush is idempotent (absolute counts), and each carries a sequence
-//! number: the script refuses a write older than the entry it would replace,
-//! so a flush that timed out and runs late never overwrites a newer count.
+//! The flush: which keys a span end (or an early flush) writes, one script
+//! call per bucket hash and [`FLUSH_CHUNK`] keys, and the claims it brings
+//! back applied to the keys' state. What a claim is, the formula and the
+//! bound are in `claims.rs`, next to the Rust mirror of `flush.lua`.
 
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
@@ -69,6 +10,7 @@ use std::time::Instant;
 use redis::Script;
 use throttle_fleet_core::Key;
 
+use super::claims::Reply;
 use super::limiter::ApproxRule;
 use super::meter::{SpanMeter, SpanState, Window, flag, sat32};
 
@@ -155,41 +97,6 @@ pub(super) struct Write {
     pub(super) need: u32,
     /// Whether a request asked for this write (an early flush).
     pub(super) asked: bool,
-}
-
-/// A script's answer for one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Reply {
-    spent: u32,
-    claim: u32,
-    limit: u32,
-    instances: u32,
-    prev: u32,
-    /// The other instances' counts brought forward by their demand, and
-    /// their demand.
-    estimate: u32,
-    rate: u32,
-    /// What no instance holds a claim on once this claim is granted.
-    free: u32,
-}
-
-impl Reply {
-    /// `spent:claim:limit:instances:prev:estimate:rate:free`; `None` for `S` (a later flush of
-    /// this instance is already there) or anything unexpected.
-    fn parse(s: &str) -> Option<Self> {
-        let mut it = s.split(':').map(|v| v.parse::<i64>().ok());
-        let mut next = || -> Option<u32> { Some(sat32(it.next()??.max(0) as u64)) };
-        Some(Self {
-            spent: next()?,
-            claim: next()?,
-            limit: next()?,
-            instances: next()?,
-            prev: next()?,
-            estimate: next()?,
-            rate: next()?,
-            free: next()?,
-        })
-    }
 }
 
 impl ApproxRule {
@@ -452,7 +359,8 @@ impl ApproxRule {
             .arg(meter.fleet.size())
             .arg(meter.credit())
             .arg(seq)
-            .arg(meter.overdraft());
+            .arg(meter.overdraft())
+            .arg(interval * meter.spans);
         let mut field = String::new();
         for w in writes {
             field.clear();
@@ -487,7 +395,7 @@ impl ApproxRule {
         };
         for (w, reply) in writes.iter().zip(replies_of(&reply)) {
             if let Some(reply) = Reply::parse(reply) {
-                self.apply(w, reply, seq);
+                self.apply(w, &reply, seq);
             }
         }
         true
@@ -507,22 +415,23 @@ impl ApproxRule {
         }
     }
 
-    fn apply(&self, w: &Write, r: Reply, seq: u32) {
+    fn apply(&self, w: &Write, r: &Reply, seq: u32) {
+        let [spent, claim, limit, instances, prev, estimate, rate, free] = r.as_u32();
         let c = &self.shared.counters;
         let meter = self.store.meter();
-        meter.fleet.saw(w.interval, r.instances);
-        if r.spent > r.limit {
+        meter.fleet.saw(w.interval, instances);
+        if spent > limit {
             c.max_overshoot
-                .fetch_max(u64::from(r.spent - r.limit), Ordering::Relaxed);
+                .fetch_max(u64::from(spent - limit), Ordering::Relaxed);
         }
         let nodes_milli = if w.cum > 0 {
-            (u64::from(r.spent) * 1_000 / u64::from(w.cum)).max(1_000)
+            (u64::from(spent) * 1_000 / u64::from(w.cum)).max(1_000)
         } else {
-            u64::from(r.instances) * 1_000
+            u64::from(instances) * 1_000
         };
         c.nodes_estimate_milli.store(nodes_milli, Ordering::Relaxed);
         self.metrics.nodes_milli(nodes_milli);
-        let instances = u8::try_from(r.instances).unwrap_or(u8::MAX);
+        let instances = u8::try_from(instances).unwrap_or(u8::MAX);
         let now = self.redis.local_now();
         let relist = self.store.update(&w.key, |st| {
             if st.interval == w.interval {
@@ -532,14 +441,14 @@ impl ApproxRule {
                 st.seq = seq;
                 st.flags |= flag::ENTRY;
                 st.flushed = w.cum;
-                st.claim = r.claim;
+                st.claim = claim;
                 st.grant_span = w.span;
-                st.spent = r.spent;
-                st.behind = r.estimate.saturating_sub(r.spent);
-                st.others_rate = r.rate;
+                st.spent = spent;
+                st.behind = estimate.saturating_sub(spent);
+                st.others_rate = rate;
                 st.instances = instances;
-                st.prev_fleet = st.prev_fleet.max(r.prev);
-                if r.spent >= r.limit {
+                st.prev_fleet = st.prev_fleet.max(prev);
+                if spent >= limit {
                     // No room left in the fleet: denied here without a
                     // flush until the window can have room again.
                     st.claim = st.local;
@@ -564,8 +473,8 @@ impl ApproxRule {
                         }
                     };
                 } else if w.asked
-                    && (r.claim <= st.local
-                        || (r.free == 0 && matches!(meter.window, Window::Fixed(_))))
+                    && (claim <= st.local
+                        || (free == 0 && matches!(meter.window, Window::Fixed(_))))
                 {
                     // Asked for, and nothing (or the last of what was free)
                     // granted: other instances hold the rest, and asking
@@ -592,7 +501,7 @@ impl ApproxRule {
             } else {
                 if st.interval == w.interval + 1 && st.pending == w.cum {
                     st.pending = 0;
-                    st.prev_fleet = st.prev_fleet.max(r.spent);
+                    st.prev_fleet = st.prev_fleet.max(spent);
                 }
                 false
             }
@@ -611,7 +520,7 @@ fn replies_of(reply: &str) -> impl Iterator<Item = &str> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Reply, replies_of};
+    use super::replies_of;
 
     #[test]
     fn a_flush_answer_is_one_reply_per_key() {
@@ -621,26 +530,5 @@ mod tests {
             ["12:15:100:3:40:20:9:4", "S", "1:2:3:4:5:6:7:8"]
         );
         assert_eq!(replies_of("").count(), 0);
-    }
-
-    #[test]
-    fn replies_parse_and_refusals_do_not() {
-        assert_eq!(
-            Reply::parse("12:15:100:3:40:20:9:4"),
-            Some(Reply {
-                spent: 12,
-                claim: 15,
-                limit: 100,
-                instances: 3,
-                prev: 40,
-                estimate: 20,
-                rate: 9,
-                free: 4,
-            })
-        );
-        assert_eq!(Reply::parse("S"), None);
-        assert_eq!(Reply::parse("1:2:3"), None);
-        // A limit pushed below zero by the previous interval reads as 0.
-        assert_eq!(Reply::parse("5:5:-3:1:0:5:0:0").map(|r| r.limit), Some(0));
     }
 }

@@ -8,9 +8,10 @@
 //! per early-flush gap, when a key runs out of claim) one flush writes, for
 //! every key seen since the last flush, this instance's *cumulative* count
 //! for the interval and its demand, and gets back a claim: the most it may
-//! have admitted by its next flush (`flush.rs` has the formula and the
-//! bound). Keys share eight hashes per rule and interval (field: the key;
-//! value: one entry per instance), one script call per hash and 1,000 keys:
+//! have admitted by its next flush (`claims.rs` has the formula, the bound
+//! and the fields). Keys share eight hashes per rule and interval (per key,
+//! one field with the fleet's sums and one per instance), one script call
+//! per hash and 1,000 keys:
 //! a flush costs a few commands per bucket, whatever the number of keys.
 //! Writing absolute counts makes a flush idempotent, and a sequence number
 //! keeps a late flush from overwriting a newer one.
@@ -23,8 +24,8 @@
 //! denied for it: it waits for the early flush it asks for (at most the
 //! command timeout; `Answer::Pending`), and is decided on the claim that
 //! answer grants. Before a key has an entry in an interval an instance may
-//! admit a small credit on its own (none for quotas of less than four
-//! requests per instance and span). A reply showing the fleet at the limit
+//! admit a small credit on its own (`claims.rs`: none below eight requests
+//! per instance and span). A reply showing the fleet at the limit
 //! blocks the key locally (fixed window: until the interval ends or the
 //! cooldown lifts; sliding counter: until the window has room again).
 //! While Redis cannot be reached a valid claim is still spent; past it, the
@@ -33,6 +34,7 @@
 //! the demand they reported, and `local_fallback()` also keeps each key to
 //! its share of a span.
 
+mod claims;
 mod flush;
 mod limiter;
 mod meter;

@@ -1,0 +1,470 @@
+//! The claims: what one flush grants an instance, stated once. `grant` is
+//! the Rust mirror of `flush.lua`, line for line, over the same field
+//! strings; a test runs both on the same random inputs (the mirror is
+//! built for the tests: in production the script runs in Redis).
+//!
+//! At every span end an instance writes, for each key it saw since its last
+//! span-end write (and each key still holding a claim), its cumulative
+//! count for the interval, the most it may admit before the reply arrives
+//! (its *hold*), its demand (requests per span, denied ones included) and
+//! its *need*: the cost of the requests waiting for this answer. An early
+//! flush (a request found no claim while the fleet had room) writes the
+//! keys that asked. For each key the script computes, from the sums of
+//! every other instance's entry:
+//!
+//! ```text
+//! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
+//! pool   = limit - sum of all counts
+//! free   = limit - sum of the other instances' holds - my count - reserve
+//!          (an instance's hold: the larger of its count and its claim)
+//! share  = pool x my demand / (my demand + the live demands of the others)
+//! spare  = min(free - min(pool, others known + 1), free / 2)   while demand <= 2 x pool
+//!          and another instance is known; free otherwise
+//! grant  = min(free, max(need, min(spare, share, 3 x my demand)))
+//!          + overdraft, if need > grant and pool > grant:
+//!            up to max(1, MAX / (8 x N)) per key and interval, fleet-wide
+//! claim  = max(hold, my count + grant)
+//! reserve = (fleet size known - 1 - others written) x credit, during the key's
+//!           first two spans of the interval
+//! credit = MAX / (8 x fleet size known x N), rounded down
+//! ```
+//!
+//! and stores `claim` with this instance's entry. An instance admits a key
+//! only up to its claim, which holds for the span it was granted in and the
+//! next. An entry's demand is *live* (it weighs in the shares) while its
+//! writer's span is at most two behind the reader's (one span of clock
+//! skew tolerated); its hold counts as taken whatever its age (its owner
+//! may have spent the claim without a write that arrived). A request past
+//! its instance's claim while the window has room waits for the early flush
+//! it asks for (bounded by the command timeout, then the failure policy
+//! decides); the `spare` rule keeps part of what is free for such
+//! requests, so that claims sized to one instance's demand never leave a
+//! request elsewhere without room while the fleet has it. What is still
+//! claimed elsewhere (a client whose traffic just moved away from an
+//! instance that holds a claim) is covered by the small **overdraft**. So
+//! at every script run the claims of the fleet fit in `limit` plus the
+//! overdraft, and the fleet admits no more than that except for
+//! **credits**: before an instance has an entry for a key in an interval it
+//! may admit a credit on its own (none below eight requests per instance
+//! and span, where a key's first request waits). During a key's first two
+//! spans the script reserves a credit for every instance it knows of that
+//! has not written the key yet; after that, an instance that sees the key
+//! for the first time spends a credit no claim covered.
+//!
+//! Worst case per interval (fixed window, clocks within one span of each
+//! other, Redis keeping its data):
+//! `MAX + max(1, MAX / (8 x N)) + (I - 1) x MAX / (8 x N)`, where `I` is
+//! the number of instances serving the key (the credit at its largest: an
+//! instance that has not learnt the fleet's size yet counts a fleet of
+//! one). The demand-weighted share moves the unspent quota towards where
+//! the traffic is at every flush; the cap of three spans of demand leaves
+//! the rest free for instances that start seeing the key.
+//!
+//! A flush is idempotent (absolute counts), and each carries a sequence
+//! number: the script refuses a write older than the entry it would
+//! replace, so a flush that timed out and runs late never overwrites a
+//! newer count.
+//!
+//! # The fields, and what a write costs
+//!
+//! A key `K` of a bucket's hash has a field `K` holding
+//! `@<first span>:<overdrawn>`, the sums of every instance's entry as one
+//! pseudo-entry `~<instances>;<demand x span>;<span>.<demand>;...=0:<counts>:<holds>:<last span>:<demands>`
+//! (spans relative to the interval's first, demands per span kept for the
+//! spans still live), and a field `K.<id>` per instance with its own
+//! `<seq>:<count>:<claim>:<span>:<demand>`. A write reads its own entry,
+//! takes it out of the sums and puts the new one in: two fields read and
+//! written, whatever the number of instances (the fleet's sums replace the
+//! per-instance list that every write used to parse and rebuild, O(I) per
+//! write and O(I²) per span for a key every instance serves).
+//!
+//! The format before it (0.1) kept one entry `<id>=<seq>:<count>:<claim>:<span>:<demand>`
+//! per instance in the field `K`. The two run side by side during a rolling
+//! upgrade: an old instance reads the `~` pseudo-entry as one instance
+//! holding the others' counts, holds and demands (its id has no `=`; its
+//! span is the latest written), and keeps it verbatim when it rewrites the
+//! field; a new instance counts the old entries it finds one by one and
+//! keeps them verbatim. Neither loses the other's counts, and the bound
+//! holds (an old instance counts the new ones as one, which only makes the
+//! reserve it keeps for unknown instances larger).
+
+#[cfg(test)]
+/// One flush call's arguments, common to its keys.
+#[derive(Debug, Clone)]
+pub(super) struct Call<'a> {
+    pub(super) instance: &'a str,
+    pub(super) limit: i64,
+    /// The previous interval's weight, x1000 (0: a fixed window).
+    pub(super) weight_milli: i64,
+    /// The writer's span, absolute (`interval x spans + span`).
+    pub(super) span: i64,
+    /// The first span of the interval written, absolute.
+    pub(super) base: i64,
+    /// The fleet's size as the writer knows it.
+    pub(super) fleet: i64,
+    pub(super) credit: i64,
+    pub(super) seq: i64,
+    pub(super) overdraft: i64,
+}
+
+#[cfg(test)]
+/// One key's part of a flush call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KeyArgs {
+    pub(super) cum: i64,
+    pub(super) hold: i64,
+    pub(super) demand: i64,
+    pub(super) known: i64,
+    pub(super) need: i64,
+}
+
+#[cfg(test)]
+/// What Redis holds for one key before the write.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Stored<'a> {
+    /// The field `K`.
+    pub(super) field: Option<&'a str>,
+    /// The field `K.<id>` of the writer.
+    pub(super) mine: Option<&'a str>,
+    /// The field `K` of the interval before (read for a sliding window).
+    pub(super) previous: Option<&'a str>,
+}
+
+#[cfg(test)]
+/// The script's work for one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Granted {
+    /// The writer already wrote a later flush: nothing written.
+    Stale,
+    /// The reply, and the two fields written.
+    Written {
+        reply: Reply,
+        field: String,
+        mine: String,
+    },
+}
+
+/// A script's answer for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reply {
+    pub(super) spent: i64,
+    pub(super) claim: i64,
+    pub(super) limit: i64,
+    pub(super) instances: i64,
+    pub(super) prev: i64,
+    /// The other instances' counts brought forward by their demand, and
+    /// their demand.
+    pub(super) estimate: i64,
+    pub(super) rate: i64,
+    /// What no instance holds a claim on once this claim is granted.
+    pub(super) free: i64,
+}
+
+impl Reply {
+    /// `spent:claim:limit:instances:prev:estimate:rate:free`; `None` for `S`
+    /// (a later flush of this instance is already there) or anything
+    /// unexpected.
+    pub(super) fn parse(s: &str) -> Option<Self> {
+        let mut it = s.split(':').map(|v| v.parse::<i64>().ok());
+        let mut next = || it.next().flatten();
+        let reply = Self {
+            spent: next()?,
+            claim: next()?,
+            limit: next()?,
+            instances: next()?,
+            prev: next()?,
+            estimate: next()?,
+            rate: next()?,
+            free: next()?,
+        };
+        next().is_none().then_some(reply)
+    }
+}
+
+impl Reply {
+    /// The fields as the key's state holds them, in the reply's order
+    /// (`spent, claim, limit, instances, prev, estimate, rate, free`): a
+    /// limit pushed below zero by the previous interval reads as 0.
+    pub(super) fn as_u32(&self) -> [u32; 8] {
+        [
+            self.spent,
+            self.claim,
+            self.limit,
+            self.instances,
+            self.prev,
+            self.estimate,
+            self.rate,
+            self.free,
+        ]
+        .map(|x| u32::try_from(x.max(0)).unwrap_or(u32::MAX))
+    }
+}
+
+#[cfg(test)]
+impl std::fmt::Display for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}:{}:{}:{}:{}:{}",
+            self.spent,
+            self.claim,
+            self.limit,
+            self.instances,
+            self.prev,
+            self.estimate,
+            self.rate,
+            self.free
+        )
+    }
+}
+
+#[cfg(test)]
+/// The sums of the instances that write `K.<id>` fields (the `~` entry).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Sums {
+    members: i64,
+    counts: i64,
+    holds: i64,
+    demands: i64,
+    /// Σ demand x span, spans relative to the interval's first.
+    dspan: i64,
+    /// The latest span written, absolute.
+    last: i64,
+    /// Demand per relative span, for the spans still live.
+    by_span: std::collections::BTreeMap<i64, i64>,
+}
+
+#[cfg(test)]
+impl Sums {
+    /// `~<members>;<dspan>;<s>.<d>;...=<seq>:<counts>:<holds>:<last>:<demands>`.
+    fn parse(entry: &str) -> Option<Self> {
+        let (id, rest) = entry.strip_prefix('~')?.split_once('=')?;
+        let mut head = id.splitn(3, ';');
+        let members = digits(head.next()?)?;
+        let dspan = digits(head.next()?)?;
+        let list = head.next()?;
+        let [_seq, counts, holds, last, demands] = numbers::<5>(rest)?;
+        let mut by_span = std::collections::BTreeMap::new();
+        // Lua: gmatch('(%d+)%.(%d+)'), which skips what does not match.
+        for pair in list.split(';') {
+            if let Some((s, d)) = pair.split_once('.')
+                && let (Some(s), Some(d)) = (digits(s), digits(d))
+            {
+                by_span.insert(s, d);
+            }
+        }
+        Some(Self {
+            members,
+            counts,
+            holds,
+            demands,
+            dspan,
+            last,
+            by_span,
+        })
+    }
+}
+
+#[cfg(test)]
+/// An entry of the one-field format (0.1): `<id>=<seq>:<count>:<claim>:<span>:<demand>`.
+fn old_entry(entry: &str) -> Option<[i64; 5]> {
+    let (id, rest) = entry.split_once('=')?;
+    if id.is_empty() {
+        return None;
+    }
+    numbers::<5>(rest)
+}
+
+#[cfg(test)]
+/// `N` non-negative integers separated by `:` and nothing else.
+fn numbers<const N: usize>(s: &str) -> Option<[i64; N]> {
+    let mut out = [0; N];
+    let mut it = s.split(':');
+    for slot in &mut out {
+        *slot = digits(it.next()?)?;
+    }
+    it.next().is_none().then_some(out)
+}
+
+#[cfg(test)]
+/// Lua's `%d+`: one or more ASCII digits.
+fn digits(s: &str) -> Option<i64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+#[cfg(test)]
+/// The previous interval's total of a key: every entry's count (the `~`
+/// entry's is the sum of its members').
+fn total(previous: &str) -> i64 {
+    previous
+        .split(',')
+        .filter_map(|entry| {
+            let (_, rest) = entry.split_once('=')?;
+            let mut it = rest.split(':');
+            digits(it.next()?)?;
+            let count = digits(it.next()?)?;
+            it.next()?;
+            Some(count)
+        })
+        .sum()
+}
+
+#[cfg(test)]
+/// What the flush script does for one key: the claim granted, the reply,
+/// and the fields written (see the module's formula).
+pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Granted {
+    let Call {
+        limit,
+        weight_milli,
+        span,
+        base,
+        fleet,
+        credit,
+        seq,
+        overdraft,
+        ..
+    } = *call;
+    let KeyArgs {
+        cum,
+        hold,
+        demand,
+        known,
+        need,
+    } = *key;
+    let rel = span - base;
+    let (mut first, mut overdrawn) = (span, 0);
+    let mut sums = Sums::default();
+    let mut olds: Vec<&str> = Vec::new();
+    let (mut count, mut spent, mut claimed, mut wanted, mut estimate, mut rate) =
+        (0, cum, 0, demand, cum, 0);
+    for entry in stored
+        .field
+        .unwrap_or("")
+        .split(',')
+        .filter(|e| !e.is_empty())
+    {
+        if let Some(header) = entry.strip_prefix('@') {
+            let (f, o) = header.split_once(':').unwrap_or((header, ""));
+            first = digits(f).unwrap_or(first);
+            if let Some(o) = digits(o) {
+                overdrawn = o;
+            }
+        } else if entry.starts_with('~') {
+            if let Some(parsed) = Sums::parse(entry) {
+                sums = parsed;
+            }
+        } else if let Some([_, ecum, eclaim, espan, edemand]) = old_entry(entry) {
+            olds.push(entry);
+            count += 1;
+            spent += ecum;
+            claimed += ecum.max(eclaim);
+            estimate += ecum + edemand * (span - espan).max(0);
+            rate += edemand;
+            if espan + 2 >= span {
+                wanted += edemand;
+            }
+        }
+    }
+    if let Some([mseq, mcum, mclaim, mspan, mdemand]) = stored.mine.and_then(numbers::<5>) {
+        if mseq > seq {
+            return Granted::Stale;
+        }
+        let mrel = mspan - base;
+        sums.members = (sums.members - 1).max(0);
+        sums.counts = (sums.counts - mcum).max(0);
+        sums.holds = (sums.holds - mcum.max(mclaim)).max(0);
+        sums.demands = (sums.demands - mdemand).max(0);
+        sums.dspan = (sums.dspan - mdemand * mrel).max(0);
+        if let Some(d) = sums.by_span.get_mut(&mrel) {
+            *d = (*d - mdemand).max(0);
+        }
+    }
+    count += sums.members;
+    spent += sums.counts;
+    claimed += sums.holds;
+    estimate += sums.counts + (rel * sums.demands - sums.dspan).max(0);
+    rate += sums.demands;
+    wanted += sums
+        .by_span
+        .iter()
+        .filter(|&(&s, _)| s + 2 >= rel)
+        .map(|(_, d)| d)
+        .sum::<i64>();
+    let prev = stored.previous.map_or(0, total);
+    let now_limit = limit - (prev * weight_milli).div_euclid(1_000);
+    let reserve = if span <= first + 1 {
+        (fleet - 1 - count).max(0) * credit
+    } else {
+        0
+    };
+    let spent = spent.max(known);
+    let free = now_limit - (claimed + cum).max(known) - reserve;
+    let pool = now_limit - spent;
+    let share = if wanted > 0 {
+        (pool * demand).div_euclid(wanted)
+    } else {
+        0
+    };
+    let others_known = (fleet - 1).max(count);
+    let spare = if wanted <= 2 * pool && others_known > 0 {
+        (free - pool.min(others_known + 1)).min(free.div_euclid(2))
+    } else {
+        free
+    };
+    let mut grant = free.min(need.max(spare.min(share).min(3 * demand))).max(0);
+    if need > grant {
+        let extra = (need - grant).min(overdraft - overdrawn).min(pool - grant);
+        if extra > 0 {
+            grant += extra;
+            overdrawn += extra;
+        }
+    }
+    let claim = hold.max(cum + grant);
+    sums.members += 1;
+    sums.counts += cum;
+    sums.holds += cum.max(claim);
+    sums.demands += demand;
+    sums.dspan += demand * rel;
+    sums.last = sums.last.max(span);
+    *sums.by_span.entry(rel).or_insert(0) += demand;
+    let list: Vec<String> = sums
+        .by_span
+        .iter()
+        .filter(|&(&s, &d)| s + 3 >= rel && d > 0)
+        .map(|(s, d)| format!("{s}.{d}"))
+        .collect();
+    let mut field = format!(
+        "@{first}:{overdrawn},~{};{};{}=0:{}:{}:{}:{}",
+        sums.members,
+        sums.dspan,
+        list.join(";"),
+        sums.counts,
+        sums.holds,
+        sums.last,
+        sums.demands
+    );
+    for old in olds {
+        field.push(',');
+        field.push_str(old);
+    }
+    Granted::Written {
+        reply: Reply {
+            spent,
+            claim,
+            limit: now_limit,
+            instances: count + 1,
+            prev,
+            estimate: estimate.max(spent),
+            rate,
+            free: (free - grant).max(0),
+        },
+        field,
+        mine: format!("{seq}:{cum}:{claim}:{span}:{demand}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

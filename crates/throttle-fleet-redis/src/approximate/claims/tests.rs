@@ -1,0 +1,365 @@
+//! `flush.lua` against its Rust mirror on random inputs, and the script
+//! beside 0.1's (a rolling upgrade), on a real redis-server.
+
+use std::collections::HashMap;
+
+use redis::Script;
+use throttle_fleet_test_support::RedisServer;
+
+use super::{Call, Granted, KeyArgs, Reply, Stored, grant};
+
+/// Today's script, and 0.1's (one entry per instance in the key's field).
+const NEW: &str = include_str!("../flush.lua");
+const OLD: &str = include_str!("flush_v1.lua");
+
+/// xorshift64*: a deterministic sequence per seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: i64) -> i64 {
+        (self.next() % n as u64) as i64
+    }
+}
+
+/// Which script an instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    Old,
+    New,
+}
+
+/// Runs one flush call; returns each key's reply.
+fn run(
+    con: &mut redis::Connection,
+    version: Version,
+    hash: &str,
+    previous: &str,
+    call: &Call<'_>,
+    keys: &[(String, KeyArgs)],
+) -> Vec<String> {
+    let script = Script::new(match version {
+        Version::Old => OLD,
+        Version::New => NEW,
+    });
+    let mut inv = script.prepare_invoke();
+    inv.key(hash)
+        .key(previous)
+        .arg(call.instance)
+        .arg(60_000)
+        .arg(call.limit)
+        .arg(call.weight_milli)
+        .arg(call.span)
+        .arg(call.fleet)
+        .arg(call.credit)
+        .arg(call.seq)
+        .arg(call.overdraft);
+    if version == Version::New {
+        inv.arg(call.base);
+    }
+    for (name, k) in keys {
+        inv.arg(name)
+            .arg(k.cum)
+            .arg(k.hold)
+            .arg(k.demand)
+            .arg(k.known)
+            .arg(k.need);
+    }
+    let reply: String = inv.invoke(con).expect("the script ran");
+    reply.split(' ').map(str::to_owned).collect()
+}
+
+fn get(con: &mut redis::Connection, hash: &str, field: &str) -> Option<String> {
+    redis::cmd("HGET").arg(hash).arg(field).query(con).unwrap()
+}
+
+#[test]
+fn the_script_and_its_mirror_agree_on_random_flushes() {
+    let server = RedisServer::start();
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let instances = [
+        ("0a1b2c3d4e5f6071", Version::New),
+        ("1b2c3d4e5f607182", Version::New),
+        ("2c3d4e5f60718293", Version::New),
+        ("3d4e5f60718293a4", Version::New),
+        ("4e5f60718293a4b5", Version::Old),
+        ("5f60718293a4b5c6", Version::Old),
+    ];
+    let names = ["k0", "k1", "k2", "k3"];
+    let mut compared = 0;
+    let mut stale = 0;
+    for seed in 1..=20u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let prefix = format!("s{seed}");
+        let mut seqs = [0i64; 6];
+        // The latest count each instance wrote per (interval, key): the
+        // fleet's count every reply must show, whatever format wrote it.
+        let mut latest: HashMap<(i64, &str, usize), i64> = HashMap::new();
+        let limit = 1 + rng.below(400);
+        let spans = 1 + rng.below(12);
+        for _ in 0..400 {
+            let who = rng.below(instances.len() as i64) as usize;
+            let (instance, version) = instances[who];
+            let interval = 1 + rng.below(2);
+            let base = interval * spans;
+            let hash = format!("{prefix}:{interval}");
+            let previous = format!("{prefix}:{}", interval - 1);
+            // Mostly forward, sometimes a late call with an older number.
+            seqs[who] += 1;
+            let seq = if rng.below(10) == 0 {
+                (seqs[who] - 2).max(0)
+            } else {
+                seqs[who]
+            };
+            let call = Call {
+                instance,
+                limit,
+                weight_milli: if rng.below(2) == 0 {
+                    0
+                } else {
+                    rng.below(1_001)
+                },
+                span: base + rng.below(spans),
+                base,
+                fleet: 1 + rng.below(8),
+                credit: rng.below(6),
+                seq,
+                overdraft: 1 + rng.below(5),
+            };
+            let mut picked: Vec<&str> = names.to_vec();
+            let n = 1 + rng.below(names.len() as i64) as usize;
+            let mut keys = Vec::new();
+            for _ in 0..n {
+                let name = picked.swap_remove(rng.below(picked.len() as i64) as usize);
+                let cum = rng.below(limit + 20);
+                keys.push((
+                    name.to_owned(),
+                    KeyArgs {
+                        cum,
+                        hold: cum + rng.below(10),
+                        demand: rng.below(60),
+                        known: rng.below(limit / 2 + 1),
+                        need: rng.below(8),
+                    },
+                ));
+            }
+            let expected: Vec<Granted> = keys
+                .iter()
+                .map(|(name, k)| {
+                    let field = get(&mut con, &hash, name);
+                    let mine = get(&mut con, &hash, &format!("{name}.{instance}"));
+                    let before = (call.weight_milli > 0)
+                        .then(|| get(&mut con, &previous, name))
+                        .flatten();
+                    grant(
+                        &call,
+                        k,
+                        Stored {
+                            field: field.as_deref(),
+                            mine: mine.as_deref(),
+                            previous: before.as_deref(),
+                        },
+                    )
+                })
+                .collect();
+            let fields_before: Vec<Option<String>> = keys
+                .iter()
+                .map(|(name, _)| get(&mut con, &hash, name))
+                .collect();
+            let replies = run(&mut con, version, &hash, &previous, &call, &keys);
+            assert_eq!(replies.len(), keys.len());
+            for (((name, k), reply), expected) in keys.iter().zip(&replies).zip(&expected) {
+                let name = names.iter().find(|n| *n == name).unwrap();
+                if reply == "S" {
+                    stale += 1;
+                    continue;
+                }
+                latest.insert((interval, name, who), k.cum);
+                let fleet: i64 = latest
+                    .iter()
+                    .filter(|((i, n, _), _)| *i == interval && n == name)
+                    .map(|(_, c)| c)
+                    .sum();
+                let parsed = Reply::parse(reply).expect("a reply");
+                assert_eq!(
+                    parsed.spent,
+                    fleet.max(k.known),
+                    "seed {seed}: {version:?} {instance} lost a count of {name}: {fields_before:?} {keys:?}"
+                );
+                if version == Version::Old {
+                    continue;
+                }
+                let Granted::Written {
+                    reply: want,
+                    field,
+                    mine,
+                } = expected
+                else {
+                    panic!("seed {seed}: the mirror said stale, the script {reply}");
+                };
+                assert_eq!(reply, &want.to_string(), "seed {seed}: reply for {name}");
+                assert_eq!(
+                    get(&mut con, &hash, name).as_ref(),
+                    Some(field),
+                    "seed {seed}"
+                );
+                assert_eq!(
+                    get(&mut con, &hash, &format!("{name}.{instance}")).as_ref(),
+                    Some(mine),
+                    "seed {seed}"
+                );
+                compared += 1;
+            }
+            for (reply, expected) in replies.iter().zip(&expected) {
+                if version == Version::New && reply == "S" {
+                    assert_eq!(expected, &Granted::Stale, "seed {seed}");
+                }
+            }
+        }
+    }
+    assert!(compared > 4_000, "{compared} compared");
+    assert!(stale > 100, "{stale} stale");
+}
+
+/// A fleet of old and new instances serving one key through one interval:
+/// heavy and light instances, each admitting only within its claim (or its
+/// credit before it has one), asking for more when requests wait.
+fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i64) {
+    const LIMIT: i64 = 1_000;
+    const SPANS: i64 = 10;
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let hash = format!("up{seed}:1");
+    let previous = format!("up{seed}:0");
+    let overdraft = (LIMIT / (8 * SPANS)).max(1);
+    struct Instance {
+        id: String,
+        version: Version,
+        cum: i64,
+        claim: Option<i64>,
+        fleet: i64,
+        heard: i64,
+        seq: i64,
+        heavy: bool,
+    }
+    let mut fleet: Vec<Instance> = versions
+        .iter()
+        .enumerate()
+        .map(|(i, &version)| Instance {
+            id: format!("{:016x}", 0xabc0 + i),
+            version,
+            cum: 0,
+            claim: None,
+            fleet: 1,
+            heard: 0,
+            seq: 0,
+            heavy: i % 2 == 0,
+        })
+        .collect();
+    let mut last_spent = 0;
+    for s in 0..=SPANS {
+        let mut order: Vec<usize> = (0..fleet.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as i64 + 1) as usize);
+        }
+        for &i in &order {
+            let inst = &mut fleet[i];
+            // The last round only writes what was admitted.
+            // The heavy clients move between instances every span.
+            let heavy = inst.heavy == (s % 2 == 0);
+            let demand = match (s == SPANS, heavy) {
+                (true, _) => 0,
+                (false, true) => 30 + rng.below(50),
+                (false, false) => rng.below(10),
+            };
+            let credit = LIMIT / (8 * inst.fleet * SPANS);
+            let room = inst.claim.unwrap_or(credit) - inst.cum;
+            let admitted = demand.min(room.max(0));
+            inst.cum += admitted;
+            let need = (demand - admitted).min(20);
+            inst.seq += 1;
+            let call = Call {
+                instance: &inst.id,
+                limit: LIMIT,
+                weight_milli: 0,
+                span: SPANS + s.min(SPANS - 1),
+                base: SPANS,
+                fleet: inst.fleet,
+                credit,
+                seq: inst.seq,
+                overdraft,
+            };
+            let key = KeyArgs {
+                cum: inst.cum,
+                hold: inst.cum,
+                demand,
+                known: inst.heard,
+                need,
+            };
+            let replies = run(
+                &mut con,
+                inst.version,
+                &hash,
+                &previous,
+                &call,
+                &[("hot".to_owned(), key)],
+            );
+            let reply = Reply::parse(&replies[0]).expect("a reply");
+            inst.claim = Some(reply.claim);
+            inst.fleet = inst.fleet.max(reply.instances);
+            inst.heard = reply.spent;
+            // The requests that waited get what the claim covers.
+            inst.cum += need.min(reply.claim - inst.cum).max(0);
+            last_spent = reply.spent;
+        }
+    }
+    let admitted = fleet.iter().map(|i| i.cum).sum::<i64>();
+    // The last round wrote every count: the last reply saw them all.
+    assert_eq!(
+        last_spent, admitted,
+        "seed {seed}: {versions:?}: counts lost"
+    );
+    (
+        admitted,
+        LIMIT + overdraft + (fleet.len() as i64 - 1) * (LIMIT / (8 * SPANS)),
+    )
+}
+
+#[test]
+fn old_and_new_instances_share_a_key_within_the_bound() {
+    use Version::{New, Old};
+    let server = RedisServer::start();
+    let fleets: [&[Version]; 4] = [
+        &[Old, Old, Old, Old, Old, Old, Old, Old],
+        &[New, Old, New, Old, New, Old, New, Old],
+        &[Old, New, Old, New, Old, New, Old, New],
+        &[New, New, New, New, New, New, New, New],
+    ];
+    for (f, versions) in fleets.iter().enumerate() {
+        for seed in 0..10 {
+            let (admitted, bound) = upgrade_run(&server, versions, 100 * f as u64 + seed);
+            assert!(
+                admitted <= bound,
+                "{versions:?} seed {seed}: admitted {admitted}, bound {bound}"
+            );
+            // Demand is over twice the limit: a fleet that starves itself
+            // would meet the bound too.
+            assert!(
+                admitted >= 950,
+                "{versions:?} seed {seed}: admitted only {admitted}"
+            );
+        }
+    }
+}
