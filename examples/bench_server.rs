@@ -387,7 +387,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
                     .await?;
             app.layer(redis_layer(
                 keying,
-                backend,
+                backend.into(),
                 Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
             )?)
         }
@@ -399,7 +399,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
             app.layer(redis_layer(
                 keying,
-                backend,
+                backend.into(),
                 Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).fixed_window(),
             )?)
         }
@@ -412,7 +412,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
                 RedisBackend::leased(RedisConfig::standalone(redis_url()), options).await?;
             app.layer(redis_layer(
                 keying,
-                backend,
+                backend.into(),
                 Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
             )?)
         }

@@ -48,17 +48,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => RedisConfig::standalone(var("REDIS_URL", "redis://127.0.0.1:6379")),
     };
     let quota = Quota::new(10, Duration::from_secs(60));
-    let (backend, rule) = match mode.as_str() {
+    // Each mode is a type of its own; `RedisBackend` holds any of them.
+    let (backend, rule): (RedisBackend, Rule) = match mode.as_str() {
         "exact" => (
-            RedisBackend::exact(config).await?,
+            RedisBackend::exact(config).await?.into(),
             Rule::new("ip", quota.with_burst(10)).token_bucket(),
         ),
         "approximate" => (
-            RedisBackend::approximate(config, ApproximateOptions::default()).await?,
+            RedisBackend::approximate(config, ApproximateOptions::default())
+                .await?
+                .into(),
             Rule::new("ip", quota).fixed_window(),
         ),
         "leased" => (
-            RedisBackend::leased(config, LeaseOptions::default().batch(5).low_water(1)).await?,
+            RedisBackend::leased(config, LeaseOptions::default().batch(5).low_water(1))
+                .await?
+                .into(),
             Rule::new("ip", quota.with_burst(10)).token_bucket(),
         ),
         other => {

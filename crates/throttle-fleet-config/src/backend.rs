@@ -81,20 +81,24 @@ impl BackendConfig {
             config = config.fleet_size(n);
         }
         let built = match self.kind {
-            BackendKind::RedisExact => RedisBackend::exact(config).await,
+            BackendKind::RedisExact => RedisBackend::exact(config).await.map(RedisBackend::from),
             BackendKind::RedisApproximate => {
                 let mut options = ApproximateOptions::default();
                 if let Some(spans) = self.spans {
                     options = options.spans(spans);
                 }
-                RedisBackend::approximate(config, options).await
+                RedisBackend::approximate(config, options)
+                    .await
+                    .map(RedisBackend::from)
             }
             BackendKind::RedisLeased => {
                 let mut options = LeaseOptions::default();
                 if let Some(batch) = self.batch {
                     options = options.batch(batch).low_water((batch / 5).min(batch - 1));
                 }
-                RedisBackend::leased(config, options).await
+                RedisBackend::leased(config, options)
+                    .await
+                    .map(RedisBackend::from)
             }
             BackendKind::Memory => unreachable!("handled by build"),
         };

@@ -70,12 +70,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod approximate;
+mod backend;
 mod breaker;
 mod call_failure;
 mod config;
 mod conn;
 mod exact;
 mod failure;
+mod instance;
 mod keys;
 mod leased;
 pub mod metrics;
@@ -86,16 +88,12 @@ mod shutdown;
 mod slot;
 mod slots;
 
-use std::sync::Arc;
-
-use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Backend, ConfigError, Rule};
-
-pub use approximate::{ApproximateOptions, ApproximateStats};
+pub use approximate::{ApproximateBackend, ApproximateOptions, ApproximateStats};
+pub use backend::RedisBackend;
 pub use config::RedisConfig;
 pub use conn::RedisStats;
-pub use exact::ExactLimiter;
-pub use leased::{LeaseOptions, LeaseStats, WhenEmpty};
+pub use exact::{ExactBackend, ExactLimiter};
+pub use leased::{LeaseOptions, LeaseStats, LeasedBackend, WhenEmpty};
 pub use shutdown::Unflushed;
 pub use slots::SlotStats;
 
@@ -103,243 +101,4 @@ pub use slots::SlotStats;
 pub mod limits {
     pub use crate::config::MAX_PREFIX_LEN;
     pub use crate::leased::MAX_BATCH;
-}
-
-/// A Redis backend in one of its modes. Cheap to clone; clones share
-/// connections, breaker and counters.
-#[derive(Clone)]
-pub struct RedisBackend {
-    redis: Arc<conn::Redis>,
-    mode: Mode,
-}
-
-#[derive(Clone)]
-enum Mode {
-    Exact(Arc<slots::Shared>),
-    Approximate(Arc<approximate::Shared>),
-    Leased(Arc<leased::Shared>),
-}
-
-impl std::fmt::Debug for RedisBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mode = match self.mode {
-            Mode::Exact(_) => "exact",
-            Mode::Approximate(_) => "approximate",
-            Mode::Leased(_) => "leased",
-        };
-        f.debug_struct("RedisBackend")
-            .field("mode", &mode)
-            .field("config", &self.redis.config)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RedisBackend {
-    /// The exact mode: one atomic script per check.
-    ///
-    /// Fails only on invalid configuration (the error names the field);
-    /// an unreachable Redis is handled by the failure policies.
-    pub async fn exact(config: RedisConfig) -> Result<Self, ConfigError> {
-        Ok(Self {
-            redis: conn::Redis::connect(config).await?,
-            mode: Mode::Exact(slots::Shared::new()),
-        })
-    }
-
-    /// The approximate mode: decided locally, counts flushed to Redis at
-    /// every span end; Redis is on the request path only for a request
-    /// that waits for a claim (`Answer::Pending`, at most the command
-    /// timeout).
-    ///
-    /// Flushes run in the background at every span boundary (with a test
-    /// clock set, only when [`flush`](Self::flush) is called). Call
-    /// [`shutdown`](Self::shutdown) before exiting so the last counts reach
-    /// Redis.
-    pub async fn approximate(
-        config: RedisConfig,
-        options: ApproximateOptions,
-    ) -> Result<Self, ConfigError> {
-        options.validate()?;
-        let redis = conn::Redis::connect(config).await?;
-        if let Some(version) = redis.server_version().await {
-            approximate::check_version(version)?;
-        }
-        // Nothing on the request path would tell a local decision that a
-        // node is gone: it is watched (a test clock's driver flushes, and
-        // its flushes' failures say so instead).
-        if redis.config.test_clock.is_none() {
-            conn::Redis::watch(&redis);
-        }
-        Ok(Self {
-            redis,
-            mode: Mode::Approximate(approximate::Shared::new(options)),
-        })
-    }
-
-    /// The leased mode: tokens taken from a Redis token bucket in batches
-    /// and spent locally; about one Redis call per batch.
-    pub async fn leased(config: RedisConfig, options: LeaseOptions) -> Result<Self, ConfigError> {
-        options.validate()?;
-        Ok(Self {
-            redis: conn::Redis::connect(config).await?,
-            mode: Mode::Leased(leased::Shared::new(options)),
-        })
-    }
-
-    /// Brings Redis up to date now: the approximate mode sends what is
-    /// counted locally and not yet in Redis; the leased mode waits for
-    /// background leases and gives back the tokens of idle keys. Returns
-    /// whether it all got there (what did not is sent again next time).
-    pub async fn flush(&self) -> bool {
-        match &self.mode {
-            Mode::Approximate(shared) => shared.flush_all().await,
-            Mode::Leased(shared) => shared.give_back(false).await,
-            Mode::Exact(_) => true,
-        }
-    }
-
-    /// Renews every concurrency slot this instance holds now (the exact
-    /// mode's concurrency rules; the background task does it every third
-    /// of the slot lifetime, except with a test clock). Returns whether
-    /// every renewal reached Redis. Other modes: `true`.
-    pub async fn renew_slots(&self) -> bool {
-        match &self.mode {
-            Mode::Exact(slots) => slots.renew().await,
-            _ => true,
-        }
-    }
-
-    /// The concurrency rules' counters (`None` outside the exact mode).
-    pub fn slot_stats(&self) -> Option<SlotStats> {
-        match &self.mode {
-            Mode::Exact(slots) => Some(slots.stats()),
-            _ => None,
-        }
-    }
-
-    /// The approximate mode's early flush: sends now only the keys that ran
-    /// out of their claim before their span ended, and applies the claims
-    /// granted. The background task does this within the early-flush gap
-    /// of the first ask; with a test clock, call it when
-    /// [`ApproximateStats::early_flushes_asked`] grows. Other modes: `true`.
-    pub async fn flush_asked(&self) -> bool {
-        match &self.mode {
-            Mode::Approximate(shared) => shared.flush_asked().await,
-            _ => true,
-        }
-    }
-
-    async fn flush_for_shutdown(&self) -> bool {
-        match &self.mode {
-            Mode::Leased(shared) => shared.give_back(true).await,
-            Mode::Exact(slots) => slots.release_all().await,
-            _ => self.flush().await,
-        }
-    }
-
-    /// Graceful shutdown: sends what is pending (gives back every leased
-    /// token, and every concurrency slot still held), trying up to three times (a connection broken while Redis was
-    /// away reconnects on the first failure). Call it after the server stops
-    /// accepting requests; the router may already be gone (an approximate
-    /// rule whose layer was dropped keeps its counts in the backend until
-    /// they are written). Returns what could not be written.
-    ///
-    /// ```no_run
-    /// # async fn demo(backend: throttle_fleet_redis::RedisBackend) {
-    /// if let Err(unflushed) = backend.shutdown().await {
-    ///     eprintln!("{unflushed}");
-    /// }
-    /// # }
-    /// ```
-    pub async fn shutdown(&self) -> Result<(), Unflushed> {
-        if let Mode::Approximate(shared) = &self.mode {
-            // Give every unspent claim back to the other instances.
-            shared
-                .closing
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        let mut ok = false;
-        for attempt in 0..3 {
-            if self.flush_for_shutdown().await {
-                ok = true;
-                break;
-            }
-            if attempt < 2 {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        }
-        let (counts, tokens_kept) = match &self.mode {
-            Mode::Approximate(shared) => (shared.unwritten(), false),
-            Mode::Leased(_) => (0, !ok),
-            Mode::Exact(_) => (0, false),
-        };
-        if counts == 0 && !tokens_kept {
-            Ok(())
-        } else {
-            Err(Unflushed {
-                counts,
-                tokens_kept,
-            })
-        }
-    }
-
-    /// The leased mode's counters (`None` in other modes).
-    pub fn lease_stats(&self) -> Option<LeaseStats> {
-        match &self.mode {
-            Mode::Leased(shared) => Some(shared.stats()),
-            _ => None,
-        }
-    }
-
-    /// The approximate mode's counters (`None` in other modes).
-    pub fn approximate_stats(&self) -> Option<ApproximateStats> {
-        match &self.mode {
-            Mode::Approximate(shared) => Some(shared.stats()),
-            _ => None,
-        }
-    }
-
-    /// The counters: calls, errors, timeouts, breaker state, degraded
-    /// decisions.
-    pub fn stats(&self) -> RedisStats {
-        self.redis.stats()
-    }
-
-    /// The exact-mode limiter of `rule`, typed (the [`Backend`] impl gives
-    /// the same as a trait object).
-    pub fn exact_limiter(&self, rule: &Rule) -> Result<ExactLimiter, ConfigError> {
-        ExactLimiter::new(self.redis.clone(), rule)
-    }
-}
-
-impl Backend for RedisBackend {
-    fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
-        if rule.algorithm().is_concurrency() {
-            return match &self.mode {
-                Mode::Exact(slots) => Ok(Arc::new(slots::SlotLimiter::new(
-                    self.redis.clone(),
-                    slots.clone(),
-                    rule,
-                )?)),
-                _ => Err(ConfigError::new(
-                    "algorithm",
-                    "concurrency needs the exact mode: the approximate and leased modes decide from local counts, which cannot bound requests in flight across the fleet",
-                )
-                .in_rule(rule.name())),
-            };
-        }
-        Ok(match &self.mode {
-            Mode::Exact(_) => Arc::new(self.exact_limiter(rule)?),
-            Mode::Approximate(shared) => Arc::new(approximate::ApproxLimiter::new(
-                self.redis.clone(),
-                shared.clone(),
-                rule,
-            )?),
-            Mode::Leased(shared) => Arc::new(leased::LeaseLimiter::new(
-                self.redis.clone(),
-                shared.clone(),
-                rule,
-            )?),
-        })
-    }
 }

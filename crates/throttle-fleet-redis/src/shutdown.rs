@@ -28,3 +28,18 @@ impl std::fmt::Display for Unflushed {
 }
 
 impl std::error::Error for Unflushed {}
+
+/// Runs `flush` until it gets everything to Redis, three times at most,
+/// 100 ms apart (a connection broken while Redis was away reconnects on
+/// the first failure); returns whether it did.
+pub(crate) async fn three_tries<F: Future<Output = bool>>(mut flush: impl FnMut() -> F) -> bool {
+    for attempt in 0..3 {
+        if flush().await {
+            return true;
+        }
+        if attempt < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    false
+}

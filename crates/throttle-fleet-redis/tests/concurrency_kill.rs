@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use throttle_fleet_core::{Answer, Decision, Demand, Key, Rule, RuleSet};
-use throttle_fleet_redis::{RedisBackend, RedisConfig};
+use throttle_fleet_redis::{ExactBackend, RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 
 const CHILD: &str = "THROTTLE_SLOT_CHILD";
@@ -24,7 +24,7 @@ fn rule() -> Rule {
     Rule::concurrency("inflight", N).slot_ttl(TTL)
 }
 
-async fn bound(url: String) -> (RedisBackend, RuleSet) {
+async fn bound(url: String) -> (ExactBackend, RuleSet) {
     let backend = RedisBackend::exact(RedisConfig::standalone(url))
         .await
         .unwrap();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{Answer, Key, ManualClock, Quota, Rule};
-use throttle_fleet_redis::{LeaseOptions, RedisBackend};
+use throttle_fleet_redis::{LeaseOptions, LeasedBackend};
 use throttle_fleet_test_support::leased::{
     T0, give_backs_until, leased, leased_fleet, perfect, worst_excess,
 };
@@ -69,10 +69,7 @@ async fn four_instances_overshoot_by_at_most_one_batch_each() {
         "{admitted} admitted, the bucket allows {expected}"
     );
     let evals = server.command_count("evalsha") - evals_before;
-    let fetches: u64 = fleet
-        .iter()
-        .map(|(b, _)| b.lease_stats().unwrap().fetches)
-        .sum();
+    let fetches: u64 = fleet.iter().map(|(b, _)| b.lease_stats().fetches).sum();
     println!(
         "lease calls: {fetches} ({evals} EVALSHA) for {requests} requests, {admitted} admitted"
     );
@@ -94,12 +91,12 @@ async fn four_instances_overshoot_by_at_most_one_batch_each() {
 
 /// Tokens each lease call took so far, from the backend's counters.
 struct Leases<'a> {
-    backend: &'a RedisBackend,
+    backend: &'a LeasedBackend,
     seen: (u64, u64),
 }
 
 impl<'a> Leases<'a> {
-    fn new(backend: &'a RedisBackend) -> Self {
+    fn new(backend: &'a LeasedBackend) -> Self {
         Self {
             backend,
             seen: (0, 0),
@@ -109,7 +106,7 @@ impl<'a> Leases<'a> {
     /// The tokens taken by the lease call made since the last look (None if
     /// none; panics if more than one).
     fn next(&mut self) -> Option<u64> {
-        let st = self.backend.lease_stats().unwrap();
+        let st = self.backend.lease_stats();
         let (fetches, leased) = (st.fetches - self.seen.0, st.leased - self.seen.1);
         self.seen = (st.fetches, st.leased);
         assert!(fetches <= 1, "{fetches} lease calls for one request");
@@ -144,7 +141,7 @@ async fn a_new_key_leases_its_cost_and_its_batches_grow_while_it_spends() {
     // The first request takes its cost only; each later lease doubles, from
     // an eighth of the batch up to it.
     assert_eq!(sizes[..7], [1, 7, 12, 24, 48, 50, 50], "{sizes:?}");
-    assert_eq!(backend.lease_stats().unwrap().returned, 0);
+    assert_eq!(backend.lease_stats().returned, 0);
     // Idle for 2 s, longer than the bucket takes to refill what is held:
     // but the bucket (as the last lease saw it) is full again, so the tokens
     // are surplus and stay for the key's return.
@@ -152,12 +149,12 @@ async fn a_new_key_leases_its_cost_and_its_batches_grow_while_it_spends() {
     at += 2_000_000;
     clock.set(at);
     backend.flush().await;
-    assert_eq!(backend.lease_stats().unwrap().returned, 0, "surplus kept");
+    assert_eq!(backend.lease_stats().returned, 0, "surplus kept");
     // Past `keep_surplus_for` (10 s) they go back, and the next batch is half.
     at += 8_000_001;
     clock.set(at);
     backend.flush().await;
-    assert_eq!(backend.lease_stats().unwrap().returned, held);
+    assert_eq!(backend.lease_stats().returned, held);
     assert!(allowed(limiter.as_ref(), &key).await);
     backend.flush().await;
     assert_eq!(
@@ -194,12 +191,12 @@ async fn idle_tokens_go_back_while_the_bucket_lacks_them() {
     // The bucket takes 6 s to refill a's 6 tokens: kept until then ...
     clock.set(T0 + 6_000_000);
     a.flush().await;
-    assert_eq!(a.lease_stats().unwrap().returned, 0);
+    assert_eq!(a.lease_stats().returned, 0);
     // ... then given back: the bucket, as a's lease saw it (8 short of
     // full), still lacks them.
     clock.set(T0 + 6_000_001);
     assert!(a.flush().await);
-    assert_eq!(a.lease_stats().unwrap().returned, 6);
+    assert_eq!(a.lease_stats().returned, 6);
     // Shutdown gives back everything held.
     b.shutdown().await.unwrap();
 }
@@ -626,7 +623,7 @@ async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
         a.flush().await;
     }
     let held = {
-        let st = a.lease_stats().unwrap();
+        let st = a.lease_stats();
         st.leased - st.returned - 120
     };
     // The client moves to `b` and, 2 s later, bursts: `a` still holds its
@@ -655,7 +652,7 @@ async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
     // counts (tokens an instance holds), realised.
     clock.set(moved + 10_500_001);
     a.flush().await;
-    let returned = a.lease_stats().unwrap().returned;
+    let returned = a.lease_stats().returned;
     let (got2, want2) = burst(
         &clock,
         moved + 13_000_000,

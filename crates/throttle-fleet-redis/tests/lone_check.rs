@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{Answer, Backend, Key, Quota, Rule};
-use throttle_fleet_redis::{RedisBackend, RedisConfig};
+use throttle_fleet_redis::{ExactBackend, RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 
 /// A Redis of its own, the exact backend on it with a 5 s command timeout,
 /// and a token bucket of 1,000 per second.
-async fn exact_token_bucket() -> (RedisServer, RedisBackend, Arc<dyn Limiter>) {
+async fn exact_token_bucket() -> (RedisServer, ExactBackend, Arc<dyn Limiter>) {
     let server = RedisServer::start();
     let config = RedisConfig::standalone(server.url()).command_timeout(Duration::from_secs(5));
     let backend = RedisBackend::exact(config).await.unwrap();

@@ -28,7 +28,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use throttle_fleet_core::backend::{Limiter, Outcome, Pending, Unavailable};
 use throttle_fleet_core::{Answer, Backend, Clock, Key, ManualClock, MemoryBackend, Quota, Rule};
-use throttle_fleet_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_fleet_redis::{ApproximateBackend, ApproximateOptions, RedisBackend, RedisConfig};
 
 use crate::RedisServer;
 
@@ -200,7 +200,7 @@ impl Setup {
 }
 
 struct Instance {
-    backend: RedisBackend,
+    backend: ApproximateBackend,
     limiter: Arc<dyn Limiter>,
     offset_us: i64,
     phase_us: u64,
@@ -607,7 +607,7 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
     );
     if std::env::var("FLEET_STATS").is_ok() {
         for inst in &driver.fleet {
-            eprintln!("{:?}", inst.backend.approximate_stats().unwrap());
+            eprintln!("{:?}", inst.backend.approximate_stats());
         }
         eprintln!("{}", server.info("commandstats"));
     }
@@ -709,11 +709,7 @@ impl Driver<'_> {
                 inst.backend.flush().await;
             }
             // A flush can ask again (a key still short of claim).
-            let asked = inst
-                .backend
-                .approximate_stats()
-                .unwrap()
-                .early_flushes_asked;
+            let asked = inst.backend.approximate_stats().early_flushes_asked;
             inst.early_asked = asked;
             self.settle(i);
         }
@@ -782,11 +778,7 @@ impl Driver<'_> {
     /// it one round trip later, no sooner than one gap after the last.
     fn after_request(&mut self, i: usize, now: u64) {
         let inst = &mut self.fleet[i];
-        let asked = inst
-            .backend
-            .approximate_stats()
-            .unwrap()
-            .early_flushes_asked;
+        let asked = inst.backend.approximate_stats().early_flushes_asked;
         if asked > inst.early_asked && inst.early_due.is_none() {
             let due = (now + self.early_latency_us).max(inst.last_early + self.early_gap_us);
             inst.early_due = Some(due);

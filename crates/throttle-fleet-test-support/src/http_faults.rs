@@ -73,15 +73,16 @@ pub async fn app(
     // Generous: during the phases nobody is over it, so what the answers
     // show is the failure policy, not the quota.
     let quota = Quota::per_minute(limit);
-    let (backend, rule) = match mode {
+    let (backend, rule): (RedisBackend, Rule) = match mode {
         Mode::Exact => (
-            RedisBackend::exact(config).await.unwrap(),
+            RedisBackend::exact(config).await.unwrap().into(),
             Rule::new("ip", quota).fixed_window(),
         ),
         Mode::Approximate => (
             RedisBackend::approximate(config, ApproximateOptions::default().spans(spans))
                 .await
-                .unwrap(),
+                .unwrap()
+                .into(),
             Rule::new("ip", quota).fixed_window(),
         ),
         // Batches of at most 100 (1/64 of the bucket), so that a client's
@@ -89,7 +90,8 @@ pub async fn app(
         Mode::Leased => (
             RedisBackend::leased(config, LeaseOptions::default().batch(20).low_water(5))
                 .await
-                .unwrap(),
+                .unwrap()
+                .into(),
             Rule::new("ip", quota).token_bucket(),
         ),
     };

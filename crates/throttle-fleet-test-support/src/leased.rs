@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::RedisServer;
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{Backend, ManualClock, MemoryBackend, Rule};
-use throttle_fleet_redis::{LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_redis::{LeaseOptions, LeasedBackend, RedisBackend, RedisConfig};
 
 /// The test clock's start (Unix microseconds).
 pub const T0: u64 = 1_700_000_000_000_000;
@@ -18,7 +18,7 @@ pub async fn leased(
     server: &RedisServer,
     clock: &ManualClock,
     options: LeaseOptions,
-) -> RedisBackend {
+) -> LeasedBackend {
     let config = RedisConfig::standalone(server.url())
         .clock_for_tests(clock.clone())
         .command_timeout(Duration::from_millis(500));
@@ -32,7 +32,7 @@ pub async fn leased_fleet(
     options: &LeaseOptions,
     rule: &Rule,
     n: usize,
-) -> Vec<(RedisBackend, Arc<dyn Limiter>)> {
+) -> Vec<(LeasedBackend, Arc<dyn Limiter>)> {
     let mut fleet = Vec::with_capacity(n);
     for _ in 0..n {
         let backend = leased(server, clock, options.clone()).await;
@@ -54,7 +54,7 @@ pub fn perfect(clock: &ManualClock, rule: &Rule) -> Arc<dyn Limiter> {
 /// `T0`), in time order; `ticks[i]` is instance `i`'s next one.
 pub async fn give_backs_until<L>(
     clock: &ManualClock,
-    fleet: &[(RedisBackend, L)],
+    fleet: &[(LeasedBackend, L)],
     ticks: &mut [u64],
     t: u64,
 ) {

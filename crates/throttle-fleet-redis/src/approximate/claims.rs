@@ -88,8 +88,26 @@
 //! holds (an old instance counts the new ones as one, which only makes the
 //! reserve it keeps for unknown instances larger).
 
-#[cfg(test)]
+/// The part of a share that credits and the overdraft are: an eighth.
+const EIGHTH: u64 = 8;
+
+/// What an instance may admit for a key before Redis has heard of it:
+/// `MAX / (8 x fleet x N)`, rounded down, where `fleet` is the fleet's size
+/// as this instance knows it. An eighth of its share of one span, small on
+/// purpose: the one part of the fleet's admissions that no claim covers.
+pub(super) fn credit(limit: u64, fleet: u64, spans: u64) -> u64 {
+    limit / (EIGHTH * fleet.max(1) * spans)
+}
+
+/// The most a key's waiting requests may get per interval, fleet-wide,
+/// beyond what no instance holds a claim on: `max(1, MAX / (8 x N))`, an
+/// eighth of a span's share of the quota, at least one.
+pub(super) fn overdraft(limit: u64, spans: u64) -> u64 {
+    (limit / (EIGHTH * spans)).max(1)
+}
+
 /// One flush call's arguments, common to its keys.
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub(super) struct Call<'a> {
     pub(super) instance: &'a str,
@@ -107,8 +125,8 @@ pub(super) struct Call<'a> {
     pub(super) overdraft: i64,
 }
 
-#[cfg(test)]
 /// One key's part of a flush call.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy)]
 pub(super) struct KeyArgs {
     pub(super) cum: i64,
@@ -118,8 +136,8 @@ pub(super) struct KeyArgs {
     pub(super) need: i64,
 }
 
-#[cfg(test)]
 /// What Redis holds for one key before the write.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Stored<'a> {
     /// The field `K`.
@@ -130,8 +148,8 @@ pub(super) struct Stored<'a> {
     pub(super) previous: Option<&'a str>,
 }
 
-#[cfg(test)]
 /// The script's work for one key.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Granted {
     /// The writer already wrote a later flush: nothing written.
@@ -218,8 +236,8 @@ impl std::fmt::Display for Reply {
     }
 }
 
-#[cfg(test)]
 /// The sums of the instances that write `K.<id>` fields (the `~` entry).
+#[cfg(test)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Sums {
     members: i64,
@@ -265,8 +283,8 @@ impl Sums {
     }
 }
 
-#[cfg(test)]
 /// An entry of the one-field format (0.1): `<id>=<seq>:<count>:<claim>:<span>:<demand>`.
+#[cfg(test)]
 fn old_entry(entry: &str) -> Option<[i64; 5]> {
     let (id, rest) = entry.split_once('=')?;
     if id.is_empty() {
@@ -275,8 +293,8 @@ fn old_entry(entry: &str) -> Option<[i64; 5]> {
     numbers::<5>(rest)
 }
 
-#[cfg(test)]
 /// `N` non-negative integers separated by `:` and nothing else.
+#[cfg(test)]
 fn numbers<const N: usize>(s: &str) -> Option<[i64; N]> {
     let mut out = [0; N];
     let mut it = s.split(':');
@@ -286,8 +304,8 @@ fn numbers<const N: usize>(s: &str) -> Option<[i64; N]> {
     it.next().is_none().then_some(out)
 }
 
-#[cfg(test)]
 /// Lua's `%d+`: one or more ASCII digits.
+#[cfg(test)]
 fn digits(s: &str) -> Option<i64> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -295,9 +313,9 @@ fn digits(s: &str) -> Option<i64> {
     s.parse().ok()
 }
 
-#[cfg(test)]
 /// The previous interval's total of a key: every entry's count (the `~`
 /// entry's is the sum of its members').
+#[cfg(test)]
 fn total(previous: &str) -> i64 {
     previous
         .split(',')
@@ -312,9 +330,9 @@ fn total(previous: &str) -> i64 {
         .sum()
 }
 
-#[cfg(test)]
 /// What the flush script does for one key: the claim granted, the reply,
 /// and the fields written (see the module's formula).
+#[cfg(test)]
 pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Granted {
     let Call {
         limit,

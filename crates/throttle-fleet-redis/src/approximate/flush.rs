@@ -10,6 +10,7 @@ use std::time::Instant;
 use redis::Script;
 use throttle_fleet_core::Key;
 
+use super::buckets::{ALL, Buckets, each};
 use super::claims::Reply;
 use super::limiter::ApproxRule;
 use super::meter::{SpanMeter, SpanState, Window, flag, sat32};
@@ -18,11 +19,11 @@ use super::meter::{SpanMeter, SpanState, Window, flag, sat32};
 /// dropped call unmarks them too).
 struct Flights<'a> {
     meter: &'a SpanMeter,
-    buckets: u8,
+    buckets: Buckets,
 }
 
 impl<'a> Flights<'a> {
-    fn start(meter: &'a SpanMeter, buckets: u8, now_us: u64) -> Self {
+    fn start(meter: &'a SpanMeter, buckets: Buckets, now_us: u64) -> Self {
         meter.flights_started(buckets, now_us);
         Self { meter, buckets }
     }
@@ -59,23 +60,8 @@ struct Part {
 /// The flush script (see `flush.lua`).
 static FLUSH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("flush.lua")));
 
-/// How many hashes a rule's keys are spread over per interval. A flush
-/// costs a few commands per bucket, whatever the number of keys; in a
-/// cluster the buckets spread over the slots.
-pub(crate) const BUCKETS: u64 = 8;
-
 /// The most keys one flush call carries.
 pub(super) const FLUSH_CHUNK: usize = 1_000;
-
-/// The bucket of a key: the same on every instance (FNV-1a of its bytes).
-pub(super) fn bucket_of(key: &Key) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in std::iter::once(u8::from(key.is_digest())).chain(key.as_bytes().iter().copied()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h % BUCKETS
-}
 
 /// One key's entry to write.
 #[derive(Debug, Clone, Copy)]
@@ -203,7 +189,7 @@ impl ApproxRule {
     /// reached Redis. Costs one script call per bucket and 1,000 keys, and
     /// work in proportion to the keys written, not to the keys tracked.
     pub(crate) async fn flush(&self) -> bool {
-        self.write_buckets(u64::MAX, false).await
+        self.write_buckets(ALL, false).await
     }
 
     /// The early flush: writes the keys that ran out of claim before their
@@ -219,14 +205,12 @@ impl ApproxRule {
     /// Writes the listed keys of `buckets` (bit `b`), each bucket apart: a
     /// bucket whose node hangs delays only its own keys and the requests
     /// waiting for them.
-    async fn write_buckets(&self, buckets: u64, early: bool) -> bool {
+    async fn write_buckets(&self, buckets: Buckets, early: bool) -> bool {
         let now = self.redis.local_now();
         let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let started = Instant::now();
         let parts = futures_util::future::join_all(
-            (0..BUCKETS)
-                .filter(|b| buckets & (1 << b) != 0)
-                .map(|b| self.write_bucket(b, now, seq, early)),
+            each(buckets).map(|b| self.write_bucket(b, now, seq, early)),
         )
         .await;
         let written: usize = parts.iter().map(|p| p.written).sum();
@@ -247,7 +231,7 @@ impl ApproxRule {
             self.metrics.failed();
         }
         if ok && self.retired.load(Ordering::Relaxed) && self.unwritten() == 0 {
-            self.shared.forget(self);
+            self.rules.forget(self);
         }
         ok
     }
@@ -277,7 +261,7 @@ impl ApproxRule {
             }
         }
         let meter = self.store.meter();
-        let bit = 1u8 << bucket;
+        let bit: Buckets = 1 << bucket;
         let ok = if writes.is_empty() {
             if meter.redis_down.load(Ordering::Relaxed) & bit == 0 {
                 return Part {

@@ -2,7 +2,7 @@
 //! path and the flush schedule.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -15,18 +15,22 @@ use throttle_fleet_core::{
     Algorithm, Answer, Clock, ConfigError, FailurePolicy, Key, MemoryBackend, Rule,
 };
 
-use super::flush::{BUCKETS, bucket_of};
+use super::buckets::{ALL, AtomicBuckets, BUCKETS, Buckets, bucket_of, each};
 use super::meter::{Asks, Fleet, SpanMeter, Window};
 use super::shared::Shared;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
 use crate::metrics::FlushMetrics;
+use crate::registry::Registry;
 
 /// One rule in the approximate mode.
-pub(crate) struct ApproxRule {
+pub(super) struct ApproxRule {
     pub(super) rule: Rule,
     pub(super) redis: Arc<Redis>,
     pub(super) shared: Arc<Shared>,
+    /// The backend's rules, this one among them (retired here when its
+    /// limiter is dropped with counts to write).
+    pub(super) rules: Arc<Registry<ApproxRule>>,
     pub(super) keys: KeyBase,
     pub(super) store: Arc<MemoryLimiter<SpanMeter, Arc<dyn Clock>>>,
     pub(super) interval_us: u64,
@@ -38,7 +42,7 @@ pub(crate) struct ApproxRule {
     listed: Box<[Mutex<Vec<Key>>]>,
     /// The buckets (bit `b`) where a key ran out of claim and asked for an
     /// early flush.
-    pub(super) asked: AtomicU64,
+    pub(super) asked: AtomicBuckets,
     /// Sequence number of the last flush.
     pub(super) seq: AtomicU32,
     /// Wakes the flusher before the span ends.
@@ -74,7 +78,7 @@ pub(crate) struct ApproxRule {
 /// retires its rule: the backend keeps it and flushes it until what it
 /// counted is in Redis, so a shutdown after the router is gone loses
 /// nothing.
-pub(crate) struct ApproxLimiter(Arc<ApproxRule>);
+pub(super) struct ApproxLimiter(Arc<ApproxRule>);
 
 impl Drop for ApproxLimiter {
     fn drop(&mut self) {
@@ -83,17 +87,18 @@ impl Drop for ApproxLimiter {
             return;
         }
         rule.retired.store(true, Ordering::Relaxed);
-        rule.shared.retire(rule.clone());
+        rule.rules.retire(rule.clone());
         // Flush every bucket now rather than at the span end.
-        rule.asked.store(u64::MAX, Ordering::Relaxed);
+        rule.asked.store(ALL, Ordering::Relaxed);
         rule.wake.notify_one();
     }
 }
 
 impl ApproxLimiter {
-    pub(crate) fn new(
+    pub(super) fn new(
         redis: Arc<Redis>,
         shared: Arc<Shared>,
+        rules: Arc<Registry<ApproxRule>>,
         rule: &Rule,
     ) -> Result<Self, ConfigError> {
         rule.validate()?;
@@ -160,7 +165,7 @@ impl ApproxLimiter {
             strict_when_down: rule.failure_policy() == FailurePolicy::LocalFallback,
             closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
             configured_fleet: u64::from(redis.config.fleet_size.max(1)),
-            redis_down: AtomicU8::new(0),
+            redis_down: AtomicBuckets::new(0),
             flight_since: Default::default(),
             overdue_after_us: redis.config.command_timeout.as_micros() as u64,
             fleet: Fleet::default(),
@@ -178,12 +183,13 @@ impl ApproxLimiter {
             bucket_slots,
             redis,
             shared: shared.clone(),
+            rules: rules.clone(),
             store,
             interval_us,
             limit: q.limit(),
             cooldown_us,
             listed: (0..BUCKETS).map(|_| Mutex::new(Vec::new())).collect(),
-            asked: AtomicU64::new(0),
+            asked: AtomicBuckets::new(0),
             seq: AtomicU32::new(0),
             wake: Arc::new(Notify::new()),
             went_down: Arc::new(Notify::new()),
@@ -198,7 +204,7 @@ impl ApproxLimiter {
             answered: Default::default(),
             answers: Notify::new(),
         });
-        shared.rules.add(&this);
+        rules.add(&this);
         if this.redis.config.test_clock.is_none() {
             ApproxRule::schedule(&this);
         }
@@ -296,7 +302,11 @@ impl ApproxRule {
         self.listed[bucket_of(key) as usize].lock().push(*key);
     }
 
-    /// Takes the set of buckets that asked for an early flush.
+    /// Whether the last flush of every bucket reached Redis.
+    pub(super) fn redis_ok(&self) -> bool {
+        self.store.meter().redis_down.load(Ordering::Relaxed) == 0
+    }
+
     /// Counts admitted but not yet in Redis.
     pub(super) fn unwritten(&self) -> u64 {
         let mut n = 0;
@@ -306,18 +316,17 @@ impl ApproxRule {
         n
     }
 
-    pub(super) fn take_asked(&self) -> u64 {
+    /// Takes the set of buckets that asked for an early flush.
+    pub(super) fn take_asked(&self) -> Buckets {
         self.asked.swap(0, Ordering::Relaxed)
     }
 
     /// Takes the listed keys of the buckets in `buckets` (bit `b`), keeping
     /// the lists' memory for the next span.
-    pub(super) fn take_listed(&self, buckets: u64) -> Vec<Key> {
+    pub(super) fn take_listed(&self, buckets: Buckets) -> Vec<Key> {
         let mut keys = Vec::new();
-        for (b, list) in self.listed.iter().enumerate() {
-            if buckets & (1 << b) != 0 {
-                keys.extend(list.lock().drain(..));
-            }
+        for b in each(buckets) {
+            keys.extend(self.listed[b as usize].lock().drain(..));
         }
         keys
     }

@@ -5,8 +5,10 @@
 //! the tests below drive them over plain values, with no Redis and no clock
 //! but the one passed in.
 
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::buckets::{AtomicBuckets, BUCKETS, Buckets, each};
+use super::claims;
 use throttle_fleet_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
 };
@@ -195,12 +197,12 @@ pub(crate) struct SpanMeter {
     pub(super) configured_fleet: u64,
     /// The buckets (bit `b` for bucket `b`) whose last flush did not reach
     /// Redis: in a cluster a hung primary downs only the buckets it serves.
-    pub(super) redis_down: AtomicU8,
+    pub(super) redis_down: AtomicBuckets,
     /// When (µs, the rule's clock) the flush out to each bucket began, or
     /// 0: a flush out longer than the command timeout counts as down, so
     /// a hung Redis hands keys whose claim ran out to the failure policy
     /// after one command timeout, not after the whole flush timeout.
-    pub(super) flight_since: [AtomicU64; 8],
+    pub(super) flight_since: [AtomicU64; BUCKETS as usize],
     /// The command timeout, in µs.
     pub(super) overdue_after_us: u64,
     pub(super) fleet: Fleet,
@@ -214,25 +216,21 @@ impl SpanMeter {
         if self.redis_down.load(Ordering::Relaxed) & (1 << bucket) != 0 {
             return false;
         }
-        let since = self.flight_since[bucket as usize % 8].load(Ordering::Relaxed);
+        let since = self.flight_since[bucket as usize].load(Ordering::Relaxed);
         since == 0 || now_us.saturating_sub(since) <= self.overdue_after_us
     }
 
     /// A flush to the buckets in `buckets` (bit `b`) leaves at `now_us`.
-    pub(super) fn flights_started(&self, buckets: u8, now_us: u64) {
-        for b in 0..8 {
-            if buckets & (1 << b) != 0 {
-                self.flight_since[b].store(now_us.max(1), Ordering::Relaxed);
-            }
+    pub(super) fn flights_started(&self, buckets: Buckets, now_us: u64) {
+        for b in each(buckets) {
+            self.flight_since[b as usize].store(now_us.max(1), Ordering::Relaxed);
         }
     }
 
     /// The flush to the buckets in `buckets` is back (or gave up).
-    pub(super) fn flights_ended(&self, buckets: u8) {
-        for b in 0..8 {
-            if buckets & (1 << b) != 0 {
-                self.flight_since[b].store(0, Ordering::Relaxed);
-            }
+    pub(super) fn flights_ended(&self, buckets: Buckets) {
+        for b in each(buckets) {
+            self.flight_since[b as usize].store(0, Ordering::Relaxed);
         }
     }
 }
@@ -264,20 +262,20 @@ impl SpanMeter {
         self.interval_us / self.spans
     }
 
-    /// What an instance may admit for a key before Redis has heard of it: an
-    /// eighth of its share of one span, rounded down (none for a quota of
-    /// less than eight requests per instance and span: the key's first
-    /// requests wait for a claim). Small on purpose: it is the one part of
-    /// the fleet's admissions that no claim covers (see `flush.rs`).
+    /// What an instance may admit for a key before Redis has heard of it
+    /// (`claims.rs`).
     pub(super) fn credit(&self) -> u32 {
-        sat32(self.limit / (8 * u64::from(self.fleet.size()) * self.spans))
+        sat32(claims::credit(
+            self.limit,
+            u64::from(self.fleet.size()),
+            self.spans,
+        ))
     }
 
-    /// The most a key's requests that wait may get per interval, fleet-wide,
-    /// beyond what no instance holds a claim on: an eighth of a span's share
-    /// of the quota, at least one (see `flush.rs`).
+    /// The most a key's waiting requests may get per interval beyond what
+    /// is free (`claims.rs`).
     pub(super) fn overdraft(&self) -> u64 {
-        (self.limit / (8 * self.spans)).max(1)
+        claims::overdraft(self.limit, self.spans)
     }
 
     /// The requests per span that `st.seen` stands for.
@@ -515,7 +513,7 @@ impl Meter for SpanMeter {
     }
 
     fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
-        let redis_ok = (0..8).all(|b| self.bucket_ok(b, now_us));
+        let redis_ok = (0..BUCKETS).all(|b| self.bucket_ok(b, now_us));
         // (Only through the rule's own limiter may a request wait: here it
         // is decided again at once, as after a wait.)
         let (step, asks) = self.decide(st, now_us, cost, redis_ok, false);

@@ -34,6 +34,8 @@
 //! the demand they reported, and `local_fallback()` also keeps each key to
 //! its share of a span.
 
+mod backend;
+mod buckets;
 mod claims;
 mod flush;
 mod limiter;
@@ -42,9 +44,8 @@ mod options;
 mod shared;
 mod stats;
 
-pub(crate) use limiter::ApproxLimiter;
+pub use backend::ApproximateBackend;
 pub use options::ApproximateOptions;
-pub(crate) use shared::{Shared, instance_id};
 pub use stats::ApproximateStats;
 
 /// The oldest Redis the flush script runs on (multi-field `HSET`, `HMGET`,

@@ -1,6 +1,6 @@
 //! Counters of the approximate mode.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What the approximate mode has done, for dashboards and for trusting it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,4 +47,26 @@ pub(crate) struct Counters {
     pub(super) waited: AtomicU64,
     pub(super) max_overshoot: AtomicU64,
     pub(super) dropped: AtomicU64,
+}
+
+impl Counters {
+    /// The counters now; `redis_ok`: whether every rule's last flush
+    /// reached Redis.
+    pub(super) fn snapshot(&self, redis_ok: bool) -> ApproximateStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ApproximateStats {
+            flushes: get(&self.flushes),
+            failed_flushes: get(&self.failed_flushes),
+            last_flush_us: get(&self.last_flush_us),
+            max_flush_us: get(&self.max_flush_us),
+            pending_keys: get(&self.pending_keys),
+            nodes_estimate_milli: get(&self.nodes_estimate_milli),
+            local_denials: get(&self.local_denials),
+            early_flushes_asked: get(&self.early_flushes_asked),
+            waited: get(&self.waited),
+            max_overshoot: get(&self.max_overshoot),
+            dropped: get(&self.dropped),
+            redis_ok,
+        }
+    }
 }

@@ -8,9 +8,12 @@
 //! batches grow with the concurrency, and a hot key (the attack case) costs
 //! Redis a small fraction of one call per request.
 
+mod backend;
 mod batch;
 mod compiled;
 mod deny;
+
+pub use backend::ExactBackend;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

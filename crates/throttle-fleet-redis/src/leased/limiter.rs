@@ -13,13 +13,14 @@ use crate::conn::Redis;
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::metrics::LeaseMetrics;
+use crate::registry::Registry;
 
 use super::options::{MAX_BATCH, WhenEmpty};
 use super::shared::Shared;
 use super::state::{Lease, LeaseMeter, LeaseState, Local, spend, start_fetch};
 
 /// One rule in the leased mode.
-pub(crate) struct LeaseRule {
+pub(super) struct LeaseRule {
     pub(super) rule: Rule,
     pub(super) redis: Arc<Redis>,
     pub(super) shared: Arc<Shared>,
@@ -42,12 +43,13 @@ pub(crate) struct LeaseRule {
 
 /// A limiter of the leased mode.
 #[derive(Clone)]
-pub(crate) struct LeaseLimiter(Arc<LeaseRule>);
+pub(super) struct LeaseLimiter(Arc<LeaseRule>);
 
 impl LeaseLimiter {
-    pub(crate) fn new(
+    pub(super) fn new(
         redis: Arc<Redis>,
         shared: Arc<Shared>,
+        rules: &Registry<LeaseRule>,
         rule: &Rule,
     ) -> Result<Self, ConfigError> {
         rule.validate()?;
@@ -96,7 +98,7 @@ impl LeaseLimiter {
             max_batch: batch.max((gcra.capacity() / 64).min(MAX_BATCH)),
             refill_us: gcra.increment(batch).0,
         });
-        shared.rules.add(&this);
+        rules.add(&this);
         if this.redis.config.test_clock.is_none() {
             LeaseRule::schedule(&this);
         }

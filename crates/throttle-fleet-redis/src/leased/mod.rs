@@ -31,6 +31,7 @@
 //! earlier and spent later can add to what the bucket lets through at that
 //! moment. [`LeaseOptions`] states the bounds and what was measured.
 
+mod backend;
 mod fetch;
 mod give_back;
 mod limiter;
@@ -39,7 +40,6 @@ mod shared;
 mod state;
 mod stats;
 
-pub(crate) use limiter::LeaseLimiter;
+pub use backend::LeasedBackend;
 pub use options::{LeaseOptions, MAX_BATCH, WhenEmpty};
-pub(crate) use shared::Shared;
 pub use stats::LeaseStats;

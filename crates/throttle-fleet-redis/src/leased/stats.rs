@@ -1,6 +1,6 @@
 //! Counters of the leased mode.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What the leased mode has done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -25,4 +25,17 @@ pub(super) struct Counters {
     pub(super) returned: AtomicU64,
     pub(super) waited: AtomicU64,
     pub(super) local_denials: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn snapshot(&self) -> LeaseStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LeaseStats {
+            fetches: get(&self.fetches),
+            leased: get(&self.leased),
+            returned: get(&self.returned),
+            waited: get(&self.waited),
+            local_denials: get(&self.local_denials),
+        }
+    }
 }

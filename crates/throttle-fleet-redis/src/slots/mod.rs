@@ -41,6 +41,16 @@ use crate::reply::Reply;
 use held::{Held, Slot};
 use scripts::{NO_CLOCK, SLOTS_SCRIPT};
 
+/// The refusal of a concurrency rule by a mode that decides from local
+/// counts.
+pub(crate) fn needs_exact_mode(rule: &Rule) -> ConfigError {
+    ConfigError::new(
+        "algorithm",
+        "concurrency needs the exact mode: the approximate and leased modes decide from local counts, which cannot bound requests in flight across the fleet",
+    )
+    .in_rule(rule.name())
+}
+
 /// What the concurrency rules of a backend have done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -74,7 +84,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
-            instance: crate::approximate::instance_id(),
+            instance: crate::instance::instance_id(),
             seq: AtomicU64::new(1),
             rules: Registry::default(),
             granted: AtomicU64::new(0),
