@@ -19,15 +19,11 @@ impl KeyBase {
         }
     }
 
-    /// The approximate mode's hash of one bucket of the rule's keys for one
-    /// interval: `<prefix>:{<rule>:b<bucket>}:a:<interval>`.
-    pub(crate) fn bucket(&self, bucket: u64, interval: u64) -> String {
-        format!("{}b{bucket}}}:a:{interval}", self.head)
-    }
-
-    /// The cluster hash slot of a bucket's hashes (every interval's).
-    pub(crate) fn bucket_slot(&self, bucket: u64) -> u16 {
-        crate::slot::slot_of(self.bucket(bucket, 0).as_bytes())
+    /// A name whose hash tag is the rule's and `tag`'s, for what the rule's
+    /// keys share (the approximate mode's buckets):
+    /// `<prefix>:{<rule>:<tag>}:<suffix>`.
+    pub(crate) fn hash_head(&self, tag: &str, suffix: &str) -> String {
+        format!("{}{tag}}}:{suffix}", self.head)
     }
 
     /// The cluster hash slot of every key of `key`: the CRC16 of the hash

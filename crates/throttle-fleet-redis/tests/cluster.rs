@@ -231,16 +231,59 @@ async fn one_hung_primary_leaves_the_keys_of_the_others_to_redis() {
     assert!(backend.stats().breaker_open || backend.stats().breaker_opened > 0);
 }
 
-/// The approximate mode's bucket of a key (FNV-1a over the raw/digest
-/// marker and the key's bytes, of 8): each bucket's counts live in one
-/// hash, so on one primary.
-fn bucket_of(key: &Key) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in std::iter::once(u8::from(key.is_digest())).chain(key.as_bytes().iter().copied()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+/// Where the approximate mode wrote each key's counts: the port of the
+/// primary holding the hash whose fields name the key (read from every
+/// primary, not computed the way the backend computes it).
+fn primary_of_keys(cluster: &RedisCluster, rule: &str) -> std::collections::HashMap<String, u16> {
+    let mut at = std::collections::HashMap::new();
+    for primary in cluster.primaries() {
+        let hashes = primary.cli(&["KEYS", &format!("rl:{{{rule}:*}}:a:*")]);
+        for hash in hashes.lines().filter(|l| !l.is_empty()) {
+            for field in primary.cli(&["HKEYS", hash]).lines() {
+                let key = field.split('.').next().unwrap_or_default();
+                if !key.is_empty() {
+                    at.insert(key.to_owned(), primary.port());
+                }
+            }
+        }
     }
-    h % 8
+    at
+}
+
+/// One approximate rule's keys on a 16-primary cluster: its writes reach
+/// every primary (0.1's eight buckets per rule reached eight at most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_approximate_rule_writes_to_every_primary_of_sixteen() {
+    let _one = SERIAL.lock().await;
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(16, 0))
+        .await
+        .unwrap();
+    let backend = RedisBackend::approximate(
+        RedisConfig::cluster(cluster.nodes()),
+        ApproximateOptions::default(),
+    )
+    .await
+    .unwrap();
+    let rule = Rule::new("tenant", Quota::per_minute(1_000_000)).fixed_window();
+    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    for k in 0..2_000u64 {
+        assert!(check(limiter.as_ref(), &Key::from(k)).await.0.is_ok());
+    }
+    assert!(backend.flush().await);
+    let at = primary_of_keys(&cluster, "tenant");
+    assert_eq!(at.len(), 2_000, "every key's counts are in Redis");
+    let mut per_primary = std::collections::BTreeMap::new();
+    for port in at.values() {
+        *per_primary.entry(*port).or_insert(0u32) += 1;
+    }
+    println!("keys per primary: {per_primary:?}");
+    assert_eq!(
+        per_primary.len(),
+        16,
+        "one rule's writes reached {} of 16 primaries",
+        per_primary.len()
+    );
+    backend.shutdown().await.unwrap();
 }
 
 /// A fail-closed approximate rule while one primary hangs: keys whose
@@ -270,28 +313,10 @@ async fn approximate_one_hung_primary_closes_only_its_buckets() {
         .fixed_window()
         .fail_closed();
     let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
-    let bucket_port: Vec<u16> = (0..8)
-        .map(|b| {
-            cluster
-                .primary_for_key(&format!("rl:{{tenant:b{b}}}:a:0"))
-                .port()
-        })
-        .collect();
-    let hung = bucket_port[0];
-    assert!(
-        bucket_port.iter().any(|&p| p != hung),
-        "every bucket on one primary: {bucket_port:?}"
-    );
     let keys: Vec<Key> = (0..200u64).map(Key::from).collect();
-    let on_hung: Vec<bool> = keys
-        .iter()
-        .map(|k| bucket_port[bucket_of(k) as usize] == hung)
-        .collect();
-    assert!(on_hung.iter().any(|&h| h) && on_hung.iter().any(|&h| !h));
-
     // Rounds over every key: (refused on healthy, checks on healthy, refused on hung).
-    let rounds = |secs: u64| {
-        let (limiter, keys, on_hung) = (limiter.clone(), keys.clone(), on_hung.clone());
+    let rounds = |secs: u64, on_hung: &[bool]| {
+        let (limiter, keys, on_hung) = (limiter.clone(), keys.clone(), on_hung.to_vec());
         async move {
             let (mut refused_healthy, mut healthy, mut refused_hung) = (0u64, 0u64, 0u64);
             let deadline = Instant::now() + Duration::from_secs(secs);
@@ -311,12 +336,25 @@ async fn approximate_one_hung_primary_closes_only_its_buckets() {
         }
     };
     // Flushes reach every primary first.
-    let (refused, _, refused_hung) = rounds(1).await;
+    let (refused, _, refused_hung) = rounds(1, &vec![false; keys.len()]).await;
     assert_eq!((refused, refused_hung), (0, 0), "refused before any fault");
+    assert!(backend.flush().await);
+    let at = primary_of_keys(&cluster, "tenant");
+    let port_of = |k: &Key| {
+        let mut hex = String::new();
+        k.write_hex(&mut hex);
+        at[&hex]
+    };
+    let hung = port_of(&keys[0]);
+    let on_hung: Vec<bool> = keys.iter().map(|k| port_of(k) == hung).collect();
+    assert!(
+        on_hung.iter().any(|&h| h) && on_hung.iter().any(|&h| !h),
+        "every key on one primary"
+    );
 
     let node = cluster.node_by_port(hung);
     node.stop();
-    let (refused_healthy, healthy, refused_hung) = rounds(3).await;
+    let (refused_healthy, healthy, refused_hung) = rounds(3, &on_hung).await;
     node.resume();
     let woke = Instant::now();
     println!(

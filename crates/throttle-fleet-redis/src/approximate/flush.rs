@@ -10,7 +10,7 @@ use std::time::Instant;
 use redis::Script;
 use throttle_fleet_core::Key;
 
-use super::buckets::{ALL, Buckets, each};
+use super::buckets::{Buckets, each};
 use super::claims::Reply;
 use super::limiter::ApproxRule;
 use super::meter::{SpanMeter, SpanState, Window, flag, sat32};
@@ -189,7 +189,7 @@ impl ApproxRule {
     /// reached Redis. Costs one script call per bucket and 1,000 keys, and
     /// work in proportion to the keys written, not to the keys tracked.
     pub(crate) async fn flush(&self) -> bool {
-        self.write_buckets(ALL, false).await
+        self.write_buckets(self.layout.all(), false).await
     }
 
     /// The early flush: writes the keys that ran out of claim before their
@@ -271,7 +271,7 @@ impl ApproxRule {
             }
             // Down with nothing to write: a real round trip to its node
             // decides whether it is back (a fail-closed rule writes nothing).
-            self.redis.ping_slot(self.keys.bucket_slot(bucket)).await
+            self.redis.ping_slot(self.layout.slot(bucket)).await
         } else {
             // This interval's counts, and the last one's not written yet.
             let mut intervals: Vec<u64> = writes.iter().map(|w| w.interval).collect();
@@ -333,8 +333,8 @@ impl ApproxRule {
             }
         };
         let mut inv = FLUSH_SCRIPT.prepare_invoke();
-        inv.key(self.keys.bucket(bucket, interval))
-            .key(self.keys.bucket(bucket, interval.saturating_sub(1)))
+        inv.key(self.layout.hash(bucket, interval))
+            .key(self.layout.hash(bucket, interval.saturating_sub(1)))
             .arg(&self.instance)
             .arg(ttl_ms)
             .arg(self.limit)
@@ -360,7 +360,7 @@ impl ApproxRule {
             .redis
             .eval_off_path::<String>(
                 &inv,
-                self.keys.bucket_slot(bucket),
+                self.layout.slot(bucket),
                 self.shared.options.flush_timeout,
             )
             .await

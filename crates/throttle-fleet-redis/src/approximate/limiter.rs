@@ -15,7 +15,7 @@ use throttle_fleet_core::{
     Algorithm, Answer, Clock, ConfigError, FailurePolicy, Key, MemoryBackend, Rule,
 };
 
-use super::buckets::{ALL, AtomicBuckets, BUCKETS, Buckets, bucket_of, each};
+use super::buckets::{AtomicBuckets, Buckets, Layout, each};
 use super::meter::{Asks, Fleet, SpanMeter, Window};
 use super::shared::Shared;
 use crate::conn::Redis;
@@ -31,7 +31,6 @@ pub(super) struct ApproxRule {
     /// The backend's rules, this one among them (retired here when its
     /// limiter is dropped with counts to write).
     pub(super) rules: Arc<Registry<ApproxRule>>,
-    pub(super) keys: KeyBase,
     pub(super) store: Arc<MemoryLimiter<SpanMeter, Arc<dyn Clock>>>,
     pub(super) interval_us: u64,
     pub(super) limit: u64,
@@ -58,20 +57,20 @@ pub(super) struct ApproxRule {
     /// a retired one) never write each other's entries.
     pub(super) instance: String,
     /// Held by the flush in progress, per bucket.
-    pub(super) flushing: [tokio::sync::Mutex<()>; BUCKETS as usize],
+    pub(super) flushing: Box<[tokio::sync::Mutex<()>]>,
     /// Per bucket, the number of the last flush that took its list, and of
     /// the last whose answer is applied (or that failed): a request that
     /// waits for a claim waits for a flush that took the list after it was
     /// listed.
-    pub(super) taken: [AtomicU64; BUCKETS as usize],
-    pub(super) answered: [AtomicU64; BUCKETS as usize],
+    pub(super) taken: Box<[AtomicU64]>,
+    pub(super) answered: Box<[AtomicU64]>,
     /// Woken when a flush's answers are applied.
     pub(super) answers: Notify,
     /// Flushes and node estimate, as metrics.
     pub(super) metrics: FlushMetrics,
-    /// The cluster hash slot of each bucket's hashes (whose node's breaker
-    /// a decision reads).
-    bucket_slots: [u16; BUCKETS as usize],
+    /// The hashes the rule's keys are spread over, and their slots (whose
+    /// node's breaker a decision reads).
+    pub(super) layout: Layout,
 }
 
 /// A limiter of the approximate mode. Dropping it (the router went away)
@@ -89,7 +88,7 @@ impl Drop for ApproxLimiter {
         rule.retired.store(true, Ordering::Relaxed);
         rule.rules.retire(rule.clone());
         // Flush every bucket now rather than at the span end.
-        rule.asked.store(ALL, Ordering::Relaxed);
+        rule.asked.store(rule.layout.all(), Ordering::Relaxed);
         rule.wake.notify_one();
     }
 }
@@ -157,6 +156,9 @@ impl ApproxLimiter {
             .in_rule(rule.name()));
         }
         let cooldown_us = options.cooldown.map(|c| c.as_micros() as u64);
+        let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
+        let layout = Layout::new(&keys, redis.is_cluster());
+        let count = layout.count() as usize;
         let meter = SpanMeter {
             window,
             limit: q.limit(),
@@ -166,7 +168,7 @@ impl ApproxLimiter {
             closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
             configured_fleet: u64::from(redis.config.fleet_size.max(1)),
             redis_down: AtomicBuckets::new(0),
-            flight_since: Default::default(),
+            flight_since: per_bucket(count),
             overdue_after_us: redis.config.command_timeout.as_micros() as u64,
             fleet: Fleet::default(),
         };
@@ -174,13 +176,10 @@ impl ApproxLimiter {
             .max_keys(options.max_keys)
             .limiter_for(meter)
             .map_err(|e| e.in_rule(rule.name()))?;
-        let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
-        let bucket_slots = std::array::from_fn(|b| keys.bucket_slot(b as u64));
         let this = Arc::new(ApproxRule {
             metrics: FlushMetrics::new(rule.name()),
             rule: rule.clone(),
-            keys,
-            bucket_slots,
+            layout,
             redis,
             shared: shared.clone(),
             rules: rules.clone(),
@@ -188,7 +187,7 @@ impl ApproxLimiter {
             interval_us,
             limit: q.limit(),
             cooldown_us,
-            listed: (0..BUCKETS).map(|_| Mutex::new(Vec::new())).collect(),
+            listed: per_bucket(count),
             asked: AtomicBuckets::new(0),
             seq: AtomicU32::new(0),
             wake: Arc::new(Notify::new()),
@@ -199,9 +198,9 @@ impl ApproxLimiter {
                 shared.instance,
                 shared.next_rule.fetch_add(1, Ordering::Relaxed)
             ),
-            flushing: Default::default(),
-            taken: Default::default(),
-            answered: Default::default(),
+            flushing: per_bucket(count),
+            taken: per_bucket(count),
+            answered: per_bucket(count),
             answers: Notify::new(),
         });
         rules.add(&this);
@@ -210,6 +209,11 @@ impl ApproxLimiter {
         }
         Ok(Self(this))
     }
+}
+
+/// One `T` per bucket.
+fn per_bucket<T: Default>(count: usize) -> Box<[T]> {
+    (0..count).map(|_| T::default()).collect()
 }
 
 /// What woke a rule's flush task.
@@ -299,7 +303,9 @@ impl ApproxRule {
     /// Adds a key to the list of keys to write (its `LISTED` flag was
     /// just set).
     pub(super) fn list(&self, key: &Key) {
-        self.listed[bucket_of(key) as usize].lock().push(*key);
+        self.listed[self.layout.bucket_of(key) as usize]
+            .lock()
+            .push(*key);
     }
 
     /// Whether the last flush of every bucket reached Redis.
@@ -340,7 +346,7 @@ impl ApproxRule {
         key: &Key,
         cost: u64,
     ) -> Answer<Result<Outcome, Unavailable>> {
-        let bucket = bucket_of(key);
+        let bucket = self.layout.bucket_of(key);
         // Read before the key is listed: the flush the request waits for is
         // one numbered above this that has written the key.
         let after = self.taken[bucket as usize].load(Ordering::SeqCst);
@@ -372,7 +378,7 @@ impl ApproxRule {
             // claim covers.
             let redis_ok = redis_ok
                 && meter.bucket_ok(bucket, now)
-                && !self.redis.is_open(self.bucket_slots[bucket as usize]);
+                && !self.redis.is_open(self.layout.slot(bucket));
             let (step, asks) = meter.decide(st, now, cost, redis_ok, retry);
             (step, now, asks, redis_ok)
         });

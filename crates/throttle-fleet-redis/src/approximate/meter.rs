@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::buckets::{AtomicBuckets, BUCKETS, Buckets, each};
+use super::buckets::{AtomicBuckets, Buckets, each};
 use super::claims;
 use throttle_fleet_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
@@ -202,7 +202,7 @@ pub(crate) struct SpanMeter {
     /// 0: a flush out longer than the command timeout counts as down, so
     /// a hung Redis hands keys whose claim ran out to the failure policy
     /// after one command timeout, not after the whole flush timeout.
-    pub(super) flight_since: [AtomicU64; BUCKETS as usize],
+    pub(super) flight_since: Box<[AtomicU64]>,
     /// The command timeout, in µs.
     pub(super) overdue_after_us: u64,
     pub(super) fleet: Fleet,
@@ -513,7 +513,7 @@ impl Meter for SpanMeter {
     }
 
     fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
-        let redis_ok = (0..BUCKETS).all(|b| self.bucket_ok(b, now_us));
+        let redis_ok = (0..self.flight_since.len() as u64).all(|b| self.bucket_ok(b, now_us));
         // (Only through the rule's own limiter may a request wait: here it
         // is decided again at once, as after a wait.)
         let (step, asks) = self.decide(st, now_us, cost, redis_ok, false);
@@ -566,7 +566,7 @@ mod tests {
             closed_when_down: true,
             configured_fleet: 1,
             redis_down: Default::default(),
-            flight_since: Default::default(),
+            flight_since: (0..8).map(|_| Default::default()).collect(),
             overdue_after_us: 50_000,
             fleet: Default::default(),
         }
