@@ -8,30 +8,31 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use redis::Script;
-use throttle_fleet_core::Key;
 
 use super::buckets::{Buckets, each};
 use super::claims::Reply;
 use super::limiter::ApproxRule;
-use super::meter::{SpanMeter, SpanState, Window, flag, sat32};
+use super::meter::{Window, flag};
+use super::plan::{self, Planning, Write};
+use super::view::View;
 
 /// The buckets a flush call is out to, marked for as long as it is (a
 /// dropped call unmarks them too).
 struct Flights<'a> {
-    meter: &'a SpanMeter,
+    view: &'a View,
     buckets: Buckets,
 }
 
 impl<'a> Flights<'a> {
-    fn start(meter: &'a SpanMeter, buckets: Buckets, now_us: u64) -> Self {
-        meter.flights_started(buckets, now_us);
-        Self { meter, buckets }
+    fn start(view: &'a View, buckets: Buckets, now_us: u64) -> Self {
+        view.flights_started(buckets, now_us);
+        Self { view, buckets }
     }
 }
 
 impl Drop for Flights<'_> {
     fn drop(&mut self) {
-        self.meter.flights_ended(self.buckets);
+        self.view.flights_ended(self.buckets);
     }
 }
 
@@ -63,127 +64,7 @@ static FLUSH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str
 /// The most keys one flush call carries.
 pub(super) const FLUSH_CHUNK: usize = 1_000;
 
-/// One key's entry to write.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Write {
-    pub(super) key: Key,
-    pub(super) interval: u64,
-    /// Span within `interval` the write was made in.
-    pub(super) span: u16,
-    /// This instance's cumulative count.
-    pub(super) cum: u32,
-    /// The most it may admit before the reply is applied.
-    pub(super) hold: u32,
-    /// Requests per span.
-    pub(super) demand: u32,
-    /// The fleet's count as this instance last heard it.
-    pub(super) known: u32,
-    /// The cost of the requests waiting for this write's answer: the claim
-    /// covers at least this much if the fleet has it free.
-    pub(super) need: u32,
-    /// Whether a request asked for this write (an early flush).
-    pub(super) asked: bool,
-}
-
 impl ApproxRule {
-    /// The entries a flush writes for one key now, and resets its demand.
-    /// Returns whether the key stays listed without a write: blocked with
-    /// nothing new to say, it is carried to the flush after its block lifts,
-    /// which asks for a claim with the demand seen meanwhile (so the first
-    /// requests of the next interval need no early flush).
-    fn writes_of(
-        &self,
-        key: &Key,
-        st: &mut SpanState,
-        now: u64,
-        early: bool,
-        out: &mut Vec<Write>,
-    ) -> bool {
-        let meter = self.store.meter();
-        let (_, dropped) = meter.roll(st, now);
-        self.shared
-            .counters
-            .dropped
-            .fetch_add(dropped, Ordering::Relaxed);
-        if now < st.blocked_until && st.local == st.flushed && st.pending == 0 {
-            return true;
-        }
-        if early && !st.has(flag::WANTS) && st.need == 0 {
-            // An early flush writes the keys that asked for it; the others
-            // wait for the span's end (their claims hold until then, and a
-            // moment's demand would shrink them).
-            return true;
-        }
-        let asked = st.has(flag::WANTS);
-        st.flags &= !(flag::LISTED | flag::WANTS);
-        if st.pending > 0 {
-            out.push(Write {
-                key: *key,
-                interval: st.interval - 1,
-                span: (meter.spans - 1) as u16,
-                cum: st.pending,
-                hold: st.pending,
-                demand: 0,
-                known: st.prev_fleet,
-                need: 0,
-                asked: false,
-            });
-        }
-        // (A key with recent demand and no entry in this interval yet, just
-        // rolled into it while it held a claim: it asks for a claim in the
-        // new interval now, so that its next request need not wait.)
-        let asks = st.rate8 > 0 && !st.has(flag::ENTRY);
-        if st.local != st.flushed
-            || st.seen > 0
-            || asks
-            || (st.claim_valid() && st.claim > st.local)
-        {
-            // A rule that is going away (its limiter dropped, or the backend
-            // shutting down) asks for nothing and gives its claim back.
-            let closing =
-                self.retired.load(Ordering::Relaxed) || self.shared.closing.load(Ordering::Relaxed);
-            let demand = if closing {
-                0
-            } else {
-                meter.smoothed_demand(st, now, early)
-            };
-            // While the write is out, this instance spends at most a little
-            // more than it has (a flight takes milliseconds): the old claim
-            // is not carried into the new one. Nothing seen since the last
-            // write: all of it goes back (a request that comes later waits
-            // for a claim).
-            let credit = meter.credit();
-            let margin = if closing || demand == 0 {
-                0
-            } else {
-                credit.max(demand / 8)
-            };
-            let hold = st.ceiling(credit).min(st.local.saturating_add(margin));
-            if st.claim_valid() {
-                st.claim = st.claim.min(hold);
-            }
-            out.push(Write {
-                key: *key,
-                interval: st.interval,
-                span: st.span,
-                cum: st.local,
-                hold,
-                demand,
-                known: sat32(st.heard()),
-                need: if closing { 0 } else { st.need },
-                asked,
-            });
-            st.need = 0;
-            if !early {
-                // The demand is counted from one span-end write to the
-                // next: an early write in between does not cut it short.
-                st.seen = 0;
-                st.since = now;
-            }
-        }
-        false
-    }
-
     /// Writes every key seen since the last flush (and those still holding
     /// a claim) and applies the claims granted; returns whether it all
     /// reached Redis. Costs one script call per bucket and 1,000 keys, and
@@ -251,19 +132,34 @@ impl ApproxRule {
             bucket,
             number,
         };
+        let at = Planning {
+            now,
+            early,
+            closing: self.retired.load(Ordering::Relaxed)
+                || self.shared.closing.load(Ordering::Relaxed),
+            fleet: self.view.fleet.size(),
+        };
+        let meter = self.store.meter();
         let mut writes = Vec::with_capacity(keys.len() + keys.len() / 8);
+        let mut dropped = 0;
         for key in &keys {
-            let carried = self
+            let planned = self
                 .store
-                .update(key, |st| self.writes_of(key, st, now, early, &mut writes));
-            if carried == Some(true) {
-                self.list(key);
+                .update(key, |st| plan::writes(meter, key, st, &at, &mut writes));
+            if let Some(planned) = planned {
+                dropped += planned.dropped;
+                if planned.carried {
+                    self.list(key);
+                }
             }
         }
-        let meter = self.store.meter();
+        self.shared
+            .counters
+            .dropped
+            .fetch_add(dropped, Ordering::Relaxed);
         let bit: Buckets = 1 << bucket;
         let ok = if writes.is_empty() {
-            if meter.redis_down.load(Ordering::Relaxed) & bit == 0 {
+            if self.view.redis_down.load(Ordering::Relaxed) & bit == 0 {
                 return Part {
                     written: 0,
                     ok: true,
@@ -285,7 +181,7 @@ impl ApproxRule {
                 group.chunks(FLUSH_CHUNK).map(|chunk| async move {
                     // Marked out for as long as this call is: an overdue
                     // call hands its keys to the failure policy.
-                    let _out = Flights::start(meter, bit, now);
+                    let _out = Flights::start(&self.view, bit, now);
                     self.flush_bucket(bucket, chunk[0].interval, chunk, now, seq)
                         .await
                 })
@@ -296,8 +192,8 @@ impl ApproxRule {
                 .all(|ok| ok)
         };
         if ok {
-            meter.redis_down.fetch_and(!bit, Ordering::Relaxed);
-        } else if meter.redis_down.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+            self.view.redis_down.fetch_and(!bit, Ordering::Relaxed);
+        } else if self.view.redis_down.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             self.went_down.notify_one();
         }
         Part {
@@ -340,8 +236,8 @@ impl ApproxRule {
             .arg(self.limit)
             .arg(weight_milli)
             .arg(interval * meter.spans + u64::from(writes[0].span))
-            .arg(meter.fleet.size())
-            .arg(meter.credit())
+            .arg(self.view.fleet.size())
+            .arg(meter.credit(self.view.fleet.size()))
             .arg(seq)
             .arg(meter.overdraft())
             .arg(interval * meter.spans);
@@ -399,11 +295,13 @@ impl ApproxRule {
         }
     }
 
+    /// Applies a key's reply: the rule's counters and fleet size here, the
+    /// key's state in `plan::apply`.
     fn apply(&self, w: &Write, r: &Reply, seq: u32) {
-        let [spent, claim, limit, instances, prev, estimate, rate, free] = r.as_u32();
+        let [spent, _, limit, instances, ..] = r.as_u32();
         let c = &self.shared.counters;
         let meter = self.store.meter();
-        meter.fleet.saw(w.interval, instances);
+        self.view.fleet.saw(w.interval, instances);
         if spent > limit {
             c.max_overshoot
                 .fetch_max(u64::from(spent - limit), Ordering::Relaxed);
@@ -415,80 +313,9 @@ impl ApproxRule {
         };
         c.nodes_estimate_milli.store(nodes_milli, Ordering::Relaxed);
         self.metrics.nodes_milli(nodes_milli);
-        let instances = u8::try_from(instances).unwrap_or(u8::MAX);
         let now = self.redis.local_now();
         let relist = self.store.update(&w.key, |st| {
-            if st.interval == w.interval {
-                if seq <= st.seq && st.has(flag::ENTRY) {
-                    return false;
-                }
-                st.seq = seq;
-                st.flags |= flag::ENTRY;
-                st.flushed = w.cum;
-                st.claim = claim;
-                st.grant_span = w.span;
-                st.spent = spent;
-                st.behind = estimate.saturating_sub(spent);
-                st.others_rate = rate;
-                st.instances = instances;
-                st.prev_fleet = st.prev_fleet.max(prev);
-                if spent >= limit {
-                    // No room left in the fleet: denied here without a
-                    // flush until the window can have room again.
-                    st.claim = st.local;
-                    st.seen = 0;
-                    st.since = now;
-                    st.blocked_until = match meter.window {
-                        Window::Fixed(_) => {
-                            let end = (w.interval + 1) * self.interval_us;
-                            self.cooldown_us.map_or(end, |cd| now + cd)
-                        }
-                        // Until the window, as this instance knows it now,
-                        // has room for one more (its room grows with time),
-                        // at most until the span ends.
-                        Window::Sliding(_) => {
-                            let step = meter.window_step(st, now, st.heard(), 1);
-                            let end = meter.span_end(w.interval, u64::from(st.span));
-                            if step.allowed {
-                                0
-                            } else {
-                                (now + step.retry_after_us).min(end)
-                            }
-                        }
-                    };
-                } else if w.asked
-                    && (claim <= st.local
-                        || (free == 0 && matches!(meter.window, Window::Fixed(_))))
-                {
-                    // Asked for, and nothing (or the last of what was free)
-                    // granted: other instances hold the rest, and asking
-                    // again before they flush at their span end gives
-                    // nothing more (a sliding window grows its room with
-                    // time: at the span end). Meanwhile requests this
-                    // instance has no claim for are denied, not kept
-                    // waiting for a Redis call that would deny them.
-                    st.quiet_until = match meter.window {
-                        Window::Fixed(_) => {
-                            meter.span_end(w.interval, u64::from(st.span)) + meter.span_us() / 5
-                        }
-                        Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
-                    };
-                }
-                // Holding a claim: written again at the span end, to renew
-                // it or give back all but a credit (which keeps a key seen in
-                // the interval answering at once, and costs bytes in calls
-                // made anyway); blocked: carried to the flush after the block.
-                (st.claim > st.local || now < st.blocked_until) && !st.has(flag::LISTED) && {
-                    st.flags |= flag::LISTED;
-                    true
-                }
-            } else {
-                if st.interval == w.interval + 1 && st.pending == w.cum {
-                    st.pending = 0;
-                    st.prev_fleet = st.prev_fleet.max(spent);
-                }
-                false
-            }
+            plan::apply(meter, st, w, r, seq, now, self.cooldown_us)
         });
         if relist == Some(true) {
             self.list(&w.key);

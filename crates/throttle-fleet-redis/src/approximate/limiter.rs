@@ -16,8 +16,9 @@ use throttle_fleet_core::{
 };
 
 use super::buckets::{AtomicBuckets, Buckets, Layout, each};
-use super::meter::{Asks, Fleet, SpanMeter, Window};
+use super::meter::{Asks, Known, SpanMeter, Window};
 use super::shared::Shared;
+use super::view::View;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
 use crate::metrics::FlushMetrics;
@@ -71,6 +72,8 @@ pub(super) struct ApproxRule {
     /// The hashes the rule's keys are spread over, and their slots (whose
     /// node's breaker a decision reads).
     pub(super) layout: Layout,
+    /// Which buckets answer, the flushes out, the fleet's size.
+    pub(super) view: View,
 }
 
 /// A limiter of the approximate mode. Dropping it (the router went away)
@@ -167,10 +170,6 @@ impl ApproxLimiter {
             strict_when_down: rule.failure_policy() == FailurePolicy::LocalFallback,
             closed_when_down: rule.failure_policy() == FailurePolicy::FailClosed,
             configured_fleet: u64::from(redis.config.fleet_size.max(1)),
-            redis_down: AtomicBuckets::new(0),
-            flight_since: per_bucket(count),
-            overdue_after_us: redis.config.command_timeout.as_micros() as u64,
-            fleet: Fleet::default(),
         };
         let store = MemoryBackend::with_clock(redis.local_clock())
             .max_keys(options.max_keys)
@@ -179,6 +178,10 @@ impl ApproxLimiter {
         let this = Arc::new(ApproxRule {
             metrics: FlushMetrics::new(rule.name()),
             rule: rule.clone(),
+            view: View::new(
+                layout.count(),
+                redis.config.command_timeout.as_micros() as u64,
+            ),
             layout,
             redis,
             shared: shared.clone(),
@@ -265,7 +268,7 @@ impl ApproxRule {
                 // that a rule that refuses meanwhile (fail closed) serves
                 // again soon after Redis does.
                 let mut next = at;
-                if meter.redis_down.load(Ordering::Relaxed) != 0 {
+                if rule.view.any_down() {
                     let probe = rule.redis.config.probe_interval.as_micros() as u64;
                     next = next.min(now + probe);
                 }
@@ -277,7 +280,7 @@ impl ApproxRule {
                     () = went_down.notified() => Woke::WentDown,
                 };
                 let Some(rule) = weak.upgrade() else { return };
-                let down = rule.store.meter().redis_down.load(Ordering::Relaxed) != 0;
+                let down = rule.view.any_down();
                 match woke {
                     Woke::Asked => {
                         tokio::spawn(async move { rule.flush_asked().await });
@@ -310,7 +313,7 @@ impl ApproxRule {
 
     /// Whether the last flush of every bucket reached Redis.
     pub(super) fn redis_ok(&self) -> bool {
-        self.store.meter().redis_down.load(Ordering::Relaxed) == 0
+        !self.view.any_down()
     }
 
     /// Counts admitted but not yet in Redis.
@@ -377,9 +380,13 @@ impl ApproxRule {
             // that failed or is overdue: the failure policy decides what no
             // claim covers.
             let redis_ok = redis_ok
-                && meter.bucket_ok(bucket, now)
+                && self.view.bucket_ok(bucket, now)
                 && !self.redis.is_open(self.layout.slot(bucket));
-            let (step, asks) = meter.decide(st, now, cost, redis_ok, retry);
+            let known = Known {
+                redis_ok,
+                fleet: self.view.fleet.size(),
+            };
+            let (step, asks) = meter.decide(st, now, cost, known, retry);
             (step, now, asks, redis_ok)
         });
         if asks.dropped > 0 {

@@ -1,13 +1,9 @@
 //! The local decision over one key's counts and the claim the last flush
-//! reply granted this instance: the key's state (atomics, written under the
-//! store's lock) and the rule's view of Redis (which buckets are down, when
-//! their flushes began). Not pure: the transitions read that shared view;
-//! the tests below drive them over plain values, with no Redis and no clock
-//! but the one passed in.
+//! reply granted this instance: pure functions of the key's state, the
+//! rule's settings and what the rule knows of Redis and the fleet
+//! ([`Known`], read from `view.rs` by the caller), at the instant passed
+//! in. The tests below drive them with no Redis and no clock.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
-use super::buckets::{AtomicBuckets, Buckets, each};
 use super::claims;
 use throttle_fleet_core::algorithm::{
     FixedWindow, FixedWindowState, Meter, SlidingWindowCounter, SlidingWindowCounterState, Step,
@@ -123,6 +119,16 @@ impl SpanState {
     }
 }
 
+/// What a decision knows besides the key's state.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Known {
+    /// Whether Redis answers for the key's bucket (its last flush got
+    /// there, the one out is not overdue, its node's breaker is closed).
+    pub(super) redis_ok: bool,
+    /// The fleet's size as learnt from the replies (at least one).
+    pub(super) fleet: u32,
+}
+
 /// What one decision asks of the rule besides its answer.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Asks {
@@ -143,44 +149,6 @@ pub(super) struct Asks {
     pub(super) dropped: u64,
 }
 
-/// The fleet size a rule has learnt from flush replies: the most instances
-/// seen writing one key, this interval or the one before.
-#[derive(Debug, Default)]
-pub(super) struct Fleet {
-    interval: AtomicU64,
-    now: AtomicU32,
-    before: AtomicU32,
-}
-
-impl Fleet {
-    pub(super) fn size(&self) -> u32 {
-        self.now
-            .load(Ordering::Relaxed)
-            .max(self.before.load(Ordering::Relaxed))
-            .max(1)
-    }
-
-    pub(super) fn saw(&self, interval: u64, instances: u32) {
-        let at = self.interval.load(Ordering::Relaxed);
-        if interval > at
-            && self
-                .interval
-                .compare_exchange(at, interval, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let last = self.now.swap(0, Ordering::Relaxed);
-            let before = if interval == at + 1 { last } else { 0 };
-            self.before.store(before, Ordering::Relaxed);
-        }
-        let at = self.interval.load(Ordering::Relaxed);
-        if interval >= at {
-            self.now.fetch_max(instances, Ordering::Relaxed);
-        } else if interval + 1 == at {
-            self.before.fetch_max(instances, Ordering::Relaxed);
-        }
-    }
-}
-
 /// The local decision of one rule.
 #[derive(Debug)]
 pub(crate) struct SpanMeter {
@@ -195,44 +163,6 @@ pub(crate) struct SpanMeter {
     /// The instances configured to share the quota (`RedisConfig::fleet_size`):
     /// while Redis is away, never fewer are assumed.
     pub(super) configured_fleet: u64,
-    /// The buckets (bit `b` for bucket `b`) whose last flush did not reach
-    /// Redis: in a cluster a hung primary downs only the buckets it serves.
-    pub(super) redis_down: AtomicBuckets,
-    /// When (µs, the rule's clock) the flush out to each bucket began, or
-    /// 0: a flush out longer than the command timeout counts as down, so
-    /// a hung Redis hands keys whose claim ran out to the failure policy
-    /// after one command timeout, not after the whole flush timeout.
-    pub(super) flight_since: Box<[AtomicU64]>,
-    /// The command timeout, in µs.
-    pub(super) overdue_after_us: u64,
-    pub(super) fleet: Fleet,
-}
-
-impl SpanMeter {
-    /// Whether the last flush of `bucket` reached Redis, and the one out
-    /// now (if any) has not been waiting longer than the command timeout.
-    #[inline]
-    pub(super) fn bucket_ok(&self, bucket: u64, now_us: u64) -> bool {
-        if self.redis_down.load(Ordering::Relaxed) & (1 << bucket) != 0 {
-            return false;
-        }
-        let since = self.flight_since[bucket as usize].load(Ordering::Relaxed);
-        since == 0 || now_us.saturating_sub(since) <= self.overdue_after_us
-    }
-
-    /// A flush to the buckets in `buckets` (bit `b`) leaves at `now_us`.
-    pub(super) fn flights_started(&self, buckets: Buckets, now_us: u64) {
-        for b in each(buckets) {
-            self.flight_since[b as usize].store(now_us.max(1), Ordering::Relaxed);
-        }
-    }
-
-    /// The flush to the buckets in `buckets` is back (or gave up).
-    pub(super) fn flights_ended(&self, buckets: Buckets) {
-        for b in each(buckets) {
-            self.flight_since[b as usize].store(0, Ordering::Relaxed);
-        }
-    }
 }
 
 /// `x` as a u32, saturating.
@@ -264,12 +194,8 @@ impl SpanMeter {
 
     /// What an instance may admit for a key before Redis has heard of it
     /// (`claims.rs`).
-    pub(super) fn credit(&self) -> u32 {
-        sat32(claims::credit(
-            self.limit,
-            u64::from(self.fleet.size()),
-            self.spans,
-        ))
+    pub(super) fn credit(&self, fleet: u32) -> u32 {
+        sat32(claims::credit(self.limit, u64::from(fleet), self.spans))
     }
 
     /// The most a key's waiting requests may get per interval beyond what
@@ -398,9 +324,10 @@ impl SpanMeter {
         st: &mut SpanState,
         now_us: u64,
         cost: u64,
-        redis_ok: bool,
+        known: Known,
         retry: bool,
     ) -> (Step, Asks) {
+        let Known { redis_ok, fleet } = known;
         let (now, dropped) = self.roll(st, now_us);
         let mut asks = Asks {
             dropped,
@@ -426,7 +353,7 @@ impl SpanMeter {
             asks.list = true;
         }
         let step = self.window_step(st, now, st.heard(), cost);
-        let ceiling = u64::from(st.ceiling(self.credit()));
+        let ceiling = u64::from(st.ceiling(self.credit(fleet)));
         let covered = u64::from(st.local) + cost <= ceiling;
         let step = if !step.allowed || (covered && (redis_ok || st.claim_valid())) {
             // Within the claim (it holds while Redis is away, too), or the
@@ -453,7 +380,7 @@ impl SpanMeter {
             if self.closed_when_down {
                 return (self.deny(self.span_us(), step.reset_us), asks);
             }
-            self.degraded(st, now, cost)
+            self.degraded(st, now, cost, fleet)
         };
         if step.allowed {
             st.local = st.local.saturating_add(sat32(cost));
@@ -466,10 +393,10 @@ impl SpanMeter {
     /// with the other instances brought forward at the demand they reported
     /// (not in proportion to this one), and never below this instance's
     /// count times the instances known.
-    fn degraded(&self, st: &SpanState, now: u64, cost: u64) -> Step {
+    fn degraded(&self, st: &SpanState, now: u64, cost: u64, fleet: u32) -> Step {
         let nodes = u64::from(st.instances.max(1))
             .max(if st.instances == 0 {
-                u64::from(self.fleet.size())
+                u64::from(fleet)
             } else {
                 1
             })
@@ -512,16 +439,16 @@ impl Meter for SpanMeter {
         self.limit
     }
 
+    /// The rule's limiter decides through [`decide`](SpanMeter::decide),
+    /// with what it knows of Redis and the fleet; this path (the trait's,
+    /// which the rule does not take) decides as if Redis answered and the
+    /// fleet were its configured size, and never waits.
     fn acquire(&self, st: &mut SpanState, now_us: u64, cost: u64) -> Step {
-        let redis_ok = (0..self.flight_since.len() as u64).all(|b| self.bucket_ok(b, now_us));
-        // (Only through the rule's own limiter may a request wait: here it
-        // is decided again at once, as after a wait.)
-        let (step, asks) = self.decide(st, now_us, cost, redis_ok, false);
-        if asks.wait {
-            st.need = st.need.saturating_sub(sat32(cost));
-            return self.decide(st, now_us, cost, redis_ok, true).0;
-        }
-        step
+        let known = Known {
+            redis_ok: true,
+            fleet: u32::try_from(self.configured_fleet).unwrap_or(u32::MAX),
+        };
+        self.decide(st, now_us, cost, known, true).0
     }
 
     fn refund(&self, st: &mut SpanState, acquired_at_us: u64, cost: u64) {
@@ -543,33 +470,45 @@ impl Meter for SpanMeter {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The per-key transitions as pure code: no Redis, no clock but the
-    //! instants passed in.
-
-    use super::{SpanMeter, SpanState, Window, flag};
-    use throttle_fleet_core::Quota;
-    use throttle_fleet_core::algorithm::FixedWindow;
-
-    const T: u64 = 1_800_000_000_000_000;
-    const SPAN: u64 = 1_000_000;
-
-    /// 1,000 per 10 s in ten spans, fail closed while Redis is away.
-    fn meter() -> SpanMeter {
-        let q = Quota::new(1_000, std::time::Duration::from_secs(10));
-        SpanMeter {
+impl SpanMeter {
+    /// The tests' rule: 1,000 per 10 s in ten spans (a span of 1 s), fixed
+    /// window, fail closed while Redis is away.
+    pub(super) fn for_tests() -> Self {
+        let q = throttle_fleet_core::Quota::new(1_000, std::time::Duration::from_secs(10));
+        Self {
             window: Window::Fixed(FixedWindow::new(q).unwrap()),
             limit: 1_000,
-            interval_us: 10 * SPAN,
+            interval_us: 10_000_000,
             spans: 10,
             strict_when_down: false,
             closed_when_down: true,
             configured_fleet: 1,
-            redis_down: Default::default(),
-            flight_since: (0..8).map(|_| Default::default()).collect(),
-            overdue_after_us: 50_000,
-            fleet: Default::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The per-key transitions as pure code: no Redis, no clock but the
+    //! instants passed in.
+
+    use super::{Known, SpanMeter, SpanState, flag};
+
+    const T: u64 = 1_800_000_000_000_000;
+    /// Redis answers; a fleet of one.
+    const UP: Known = Known {
+        redis_ok: true,
+        fleet: 1,
+    };
+    /// Redis does not answer.
+    const DOWN: Known = Known {
+        redis_ok: false,
+        fleet: 1,
+    };
+    const SPAN: u64 = 1_000_000;
+
+    fn meter() -> SpanMeter {
+        SpanMeter::for_tests()
     }
 
     #[test]
@@ -581,17 +520,17 @@ mod tests {
     fn a_new_key_spends_its_credit_then_waits_for_a_claim() {
         let m = meter();
         let mut st = SpanState::default();
-        assert_eq!(m.credit(), 12, "an eighth of a span's share, fleet of one");
+        assert_eq!(m.credit(1), 12, "an eighth of a span's share, fleet of one");
         for i in 0..12 {
-            let (step, asks) = m.decide(&mut st, T + i, 1, true, false);
+            let (step, asks) = m.decide(&mut st, T + i, 1, UP, false);
             assert!(step.allowed && !asks.wait, "request {i}");
         }
-        let (_, asks) = m.decide(&mut st, T + 20, 1, true, false);
+        let (_, asks) = m.decide(&mut st, T + 20, 1, UP, false);
         assert!(asks.wait && asks.early, "the 13th waits and asks: {asks:?}");
         assert_eq!((st.local, st.need), (12, 1));
         assert!(st.has(flag::WANTS));
         // Asked once: the next one waits for the same flush.
-        let (_, asks) = m.decide(&mut st, T + 21, 1, true, false);
+        let (_, asks) = m.decide(&mut st, T + 21, 1, UP, false);
         assert!(asks.wait && !asks.early);
         assert_eq!(st.need, 2);
     }
@@ -605,13 +544,13 @@ mod tests {
         st.claim = 30;
         st.flushed = 0;
         for _ in 0..30 {
-            assert!(m.decide(&mut st, T + 10, 1, true, false).0.allowed);
+            assert!(m.decide(&mut st, T + 10, 1, UP, false).0.allowed);
         }
-        let (_, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        let (_, asks) = m.decide(&mut st, T + 10, 1, UP, false);
         assert!(asks.wait);
         // The answer granted nothing more: decided again, denied, told to
         // come back at the span end.
-        let (step, asks) = m.decide(&mut st, T + 10, 1, true, true);
+        let (step, asks) = m.decide(&mut st, T + 10, 1, UP, true);
         assert!(!step.allowed && !asks.wait);
         assert_eq!(step.retry_after_us, SPAN - 10);
     }
@@ -623,7 +562,7 @@ mod tests {
         m.roll(&mut st, T);
         st.flags |= flag::ENTRY;
         st.quiet_until = T + SPAN;
-        let (step, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        let (step, asks) = m.decide(&mut st, T + 10, 1, UP, false);
         assert!(!step.allowed && !asks.wait && !asks.early);
     }
 
@@ -634,7 +573,7 @@ mod tests {
         m.roll(&mut st, T);
         st.flags |= flag::ENTRY;
         st.spent = 1_000;
-        let (step, asks) = m.decide(&mut st, T + 10, 1, true, false);
+        let (step, asks) = m.decide(&mut st, T + 10, 1, UP, false);
         assert!(!step.allowed && !asks.wait && !asks.degraded);
     }
 
@@ -643,7 +582,7 @@ mod tests {
         let m = meter();
         let mut st = SpanState::default();
         // Even within its credit: a new key follows the failure policy.
-        let (step, asks) = m.decide(&mut st, T, 1, false, false);
+        let (step, asks) = m.decide(&mut st, T, 1, DOWN, false);
         assert!(!step.allowed && asks.degraded && !asks.wait);
     }
 
@@ -654,7 +593,7 @@ mod tests {
         m.roll(&mut st, T);
         st.flags |= flag::ENTRY;
         st.claim = 5;
-        let (step, asks) = m.decide(&mut st, T + 10, 1, false, false);
+        let (step, asks) = m.decide(&mut st, T + 10, 1, DOWN, false);
         assert!(step.allowed && !asks.degraded);
     }
 

@@ -41,8 +41,10 @@ mod flush;
 mod limiter;
 mod meter;
 mod options;
+mod plan;
 mod shared;
 mod stats;
+mod view;
 
 pub use backend::ApproximateBackend;
 pub use options::ApproximateOptions;
