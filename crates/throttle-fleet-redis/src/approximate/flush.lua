@@ -44,7 +44,7 @@ local current = redis.call('HMGET', KEYS[1], unpack(fields))
 local previous = {}
 if weight > 0 then previous = redis.call('HMGET', KEYS[2], unpack(names)) end
 local function int(x) return string.format('%.0f', x) end
-local out, update = {}, {}
+local out, update, fresh = {}, {}, false
 for i = 1, n do
   local b = ARGS + 1 + 6 * (i - 1)
   local cum, hold, demand = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
@@ -56,6 +56,7 @@ for i = 1, n do
   local olds = {}
   local count, spent, claimed, wanted, estimate, rate = 0, cum, 0, demand, cum, 0
   local value = current[2 * i - 1]
+  if not value then fresh = true end
   if value then
     for entry in string.gmatch(value, '[^,]+') do
       local c = string.sub(entry, 1, 1)
@@ -168,10 +169,11 @@ for i = 1, n do
       .. ':' .. math.max(estimate, spent) .. ':' .. rate .. ':' .. math.max(0, free - grant)
   end
 end
+-- The hash's expiry is set when a key's first field is: an instance's own
+-- entry joining a key already there needs none.
 if #update > 0 then
-  if redis.call('HSET', KEYS[1], unpack(update)) > 0 then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-  end
+  redis.call('HSET', KEYS[1], unpack(update))
+  if fresh then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
 -- One string, the keys' replies separated by spaces: a reply array costs the
 -- client a parsed value per key.
