@@ -42,22 +42,52 @@ fn node_timeout(mode: Mode) -> Duration {
 /// Clients per group (on the failed primary, on the others).
 const GROUP: usize = 4;
 
+/// The approximate mode's buckets per rule on a Cluster (`approximate/buckets.rs`).
+const BUCKETS: u64 = 64;
+
 /// The approximate mode's bucket of a key (FNV-1a over the raw/digest
-/// marker and the key's bytes, of 8).
+/// marker and the key's bytes, of [`BUCKETS`]).
 fn bucket_of(key: &Key) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in std::iter::once(u8::from(key.is_digest())).chain(key.as_bytes().iter().copied()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h % 8
+    h % BUCKETS
+}
+
+/// The hash slot of a hash tag (CRC16-XMODEM, of 16,384).
+fn slot_of(tag: &str) -> u64 {
+    let mut crc: u16 = 0;
+    for &b in tag.as_bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    u64::from(crc) % 16_384
+}
+
+/// The hash tag of the approximate mode's bucket `n` on a Cluster: the
+/// first `s<n>.<salt>` whose slot lies in the `n`-th of [`BUCKETS`] equal
+/// ranges of the slots.
+fn bucket_tag(n: u64) -> String {
+    let width = 16_384 / BUCKETS;
+    (0u64..)
+        .map(|salt| format!("ip:s{n}.{salt}"))
+        .find(|tag| (n * width..(n + 1) * width).contains(&slot_of(tag)))
+        .unwrap()
 }
 
 /// The port of the primary holding the counts of client `ip`'s key.
 fn home(cluster: &RedisCluster, mode: Mode, ip: Ipv4Addr) -> u16 {
     let key = IpPrefix::default().key_of(IpAddr::V4(ip));
     let tag = if mode == Mode::Approximate {
-        format!("ip:b{}", bucket_of(&key))
+        bucket_tag(bucket_of(&key))
     } else {
         let mut hex = String::new();
         key.write_hex(&mut hex);
