@@ -7,6 +7,8 @@
 //!   test starts, stops, kills and restarts ([`RedisServer`]).
 //! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
 //!   waits ([`RedisCluster`]).
+//! * [`proxy`]: a TCP proxy in front of a server that answers one reply in
+//!   `n` late, or nothing at all ([`DelayingProxy`]).
 //! * `http` (feature `http`): axum apps served on free ports and a real
 //!   HTTP/1.1 client.
 //! * `grpc` (feature `grpc`): the tonic tests' services behind a
@@ -32,12 +34,14 @@ pub mod http;
 pub mod http_faults;
 #[cfg(feature = "redis")]
 pub mod leased;
+pub mod proxy;
 pub mod redis_server;
 #[cfg(feature = "tls")]
 pub mod tls;
 
 pub use check::{allowed, check, check_cost, outcome};
 pub use cluster::RedisCluster;
+pub use proxy::DelayingProxy;
 pub use redis_server::RedisServer;
 
 /// Seconds since the Unix epoch (for checking reset times in headers and

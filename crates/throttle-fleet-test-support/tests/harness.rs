@@ -1,15 +1,16 @@
-//! Self-test of the Redis harness (`redis_server`, `cluster`): real servers
-//! are started on free ports, stopped, resumed, killed and restarted, and a
-//! real cluster fails over. If the harness lies, these fail.
+//! Self-test of the Redis harness (`redis_server`, `cluster`, `proxy`): real
+//! servers are started on free ports, stopped, resumed, killed and
+//! restarted, a real cluster fails over, and a proxy delays and holds their
+//! replies. If the harness lies, these fail.
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use throttle_fleet_test_support::{RedisCluster, RedisServer};
+use throttle_fleet_test_support::{DelayingProxy, RedisCluster, RedisServer};
 
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
@@ -96,6 +97,60 @@ fn stopped_server_hangs_and_resumed_server_answers() {
         .unwrap();
     assert_eq!(read_some(&mut early, 7), b"+PONG\r\n");
     assert_eq!(server.cli(&["GET", "k"]), "v\n", "data survives a stop");
+}
+
+/// Every third reply (over all connections) comes at least the delay late,
+/// the others are forwarded as they come; a hung proxy holds requests and
+/// replies until it resumes; a killed server closes the client's side.
+#[test]
+fn the_proxy_delays_every_nth_reply_and_hangs_on_demand() {
+    let server = RedisServer::start();
+    let proxy = DelayingProxy::start(server.port());
+    let mut conn = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let delay = Duration::from_millis(300);
+    proxy.delay_every(3, delay);
+    let mut took = Vec::new();
+    for _ in 0..6 {
+        let t = Instant::now();
+        conn.write_all(b"PING\r\n").unwrap();
+        assert_eq!(read_some(&mut conn, 7), b"+PONG\r\n");
+        took.push(t.elapsed());
+    }
+    assert_eq!(proxy.chunks(), 6);
+    assert_eq!(proxy.delayed(), vec![b"+PONG\r\n".to_vec(); 2]);
+    for (i, took) in took.iter().enumerate() {
+        // Only the lower bound is sure on a busy machine.
+        if i % 3 == 2 {
+            assert!(*took >= delay, "reply {i} was not delayed: {took:?}");
+        }
+    }
+
+    proxy.delay_every(0, Duration::ZERO);
+    proxy.hang();
+    conn.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    conn.write_all(b"SET k v\r\n").unwrap();
+    assert_eq!(
+        read_some(&mut conn, 5),
+        b"",
+        "an answer through a hung proxy"
+    );
+    assert_eq!(
+        server.cli(&["EXISTS", "k"]),
+        "0\n",
+        "the request went through a hung proxy"
+    );
+    proxy.resume();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(read_some(&mut conn, 5), b"+OK\r\n");
+
+    server.kill();
+    assert_eq!(
+        read_some(&mut conn, 1),
+        b"",
+        "the connection outlived its server"
+    );
 }
 
 #[test]

@@ -6,10 +6,35 @@
 //! nothing on it, and its stream ends when the connection is lost (the
 //! process died, the node was restarted, the network dropped it), so a
 //! lost node opens its breaker at once. And per node a heartbeat: a `PING`
-//! every probe interval, bounded by the command timeout, so a hung node
-//! (its connections open, nothing answered) opens its breaker within one
-//! command timeout plus one probe interval. The breaker's probe closes it
-//! again once the node answers.
+//! every probe interval on a request-path connection, bounded by the
+//! command timeout. One late answer is not taken for a hung node: a `PING`
+//! that is late (or fails) is followed at once by a second one on the
+//! node's other connection (the off-path one), bounded by the command
+//! timeout too, and only when that one is late (or fails) as well is the
+//! breaker opened. The breaker's probe closes it again once the node
+//! answers.
+//!
+//! Why a second `PING` and not a count of late rounds: a hung node holds
+//! every connection, so the second is late too and the breaker opens one
+//! command timeout after the first missed its deadline, not a probe
+//! interval or more later; while an answer late for a reason of its own
+//! (a process or a machine too busy for a moment to read it in time, a
+//! reply queued behind others on that one connection) is followed by one
+//! sent when the heartbeat runs again, after the stall, on another socket,
+//! which answers. A breaker opened on one late `PING` made a fail-closed
+//! approximate rule refuse traffic with Redis healthy.
+//!
+//! | the node | its breaker opens |
+//! |---|---|
+//! | loses its connection (killed, restarted, dropped) | at once (the subscription ends) |
+//! | hangs (stopped, connections open, nothing answered) | within **two command timeouts plus one probe interval** (a round starts at most one probe interval after the hang; its two `PING`s wait one command timeout each) |
+//! | answers one `PING` late, the next in time | never |
+//!
+//! What remains: a node whose two `PING`s in a row, on two connections,
+//! are both later than the command timeout is taken for hung until the
+//! probe's next round. With answers late at random, each with a chance p,
+//! that is one round in 1/p² (at 1%, one in 10,000: about once in 40
+//! minutes at the default probe interval).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -17,7 +42,7 @@ use std::sync::{Arc, Weak};
 use futures_util::StreamExt;
 
 use super::node::Node;
-use super::{Redis, Route, ping};
+use super::{Redis, Route, ping, ping_on};
 
 /// The channel the watch subscribes to (nothing is published on it).
 const CHANNEL: &str = "throttle:watch";
@@ -43,8 +68,9 @@ impl Redis {
     }
 
     /// One round: subscribes to the nodes not watched yet, pings every
-    /// node whose breaker is closed, opens the breaker of those that do
-    /// not answer within the command timeout.
+    /// node whose breaker is closed, and opens the breaker of those that
+    /// answer neither that `PING` nor, at once after it, a second one on
+    /// another connection, each within the command timeout.
     async fn heartbeat(self: &Arc<Self>, weak: &Weak<Self>) {
         let nodes = self.nodes();
         for node in &nodes {
@@ -54,9 +80,17 @@ impl Redis {
         }
         let patience = self.config.command_timeout;
         let pings = nodes.iter().map(|node| async move {
-            if !node.breaker.is_open() && !ping(node, patience).await {
-                self.lost(node, "no answer to a heartbeat within the command timeout");
+            if node.breaker.is_open() || ping(node, patience).await {
+                return;
             }
+            if ping_on(node.off_path(), patience).await {
+                tracing::debug!(node = %node.addr, "throttle: a heartbeat was late; the next, on another connection, was answered");
+                return;
+            }
+            self.lost(
+                node,
+                "no answer to two heartbeats in a row, on two connections, each within the command timeout",
+            );
         });
         futures_util::future::join_all(pings).await;
     }
