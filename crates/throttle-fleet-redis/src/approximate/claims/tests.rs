@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use redis::Script;
 use throttle_fleet_test_support::RedisServer;
+use throttle_fleet_test_support::fleet::Rng;
 
 use super::{Call, Granted, KeyArgs, Reply, Stored, grant};
 
@@ -12,20 +13,9 @@ use super::{Call, Granted, KeyArgs, Reply, Stored, grant};
 const NEW: &str = include_str!("../flush.lua");
 const OLD: &str = include_str!("flush_v1.lua");
 
-/// xorshift64*: a deterministic sequence per seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: i64) -> i64 {
-        (self.next() % n as u64) as i64
-    }
+/// Uniform in `0..n`.
+fn below(rng: &mut Rng, n: i64) -> i64 {
+    rng.below(n as u64) as i64
 }
 
 /// Which script an instance runs.
@@ -98,24 +88,24 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
     let mut compared = 0;
     let mut stale = 0;
     for seed in 1..=20u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::new(seed);
         let prefix = format!("s{seed}");
         let mut seqs = [0i64; 6];
         // The latest count each instance wrote per (interval, key): the
         // fleet's count every reply must show, whatever format wrote it.
         let mut latest: HashMap<(i64, &str, usize), i64> = HashMap::new();
-        let limit = 1 + rng.below(400);
-        let spans = 1 + rng.below(12);
+        let limit = 1 + below(&mut rng, 400);
+        let spans = 1 + below(&mut rng, 12);
         for _ in 0..400 {
-            let who = rng.below(instances.len() as i64) as usize;
+            let who = below(&mut rng, instances.len() as i64) as usize;
             let (instance, version) = instances[who];
-            let interval = 1 + rng.below(2);
+            let interval = 1 + below(&mut rng, 2);
             let base = interval * spans;
             let hash = format!("{prefix}:{interval}");
             let previous = format!("{prefix}:{}", interval - 1);
             // Mostly forward, sometimes a late call with an older number.
             seqs[who] += 1;
-            let seq = if rng.below(10) == 0 {
+            let seq = if below(&mut rng, 10) == 0 {
                 (seqs[who] - 2).max(0)
             } else {
                 seqs[who]
@@ -123,32 +113,32 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
             let call = Call {
                 instance,
                 limit,
-                weight_milli: if rng.below(2) == 0 {
+                weight_milli: if below(&mut rng, 2) == 0 {
                     0
                 } else {
-                    rng.below(1_001)
+                    below(&mut rng, 1_001)
                 },
-                span: base + rng.below(spans),
+                span: base + below(&mut rng, spans),
                 base,
-                fleet: 1 + rng.below(8),
-                credit: rng.below(6),
+                fleet: 1 + below(&mut rng, 8),
+                credit: below(&mut rng, 6),
                 seq,
-                overdraft: 1 + rng.below(5),
+                overdraft: 1 + below(&mut rng, 5),
             };
             let mut picked: Vec<&str> = names.to_vec();
-            let n = 1 + rng.below(names.len() as i64) as usize;
+            let n = 1 + below(&mut rng, names.len() as i64) as usize;
             let mut keys = Vec::new();
             for _ in 0..n {
-                let name = picked.swap_remove(rng.below(picked.len() as i64) as usize);
-                let cum = rng.below(limit + 20);
+                let name = picked.swap_remove(below(&mut rng, picked.len() as i64) as usize);
+                let cum = below(&mut rng, limit + 20);
                 keys.push((
                     name.to_owned(),
                     KeyArgs {
                         cum,
-                        hold: cum + rng.below(10),
-                        demand: rng.below(60),
-                        known: rng.below(limit / 2 + 1),
-                        need: rng.below(8),
+                        hold: cum + below(&mut rng, 10),
+                        demand: below(&mut rng, 60),
+                        known: below(&mut rng, limit / 2 + 1),
+                        need: below(&mut rng, 8),
                     },
                 ));
             }
@@ -240,7 +230,7 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
         .unwrap()
         .get_connection()
         .unwrap();
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let hash = format!("up{seed}:1");
     let previous = format!("up{seed}:0");
     let overdraft = (LIMIT / (8 * SPANS)).max(1);
@@ -272,7 +262,7 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
     for s in 0..=SPANS {
         let mut order: Vec<usize> = (0..fleet.len()).collect();
         for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i as i64 + 1) as usize);
+            order.swap(i, below(&mut rng, i as i64 + 1) as usize);
         }
         for &i in &order {
             let inst = &mut fleet[i];
@@ -281,8 +271,8 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
             let heavy = inst.heavy == (s % 2 == 0);
             let demand = match (s == SPANS, heavy) {
                 (true, _) => 0,
-                (false, true) => 30 + rng.below(50),
-                (false, false) => rng.below(10),
+                (false, true) => 30 + below(&mut rng, 50),
+                (false, false) => below(&mut rng, 10),
             };
             let credit = LIMIT / (8 * inst.fleet * SPANS);
             let room = inst.claim.unwrap_or(credit) - inst.cum;
