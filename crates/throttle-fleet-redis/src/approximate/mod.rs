@@ -9,10 +9,11 @@
 //! every key seen since the last flush, this instance's *cumulative* count
 //! for the interval and its demand, and gets back a claim: the most it may
 //! have admitted by its next flush (`claims.rs` has the formula, the bound
-//! and the fields). Keys share eight hashes per rule and interval (per key,
-//! one field with the fleet's sums and one per instance), one script call
-//! per hash and 1,000 keys:
-//! a flush costs a few commands per bucket, whatever the number of keys.
+//! and the fields). Keys share a rule's bucket hashes per interval (8 on a
+//! standalone Redis, 64 on a Cluster: `buckets.rs`; per key, one field with
+//! the fleet's sums and one per instance), one script call per hash and
+//! 1,000 keys: a flush costs a few commands per bucket, whatever the number
+//! of keys.
 //! Writing absolute counts makes a flush idempotent, and a sequence number
 //! keeps a late flush from overwriting a newer one.
 //!
