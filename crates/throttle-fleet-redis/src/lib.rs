@@ -75,6 +75,7 @@ mod breaker;
 mod call_failure;
 mod config;
 mod conn;
+pub mod connection;
 mod exact;
 mod failure;
 mod instance;
