@@ -52,11 +52,15 @@ async fn a_hung_primary_is_down_for_its_keys_alone_and_comes_back() {
     assert!(!elsewhere.is_empty());
     hung.stop();
     for _ in 0..2 {
-        let got = redis.eval::<i64>(&on_hung[0], &script.key(&on_hung[0]).arg(1)).await;
+        let got = redis
+            .eval::<i64>(&on_hung[0], &script.key(&on_hung[0]).arg(1))
+            .await;
         assert!(matches!(got, Err(CallError::Timeout)), "{got:?}");
     }
     // Two timeouts opened its breaker: not sent, and published.
-    let got = redis.eval::<i64>(&on_hung[0], &script.key(&on_hung[0]).arg(1)).await;
+    let got = redis
+        .eval::<i64>(&on_hung[0], &script.key(&on_hung[0]).arg(1))
+        .await;
     assert!(matches!(got, Err(CallError::Down)), "{got:?}");
     tokio::time::timeout(Duration::from_secs(5), health.changed())
         .await
@@ -80,5 +84,8 @@ async fn a_hung_primary_is_down_for_its_keys_alone_and_comes_back() {
     // when it resumed: a timeout says nothing of whether a call ran.
     assert_eq!(n, 5);
     let stats = redis.stats();
-    assert!(stats.timeouts >= 2 && stats.breaker_opened >= 1, "{stats:?}");
+    assert!(
+        stats.timeouts >= 2 && stats.breaker_opened >= 1,
+        "{stats:?}"
+    );
 }
