@@ -135,7 +135,6 @@ impl Envoy {
             Some(Ok(r)) => match &r.bucket_action[0].bucket_action {
                 Some(Action::QuotaAssignmentAction(q)) => Ok(q
                     .rate_limit_strategy
-                    .clone()
                     .and_then(|s| s.strategy)
                     .expect("a strategy")),
                 other => panic!("not an assignment: {other:?}"),

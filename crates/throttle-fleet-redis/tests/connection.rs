@@ -32,7 +32,7 @@ async fn a_hung_primary_is_down_for_its_keys_alone_and_comes_back() {
     .unwrap();
     let script = redis::Script::new("return redis.call('INCRBY', KEYS[1], ARGV[1])");
     for key in keys() {
-        let n: i64 = redis.eval(&key, &script.key(&key).arg(2)).await.unwrap();
+        let n: i64 = redis.eval(&key, script.key(&key).arg(2)).await.unwrap();
         assert_eq!(n, 2);
         // The key is on the primary its slot names, and a command finds it.
         let got: i64 = redis
@@ -53,13 +53,13 @@ async fn a_hung_primary_is_down_for_its_keys_alone_and_comes_back() {
     hung.stop();
     for _ in 0..2 {
         let got = redis
-            .eval::<i64>(&on_hung[0], &script.key(&on_hung[0]).arg(1))
+            .eval::<i64>(&on_hung[0], script.key(&on_hung[0]).arg(1))
             .await;
         assert!(matches!(got, Err(CallError::Timeout)), "{got:?}");
     }
     // Two timeouts opened its breaker: not sent, and published.
     let got = redis
-        .eval::<i64>(&on_hung[0], &script.key(&on_hung[0]).arg(1))
+        .eval::<i64>(&on_hung[0], script.key(&on_hung[0]).arg(1))
         .await;
     assert!(matches!(got, Err(CallError::Down)), "{got:?}");
     tokio::time::timeout(Duration::from_secs(5), health.changed())
@@ -69,7 +69,7 @@ async fn a_hung_primary_is_down_for_its_keys_alone_and_comes_back() {
     let down = health.borrow_and_update().down.clone();
     assert_eq!(down, [format!("127.0.0.1:{hung_port}")]);
     for key in &elsewhere {
-        let n: i64 = redis.eval(key, &script.key(key).arg(1)).await.unwrap();
+        let n: i64 = redis.eval(key, script.key(key).arg(1)).await.unwrap();
         assert_eq!(n, 3, "{key} on another primary");
     }
 
@@ -77,7 +77,7 @@ async fn a_hung_primary_is_down_for_its_keys_alone_and_comes_back() {
     let up = tokio::time::timeout(Duration::from_secs(10), health.wait_for(|h| h.is_up())).await;
     assert!(up.is_ok(), "the probe's closing is published");
     let n: i64 = redis
-        .eval(&on_hung[0], &script.key(&on_hung[0]).arg(1))
+        .eval(&on_hung[0], script.key(&on_hung[0]).arg(1))
         .await
         .unwrap();
     // The two timed-out calls were queued in the hung process and ran
