@@ -53,6 +53,7 @@ use tokio::sync::watch;
 
 use crate::config::RedisConfig;
 use crate::conn::{Call, Failure, Redis, RedisStats};
+pub use crate::health::Health;
 
 /// A handle on the connections to one Redis or one Redis Cluster: cheap to
 /// clone, every clone sharing the connections, breakers and counters.
@@ -127,23 +128,6 @@ impl From<Failure> for CallError {
             }
             Failure::Error(e) => Self::Redis(e),
         }
-    }
-}
-
-/// Which nodes are down now: those whose breaker is open (`host:port`,
-/// sorted). A node not listed is up, or not known yet (a Cluster's table
-/// is still being read).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Health {
-    /// The nodes whose breaker is open.
-    pub down: Vec<String>,
-}
-
-impl Health {
-    /// Whether no node is down.
-    pub fn is_up(&self) -> bool {
-        self.down.is_empty()
     }
 }
 

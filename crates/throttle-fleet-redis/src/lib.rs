@@ -78,6 +78,7 @@ mod conn;
 pub mod connection;
 mod exact;
 mod failure;
+mod health;
 mod instance;
 mod keys;
 mod leased;

@@ -10,7 +10,7 @@ use throttle_fleet_core::{Clock, ConfigError};
 
 pub(crate) use crate::call_failure::Failure;
 use crate::config::{RedisConfig, Target};
-use crate::connection::Health;
+use crate::health::Health;
 use crate::metrics::CallMetrics;
 
 mod call;
@@ -71,8 +71,8 @@ pub(crate) struct Redis {
     /// probe-interval turn.
     pub(crate) recovered: Arc<tokio::sync::Notify>,
     /// The nodes whose breaker is open, published at every change
-    /// ([`publish_health`](Self::publish_health)) for the stores of
-    /// [`connection`](crate::connection).
+    /// ([`publish_health`](Self::publish_health)) for the stores of the
+    /// public `connection` module.
     health: tokio::sync::watch::Sender<Health>,
 }
 

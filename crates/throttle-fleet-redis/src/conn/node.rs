@@ -18,7 +18,7 @@ pub(crate) struct Node {
     /// `host:port`, as the cluster names it (for the route table and logs).
     pub(crate) addr: String,
     /// `host:port` for a standalone node too (its URL's): what metrics and
-    /// the published [`Health`](crate::connection::Health) call it.
+    /// the published [`Health`](crate::health::Health) call it.
     pub(crate) name: String,
     conns: Box<[ConnectionManager]>,
     next: AtomicUsize,
