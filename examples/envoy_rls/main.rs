@@ -149,17 +149,24 @@ async fn run() -> Result<(), Failure> {
 
 /// The quota service's settings from the file: the Envoys' report
 /// interval, the bounds, and Redis for the shares (under the backend's key
-/// prefix) when the backend is Redis. A Redis Cluster backend keeps the shares in this
-/// process: several replicas then need a standalone Redis.
+/// prefix) when the backend is Redis: its `url`, or its `cluster` nodes.
+/// The backend's `fleet_size`, when set, is the replicas a `local` rule's
+/// rate is split between while Redis cannot answer.
 fn rlqs_options(config: &GatewayConfig, rls: RlsConfig) -> RlqsOptions {
     let mut options = RlqsOptions::from_config(&rls);
     if let Some(prefix) = &config.backend.key_prefix {
         options = options.key_prefix(prefix.clone());
     }
-    match &config.backend.url {
-        Some(url) if config.backend.kind != throttle_fleet_config::BackendKind::Memory => {
-            options.redis(url.clone())
-        }
-        _ => options,
+    if let Some(n) = config.backend.fleet_size {
+        options = options.replicas(n);
+    }
+    let backend = &config.backend;
+    if backend.kind == throttle_fleet_config::BackendKind::Memory {
+        return options;
+    }
+    match &backend.url {
+        _ if !backend.cluster.is_empty() => options.redis_cluster(backend.cluster.clone()),
+        Some(url) => options.redis(url.clone()),
+        None => options,
     }
 }

@@ -8,6 +8,7 @@
 //! | `throttle_envoy_rlqs_reports_total` | counter | | usage reports received (one per bucket per report) |
 //! | `throttle_envoy_rlqs_assignments_total` | counter | `action` | bucket actions sent: `token_bucket`, `allow_all`, `deny_all`, `abandon` |
 //! | `throttle_envoy_rlqs_streams` | gauge | | quota streams open |
+//! | `throttle_envoy_rlqs_degraded_total` | counter | `policy` | shares Redis did not give (timed out, node down, an error), by the rule's failure policy that answered instead: `open` (no limit from that rule), `closed` (the stream ended), `local` (the memory shares) |
 //! | `throttle_envoy_rlqs_refused_total` | counter | `bound` | what a bound of [`RlqsOptions`](crate::RlqsOptions) refused: `streams` (a stream), `buckets_in_all`, `buckets`, `stream_bytes`, `bucket_id_bytes` (a bucket left without assignment) |
 //!
 //! No label carries a descriptor value or a bucket id: label sets stay
@@ -23,6 +24,8 @@ pub const RLQS_REPORTS: &str = "throttle_envoy_rlqs_reports_total";
 pub const RLQS_ASSIGNMENTS: &str = "throttle_envoy_rlqs_assignments_total";
 /// Gauge of quota streams open.
 pub const RLQS_STREAMS: &str = "throttle_envoy_rlqs_streams";
+/// Counter of shares Redis did not give, labelled `policy`.
+pub const RLQS_DEGRADED: &str = "throttle_envoy_rlqs_degraded_total";
 /// Counter of what a bound refused, labelled `bound`.
 pub const RLQS_REFUSED: &str = "throttle_envoy_rlqs_refused_total";
 
@@ -34,6 +37,10 @@ pub fn describe() {
     describe_counter!(RLQS_REPORTS, "RLQS bucket usage reports received");
     describe_counter!(RLQS_ASSIGNMENTS, "RLQS bucket actions sent, by action");
     describe_gauge!(RLQS_STREAMS, "RLQS streams open");
+    describe_counter!(
+        RLQS_DEGRADED,
+        "RLQS shares Redis did not give, by the failure policy that answered"
+    );
     describe_counter!(RLQS_REFUSED, "RLQS streams and buckets refused, by bound");
 }
 
@@ -83,6 +90,10 @@ pub(crate) fn rlqs_action(action: &'static str) {
 
 pub(crate) fn rlqs_streams(delta: f64) {
     gauge!(RLQS_STREAMS).increment(delta);
+}
+
+pub(crate) fn rlqs_degraded(policy: &'static str) {
+    counter!(RLQS_DEGRADED, "policy" => policy).increment(1);
 }
 
 pub(crate) fn rlqs_refused(bound: &'static str) {

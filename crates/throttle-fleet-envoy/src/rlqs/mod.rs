@@ -29,6 +29,10 @@
 //!   may still enforce them.
 //! - A stream's domain is its first report's (the proto: later reports
 //!   may leave it out); a later report naming another is refused.
+//! - With the shares in Redis, a bucket Redis gives no share for (timed
+//!   out, node down) is answered as its rule's failure policy says:
+//!   `ALLOW_ALL` (fail open), the stream ended `UNAVAILABLE` (fail closed),
+//!   the memory shares (local fallback); see [`RlqsOptions`].
 //! - What one client may make the service hold is bounded
 //!   ([`RlqsOptions`]): streams in all, buckets and their bytes per
 //!   stream, the bytes of one bucket id. A bucket past a bound gets no
@@ -71,7 +75,12 @@ pub use stream::REVIEW_PER_TICK;
 #[derive(Debug)]
 enum Shares {
     Memory(MemoryShares),
-    Redis(redis::RedisShares),
+    /// In Redis, and in memory for the rules whose failure policy is
+    /// `local_fallback` while Redis cannot answer.
+    Redis {
+        store: redis::RedisShares,
+        fallback: MemoryShares,
+    },
 }
 
 /// The RLQS service over [`EnvoyRules`].
@@ -109,7 +118,9 @@ impl std::fmt::Debug for Rlqs {
 
 impl Rlqs {
     /// The service answering from `rules`; connects to Redis when the
-    /// options say so (an error names `backend.url`).
+    /// options say so (an error names the field of a bad Redis setting,
+    /// `redis.url`; a Redis that does not answer is no error: the rules'
+    /// failure policies decide until it does).
     pub async fn new(rules: EnvoyRules, options: RlqsOptions) -> Result<Self, ConfigFileError> {
         Self::with_clock(rules, options, Arc::new(WallClock)).await
     }
@@ -125,20 +136,14 @@ impl Rlqs {
         options
             .validate()
             .map_err(|e| ConfigFileError::in_file("rlqs", None, e.field(), e.reason()))?;
-        let shares = match &options.redis {
+        let shares = match options.redis_config() {
             None => Shares::Memory(MemoryShares::default()),
-            Some(url) => Shares::Redis(
-                redis::RedisShares::connect(url, &options.key_prefix)
+            Some(config) => Shares::Redis {
+                store: redis::RedisShares::connect(config, &options.key_prefix)
                     .await
-                    .map_err(|e| {
-                        ConfigFileError::in_file(
-                            "rlqs",
-                            None,
-                            "backend.url",
-                            format!("cannot reach Redis: {e}"),
-                        )
-                    })?,
-            ),
+                    .map_err(|e| ConfigFileError::in_file("rlqs", None, e.field(), e.reason()))?,
+                fallback: MemoryShares::default(),
+            },
         };
         let replica = {
             use std::hash::{BuildHasher, RandomState};
@@ -223,7 +228,7 @@ impl Inner {
     async fn turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
         match self.shares {
             Shares::Memory(_) => self.turns.acquire().await.ok(),
-            Shares::Redis(_) => None,
+            Shares::Redis { .. } => None,
         }
     }
 }

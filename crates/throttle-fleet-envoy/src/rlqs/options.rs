@@ -5,6 +5,11 @@ use std::time::Duration;
 
 use throttle_fleet_config::RlsConfig;
 use throttle_fleet_core::ConfigError;
+use throttle_fleet_redis::RedisConfig;
+
+/// How long one share call waits for Redis by default (the command and
+/// the connect timeout): `RlqsOptions::redis_timeout`.
+const REDIS_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// How many reporting intervals an assignment lives, and a bucket may go
 /// unreported before it is abandoned.
@@ -28,6 +33,29 @@ pub const LIFETIME_INTERVALS: u32 = 3;
 /// service's memory: the README gives what a bucket held was measured to
 /// cost.
 ///
+/// # Redis, and when it cannot answer
+///
+/// With [`redis`](Self::redis) (one URL) or
+/// [`redis_cluster`](Self::redis_cluster) (a Cluster's nodes) the shares
+/// live in Redis, through `throttle_fleet_redis::connection`: each call
+/// bounded by [`redis_timeout`](Self::redis_timeout) (default 250 ms, not
+/// the backends' 50 ms: no request of Envoy's waits for a report's answer,
+/// and a report of many buckets on a busy Redis should not end streams),
+/// each node behind its circuit breaker (3 failures in a row open it; a
+/// probe closes it). When Redis gives no share for a bucket (timed out,
+/// node down, an error), what happens follows the failure policy of the
+/// rule the bucket matches (`failure` in the file):
+///
+/// | rule's policy | the bucket | the stream |
+/// |---|---|---|
+/// | `fail_open` (`open`, the default) | `ALLOW_ALL`, for one assignment lifetime, renewed at each report while Redis cannot answer; the next answered report sends its share again | goes on |
+/// | `fail_closed` (`closed`) | nothing new: the stream ends `UNAVAILABLE`, and Envoy keeps the assignments it holds (shares Redis still counts) until they expire, then its `expired_assignment_behavior`; it opens a new stream | ends |
+/// | `local_fallback` (`local`) | a share from this process's memory shares, of the rule's rate divided by [`replicas`](Self::replicas) | goes on |
+///
+/// A bucket matching several rules gets the tightest of their answers; a
+/// fail-open rule that got no share adds no limit of its own. Buckets on
+/// other nodes of a Cluster are answered as usual.
+///
 /// ```
 /// use std::time::Duration;
 /// use throttle_fleet_envoy::RlqsOptions;
@@ -40,7 +68,9 @@ pub const LIFETIME_INTERVALS: u32 = 3;
 #[derive(Debug, Clone)]
 pub struct RlqsOptions {
     pub(super) report_interval: Duration,
-    pub(super) redis: Option<String>,
+    pub(super) redis: Option<RedisConfig>,
+    pub(super) redis_timeout: Duration,
+    pub(super) replicas: u32,
     pub(super) key_prefix: String,
     pub(super) max_streams: usize,
     pub(super) max_buckets: usize,
@@ -66,6 +96,8 @@ impl RlqsOptions {
         Self {
             report_interval: rls.report_interval.max(Duration::from_secs(1)),
             redis: None,
+            redis_timeout: REDIS_TIMEOUT,
+            replicas: 1,
             key_prefix: "throttle:".to_owned(),
             max_streams: rls.max_streams,
             max_buckets: rls.max_buckets,
@@ -77,8 +109,41 @@ impl RlqsOptions {
 
     /// Keeps the shares in the Redis at `url`, so that several replicas of
     /// the service split each bucket between all their Envoys.
+    #[must_use]
     pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.redis = Some(url.into());
+        self.redis = Some(RedisConfig::standalone(url));
+        self
+    }
+
+    /// Keeps the shares in the Redis Cluster of which `nodes` are some
+    /// (URLs); a bucket's hash is in the slot of its hash tag.
+    #[must_use]
+    pub fn redis_cluster<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.redis = Some(RedisConfig::cluster(nodes));
+        self
+    }
+
+    /// How long one share call waits for Redis, and a connection for
+    /// its dial (default 250 ms, what the service had before it was
+    /// configurable). Past it the call
+    /// counts toward the node's breaker and the bucket's rule's failure
+    /// policy decides.
+    #[must_use]
+    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
+        self.redis_timeout = timeout;
+        self
+    }
+
+    /// How many replicas of the service share the Redis (default 1): a
+    /// rule whose failure policy is `local_fallback` gives, while Redis
+    /// cannot answer, this process's Envoys its rate divided by this.
+    #[must_use]
+    pub fn replicas(mut self, n: u32) -> Self {
+        self.replicas = n;
         self
     }
 
@@ -127,12 +192,23 @@ impl RlqsOptions {
             ("rls.max_buckets_per_stream", self.max_buckets_per_stream),
             ("rls.max_stream_bytes", self.max_stream_bytes),
             ("rls.max_bucket_id_bytes", self.max_bucket_id_bytes),
+            ("rls.replicas", self.replicas as usize),
         ] {
             if n == 0 {
                 return Err(ConfigError::new(field, "must be at least 1"));
             }
         }
         Ok(())
+    }
+
+    /// The Redis of the shares, with the timeouts of these options.
+    pub(super) fn redis_config(&self) -> Option<RedisConfig> {
+        let config = self.redis.clone()?;
+        Some(
+            config
+                .command_timeout(self.redis_timeout)
+                .connect_timeout(self.redis_timeout),
+        )
     }
 
     pub(super) fn lifetime(&self) -> Duration {

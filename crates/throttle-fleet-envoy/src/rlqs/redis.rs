@@ -2,13 +2,15 @@
 //! (field: the Envoy, value: its steps, demand and expiry), changed by one
 //! script doing what [`allocate`](super::shares::allocate) does, so the
 //! weights held by every replica's Envoys never sum past one.
+//!
+//! The calls go through `throttle_fleet_redis::connection`: a standalone
+//! Redis or a Cluster (a bucket's hash is one key, `<prefix>rlqs:{<bucket>}`,
+//! so its hash tag puts it in one slot), each call bounded by the command
+//! timeout and kept off a node whose breaker is open.
 
-use std::time::Duration;
-
-use redis::aio::ConnectionManager;
-
-/// How long one report waits for Redis.
-const TIMEOUT: Duration = Duration::from_millis(250);
+use throttle_fleet_core::ConfigError;
+use throttle_fleet_redis::RedisConfig;
+use throttle_fleet_redis::connection::{CallError, Connection};
 
 use super::shares::{HYSTERESIS, Report, STEPS};
 
@@ -65,10 +67,10 @@ if redis.call('PTTL', key) < keep then redis.call('PEXPIRE', key, keep) end
 return steps
 "#;
 
-/// The shares of every bucket in one Redis.
+/// The shares of every bucket in one Redis or one Redis Cluster.
 #[derive(Clone)]
 pub(crate) struct RedisShares {
-    conn: ConnectionManager,
+    conn: Connection,
     script: redis::Script,
     prefix: String,
 }
@@ -82,18 +84,11 @@ impl std::fmt::Debug for RedisShares {
 }
 
 impl RedisShares {
-    /// Connects to `url`; keys start with `prefix`.
-    pub(crate) async fn connect(url: &str, prefix: &str) -> redis::RedisResult<Self> {
-        let client = redis::Client::open(url)?;
-        // A report waits at most this long for Redis; past it the stream
-        // ends UNAVAILABLE and Envoy keeps its assignments until they
-        // expire.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(TIMEOUT))
-            .set_connection_timeout(Some(TIMEOUT));
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+    /// Connects to the Redis of `config`; keys start with `prefix`. A Redis
+    /// that is down is no error: its breaker starts open.
+    pub(crate) async fn connect(config: RedisConfig, prefix: &str) -> Result<Self, ConfigError> {
         Ok(Self {
-            conn,
+            conn: Connection::connect(config).await?,
             script: redis::Script::new(SCRIPT),
             prefix: prefix.to_owned(),
         })
@@ -104,28 +99,25 @@ impl RedisShares {
     }
 
     /// The steps `report`'s Envoy holds on `bucket` from now.
-    pub(crate) async fn report(&self, bucket: &str, report: Report<'_>) -> redis::RedisResult<u32> {
-        let mut conn = self.conn.clone();
-        self.script
-            .key(self.key(bucket))
+    pub(crate) async fn report(&self, bucket: &str, report: Report<'_>) -> Result<u32, CallError> {
+        let key = self.key(bucket);
+        let mut call = self.script.prepare_invoke();
+        call.key(&key)
             .arg(report.envoy)
             .arg(report.demand)
             .arg(report.now_ms)
             .arg(report.expires_ms)
             .arg(STEPS)
             .arg(HYSTERESIS)
-            .arg(report.capacity.max(f64::MIN_POSITIVE))
-            .invoke_async(&mut conn)
-            .await
+            .arg(report.capacity.max(f64::MIN_POSITIVE));
+        self.conn.eval(&key, &call).await
     }
 
     /// Gives up `envoy`'s share of `bucket` (its bucket was abandoned).
-    pub(crate) async fn release(&self, bucket: &str, envoy: &str) -> redis::RedisResult<()> {
-        let mut conn = self.conn.clone();
-        redis::cmd("HDEL")
-            .arg(self.key(bucket))
-            .arg(envoy)
-            .query_async(&mut conn)
+    pub(crate) async fn release(&self, bucket: &str, envoy: &str) -> Result<(), CallError> {
+        let key = self.key(bucket);
+        self.conn
+            .query(&key, redis::cmd("HDEL").arg(&key).arg(envoy))
             .await
     }
 }
@@ -174,7 +166,9 @@ mod tests {
             R("a", 15_002, 30_002),
         ];
         let redis = RedisServer::start();
-        let store = RedisShares::connect(&redis.url(), "t:").await.unwrap();
+        let store = RedisShares::connect(RedisConfig::standalone(redis.url()), "t:")
+            .await
+            .unwrap();
         let memory = MemoryShares::default();
         let (mut in_redis, mut in_memory) = (Vec::new(), Vec::new());
         for step in &steps {
@@ -193,10 +187,10 @@ mod tests {
                     memory.release("k", envoy);
                 }
             }
-            let mut conn = store.conn.clone();
-            let ttl: i64 = redis::cmd("PTTL")
-                .arg(store.key("k"))
-                .query_async(&mut conn)
+            let key = store.key("k");
+            let ttl: i64 = store
+                .conn
+                .query(&key, redis::cmd("PTTL").arg(&key))
                 .await
                 .unwrap();
             // Twice the longest lifetime given, less the test's own time.

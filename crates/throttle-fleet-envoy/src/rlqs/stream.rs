@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf as pb;
 use futures_util::Stream;
-use throttle_fleet_core::Key;
+use throttle_fleet_core::{FailurePolicy, Key};
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -259,7 +259,6 @@ impl EnvoyStream {
             if rule.is_shadow() {
                 continue;
             }
-            any = true;
             let quota = rule.quota_for(&key);
             let report = Report {
                 envoy: &self.envoy,
@@ -271,10 +270,36 @@ impl EnvoyStream {
             let bucket = share_key(rule.name(), &key);
             let steps = match &self.inner.shares {
                 Shares::Memory(m) => m.report(&bucket, report),
-                Shares::Redis(r) => r.report(&bucket, report).await.map_err(|e| {
-                    Status::unavailable(format!("the quota service cannot reach Redis: {e}"))
-                })?,
+                Shares::Redis { store, fallback } => match store.report(&bucket, report).await {
+                    Ok(steps) => steps,
+                    Err(e) => match rule.failure_policy() {
+                        FailurePolicy::FailClosed => {
+                            metrics::rlqs_degraded("closed");
+                            return Err(Status::unavailable(format!(
+                                "the quota service cannot reach Redis: {e}"
+                            )));
+                        }
+                        FailurePolicy::LocalFallback => {
+                            // This replica's Envoys split the rate among
+                            // them, each share cut to this replica's part.
+                            metrics::rlqs_degraded("local");
+                            let steps = fallback.report(&bucket, report);
+                            match steps {
+                                0 => 0,
+                                n => (n / self.inner.options.replicas).max(1),
+                            }
+                        }
+                        // Fail open: this rule sets no limit while Redis
+                        // cannot answer (`ALLOW_ALL` if no other does).
+                        _ => {
+                            metrics::rlqs_degraded("open");
+                            tracing::debug!(error = %e, rule = rule.name(), "RLQS: Redis gave no share; the rule fails open");
+                            continue;
+                        }
+                    },
+                },
             };
+            any = true;
             let Some(s) = assign::token_bucket(rule, quota, steps) else {
                 // No share yet: nothing is sent for this bucket.
                 return Ok(None);
@@ -424,8 +449,9 @@ impl EnvoyStream {
             let bucket = share_key(loaded.rules.rule(index).name(), &key);
             match &self.inner.shares {
                 Shares::Memory(m) => m.release(&bucket, &self.envoy),
-                Shares::Redis(r) => {
-                    if let Err(e) = r.release(&bucket, &self.envoy).await {
+                Shares::Redis { store, fallback } => {
+                    fallback.release(&bucket, &self.envoy);
+                    if let Err(e) = store.release(&bucket, &self.envoy).await {
                         tracing::debug!(error = %e, "an abandoned share was not released in Redis; it expires");
                     }
                 }

@@ -55,6 +55,21 @@ impl Call for ScriptInvocation<'_> {
     }
 }
 
+/// A plain command (`HDEL`, `GET`): sent as is, after `ASKING` in one
+/// pipeline if `asking`.
+impl Call for Cmd {
+    async fn send(&self, conn: &mut ConnectionManager, ask: bool) -> RedisResult<Value> {
+        if ask {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").ignore().add_command(self.clone());
+            return pipe.query_async::<(Value,)>(conn).await.map(|(v,)| v);
+        }
+        conn.send_packed_command(self)
+            .await
+            .and_then(Value::extract_error)
+    }
+}
+
 /// An `EVALSHA` of a script, its keys and arguments written into the
 /// command as they are added.
 pub(crate) struct Eval {

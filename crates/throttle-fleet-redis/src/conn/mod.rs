@@ -10,6 +10,7 @@ use throttle_fleet_core::{Clock, ConfigError};
 
 pub(crate) use crate::call_failure::Failure;
 use crate::config::{RedisConfig, Target};
+use crate::health::Health;
 use crate::metrics::CallMetrics;
 
 mod call;
@@ -69,6 +70,10 @@ pub(crate) struct Redis {
     /// tasks that wait to find Redis back try at once, not at their next
     /// probe-interval turn.
     pub(crate) recovered: Arc<tokio::sync::Notify>,
+    /// The nodes whose breaker is open, published at every change
+    /// ([`publish_health`](Self::publish_health)) for the stores of the
+    /// public `connection` module.
+    health: tokio::sync::watch::Sender<Health>,
 }
 
 impl Redis {
@@ -105,6 +110,7 @@ impl Redis {
             denied_locally: AtomicU64::new(0),
             metrics: CallMetrics::new(),
             recovered: Arc::new(tokio::sync::Notify::new()),
+            health: tokio::sync::watch::Sender::new(Health::default()),
         });
         let patience = redis.patience();
         match &redis.route {
@@ -115,6 +121,7 @@ impl Redis {
                     );
                     if node.breaker.trip() {
                         redis.breaker_opened.fetch_add(1, Ordering::Relaxed);
+                        redis.publish_health();
                         Self::probe(&redis, node.clone());
                     }
                 }
@@ -317,6 +324,7 @@ impl Redis {
     fn failed(self: &Arc<Self>, failure: &Failure, node: &Arc<Node>) {
         if node.breaker.failure() {
             self.breaker_opened.fetch_add(1, Ordering::Relaxed);
+            self.publish_health();
             tracing::warn!(%failure, node = %node.addr, "throttle: circuit breaker opened; Redis gets no request-path traffic for these keys until a probe succeeds");
             Self::probe(self, node.clone());
         } else {
@@ -444,6 +452,7 @@ impl Redis {
                     if !cluster.serves(&node) {
                         node.probing.store(false, Ordering::Release);
                         node.breaker.close();
+                        redis.publish_health();
                         Self::discover(&redis);
                         tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another");
                         return;
@@ -454,11 +463,39 @@ impl Redis {
                     // breaker after close() must be able to start a probe.
                     node.probing.store(false, Ordering::Release);
                     node.breaker.close();
+                    redis.publish_health();
                     redis.recovered.notify_waiters();
                     tracing::info!(node = %node.addr, "throttle: Redis answers again; circuit breaker closed");
                     return;
                 }
             }
+        });
+    }
+
+    /// Which nodes are down now: a receiver of every change.
+    pub(crate) fn health(&self) -> tokio::sync::watch::Receiver<Health> {
+        self.health.subscribe()
+    }
+
+    /// Publishes the nodes whose breaker is open, if that changed. Called
+    /// after every breaker that opened or closed.
+    pub(crate) fn publish_health(&self) {
+        let nodes = match &self.route {
+            Route::Single(node) => vec![node.clone()],
+            Route::Cluster(cluster) => cluster.nodes(),
+        };
+        let mut down: Vec<String> = nodes
+            .iter()
+            .filter(|n| n.breaker.is_open())
+            .map(|n| n.name.clone())
+            .collect();
+        down.sort_unstable();
+        self.health.send_if_modified(|health| {
+            let changed = health.down != down;
+            if changed {
+                health.down = down;
+            }
+            changed
         });
     }
 

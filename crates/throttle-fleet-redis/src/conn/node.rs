@@ -17,6 +17,9 @@ use crate::config::RedisConfig;
 pub(crate) struct Node {
     /// `host:port`, as the cluster names it (for the route table and logs).
     pub(crate) addr: String,
+    /// `host:port` for a standalone node too (its URL's): what metrics and
+    /// the published [`Health`](crate::health::Health) call it.
+    pub(crate) name: String,
     conns: Box<[ConnectionManager]>,
     next: AtomicUsize,
     /// The connection of flushes and their probes.
@@ -71,6 +74,7 @@ impl Node {
         )?;
         Ok(Self {
             breaker: Breaker::new(config.breaker_threshold, &node),
+            name: node,
             addr,
             off_path,
             conns: conns.into(),

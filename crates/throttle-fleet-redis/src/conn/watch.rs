@@ -148,6 +148,7 @@ impl Redis {
     fn lost(self: &Arc<Self>, node: &Arc<Node>, why: &str) {
         if node.breaker.trip() {
             self.breaker_opened.fetch_add(1, Ordering::Relaxed);
+            self.publish_health();
             tracing::warn!(node = %node.addr, "throttle: Redis node down ({why}); deciding by failure policy until it answers");
             Self::probe(self, node.clone());
         }
