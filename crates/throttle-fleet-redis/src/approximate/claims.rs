@@ -15,8 +15,9 @@
 //! ```text
 //! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
 //! pool   = limit - sum of all counts
-//! free   = limit - sum of the other instances' holds - my count - reserve
-//!          (an instance's hold: the larger of its count and its claim)
+//! free   = limit - what the other instances may have admitted - my count - reserve
+//!          (each: the larger of its count and its claim; their sum is the
+//!          `holds` of the fields below)
 //! share  = pool x my demand / (my demand + the live demands of the others)
 //! spare  = min(free - min(pool, others known + 1), free / 2)   while demand <= 2 x pool
 //!          and another instance is known; free otherwise
@@ -28,6 +29,9 @@
 //!           first two spans of the interval
 //! credit = MAX / (8 x fleet size known x N), rounded down
 //! ```
+//!
+//! (`pool` and `free` never count the fleet below the count this instance
+//! last heard: should Redis have lost data, that is the better floor.)
 //!
 //! and stores `claim` with this instance's entry. An instance admits a key
 //! only up to its claim, which holds for the span it was granted in and the
