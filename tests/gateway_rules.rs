@@ -12,9 +12,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::{HeaderMap, StatusCode};
-use throttle_fleet_axum::core::{Backend, ManualClock};
+use throttle_fleet_axum::core::Backend;
 use throttle_fleet_axum::key::Header;
 use throttle_fleet_axum::{Limit, MemoryBackend, Policy, Quota, Rule};
+use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{LeaseOptions, RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 use throttle_fleet_test_support::http::{Reply, client};
@@ -45,7 +46,7 @@ async fn get_as(addr: SocketAddr, key: &str, status: u16) -> Reply {
 
 fn redis(server: &RedisServer) -> RedisConfig {
     RedisConfig::standalone(server.url())
-        .clock_for_tests(ManualClock::new(T0))
+        .scheduler(TestTime::new(T0).scheduler())
         .command_timeout(Duration::from_secs(2))
 }
 

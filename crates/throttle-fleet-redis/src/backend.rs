@@ -57,9 +57,8 @@ impl RedisBackend {
     /// The approximate mode: decided locally, counts flushed to Redis at
     /// every span end; Redis is on the request path only for a request
     /// that waits for a claim (`Answer::Pending`, at most the command
-    /// timeout). Flushes run in the background at every span boundary
-    /// (with a test clock set, only when
-    /// [`flush`](ApproximateBackend::flush) is called).
+    /// timeout). Flushes run in the background at every span boundary, on
+    /// the configured [`scheduler`](RedisConfig::scheduler).
     pub async fn approximate(
         config: RedisConfig,
         options: ApproximateOptions,

@@ -1,9 +1,10 @@
 //! Where Redis is and how patient to be with it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use throttle_fleet_core::{Clock, ConfigError};
+use throttle_fleet_core::ConfigError;
+
+use crate::schedule::Scheduler;
 
 /// The longest key prefix accepted.
 pub const MAX_PREFIX_LEN: usize = 64;
@@ -36,7 +37,7 @@ pub struct RedisConfig {
     pub(crate) probe_interval: Duration,
     pub(crate) connections: usize,
     pub(crate) fleet_size: u32,
-    pub(crate) test_clock: Option<Arc<dyn Clock>>,
+    pub(crate) scheduler: Scheduler,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -55,7 +56,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("probe_interval", &self.probe_interval)
             .field("connections", &self.connections)
             .field("fleet_size", &self.fleet_size)
-            .field("test_clock", &self.test_clock.is_some())
+            .field("scheduler", &self.scheduler)
             .finish()
     }
 }
@@ -71,7 +72,7 @@ impl RedisConfig {
             probe_interval: Duration::from_millis(250),
             connections: 1,
             fleet_size: 1,
-            test_clock: None,
+            scheduler: Scheduler::runtime(),
         }
     }
 
@@ -151,13 +152,15 @@ impl RedisConfig {
         self
     }
 
-    /// **For tests only.** Reads "now" from `clock` and passes it to the
-    /// scripts instead of letting them read Redis `TIME`, so a test can
-    /// drive Redis and the in-memory algorithms with the same timeline. In
-    /// production this would let clock drift between instances skew limits.
+    /// The clock and timers of the backend's background work (flushes,
+    /// give-backs, renewals, heartbeats, probes): by default
+    /// [`Scheduler::runtime`], the wall clock and Tokio's timers. A test
+    /// gives a [`TestTime`](crate::schedule::TestTime)'s, which also passes
+    /// its time to the scripts instead of letting them read Redis `TIME`,
+    /// so that Redis and the in-memory algorithms share one timeline.
     #[must_use]
-    pub fn clock_for_tests(mut self, clock: impl Clock) -> Self {
-        self.test_clock = Some(Arc::new(clock));
+    pub fn scheduler(mut self, scheduler: Scheduler) -> Self {
+        self.scheduler = scheduler;
         self
     }
 

@@ -40,13 +40,10 @@ pub(crate) fn local_limiter(
     let local_rule = Rule::new(rule.name(), quota)
         .algorithm_is(rule.algorithm())
         .cost(rule.static_cost().min(quota_capacity(rule, quota)));
-    let limiter = match &redis.config.test_clock {
-        Some(clock) => throttle_fleet_core::Backend::limiter(
-            &MemoryBackend::with_clock(clock.clone()),
-            &local_rule,
-        )?,
-        None => throttle_fleet_core::Backend::limiter(&MemoryBackend::default(), &local_rule)?,
-    };
+    let limiter = throttle_fleet_core::Backend::limiter(
+        &MemoryBackend::with_clock(redis.local_clock()),
+        &local_rule,
+    )?;
     Ok(Some(limiter))
 }
 

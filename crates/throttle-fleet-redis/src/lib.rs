@@ -85,6 +85,7 @@ mod leased;
 pub mod metrics;
 mod registry;
 mod reply;
+pub mod schedule;
 mod scripts;
 mod shutdown;
 mod slot;

@@ -1,15 +1,17 @@
 //! Concurrency rules in Redis: several instances (each its own backend,
 //! connections and instance id) on one real `redis-server`, driven
 //! through the rule set and the `Held` slots a layer keeps with each response.
-//! Time is a shared manual clock that the scripts read too, so slot
-//! expiry and renewal are decided on the test's timeline, not by sleeps.
+//! Time is a shared test time that the scripts read too, and the slots'
+//! renewal timers run on it, so slot expiry and renewal are decided on the
+//! test's timeline, not by sleeps.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::rule_set::Held;
-use throttle_fleet_core::{Answer, Decision, Demand, Key, ManualClock, Rule, RuleSet};
+use throttle_fleet_core::{Answer, Decision, Demand, Key, Rule, RuleSet};
+use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{
     ApproximateOptions, ExactBackend, LeaseOptions, RedisBackend, RedisConfig,
 };
@@ -25,8 +27,8 @@ struct Instance {
     rules: RuleSet,
 }
 
-async fn instance(server: &RedisServer, clock: &ManualClock, rule: &Rule) -> Instance {
-    let config = RedisConfig::standalone(server.url()).clock_for_tests(clock.clone());
+async fn instance(server: &RedisServer, time: &TestTime, rule: &Rule) -> Instance {
+    let config = RedisConfig::standalone(server.url()).scheduler(time.scheduler());
     let backend = RedisBackend::exact(config).await.unwrap();
     let mut rules = RuleSet::new();
     rules.bind(rule.clone(), &backend).unwrap();
@@ -71,12 +73,12 @@ async fn settled(server: &RedisServer, rule: &str, key: &str, expect: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_interleaving_of_acquires_and_releases_on_four_instances_holds_more_than_n() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
     let n = 5;
     let rule = Rule::concurrency("inflight", n).slot_ttl(TTL);
     let mut fleet = Vec::new();
     for _ in 0..4 {
-        fleet.push(instance(&server, &clock, &rule).await);
+        fleet.push(instance(&server, &time, &rule).await);
     }
     for seed in 0..4u64 {
         let mut rng = Rng::new(seed);
@@ -107,7 +109,7 @@ async fn no_interleaving_of_acquires_and_releases_on_four_instances_holds_more_t
                 settled(&server, "inflight", "k", in_flight).await;
             }
             assert!(held_in_redis(&server, "inflight", "k") <= n);
-            clock.advance(Duration::from_millis(1));
+            time.advance(Duration::from_millis(1)).await;
         }
         running.clear();
         settled(&server, "inflight", "k", 0).await;
@@ -123,11 +125,12 @@ async fn no_interleaving_of_acquires_and_releases_on_four_instances_holds_more_t
 async fn a_dead_instances_slots_come_back_after_one_lifetime_while_a_renewed_request_keeps_its_own()
 {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
     let rule = Rule::concurrency("inflight", 3).slot_ttl(TTL);
-    let dead = instance(&server, &clock, &rule).await;
-    let alive = instance(&server, &clock, &rule).await;
-    let other = instance(&server, &clock, &rule).await;
+    // Its own time, never moved: the timers of a killed process never fire.
+    let dead = instance(&server, &TestTime::new(T0), &rule).await;
+    let alive = instance(&server, &time, &rule).await;
+    let other = instance(&server, &time, &rule).await;
 
     // The instance that will die holds two slots, the living one one.
     let (_, a) = request(&dead, "k", 1).await;
@@ -143,8 +146,12 @@ async fn a_dead_instances_slots_come_back_after_one_lifetime_while_a_renewed_req
     let step = TTL / 3;
     let mut came_back_at = None;
     for i in 1..=30u32 {
-        clock.advance(step);
-        assert!(alive.backend.renew_slots().await);
+        let renewals = alive.backend.slot_stats().renewals;
+        time.advance(step).await;
+        assert!(
+            alive.backend.slot_stats().renewals > renewals,
+            "its renewal timer ran"
+        );
         let (decision, slots) = request(&other, "k", 1).await;
         if decision.is_allowed() {
             came_back_at.get_or_insert(step * i);
@@ -171,18 +178,21 @@ async fn a_dead_instances_slots_come_back_after_one_lifetime_while_a_renewed_req
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_not_renewed_for_a_lifetime_is_lost_and_counted_not_brought_back() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let rule = Rule::concurrency("inflight", 1).slot_ttl(TTL);
-    let slow = instance(&server, &clock, &rule).await;
-    let other = instance(&server, &clock, &rule).await;
+    let slow = instance(&server, &time, &rule).await;
+    let other = instance(&server, &time, &rule).await;
     let (_, held) = request(&slow, "k", 1).await;
     assert!(held.is_some());
     // No renewal for a whole lifetime (Redis away, say): another instance
     // takes the slot back, and the late renewal does not add it again.
+    // (The clock moves without running the timers: the process stalled.)
     clock.advance(TTL + Duration::from_millis(1));
     let (_, taken) = request(&other, "k", 1).await;
     assert!(taken.is_some());
-    assert!(slow.backend.renew_slots().await);
+    // It runs again: its renewal, overdue, runs now.
+    time.advance(Duration::ZERO).await;
     assert_eq!(slow.backend.slot_stats().lost, 1);
     assert_eq!(held_in_redis(&server, "inflight", "k"), 1);
     // Its late release does not free the other instance's slot either.
@@ -196,11 +206,11 @@ async fn a_slot_not_renewed_for_a_lifetime_is_lost_and_counted_not_brought_back(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiers_costs_and_shutdown_give_every_slot_back() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
     let rule = Rule::concurrency("inflight", 2)
         .slot_ttl(TTL)
         .tiers([("big", throttle_fleet_core::Quota::in_flight(4))]);
-    let a = instance(&server, &clock, &rule).await;
+    let a = instance(&server, &time, &rule).await;
     let (_, s1) = request(&a, "big", 3).await;
     assert!(s1.is_some(), "the tier's own limit");
     assert!(!request(&a, "big", 2).await.0.is_allowed());
@@ -217,12 +227,12 @@ async fn tiers_costs_and_shutdown_give_every_slot_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_policies_decide_while_redis_is_away() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
     let open = Rule::concurrency("open", 2).slot_ttl(TTL);
     let closed = Rule::concurrency("closed", 2).slot_ttl(TTL).fail_closed();
     let local = Rule::concurrency("local", 4).slot_ttl(TTL).local_fallback();
     let config = RedisConfig::standalone(server.url())
-        .clock_for_tests(clock.clone())
+        .scheduler(time.scheduler())
         .fleet_size(2);
     let backend = RedisBackend::exact(config).await.unwrap();
     let mut rules = RuleSet::new();
@@ -294,11 +304,11 @@ async fn the_approximate_and_leased_modes_refuse_a_concurrency_rule_naming_the_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_cancelled_while_its_acquire_is_on_its_way_leaves_no_slot() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
     // A lifetime far longer than the wait below: Redis' own expiry of the
     // keys (real time) must not be what frees the slot.
     let rule = Rule::concurrency("inflight", 2).slot_ttl(Duration::from_secs(600));
-    let a = instance(&server, &clock, &rule).await;
+    let a = instance(&server, &time, &rule).await;
     // Polled only until Redis has run the script, then dropped with its
     // answer unread (the client went away). A poll that happens to find the
     // answer already there completes the request: try again on a new key.

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Answer, Backend, Key, ManualClock, Quota, Rule};
+use throttle_fleet_core::{Answer, Backend, Key, Quota, Rule};
+use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 
@@ -25,13 +26,14 @@ async fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_flood_costs_one_call_per_instance_and_retry_period() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     // 10 per minute, a burst of 10: one token every 6 s once drained.
     let rule = Rule::new("ip", Quota::per_minute(10).with_burst(10)).token_bucket();
     let mut fleet = Vec::new();
     for _ in 0..4 {
         let config = RedisConfig::standalone(server.url())
-            .clock_for_tests(clock.clone())
+            .scheduler(time.scheduler())
             .command_timeout(Duration::from_secs(2));
         let backend = RedisBackend::exact(config).await.unwrap();
         let limiter = backend.limiter(&rule).unwrap();

@@ -1,6 +1,6 @@
 //! Differential tests: every algorithm's Lua script against the Rust meter
 //! it mirrors, on the same random timelines. A real redis-server per test;
-//! "now" is passed into the scripts (`clock_for_tests`), so both sides see
+//! "now" is passed into the scripts (a `TestTime` scheduler), so both sides see
 //! exactly the same times.
 
 use std::time::Duration;
@@ -9,7 +9,8 @@ use throttle_fleet_core::algorithm::{
     FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
 };
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Answer, Key, ManualClock, Quota, Rule};
+use throttle_fleet_core::{Answer, Key, Quota, Rule};
+use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 
@@ -38,9 +39,10 @@ impl Rng {
 /// Rust meter and the Redis script, and compares every step.
 async fn compare<M: Meter>(server_url: String, rule: Rule, meter: M, seed: u64) -> (u64, u64) {
     let start = 1_700_000_000_000_000 + seed * 7_919;
-    let clock = ManualClock::new(start);
+    let time = TestTime::new(start);
+    let clock = time.clock();
     let config = RedisConfig::standalone(server_url)
-        .clock_for_tests(clock.clone())
+        .scheduler(time.scheduler())
         .command_timeout(Duration::from_secs(5))
         .key_prefix(format!("diff{seed}"));
     let backend = RedisBackend::exact(config).await.unwrap();
@@ -174,9 +176,9 @@ async fn leaky_bucket_script_matches_rust() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_checks_are_batched_and_still_exact() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(1_700_000_000_000_000);
+    let time = TestTime::new(1_700_000_000_000_000);
     let config = RedisConfig::standalone(server.url())
-        .clock_for_tests(clock.clone())
+        .scheduler(time.scheduler())
         .command_timeout(Duration::from_secs(5));
     let backend = RedisBackend::exact(config).await.unwrap();
     for (rule, capacity) in [

@@ -12,22 +12,22 @@ use std::time::Duration;
 use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{Answer, Key, ManualClock, Quota, Rule};
+use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{LeaseOptions, LeasedBackend};
-use throttle_fleet_test_support::leased::{
-    T0, give_backs_until, leased, leased_fleet, perfect, worst_excess,
-};
+use throttle_fleet_test_support::leased::{T0, leased, leased_fleet, perfect, worst_excess};
 use throttle_fleet_test_support::{RedisServer, allowed, outcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_overshoot_by_at_most_one_batch_each() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let quota = Quota::new(1_000, Duration::from_secs(10));
     let rule = Rule::new("api", quota).token_bucket();
     let batch = 50;
     let mut fleet = Vec::new();
     for _ in 0..4 {
-        let backend = leased(&server, &clock, LeaseOptions::default().batch(batch)).await;
+        let backend = leased(&server, &time, LeaseOptions::default().batch(batch)).await;
         let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
         fleet.push((backend, limiter));
     }
@@ -117,12 +117,13 @@ impl<'a> Leases<'a> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_key_leases_its_cost_and_its_batches_grow_while_it_spends() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     // 100 per second: the bucket refills faster than one key spends here.
     let rule = Rule::new("ip", Quota::new(1_000, Duration::from_secs(10))).token_bucket();
     let backend = leased(
         &server,
-        &clock,
+        &time,
         LeaseOptions::default().batch(50).low_water(10),
     )
     .await;
@@ -167,12 +168,13 @@ async fn a_new_key_leases_its_cost_and_its_batches_grow_while_it_spends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_tokens_go_back_while_the_bucket_lacks_them() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     // One token a second, a bucket of 100.
     let rule = Rule::new("api", Quota::new(100, Duration::from_secs(100))).token_bucket();
     let options = LeaseOptions::default().batch(50).low_water(10);
-    let a = leased(&server, &clock, options.clone()).await;
-    let b = leased(&server, &clock, options).await;
+    let a = leased(&server, &time, options.clone()).await;
+    let b = leased(&server, &time, options).await;
     let la = throttle_fleet_core::Backend::limiter(&a, &rule).unwrap();
     let lb = throttle_fleet_core::Backend::limiter(&b, &rule).unwrap();
     let key = Key::new("k");
@@ -204,14 +206,15 @@ async fn idle_tokens_go_back_while_the_bucket_lacks_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_script_takes_what_the_rust_bucket_would() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let quota = Quota::new(7, Duration::from_secs(3)).with_burst(40);
     let gcra = Gcra::token_bucket(quota).unwrap();
     let rule = Rule::new("diff", quota).token_bucket();
     // Batch of 1 and no background lease: every check leases exactly its cost.
     let backend = leased(
         &server,
-        &clock,
+        &time,
         LeaseOptions::default().batch(1).low_water(0),
     )
     .await;
@@ -251,8 +254,9 @@ async fn the_lease_script_takes_what_the_rust_bucket_would() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_above_the_bucket_is_denied_alone_without_asking_redis() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
-    let backend = leased(&server, &clock, LeaseOptions::default()).await;
+    let time = TestTime::new(T0);
+    let clock = time.clock();
+    let backend = leased(&server, &time, LeaseOptions::default()).await;
     let limiter =
         throttle_fleet_core::Backend::limiter(&backend, &Rule::new("api", Quota::per_minute(100)))
             .unwrap();
@@ -293,11 +297,12 @@ struct Trickle {
 /// low-water mark per instance; and a perfect bucket on the same timeline.
 async fn burst_after_trickle(batch: u64, low_water: u64) -> Trickle {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let (limit, period) = (1_000u64, 10_000_000u64);
     let rule = Rule::new("api", Quota::new(limit, Duration::from_micros(period))).token_bucket();
     let options = LeaseOptions::default().batch(batch).low_water(low_water);
-    let fleet = leased_fleet(&server, &clock, &options, &rule, 4).await;
+    let fleet = leased_fleet(&server, &time, &options, &rule, 4, Duration::ZERO).await;
     let ideal = perfect(&clock, &rule);
     let (mut ideal_admitted, mut false_denials) = (0u64, 0u64);
     let key = Key::new("tenant-1");
@@ -375,11 +380,12 @@ async fn a_burst_after_a_trickle_overshoots_by_at_most_the_leased_tokens() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_pacing_at_the_rate_after_a_burst_gets_what_the_bucket_gives() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     // The example's rule: 10 per minute, a bucket of 10, batches of 5.
     let rule = Rule::new("ip", Quota::per_minute(10).with_burst(10)).token_bucket();
     let options = LeaseOptions::default().batch(5).low_water(1);
-    let fleet = leased_fleet(&server, &clock, &options, &rule, 4).await;
+    let fleet = leased_fleet(&server, &time, &options, &rule, 4, Duration::ZERO).await;
     let ideal = perfect(&clock, &rule);
     let key = Key::new("198.51.100.20");
     let (mut admitted, mut ideal_admitted) = (0u64, 0u64);
@@ -432,14 +438,17 @@ struct LowRate {
 /// request (they take a round trip, far less than the gap to the next).
 async fn low_rate(quota: Quota, poisson: bool, secs: u64) -> LowRate {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let rule = Rule::new("ip", quota).token_bucket();
+    // Each instance's give-back timer every second at its own phase.
     let fleet = leased_fleet(
         &server,
-        &clock,
+        &time,
         &LeaseOptions::default().batch(50),
         &rule,
         4,
+        Duration::from_millis(137),
     )
     .await;
     let ideal = perfect(&clock, &rule);
@@ -463,7 +472,6 @@ async fn low_rate(quota: Quota, poisson: bool, secs: u64) -> LowRate {
     reqs.sort_unstable();
     let key = Key::new("203.0.113.7");
     let calls_before = server.command_count("evalsha") + server.command_count("eval");
-    let mut ticks: Vec<u64> = (0..4u64).map(|i| 1_000_000 + i * 137_000).collect();
     let mut r = LowRate {
         requests: reqs.len() as u64,
         admitted: 0,
@@ -473,9 +481,8 @@ async fn low_rate(quota: Quota, poisson: bool, secs: u64) -> LowRate {
         calls: 0,
     };
     for (t, i) in reqs {
-        // The give-back timers due before this request.
-        give_backs_until(&clock, &fleet, &mut ticks, t).await;
-        clock.set(T0 + t);
+        // The give-back timers due before this request run on the way.
+        time.advance_to(T0 + t).await;
         let (backend, limiter) = &fleet[i];
         let got = allowed(limiter.as_ref(), &key).await;
         let want = allowed(ideal.as_ref(), &key).await;
@@ -557,10 +564,11 @@ async fn a_key_over_its_quota_at_one_request_per_second_per_instance_costs_littl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remaining_says_what_the_fleet_has_left() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let rule = Rule::new("api", Quota::per_minute(100)).token_bucket();
     let options = LeaseOptions::default().batch(10).low_water(2);
-    let fleet = leased_fleet(&server, &clock, &options, &rule, 4).await;
+    let fleet = leased_fleet(&server, &time, &options, &rule, 4, Duration::ZERO).await;
     let ideal = perfect(&clock, &rule);
     let key = Key::new("tenant-7");
     let mut at = T0;
@@ -606,11 +614,12 @@ async fn remaining_says_what_the_fleet_has_left() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let rule = Rule::new("ip", Quota::per_minute(300)).token_bucket();
     let options = LeaseOptions::default().batch(50).low_water(10);
-    let a = leased(&server, &clock, options.clone()).await;
-    let b = leased(&server, &clock, options).await;
+    let a = leased(&server, &time, options.clone()).await;
+    let b = leased(&server, &time, options).await;
     let la = throttle_fleet_core::Backend::limiter(&a, &rule).unwrap();
     let lb = throttle_fleet_core::Backend::limiter(&b, &rule).unwrap();
     let ideal = perfect(&clock, &rule);

@@ -12,11 +12,10 @@
 
 use std::time::Duration;
 
-use throttle_fleet_core::{Key, ManualClock, Quota, Rule};
+use throttle_fleet_core::{Key, Quota, Rule};
 use throttle_fleet_redis::LeaseOptions;
-use throttle_fleet_test_support::leased::{
-    T0, give_backs_until, leased_fleet, perfect, worst_excess,
-};
+use throttle_fleet_redis::schedule::TestTime;
+use throttle_fleet_test_support::leased::{T0, leased_fleet, perfect, worst_excess};
 use throttle_fleet_test_support::{RedisServer, allowed};
 
 const INSTANCES: usize = 6;
@@ -138,9 +137,18 @@ impl Run {
 /// its timer alone would (see BENCHMARKS.md for what that changes).
 async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, secs: u64) -> Run {
     let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
+    let time = TestTime::new(T0);
+    let clock = time.clock();
     let rule = Rule::new("tenant", quota).token_bucket();
-    let fleet = leased_fleet(&server, &clock, &options, &rule, INSTANCES).await;
+    let fleet = leased_fleet(
+        &server,
+        &time,
+        &options,
+        &rule,
+        INSTANCES,
+        Duration::from_millis(163),
+    )
+    .await;
     let ideal = perfect(&clock, &rule);
     let (limit, period) = (quota.limit(), quota.period().as_micros() as u64);
     let burst = quota.burst();
@@ -196,12 +204,8 @@ async fn six_instances(quota: Quota, options: LeaseOptions, per_class: usize, se
         ..Class::default()
     }; 3];
     let calls_before = server.command_count("evalsha") + server.command_count("eval");
-    let mut ticks: Vec<u64> = (0..INSTANCES as u64)
-        .map(|i| 1_000_000 + i * 163_000)
-        .collect();
     for &(t, client, instance) in &reqs {
-        give_backs_until(&clock, &fleet, &mut ticks, t).await;
-        clock.set(T0 + t);
+        time.advance_to(T0 + t).await;
         let (backend, limiter) = &fleet[instance];
         let got = allowed(limiter.as_ref(), &keys[client]).await;
         let want = allowed(ideal.as_ref(), &keys[client]).await;

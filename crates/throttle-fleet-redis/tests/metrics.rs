@@ -19,11 +19,12 @@ use metrics::{
 };
 use metrics_util::registry::{AtomicStorage, Registry};
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{ManualClock, Quota, Rule};
+use throttle_fleet_core::{Quota, Rule};
 use throttle_fleet_redis::metrics::{
     BREAKER_OPEN, BREAKER_OPENED, ERRORS, FLUSH_SECONDS, FLUSHES, LEASE_CALLS, LEASE_TOKENS,
     NODES_ESTIMATE,
 };
+use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
 use throttle_fleet_test_support::{RedisServer, check};
 
@@ -157,9 +158,9 @@ async fn the_breaker_gauge_follows_a_hung_then_killed_redis_and_failures_are_cou
 async fn flushes_their_latency_and_the_node_estimate_are_reported() {
     registry();
     let server = RedisServer::start();
-    let clock = ManualClock::new(1_700_000_000_000_000);
+    let time = TestTime::new(1_700_000_000_000_000);
     let config = RedisConfig::standalone(server.url())
-        .clock_for_tests(clock.clone())
+        .scheduler(time.scheduler())
         .command_timeout(Duration::from_millis(500));
     let options = ApproximateOptions::default().flush_timeout(Duration::from_millis(100));
     let backend = RedisBackend::approximate(config, options).await.unwrap();
@@ -200,8 +201,8 @@ async fn flushes_their_latency_and_the_node_estimate_are_reported() {
 async fn lease_calls_and_tokens_are_counted() {
     registry();
     let server = RedisServer::start();
-    let clock = ManualClock::new(1_700_000_000_000_000);
-    let config = RedisConfig::standalone(server.url()).clock_for_tests(clock.clone());
+    let time = TestTime::new(1_700_000_000_000_000);
+    let config = RedisConfig::standalone(server.url()).scheduler(time.scheduler());
     let backend = RedisBackend::leased(config, LeaseOptions::default())
         .await
         .unwrap();

@@ -122,16 +122,20 @@ impl Row {
 }
 
 /// What a case must keep where a goal is not met (measured in CI's short
-/// runs and with `THROTTLE_FLEET_LONG=1`; README and BENCHMARKS.md say
-/// which): a regression past these fails the test, a goal missed within
-/// them is printed.
+/// runs and with `THROTTLE_FLEET_LONG=1`; BENCHMARKS.md says which): a
+/// regression past these fails the test, a goal missed within them is
+/// printed.
 struct Bounds {
     /// Goal 0.1%: met in CI's short runs but for sticky-and-moving traffic,
     /// whose old instance holds a claim for up to a span after the client
-    /// left it (the client at the end of an interval, at its quota); the
-    /// long runs also show up to 0.5% for small quotas (a few requests of
-    /// a client at its quota, at the end of an interval). The code before
-    /// requests could wait denied 8-31%.
+    /// left it (the client at the end of an interval, at its quota), and a
+    /// few cases of a handful of requests; the long runs also show up to
+    /// 0.5% for small quotas (a few requests of a client at its quota, at
+    /// the end of an interval). The worst case: 6 of 674 (0.89%, fixed
+    /// window, sticky-and-moving, 4 instances, 50 per minute), since the
+    /// fleet runs the production flush schedule (the whole matrix: 137 of
+    /// 334,800, against 134 under the driver's own model of it before).
+    /// The code before requests could wait denied 8-31%.
     under_denied: f64,
     /// Goal 5%: met for quotas of ten requests or more per instance and
     /// span (1,000 per 10 s here); below that a request to an instance
@@ -147,7 +151,7 @@ struct Bounds {
 fn bounds(case: &Case, sliding: bool) -> Bounds {
     let per_instance_span = case.limit as f64 / (case.instances as f64 * 10.0);
     Bounds {
-        under_denied: 0.008,
+        under_denied: 0.01,
         waited: (per_instance_span >= 10.0).then_some(0.05),
         over_got: if sliding { 0.90 } else { 0.97 },
     }

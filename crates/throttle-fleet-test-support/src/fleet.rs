@@ -4,14 +4,16 @@
 //! next to a perfect global limiter fed the same requests on the same
 //! timeline.
 //!
-//! Time is simulated: one shared manual clock is the true time; each
-//! instance reads it through its skew. The driver plays requests in time
-//! order and, between them, the flushes each instance's background task
-//! would make: at every span boundary of its own clock (plus its phase),
-//! and an early flush when a key ran out of claim (one round trip and at
-//! most one per early-flush gap after the ask). Redis is real, so faults
-//! are real too: the server can be stopped, resumed, killed and restarted
-//! at a point of the timeline.
+//! Time is simulated: one [`TestTime`] is the true time; each instance
+//! reads it through its skew. The driver plays requests in time order and,
+//! between them, lets the test time run every job the instances' backends
+//! scheduled: the production flush schedule (every span end, an early
+//! flush when a key ran out of claim, retries while Redis is down), the
+//! heartbeat and the breaker's probe. Each instance's timers run late by a
+//! phase of its own (unsynchronised timers), and its early flushes one
+//! round trip after the ask. Redis is real, so faults are real too: the
+//! server can be stopped, resumed, killed and restarted at a point of the
+//! timeline.
 //!
 //! Per scenario, [`Report`] gives the worst admitted count in an aligned
 //! interval and in any sliding window of the interval's length (both
@@ -27,26 +29,14 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use throttle_fleet_core::backend::{Limiter, Outcome, Pending, Unavailable};
-use throttle_fleet_core::{Answer, Backend, Clock, Key, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_fleet_core::{Answer, Backend, Key, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_fleet_redis::schedule::{Lateness, TestTime};
 use throttle_fleet_redis::{ApproximateBackend, ApproximateOptions, RedisBackend, RedisConfig};
 
 use crate::RedisServer;
 
 /// Where the shared clock starts: an aligned, realistic Unix time.
 pub const T0: u64 = 1_800_000_000_000_000;
-
-/// A clock `offset_us` ahead of (or behind) the true time.
-#[derive(Clone)]
-pub struct Skewed {
-    base: ManualClock,
-    offset_us: i64,
-}
-
-impl Clock for Skewed {
-    fn now_us(&self) -> u64 {
-        self.base.now_us().saturating_add_signed(self.offset_us)
-    }
-}
 
 /// A small deterministic generator (splitmix64).
 #[derive(Clone)]
@@ -142,9 +132,9 @@ pub struct Setup {
     pub skews_ms: Vec<i64>,
     /// Seed of the flush-timer phases and anything random in the driver.
     pub seed: u64,
-    /// Round trip of an early flush, and the gap between two (true time).
+    /// Round trip of an early flush (how late it runs after the ask).
     pub early_latency_us: u64,
-    /// See `early_latency_us`.
+    /// The early-flush gap of every instance.
     pub early_gap_us: u64,
     /// The flush timeout of every instance.
     pub flush_timeout: Duration,
@@ -202,13 +192,6 @@ impl Setup {
 struct Instance {
     backend: ApproximateBackend,
     limiter: Arc<dyn Limiter>,
-    offset_us: i64,
-    phase_us: u64,
-    /// Next span-end flush, true time.
-    next_flush: u64,
-    early_asked: u64,
-    early_due: Option<u64>,
-    last_early: u64,
     /// Requests waiting for a flush's answer (the instance had no claim
     /// for a key the fleet had room for).
     waiting: Vec<Waiting>,
@@ -496,7 +479,7 @@ fn worst_window(times: &[u64], width: u64) -> u64 {
 /// measured (they teach the fleet, as production traffic would have).
 pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
     let server = RedisServer::start();
-    let base = ManualClock::new(T0);
+    let time = TestTime::new(T0);
     let interval_us = setup.interval_us();
     let span_us = interval_us / u64::from(setup.spans);
     let rule = setup.rule();
@@ -504,47 +487,33 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
     let mut fleet = Vec::new();
     for i in 0..setup.instances {
         let offset_us = setup.skews_ms.get(i).copied().unwrap_or(0) * 1_000;
-        let clock = Skewed {
-            base: base.clone(),
-            offset_us,
+        // Its timers' phase: span ends a fifth of a span late at most.
+        let lateness = Lateness {
+            timer: Duration::from_micros(rng.below(span_us / 5)),
+            signal: Duration::from_micros(setup.early_latency_us),
         };
         let config = RedisConfig::standalone(server.url())
-            .clock_for_tests(clock)
+            .scheduler(time.instance(offset_us, lateness))
             .command_timeout(setup.flush_timeout);
         let options = ApproximateOptions::default()
             .spans(setup.spans)
-            .flush_timeout(setup.flush_timeout);
+            .flush_timeout(setup.flush_timeout)
+            .early_flush_gap(Duration::from_micros(setup.early_gap_us));
         let backend = RedisBackend::approximate(config, options).await.unwrap();
         let limiter = backend.limiter(&rule).unwrap();
-        let phase_us = rng.below(span_us / 5) + 200;
         fleet.push(Instance {
             backend,
             limiter,
-            offset_us,
-            phase_us,
-            next_flush: 0,
-            early_asked: 0,
-            early_due: None,
-            last_early: 0,
             waiting: Vec::new(),
         });
     }
-    for inst in &mut fleet {
-        // Its next local span boundary, in true time.
-        let local = T0.saturating_add_signed(inst.offset_us);
-        let boundary = (local / span_us + 1) * span_us + inst.phase_us;
-        inst.next_flush = boundary.saturating_add_signed(-inst.offset_us);
-    }
-    let reference = MemoryBackend::with_clock(base.clone())
+    let reference = MemoryBackend::with_clock(time.clock())
         .limiter(&rule)
         .unwrap();
     let intervals = requests.last().map_or(1, |r| r.at_us / interval_us + 1) as usize;
     let mut driver = Driver {
-        base: &base,
+        time: &time,
         fleet,
-        span_us,
-        early_latency_us: setup.early_latency_us,
-        early_gap_us: setup.early_gap_us,
         start: u64::MAX,
         interval_us,
         intervals,
@@ -558,7 +527,6 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
         let answer = ask(driver.fleet[r.instance].limiter.as_ref(), &key);
         let perfect = allowed(reference.as_ref(), &key);
         driver.answered(r.instance, r.key, None, perfect, answer);
-        driver.after_request(r.instance, T0 + r.at_us);
     }
     let last = warmup.last().map_or(T0, |r| T0 + r.at_us);
     let start = (last / interval_us + 1) * interval_us;
@@ -592,7 +560,6 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
         let answer = ask(driver.fleet[r.instance].limiter.as_ref(), &key);
         let perfect = allowed(reference.as_ref(), &key);
         driver.answered(r.instance, r.key, Some(r.at_us), perfect, answer);
-        driver.after_request(r.instance, now);
     }
     let end = start + requests.last().map_or(0, |r| r.at_us);
     // Requests still waiting get the flush they wait for.
@@ -608,6 +575,7 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
     if std::env::var("FLEET_STATS").is_ok() {
         for inst in &driver.fleet {
             eprintln!("{:?}", inst.backend.approximate_stats());
+            eprintln!("{:?}", inst.backend.stats());
         }
         eprintln!("{}", server.info("commandstats"));
     }
@@ -666,11 +634,8 @@ pub async fn run(setup: &Setup, warmup: &[Req], requests: &[Req]) -> Report {
 }
 
 struct Driver<'a> {
-    base: &'a ManualClock,
+    time: &'a TestTime,
     fleet: Vec<Instance>,
-    span_us: u64,
-    early_latency_us: u64,
-    early_gap_us: u64,
     /// Where measurement starts (true time); `u64::MAX` during the warm-up.
     start: u64,
     interval_us: u64,
@@ -679,41 +644,18 @@ struct Driver<'a> {
 }
 
 impl Driver<'_> {
-    /// Plays every flush due before `until` (true time), in time order,
-    /// then sets the clock to `until`.
+    /// Runs every job due by `until` (true time), in time order, deciding
+    /// after each the requests it answered; then sets the time to `until`.
     async fn advance(&mut self, until: u64) {
-        loop {
-            let mut next: Option<(u64, usize, bool)> = None;
-            for (i, inst) in self.fleet.iter().enumerate() {
-                if next.is_none_or(|n| inst.next_flush < n.0) {
-                    next = Some((inst.next_flush, i, false));
-                }
-                if let Some(due) = inst.early_due
-                    && next.is_none_or(|n| due < n.0)
-                {
-                    next = Some((due, i, true));
-                }
+        while self.time.run_next(until).await.is_some() {
+            for i in 0..self.fleet.len() {
+                self.settle(i);
             }
-            let Some((at, i, early)) = next else { break };
-            if at > until {
-                break;
-            }
-            self.base.set(at.max(self.base.now_us()));
-            let inst = &mut self.fleet[i];
-            if early {
-                inst.early_due = None;
-                inst.last_early = at;
-                inst.backend.flush_asked().await;
-            } else {
-                inst.next_flush += self.span_us;
-                inst.backend.flush().await;
-            }
-            // A flush can ask again (a key still short of claim).
-            let asked = inst.backend.approximate_stats().early_flushes_asked;
-            inst.early_asked = asked;
+        }
+        self.time.advance_to(until).await;
+        for i in 0..self.fleet.len() {
             self.settle(i);
         }
-        self.base.set(until.max(self.base.now_us()));
     }
 
     /// Decides the requests of instance `i` that waited for the flush it
@@ -747,7 +689,7 @@ impl Driver<'_> {
     fn record(&mut self, key: u64, at_us: Option<u64>, ours: bool, perfect: bool, waited: bool) {
         let Some(at_us) = at_us else { return };
         // Decided now (true time, from the start).
-        let decided = self.base.now_us().saturating_sub(self.start);
+        let decided = self.time.now_us().saturating_sub(self.start);
         let intervals = self.intervals;
         let k = self.keys.entry(key).or_insert_with(|| KeyReport {
             per_interval: vec![0; intervals],
@@ -772,18 +714,6 @@ impl Driver<'_> {
                 k.false_denials += 1;
             }
         }
-    }
-
-    /// After a request: if the instance asked for an early flush, schedules
-    /// it one round trip later, no sooner than one gap after the last.
-    fn after_request(&mut self, i: usize, now: u64) {
-        let inst = &mut self.fleet[i];
-        let asked = inst.backend.approximate_stats().early_flushes_asked;
-        if asked > inst.early_asked && inst.early_due.is_none() {
-            let due = (now + self.early_latency_us).max(inst.last_early + self.early_gap_us);
-            inst.early_due = Some(due);
-        }
-        inst.early_asked = asked;
     }
 }
 

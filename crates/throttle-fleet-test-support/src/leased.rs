@@ -1,6 +1,6 @@
 //! What the leased-mode test binaries (`leased`, `leased_fairness`) share:
-//! a leased backend on a test clock, the instances' give-back timers, and
-//! the worst sliding window over a perfect bucket.
+//! a leased backend on test time, a fleet of them whose give-back timers
+//! are out of step, and the worst sliding window over a perfect bucket.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,34 +8,42 @@ use std::time::Duration;
 use crate::RedisServer;
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{Backend, ManualClock, MemoryBackend, Rule};
+use throttle_fleet_redis::schedule::{Lateness, Scheduler, TestTime};
 use throttle_fleet_redis::{LeaseOptions, LeasedBackend, RedisBackend, RedisConfig};
 
-/// The test clock's start (Unix microseconds).
+/// The test time's start (Unix microseconds).
 pub const T0: u64 = 1_700_000_000_000_000;
 
-/// A leased backend on `server`, reading time from `clock`.
-pub async fn leased(
-    server: &RedisServer,
-    clock: &ManualClock,
-    options: LeaseOptions,
-) -> LeasedBackend {
+/// A leased backend on `server`, on `time`.
+pub async fn leased(server: &RedisServer, time: &TestTime, options: LeaseOptions) -> LeasedBackend {
+    on(server, time.scheduler(), options).await
+}
+
+async fn on(server: &RedisServer, scheduler: Scheduler, options: LeaseOptions) -> LeasedBackend {
     let config = RedisConfig::standalone(server.url())
-        .clock_for_tests(clock.clone())
+        .scheduler(scheduler)
         .command_timeout(Duration::from_millis(500));
     RedisBackend::leased(config, options).await.unwrap()
 }
 
-/// `n` leased instances on `server` sharing `rule`, each with its limiter.
+/// `n` leased instances on `server` sharing `rule`, each with its limiter;
+/// instance `i`'s timers (its give-backs) run `i x stagger` late, so that
+/// they are not in step.
 pub async fn leased_fleet(
     server: &RedisServer,
-    clock: &ManualClock,
+    time: &TestTime,
     options: &LeaseOptions,
     rule: &Rule,
     n: usize,
+    stagger: Duration,
 ) -> Vec<(LeasedBackend, Arc<dyn Limiter>)> {
     let mut fleet = Vec::with_capacity(n);
-    for _ in 0..n {
-        let backend = leased(server, clock, options.clone()).await;
+    for i in 0..n {
+        let lateness = Lateness {
+            timer: stagger * i as u32,
+            signal: Duration::ZERO,
+        };
+        let backend = on(server, time.instance(0, lateness), options.clone()).await;
         let limiter = backend.limiter(rule).unwrap();
         fleet.push((backend, limiter));
     }
@@ -48,25 +56,6 @@ pub fn perfect(clock: &ManualClock, rule: &Rule) -> Arc<dyn Limiter> {
     MemoryBackend::with_clock(clock.clone())
         .limiter(rule)
         .unwrap()
-}
-
-/// Plays the one-second give-back timers of `fleet` due by `t` (from
-/// `T0`), in time order; `ticks[i]` is instance `i`'s next one.
-pub async fn give_backs_until<L>(
-    clock: &ManualClock,
-    fleet: &[(LeasedBackend, L)],
-    ticks: &mut [u64],
-    t: u64,
-) {
-    loop {
-        let (j, &tick) = ticks.iter().enumerate().min_by_key(|(_, t)| **t).unwrap();
-        if tick > t {
-            return;
-        }
-        clock.set(T0 + tick);
-        fleet[j].0.flush().await;
-        ticks[j] += 1_000_000;
-    }
 }
 
 /// Admitted in the worst window of each width, over what a perfect bucket

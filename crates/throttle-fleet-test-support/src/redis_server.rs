@@ -737,6 +737,7 @@ impl RedisServer {
                     && !l.starts_with("cmdstat_info")
                     && !l.starts_with("cmdstat_config")
                     && !l.starts_with("cmdstat_ping")
+                    && !l.starts_with("cmdstat_subscribe")
             })
             .filter_map(|l| {
                 l.split("calls=")

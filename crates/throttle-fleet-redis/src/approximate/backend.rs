@@ -8,6 +8,7 @@ use throttle_fleet_core::{Backend, ConfigError, Rule};
 
 use super::limiter::{ApproxLimiter, ApproxRule};
 use super::options::ApproximateOptions;
+use super::schedule::FlushSchedule;
 use super::shared::Shared;
 use super::stats::ApproximateStats;
 use crate::config::RedisConfig;
@@ -51,11 +52,8 @@ impl ApproximateBackend {
             super::check_version(version)?;
         }
         // Nothing on the request path would tell a local decision that a
-        // node is gone: it is watched (a test clock's driver flushes, and
-        // its flushes' failures say so instead).
-        if redis.config.test_clock.is_none() {
-            Redis::watch(&redis);
-        }
+        // node is gone: it is watched.
+        Redis::watch(&redis);
         Ok(Self {
             redis,
             shared: Arc::new(Shared::new(options)),
@@ -70,19 +68,6 @@ impl ApproximateBackend {
         let mut ok = true;
         for rule in self.rules.live() {
             ok &= rule.flush().await;
-        }
-        ok
-    }
-
-    /// The early flush: sends now only the keys that ran out of their claim
-    /// before their span ended, and applies the claims granted. The
-    /// background task does this within the early-flush gap of the first
-    /// ask; with a test clock, call it when
-    /// [`ApproximateStats::early_flushes_asked`] grows.
-    pub async fn flush_asked(&self) -> bool {
-        let mut ok = true;
-        for rule in self.rules.live() {
-            ok &= rule.flush_asked().await;
         }
         ok
     }
@@ -131,11 +116,16 @@ impl Backend for ApproximateBackend {
         if rule.algorithm().is_concurrency() {
             return Err(crate::slots::needs_exact_mode(rule));
         }
-        Ok(Arc::new(ApproxLimiter::new(
+        let limiter = ApproxLimiter::new(
             self.redis.clone(),
             self.shared.clone(),
             self.rules.clone(),
             rule,
-        )?))
+        )?;
+        self.redis
+            .config
+            .scheduler
+            .start(Arc::new(FlushSchedule::new(limiter.rule())));
+        Ok(Arc::new(limiter))
     }
 }

@@ -194,7 +194,10 @@ impl ApproxRule {
         if ok {
             self.view.redis_down.fetch_and(!bit, Ordering::Relaxed);
         } else if self.view.redis_down.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-            self.went_down.notify_one();
+            self.view
+                .down_at
+                .store(self.redis.local_now(), Ordering::Relaxed);
+            self.wake.notify_one();
         }
         Part {
             written: writes.len(),

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -45,12 +44,13 @@ pub(super) struct ApproxRule {
     pub(super) asked: AtomicBuckets,
     /// Sequence number of the last flush.
     pub(super) seq: AtomicU32,
-    /// Wakes the flusher before the span ends.
-    wake: Arc<Notify>,
-    /// Wakes the flusher when a bucket is found down: its timer was set
-    /// while the flush that failed was still in flight, for the span end,
-    /// and must now be every probe interval.
-    pub(super) went_down: Arc<Notify>,
+    /// When (µs, the rule's clock) a key first asked for an early flush
+    /// since the last one left, or 0.
+    pub(super) asked_at: AtomicU64,
+    /// Wakes the flush schedule (`schedule.rs`) before the time it set: a
+    /// key asked for an early flush, or a bucket went down (its retries
+    /// are every probe interval, not at the span end).
+    pub(super) wake: Arc<Notify>,
     /// The limiter was dropped with counts still to write.
     pub(super) retired: AtomicBool,
     /// This rule's id in the shared hashes: the backend's instance id and
@@ -91,8 +91,7 @@ impl Drop for ApproxLimiter {
         rule.retired.store(true, Ordering::Relaxed);
         rule.rules.retire(rule.clone());
         // Flush every bucket now rather than at the span end.
-        rule.asked.store(rule.layout.all(), Ordering::Relaxed);
-        rule.wake.notify_one();
+        rule.ask(rule.layout.all(), rule.redis.local_now());
     }
 }
 
@@ -193,8 +192,8 @@ impl ApproxLimiter {
             listed: per_bucket(count),
             asked: AtomicBuckets::new(0),
             seq: AtomicU32::new(0),
+            asked_at: AtomicU64::new(0),
             wake: Arc::new(Notify::new()),
-            went_down: Arc::new(Notify::new()),
             retired: AtomicBool::new(false),
             instance: format!(
                 "{}.{}",
@@ -207,10 +206,12 @@ impl ApproxLimiter {
             answers: Notify::new(),
         });
         rules.add(&this);
-        if this.redis.config.test_clock.is_none() {
-            ApproxRule::schedule(&this);
-        }
         Ok(Self(this))
+    }
+
+    /// The rule, for the backend to schedule its flushes.
+    pub(super) fn rule(&self) -> &Arc<ApproxRule> {
+        &self.0
     }
 }
 
@@ -219,88 +220,14 @@ fn per_bucket<T: Default>(count: usize) -> Box<[T]> {
     (0..count).map(|_| T::default()).collect()
 }
 
-/// What woke a rule's flush task.
-enum Woke {
-    /// Its timer: a span end, or a probe-interval turn while Redis is down.
-    Timer,
-    /// A key that ran out of claim asked for an early flush.
-    Asked,
-    /// A probe closed a breaker.
-    Recovered,
-    /// A flush found a bucket down.
-    WentDown,
-}
-
 impl ApproxRule {
-    /// Flushes at every span end, and within the early-flush gap when a key
-    /// runs out of claim, until the rule is dropped.
-    pub(super) fn schedule(this: &Arc<Self>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::error!(
-                rule = this.rule.name(),
-                "approximate mode needs a Tokio runtime to flush; counting locally only"
-            );
-            return;
-        };
-        let weak = Arc::downgrade(this);
-        let gap = this.shared.options.early_flush_gap;
-        let wake = this.wake.clone();
-        let recovered = this.redis.recovered.clone();
-        let went_down = this.went_down.clone();
-        rt.spawn(async move {
-            // The next span-end flush: it runs whether or not early flushes
-            // happen meanwhile (a steady stream of asks must not starve it).
-            let mut boundary: Option<u64> = None;
-            loop {
-                let Some(rule) = weak.upgrade() else { return };
-                let meter = rule.store.meter();
-                let now = rule.redis.local_now();
-                let at = *boundary.get_or_insert_with(|| meter.next_boundary(now));
-                if now >= at {
-                    // In a task of its own, as every flush here: a bucket
-                    // whose node hangs holds up no other bucket's flush.
-                    boundary = Some(meter.next_boundary(now.max(at)));
-                    let rule = rule.clone();
-                    tokio::spawn(async move { rule.flush().await });
-                    continue;
-                }
-                // While Redis cannot be reached, every probe interval too, so
-                // that a rule that refuses meanwhile (fail closed) serves
-                // again soon after Redis does.
-                let mut next = at;
-                if rule.view.any_down() {
-                    let probe = rule.redis.config.probe_interval.as_micros() as u64;
-                    next = next.min(now + probe);
-                }
-                drop(rule);
-                let woke = tokio::select! {
-                    () = tokio::time::sleep(Duration::from_micros(next - now)) => Woke::Timer,
-                    () = wake.notified() => Woke::Asked,
-                    () = recovered.notified() => Woke::Recovered,
-                    () = went_down.notified() => Woke::WentDown,
-                };
-                let Some(rule) = weak.upgrade() else { return };
-                let down = rule.view.any_down();
-                match woke {
-                    Woke::Asked => {
-                        tokio::spawn(async move { rule.flush_asked().await });
-                        // At most one early flush per gap: a burst of new
-                        // keys costs Redis a few calls per gap, not one per
-                        // key.
-                        tokio::time::sleep(gap).await;
-                    }
-                    Woke::Timer if next < at => {
-                        tokio::spawn(async move { rule.flush().await });
-                    }
-                    // A breaker closed: a bucket found down tries again now.
-                    Woke::Recovered if down => {
-                        tokio::spawn(async move { rule.flush().await });
-                    }
-                    // Set again from the top: every probe interval now.
-                    Woke::Timer | Woke::Recovered | Woke::WentDown => {}
-                }
-            }
-        });
+    /// Asks for an early flush of `buckets` (bit `b`), `now`.
+    pub(super) fn ask(&self, buckets: Buckets, now: u64) {
+        self.asked.fetch_or(buckets, Ordering::Relaxed);
+        let _ = self
+            .asked_at
+            .compare_exchange(0, now.max(1), Ordering::Relaxed, Ordering::Relaxed);
+        self.wake.notify_one();
     }
 
     /// Adds a key to the list of keys to write (its `LISTED` flag was
@@ -399,12 +326,11 @@ impl ApproxRule {
             self.list(key);
         }
         if asks.early && redis_ok {
-            self.asked.fetch_or(1 << bucket, Ordering::Relaxed);
             self.shared
                 .counters
                 .early_flushes_asked
                 .fetch_add(1, Ordering::Relaxed);
-            self.wake.notify_one();
+            self.ask(1 << bucket, now);
         }
         if asks.wait {
             self.shared.counters.waited.fetch_add(1, Ordering::Relaxed);
@@ -451,15 +377,14 @@ impl ApproxRule {
                 notified.await;
             }
         };
-        // A test clock's driver plays the flushes itself, in its own time.
-        let in_time = if self.redis.config.test_clock.is_some() {
-            answered.await;
-            true
-        } else {
-            tokio::time::timeout(self.redis.config.command_timeout, answered)
-                .await
-                .is_ok()
-        };
+        // On the scheduler's time, as the flush it waits for.
+        let in_time = self
+            .redis
+            .config
+            .scheduler
+            .timeout(self.redis.config.command_timeout, answered)
+            .await
+            .is_some();
         if !in_time {
             // Not written: the request no longer waits for it.
             self.store.update(&key, |st| {

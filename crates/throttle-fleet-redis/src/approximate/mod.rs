@@ -43,6 +43,7 @@ mod limiter;
 mod meter;
 mod options;
 mod plan;
+mod schedule;
 mod shared;
 mod stats;
 mod view;

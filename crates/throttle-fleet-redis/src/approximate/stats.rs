@@ -21,7 +21,7 @@ pub struct ApproximateStats {
     /// Requests denied by a local decision.
     pub local_denials: u64,
     /// Early flushes asked for: a key ran out of its claim before its span
-    /// ended (a driver with a test clock flushes when this grows).
+    /// ended.
     pub early_flushes_asked: u64,
     /// Requests that waited for a flush's answer: the fleet had room, this
     /// instance had no claim for them.

@@ -17,6 +17,8 @@ pub(super) struct View {
     /// a hung Redis hands keys whose claim ran out to the failure policy
     /// after one command timeout, not after the whole flush timeout.
     flight_since: Box<[AtomicU64]>,
+    /// When (µs, the rule's clock) a bucket last went down.
+    pub(super) down_at: AtomicU64,
     /// The command timeout, in µs.
     overdue_after_us: u64,
     pub(super) fleet: Fleet,
@@ -29,6 +31,7 @@ impl View {
         Self {
             redis_down: AtomicBuckets::new(0),
             flight_since: (0..buckets).map(|_| AtomicU64::new(0)).collect(),
+            down_at: AtomicU64::new(0),
             overdue_after_us,
             fleet: Fleet::default(),
         }

@@ -169,7 +169,8 @@ impl Cluster {
     }
 
     /// Whether a background refresh may be asked for now: at most one per
-    /// `every` (of wall time: a test clock may stand still).
+    /// `every` (of wall time: it bounds the I/O a run of `MOVED` replies
+    /// starts, which is real in the tests too).
     pub(crate) fn refresh_due(&self, every: Duration) -> bool {
         let now_us = self.started.elapsed().as_micros() as u64;
         let last = self.last_asked_us.load(Ordering::Relaxed);

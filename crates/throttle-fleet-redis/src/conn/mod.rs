@@ -1,8 +1,8 @@
 //! Connections (standalone or cluster), timeouts, circuit breakers and
 //! the counters every mode shares.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::{FromRedisValue, IntoConnectionInfo};
@@ -12,6 +12,7 @@ pub(crate) use crate::call_failure::Failure;
 use crate::config::{RedisConfig, Target};
 use crate::health::Health;
 use crate::metrics::CallMetrics;
+use crate::schedule::{Every, Going};
 
 mod call;
 mod cluster;
@@ -70,6 +71,9 @@ pub(crate) struct Redis {
     /// tasks that wait to find Redis back try at once, not at their next
     /// probe-interval turn.
     pub(crate) recovered: Arc<tokio::sync::Notify>,
+    /// When (µs, the local clock) a probe last closed a breaker, or 0:
+    /// what a scheduled job reads to know `recovered` was woken.
+    last_recovery: AtomicU64,
     /// The nodes whose breaker is open, published at every change
     /// ([`publish_health`](Self::publish_health)) for the stores of the
     /// public `connection` module.
@@ -94,10 +98,7 @@ impl Redis {
             }
             Target::Cluster(nodes) => Route::Cluster(Box::new(Cluster::new(nodes, &config)?)),
         };
-        let clock: Arc<dyn Clock> = match &config.test_clock {
-            Some(c) => c.clone(),
-            None => Arc::new(throttle_fleet_core::clock::WallClock),
-        };
+        let clock = config.scheduler.clock();
         let redis = Arc::new(Self {
             clock,
             route,
@@ -110,6 +111,7 @@ impl Redis {
             denied_locally: AtomicU64::new(0),
             metrics: CallMetrics::new(),
             recovered: Arc::new(tokio::sync::Notify::new()),
+            last_recovery: AtomicU64::new(0),
             health: tokio::sync::watch::Sender::new(Health::default()),
         });
         let patience = redis.patience();
@@ -145,18 +147,18 @@ impl Redis {
         self.config.connect_timeout + self.config.command_timeout
     }
 
-    /// "Now" for the scripts: 0 (read Redis `TIME`) unless a test clock is set.
+    /// "Now" for the scripts: 0 (they read Redis `TIME`), or a test's time.
     pub(crate) fn script_now(&self) -> u64 {
-        self.config.test_clock.as_ref().map_or(0, |c| c.now_us())
+        self.config.scheduler.script_now()
     }
 
-    /// "Now" for local decisions and flush schedules: the test clock if set.
+    /// "Now" for local decisions and schedules: the scheduler's clock.
     pub(crate) fn local_now(&self) -> u64 {
         self.clock.now_us()
     }
 
-    /// The clock local decisions, flushes and leases all read: the test
-    /// clock, or the wall clock (one clock, so local instants compare).
+    /// The clock local decisions, flushes and leases all read: the
+    /// scheduler's (one clock, so local instants compare).
     pub(crate) fn local_clock(&self) -> Arc<dyn Clock> {
         self.clock.clone()
     }
@@ -364,27 +366,36 @@ impl Redis {
         if cluster.discovering.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            cluster.discovering.store(false, Ordering::Release);
-            return;
+        let first = this.local_now();
+        let discover = Every::new(
+            this,
+            first,
+            this.config.probe_interval,
+            |redis: Arc<Self>| {
+                Box::pin(async move {
+                    if redis.discover_round().await {
+                        Going::Over
+                    } else {
+                        Going::On
+                    }
+                })
+            },
+        );
+        this.config.scheduler.start(discover);
+    }
+
+    /// One discovery round: reads the slot table; returns whether every
+    /// slot is served now (the discovery is over).
+    async fn discover_round(&self) -> bool {
+        let Route::Cluster(cluster) = &self.route else {
+            return true;
         };
-        let weak: Weak<Self> = Arc::downgrade(this);
-        rt.spawn(async move {
-            loop {
-                let Some(redis) = weak.upgrade() else { return };
-                let Route::Cluster(cluster) = &redis.route else {
-                    return;
-                };
-                if cluster.refresh(redis.patience()).await && cluster.is_complete() {
-                    cluster.discovering.store(false, Ordering::Release);
-                    tracing::info!("throttle: Redis Cluster serves every slot");
-                    return;
-                }
-                let interval = redis.config.probe_interval;
-                drop(redis);
-                tokio::time::sleep(interval).await;
-            }
-        });
+        if cluster.refresh(self.patience()).await && cluster.is_complete() {
+            cluster.discovering.store(false, Ordering::Release);
+            tracing::info!("throttle: Redis Cluster serves every slot");
+            return true;
+        }
+        false
     }
 
     /// Whether the node serving `slot` answers a `PING` now, on every
@@ -425,51 +436,61 @@ impl Redis {
     }
 
     /// While `node`'s breaker is open, pings it every probe interval and
-    /// closes the breaker when it answers on every connection. In a cluster
-    /// each round reads the slot table first: a primary that lost its slots
-    /// (its replica was promoted) is no longer probed, its slots went to a
-    /// node of their own.
+    /// closes the breaker when it answers on every connection.
     fn probe(this: &Arc<Self>, node: Arc<Node>) {
         if node.probing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            node.probing.store(false, Ordering::Release);
-            return;
-        };
-        let weak: Weak<Self> = Arc::downgrade(this);
-        rt.spawn(async move {
-            loop {
-                let interval = match weak.upgrade() {
-                    Some(r) => r.config.probe_interval,
-                    None => return,
-                };
-                tokio::time::sleep(interval).await;
-                let Some(redis) = weak.upgrade() else { return };
-                let patience = redis.patience();
-                if let Route::Cluster(cluster) = &redis.route {
-                    cluster.refresh(patience).await;
-                    if !cluster.serves(&node) {
-                        node.probing.store(false, Ordering::Release);
-                        node.breaker.close();
-                        redis.publish_health();
-                        Self::discover(&redis);
-                        tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another");
-                        return;
-                    }
+        let every = this.config.probe_interval;
+        let first = this.local_now() + crate::schedule::micros(every);
+        let probe = Every::new(this, first, every, move |redis: Arc<Self>| {
+            let node = node.clone();
+            Box::pin(async move {
+                if redis.probe_round(&node).await {
+                    Going::Over
+                } else {
+                    Going::On
                 }
-                if ping_every(&node, patience).await {
-                    // Lower the flag first: a failure that reopens the
-                    // breaker after close() must be able to start a probe.
-                    node.probing.store(false, Ordering::Release);
-                    node.breaker.close();
-                    redis.publish_health();
-                    redis.recovered.notify_waiters();
-                    tracing::info!(node = %node.addr, "throttle: Redis answers again; circuit breaker closed");
-                    return;
-                }
-            }
+            })
         });
+        this.config.scheduler.start(probe);
+    }
+
+    /// One probe round. In a cluster it reads the slot table first: a
+    /// primary that lost its slots (its replica was promoted) is no longer
+    /// probed, its slots went to a node of their own. Returns whether the
+    /// probe is over (the breaker closed).
+    async fn probe_round(self: &Arc<Self>, node: &Arc<Node>) -> bool {
+        let patience = self.patience();
+        if let Route::Cluster(cluster) = &self.route {
+            cluster.refresh(patience).await;
+            if !cluster.serves(node) {
+                node.probing.store(false, Ordering::Release);
+                node.breaker.close();
+                self.publish_health();
+                Self::discover(self);
+                tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another");
+                return true;
+            }
+        }
+        if ping_every(node, patience).await {
+            // Lower the flag first: a failure that reopens the breaker
+            // after close() must be able to start a probe.
+            node.probing.store(false, Ordering::Release);
+            node.breaker.close();
+            self.publish_health();
+            self.last_recovery
+                .fetch_max(self.local_now().max(1), Ordering::Relaxed);
+            self.recovered.notify_waiters();
+            tracing::info!(node = %node.addr, "throttle: Redis answers again; circuit breaker closed");
+            return true;
+        }
+        false
+    }
+
+    /// When (µs, the local clock) a probe last closed a breaker, or 0.
+    pub(crate) fn last_recovery(&self) -> u64 {
+        self.last_recovery.load(Ordering::Relaxed)
     }
 
     /// Which nodes are down now: a receiver of every change.

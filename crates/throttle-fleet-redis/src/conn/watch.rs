@@ -43,39 +43,41 @@ use futures_util::StreamExt;
 
 use super::node::Node;
 use super::{Redis, Route, ping, ping_on};
+use crate::schedule::{Every, Going};
 
 /// The channel the watch subscribes to (nothing is published on it).
 const CHANNEL: &str = "throttle:watch";
 
 impl Redis {
     /// Starts watching every node (the cluster's as its table changes),
-    /// until the backend is dropped. Needs a Tokio runtime; without one
-    /// nothing is watched and the flushes' failures are the down signal.
+    /// until the backend is dropped: a heartbeat round every probe
+    /// interval on the backend's scheduler.
     pub(crate) fn watch(this: &Arc<Self>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let weak = Arc::downgrade(this);
-        rt.spawn(async move {
-            loop {
-                let Some(redis) = weak.upgrade() else { return };
-                redis.heartbeat(&weak).await;
-                let interval = redis.config.probe_interval;
-                drop(redis);
-                tokio::time::sleep(interval).await;
-            }
-        });
+        let first = this.local_now();
+        let heartbeat = Every::new(
+            this,
+            first,
+            this.config.probe_interval,
+            |redis: Arc<Self>| {
+                Box::pin(async move {
+                    redis.heartbeat().await;
+                    Going::On
+                })
+            },
+        );
+        this.config.scheduler.start(heartbeat);
     }
 
     /// One round: subscribes to the nodes not watched yet, pings every
     /// node whose breaker is closed, and opens the breaker of those that
     /// answer neither that `PING` nor, at once after it, a second one on
     /// another connection, each within the command timeout.
-    async fn heartbeat(self: &Arc<Self>, weak: &Weak<Self>) {
+    async fn heartbeat(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
         let nodes = self.nodes();
         for node in &nodes {
             if !node.watched.swap(true, Ordering::AcqRel) {
-                Self::subscribe(weak, node.clone());
+                Self::subscribe(&weak, node.clone());
             }
         }
         let patience = self.config.command_timeout;
@@ -112,6 +114,7 @@ impl Redis {
                 let Some(redis) = weak.upgrade() else { return };
                 let patience = redis.config.connect_timeout + redis.config.command_timeout;
                 let interval = redis.config.probe_interval;
+                let scheduler = redis.config.scheduler.clone();
                 drop(redis);
                 let subscribed = tokio::time::timeout(patience, async {
                     let mut pubsub = node.client.get_async_pubsub().await?;
@@ -127,7 +130,7 @@ impl Redis {
                     loop {
                         tokio::select! {
                             message = messages.next() => if message.is_none() { break },
-                            () = tokio::time::sleep(interval) => {
+                            () = scheduler.sleep(interval) => {
                                 if weak.strong_count() == 0 {
                                     return;
                                 }
@@ -139,7 +142,7 @@ impl Redis {
                 }
                 // Not connected: the heartbeat and the breaker's probe say
                 // when the node is back; subscribe again meanwhile.
-                tokio::time::sleep(interval).await;
+                scheduler.sleep(interval).await;
             }
         });
     }

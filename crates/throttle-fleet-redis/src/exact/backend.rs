@@ -44,13 +44,6 @@ impl ExactBackend {
         ExactLimiter::new(self.redis.clone(), rule)
     }
 
-    /// Renews every concurrency slot this instance holds now (the
-    /// background task does it every third of the slot lifetime, except
-    /// with a test clock). Returns whether every renewal reached Redis.
-    pub async fn renew_slots(&self) -> bool {
-        self.slots.renew().await
-    }
-
     /// The concurrency rules' counters.
     pub fn slot_stats(&self) -> SlotStats {
         self.slots.stats()

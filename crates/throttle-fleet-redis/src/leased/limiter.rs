@@ -14,6 +14,7 @@ use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::metrics::LeaseMetrics;
 use crate::registry::Registry;
+use crate::schedule::{Every, Going, micros};
 
 use super::options::{MAX_BATCH, WhenEmpty};
 use super::shared::Shared;
@@ -99,28 +100,24 @@ impl LeaseLimiter {
             refill_us: gcra.increment(batch).0,
         });
         rules.add(&this);
-        if this.redis.config.test_clock.is_none() {
-            LeaseRule::schedule(&this);
-        }
+        LeaseRule::schedule(&this);
         Ok(Self(this))
     }
 }
 
 impl LeaseRule {
-    /// Gives back idle tokens every `return_after` until the rule is dropped.
+    /// Gives back idle tokens every `return_after` until the rule is
+    /// dropped, on the backend's scheduler.
     pub(super) fn schedule(this: &Arc<Self>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let weak = Arc::downgrade(this);
         let every = this.shared.options.return_after;
-        rt.spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(rule) = weak.upgrade() else { return };
+        let first = this.redis.local_now() + micros(every);
+        let give_backs = Every::new(this, first, every, |rule: Arc<Self>| {
+            Box::pin(async move {
                 rule.give_back(false).await;
-            }
+                Going::On
+            })
         });
+        this.redis.config.scheduler.start(give_backs);
     }
 
     /// The low-water mark of a key whose next batch is `batch`: the

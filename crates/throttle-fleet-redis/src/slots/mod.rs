@@ -25,8 +25,8 @@
 mod held;
 mod scripts;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use throttle_fleet_core::algorithm::Concurrency;
@@ -38,6 +38,7 @@ use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::registry::Registry;
 use crate::reply::Reply;
+use crate::schedule::{Every, Going, micros};
 use held::{Held, Slot};
 use scripts::{NO_CLOCK, SLOTS_SCRIPT};
 
@@ -107,16 +108,6 @@ impl Shared {
             renewals: self.renewals.load(Ordering::Relaxed),
             lost: self.lost.load(Ordering::Relaxed),
         }
-    }
-
-    /// Renews every slot of every rule now. Returns whether every renewal
-    /// reached Redis.
-    pub(crate) async fn renew(&self) -> bool {
-        let mut ok = true;
-        for rule in self.rules.live() {
-            ok &= rule.renew().await;
-        }
-        ok
     }
 
     /// Gives back every slot still held (a shutdown: the requests that
@@ -305,32 +296,23 @@ impl Inner {
         ok
     }
 
-    /// Starts the background renewal (once; not with a test clock, whose
-    /// driver calls [`RedisBackend::renew_slots`](crate::RedisBackend::renew_slots)).
+    /// Starts the renewal (once): every third of the slot lifetime, on the
+    /// backend's scheduler, while the rule lives.
     fn start_renewing(self: &Arc<Self>) {
-        if self.renewing.load(Ordering::Relaxed)
-            || self.redis.config.test_clock.is_some()
-            || self.renewing.swap(true, Ordering::AcqRel)
-        {
+        if self.renewing.load(Ordering::Relaxed) || self.renewing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.renewing.store(false, Ordering::Release);
-            return;
-        };
         let every = self.rule.slot_lifetime() / 3;
-        let weak: Weak<Self> = Arc::downgrade(self);
-        rt.spawn(async move {
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(rule) = weak.upgrade() else { return };
+        let first = self.redis.local_now() + micros(every);
+        let renewals = Every::new(self, first, every, |rule: Arc<Self>| {
+            Box::pin(async move {
                 if rule.held.lock().len() > 0 {
                     rule.renew().await;
                 }
-            }
+                Going::On
+            })
         });
+        self.redis.config.scheduler.start(renewals);
     }
 }
 
