@@ -12,7 +12,7 @@
 //! (under the quota: a perfect limiter denies nothing).
 //!
 //! Checked: in every 60 s window the fleet admits no more than the
-//! published bound (the guide's Envoy chapter, "RLQS"), and the figures printed with
+//! published bound (`Rlqs`'s docs, "The bound"), and the figures printed with
 //! `--nocapture`: the worst window against the quota, the requests denied
 //! while the bucket was under its quota.
 
@@ -336,7 +336,7 @@ async fn check(report: f64, tight: f64) {
         .map(|t| r.admitted[t..t + PERIOD as usize].iter().sum::<u64>())
         .min()
         .unwrap_or(0);
-    // The published bound over one period (the guide's Envoy chapter):
+    // The published bound over one period (`Rlqs`'s docs, "The bound"):
     // L + N + (Bf + N)(1 + c) + D, with Bf = one second of the rate = 10,
     // N = 4 Envoys, c <= 4P/R + 1 changes of assignment per Envoy (at
     // most one per quarter interval), D <= N (m + r t) what the filter's

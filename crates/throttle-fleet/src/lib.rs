@@ -45,6 +45,7 @@
 //! | `config` | [`config`](mod@config) | `throttle-fleet-config` | the configuration file, validated whole, and its reload; `from_config` on the layers |
 //! | `envoy` | [`envoy`](mod@envoy) | `throttle-fleet-envoy` | Envoy's rate limit services, RLS v3 and RLQS |
 //! | `tls` | [`tls`](mod@tls) | `throttle-fleet-tls` | TLS ClientHello fingerprints (JA4) and the acceptor that reads them |
+//! | `jwt` | in [`axum::key`], [`tonic::key`] | `throttle-fleet-tower` | the `Jwt` key extractor: a claim of a verified bearer token (`config` brings it too) |
 //! | always | [`core`](mod@core), [`tower`](mod@tower) | `throttle-fleet-core`, `throttle-fleet-tower` | algorithms, rules, keys, decisions, the memory backend; the Tower layer every integration builds on |
 //!
 //! The default features build what an axum service needs and nothing of
