@@ -2,6 +2,18 @@
 //! newcomer needs them. Each formula and guarantee is stated once, in the
 //! docs of the code that implements it; the chapters link there.
 //!
+//! 1. [What a limit is, and the words for it](limits)
+//! 2. [Choosing an algorithm](algorithms)
+//! 3. [Keys and client identification](keys)
+//! 4. [The Redis modes and their bounds](redis)
+//! 5. [Failure policies: when Redis is slow or gone](failure)
+//! 6. [HTTP and gRPC contracts](contracts)
+//! 7. [The configuration file and the gateway](configuration)
+//! 8. [Envoy: the rate limit services](envoy)
+//! 9. [Metrics and operations](operations)
+//! 10. [Capacity: what each mode costs Redis, and what a check costs](capacity)
+//! 11. [Migrating from tower_governor](migrating)
+//!
 //! The guide is built with every feature of this crate (docs.rs builds it
 //! so), and `cargo test --all-features` compiles every Rust example in it.
 
