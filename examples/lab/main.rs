@@ -15,7 +15,7 @@
 //! requests. The endpoint is itself rate limited per client IP by throttle.
 //!
 //! `cargo run -p throttle-fleet-suite --example lab -- --svg docs/lab-boundary.svg` writes the
-//! boundary attack's timelines as the README's SVG figure instead
+//! boundary attack's timelines as the guide's SVG figure instead
 //! (`--query 'pattern=bot_swarm&limit=20'` draws another scenario).
 
 #[path = "../support/logs.rs"]

@@ -1,5 +1,5 @@
 //! The timelines as one SVG figure: what the page draws on its canvases,
-//! drawn once, for the README.
+//! drawn once, for the guide's algorithms chapter.
 
 use std::fmt::Write;
 
@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(secs(1), "0.000001 s");
     }
 
-    /// The README's figure is what the code draws today: regenerate it
+    /// The guide's figure is what the code draws today: regenerate it
     /// with `cargo run -p throttle-fleet-suite --example lab -- --svg docs/lab-boundary.svg`.
     #[test]
     fn the_committed_figure_is_up_to_date() {

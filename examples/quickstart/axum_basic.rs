@@ -19,8 +19,8 @@
 use std::time::Duration;
 
 use axum::{Router, routing::get};
-use throttle_fleet_axum::prelude::*;
-use throttle_fleet_axum::serve::{ServeLimits, serve};
+use throttle_fleet::axum::prelude::*;
+use throttle_fleet::axum::serve::{ServeLimits, serve};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]

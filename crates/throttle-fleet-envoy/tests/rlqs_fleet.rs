@@ -12,7 +12,7 @@
 //! (under the quota: a perfect limiter denies nothing).
 //!
 //! Checked: in every 60 s window the fleet admits no more than the
-//! published bound (README, "RLQS"), and the figures printed with
+//! published bound (`Rlqs`'s docs, "The bound"), and the figures printed with
 //! `--nocapture`: the worst window against the quota, the requests denied
 //! while the bucket was under its quota.
 
@@ -37,7 +37,7 @@ const LIMIT: f64 = 600.0;
 const PERIOD: f64 = 60.0;
 const STEP: f64 = 0.01;
 /// The filter's no-assignment and expired-assignment default: a token
-/// bucket of 2, 1 a second (the README's snippet).
+/// bucket of 2, 1 a second (the guide's Envoy configuration).
 const DEFAULT: (f64, f64) = (2.0, 1.0);
 
 /// Envoy's local state for the bucket.
@@ -336,7 +336,7 @@ async fn check(report: f64, tight: f64) {
         .map(|t| r.admitted[t..t + PERIOD as usize].iter().sum::<u64>())
         .min()
         .unwrap_or(0);
-    // The published bound over one period (README, "RLQS"):
+    // The published bound over one period (`Rlqs`'s docs, "The bound"):
     // L + N + (Bf + N)(1 + c) + D, with Bf = one second of the rate = 10,
     // N = 4 Envoys, c <= 4P/R + 1 changes of assignment per Envoy (at
     // most one per quarter interval), D <= N (m + r t) what the filter's

@@ -84,6 +84,31 @@ enum Shares {
 }
 
 /// The RLQS service over [`EnvoyRules`].
+///
+/// # The bound
+///
+/// Over any window of one period `P`, `N` Envoys on a bucket of `L` per
+/// `P` admit at most
+///
+/// ```text
+/// L + N + (Bf + N) × (1 + c) + D
+/// ```
+///
+/// where `Bf` is the fleet's burst, `c` the assignment changes per Envoy
+/// in the window (each starts a bucket full; at most one per quarter
+/// reporting interval `R`, so `c ≤ 4P/R + 1`), `N` the tokens the
+/// one-a-period floor adds, and `D` what Envoy's own defaults admit while
+/// an Envoy has no assignment. `D` is the filter's setting, not the
+/// service's: with `no_assignment_behavior` `ALLOW_ALL` a new bucket admits
+/// everything until its first assignment, and with
+/// `expired_assignment_behavior` `ALLOW_ALL` everything once the service
+/// has been away for the assignment's lifetime (three reporting
+/// intervals). With both set to a limiting `fallback_rate_limit` token
+/// bucket of `max_tokens` `m` and `r` a second, `D ≤ N × (m + r × t)`
+/// where `t` is how long an Envoy waits for its assignment (one round
+/// trip, or one reporting interval when the others hold the whole quota).
+/// `tests/rlqs_fleet.rs` asserts it, with what was measured (the guide's
+/// Envoy chapter).
 #[derive(Clone)]
 pub struct Rlqs {
     inner: Arc<Inner>,

@@ -30,7 +30,7 @@ pub const LIFETIME_INTERVALS: u32 = 3;
 /// given back). A bucket that gets no assignment stays on its Envoy's
 /// `no_assignment_behavior`, and is counted in
 /// `throttle_envoy_rlqs_refused_total`. Size `max_buckets` to the
-/// service's memory: the README gives what a bucket held was measured to
+/// service's memory: the guide's Envoy chapter gives what a bucket held was measured to
 /// cost.
 ///
 /// # Redis, and when it cannot answer

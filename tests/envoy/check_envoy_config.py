@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks the Envoy configuration in a Markdown file against Envoy's own API.
 
-    check_readme_config.py FILE.md              check every marked block
-    check_readme_config.py --self-test FILE.md  and prove a misspelling fails
+    check_envoy_config.py FILE.md              check every marked block
+    check_envoy_config.py --self-test FILE.md  and prove a misspelling fails
 
 A block is a ```yaml fence right after a line `<!-- envoy-config -->`. Its
 first line may name its type (`# envoy.config.bootstrap.v3.Bootstrap`);
@@ -452,7 +452,7 @@ def main(argv):
         else:
             check_file(args[0])
     except ConfigError as e:
-        print(f"check_readme_config: {e}", file=sys.stderr)
+        print(f"check_envoy_config: {e}", file=sys.stderr)
         return 1
     return 0
 
