@@ -12,17 +12,19 @@ pub(crate) use crate::call_failure::Failure;
 use crate::config::{RedisConfig, Target};
 use crate::health::Health;
 use crate::metrics::CallMetrics;
-use crate::schedule::{Every, Going};
 
 mod call;
 mod cluster;
+mod health;
 mod node;
+mod ping;
 mod version;
 mod watch;
 
 pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};
 use node::Node;
+use ping::{ping, ping_every};
 
 use version::parse_version;
 
@@ -323,81 +325,6 @@ impl Redis {
         }
     }
 
-    fn failed(self: &Arc<Self>, failure: &Failure, node: &Arc<Node>) {
-        if node.breaker.failure() {
-            self.breaker_opened.fetch_add(1, Ordering::Relaxed);
-            self.publish_health();
-            tracing::warn!(%failure, node = %node.addr, "throttle: circuit breaker opened; Redis gets no request-path traffic for these keys until a probe succeeds");
-            Self::probe(self, node.clone());
-        } else {
-            tracing::debug!(%failure, "throttle: Redis call failed");
-        }
-    }
-
-    /// Reads the cluster's slot table again in the background (after a
-    /// `MOVED` or a failed flush), at most once per probe interval.
-    fn refresh_soon(self: &Arc<Self>) {
-        let Route::Cluster(cluster) = &self.route else {
-            return;
-        };
-        if !cluster.refresh_due(self.config.probe_interval) {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let weak = Arc::downgrade(self);
-        rt.spawn(async move {
-            if let Some(redis) = weak.upgrade()
-                && let Route::Cluster(cluster) = &redis.route
-            {
-                cluster.refresh(redis.patience()).await;
-            }
-        });
-    }
-
-    /// While the slot table has slots no known primary serves (no node has
-    /// answered yet, or a primary failed with no replica to take over),
-    /// reads it every probe interval until every slot is served.
-    fn discover(this: &Arc<Self>) {
-        let Route::Cluster(cluster) = &this.route else {
-            return;
-        };
-        if cluster.discovering.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let first = this.local_now();
-        let discover = Every::new(
-            this,
-            first,
-            this.config.probe_interval,
-            |redis: Arc<Self>| {
-                Box::pin(async move {
-                    if redis.discover_round().await {
-                        Going::Over
-                    } else {
-                        Going::On
-                    }
-                })
-            },
-        );
-        this.config.scheduler.start(discover);
-    }
-
-    /// One discovery round: reads the slot table; returns whether every
-    /// slot is served now (the discovery is over).
-    async fn discover_round(&self) -> bool {
-        let Route::Cluster(cluster) = &self.route else {
-            return true;
-        };
-        if cluster.refresh(self.patience()).await && cluster.is_complete() {
-            cluster.discovering.store(false, Ordering::Release);
-            tracing::info!("throttle: Redis Cluster serves every slot");
-            return true;
-        }
-        false
-    }
-
     /// Whether the node serving `slot` answers a `PING` now, on every
     /// connection (off the request path: no breaker is told).
     pub(crate) async fn ping_slot(&self, slot: u16) -> bool {
@@ -433,91 +360,6 @@ impl Redis {
             _ => return None,
         };
         parse_version(&text)
-    }
-
-    /// While `node`'s breaker is open, pings it every probe interval and
-    /// closes the breaker when it answers on every connection.
-    fn probe(this: &Arc<Self>, node: Arc<Node>) {
-        if node.probing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let every = this.config.probe_interval;
-        let first = this.local_now() + crate::schedule::micros(every);
-        let probe = Every::new(this, first, every, move |redis: Arc<Self>| {
-            let node = node.clone();
-            Box::pin(async move {
-                if redis.probe_round(&node).await {
-                    Going::Over
-                } else {
-                    Going::On
-                }
-            })
-        });
-        this.config.scheduler.start(probe);
-    }
-
-    /// One probe round. In a cluster it reads the slot table first: a
-    /// primary that lost its slots (its replica was promoted) is no longer
-    /// probed, its slots went to a node of their own. Returns whether the
-    /// probe is over (the breaker closed).
-    async fn probe_round(self: &Arc<Self>, node: &Arc<Node>) -> bool {
-        let patience = self.patience();
-        if let Route::Cluster(cluster) = &self.route {
-            cluster.refresh(patience).await;
-            if !cluster.serves(node) {
-                node.probing.store(false, Ordering::Release);
-                node.breaker.close();
-                self.publish_health();
-                Self::discover(self);
-                tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another");
-                return true;
-            }
-        }
-        if ping_every(node, patience).await {
-            // Lower the flag first: a failure that reopens the breaker
-            // after close() must be able to start a probe.
-            node.probing.store(false, Ordering::Release);
-            node.breaker.close();
-            self.publish_health();
-            self.last_recovery
-                .fetch_max(self.local_now().max(1), Ordering::Relaxed);
-            self.recovered.notify_waiters();
-            tracing::info!(node = %node.addr, "throttle: Redis answers again; circuit breaker closed");
-            return true;
-        }
-        false
-    }
-
-    /// When (µs, the local clock) a probe last closed a breaker, or 0.
-    pub(crate) fn last_recovery(&self) -> u64 {
-        self.last_recovery.load(Ordering::Relaxed)
-    }
-
-    /// Which nodes are down now: a receiver of every change.
-    pub(crate) fn health(&self) -> tokio::sync::watch::Receiver<Health> {
-        self.health.subscribe()
-    }
-
-    /// Publishes the nodes whose breaker is open, if that changed. Called
-    /// after every breaker that opened or closed.
-    pub(crate) fn publish_health(&self) {
-        let nodes = match &self.route {
-            Route::Single(node) => vec![node.clone()],
-            Route::Cluster(cluster) => cluster.nodes(),
-        };
-        let mut down: Vec<String> = nodes
-            .iter()
-            .filter(|n| n.breaker.is_open())
-            .map(|n| n.name.clone())
-            .collect();
-        down.sort_unstable();
-        self.health.send_if_modified(|health| {
-            let changed = health.down != down;
-            if changed {
-                health.down = down;
-            }
-            changed
-        });
     }
 
     pub(crate) fn stats(&self) -> RedisStats {
@@ -564,83 +406,5 @@ async fn invoke<T: FromRedisValue>(
         Ok(Err(e)) if e.is_timeout() => Err(Failure::Timeout),
         Ok(Err(e)) => Err(Failure::Error(e)),
         Err(_) => Err(Failure::Timeout),
-    }
-}
-
-/// One `PING` to `node`, on one of its request-path connections, within
-/// `patience` (the heartbeat and the check at start).
-async fn ping(node: &Node, patience: Duration) -> bool {
-    ping_on(node.conn(), patience).await
-}
-
-/// Whether `node` answers on every connection it has, the request path's
-/// and the off-path one, each within `patience`. A breaker closes, and an
-/// approximate bucket's flushes resume, only on this: a connection lost in
-/// the outage is dialled again here, not by the first request or flush
-/// after it, which would fail and put the node straight back in its
-/// degraded state for another probe interval.
-async fn ping_every(node: &Node, patience: Duration) -> bool {
-    let pings = node.connections().map(|conn| ping_on(conn, patience));
-    futures_util::future::join_all(pings)
-        .await
-        .into_iter()
-        .all(|answered| answered)
-}
-
-/// One `PING` on `conn` within `patience`. A lost connection is dialled
-/// again only by the command that finds it lost, and that command fails at
-/// once; so a failure within the deadline is tried once more, on the
-/// connection it dialled. A round thus says whether Redis answers now,
-/// not whether it answered when the last round ran: without this, every
-/// recovery took one probe interval more than it needed.
-async fn ping_on(mut conn: redis::aio::ConnectionManager, patience: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + patience;
-    for _ in 0..2 {
-        let cmd = redis::cmd("PING");
-        match tokio::time::timeout_at(deadline, cmd.query_async::<String>(&mut conn)).await {
-            Ok(Ok(_)) => return true,
-            Ok(Err(_)) => continue,
-            Err(_) => return false,
-        }
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use throttle_fleet_test_support::RedisServer;
-
-    /// The first round after an outage answers: the `PING` that finds a
-    /// connection lost dials it again and is sent once more on it, on the
-    /// request path's connections and the off-path one alike; after that
-    /// round no connection has a failure left to give its next command.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_first_round_after_an_outage_answers_on_every_connection() {
-        let server = RedisServer::start();
-        let config = RedisConfig::standalone(server.url()).connections(3);
-        let info = server.url().into_connection_info().unwrap();
-        let node = Node::open(info, String::new(), &config).unwrap();
-        let patience = Duration::from_secs(2);
-        // Each connection by its own accessor, not by the list a round goes
-        // through: three request-path ones in turn, then the off-path.
-        let each = || (0..3).map(|_| node.conn()).chain([node.off_path()]);
-        for conn in each() {
-            assert!(ping_on(conn, patience).await);
-        }
-        server.kill();
-        assert!(!ping_every(&node, patience).await);
-        // A second of outage: every connection is left holding a failed
-        // dial (a redial the round above started, or one of its own).
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        server.restart();
-        assert!(
-            ping_every(&node, patience).await,
-            "the first round after Redis came back did not answer"
-        );
-        for mut conn in each() {
-            let once = redis::cmd("PING").query_async::<String>(&mut conn).await;
-            assert!(once.is_ok(), "a connection left to fail: {once:?}");
-        }
     }
 }

@@ -42,7 +42,8 @@ use std::sync::{Arc, Weak};
 use futures_util::StreamExt;
 
 use super::node::Node;
-use super::{Redis, Route, ping, ping_on};
+use super::ping::{ping, ping_on};
+use super::{Redis, Route};
 use crate::schedule::{Every, Going};
 
 /// The channel the watch subscribes to (nothing is published on it).

@@ -1,0 +1,86 @@
+//! `PING`s: what the heartbeat, the probe and the check at start send.
+
+use std::time::Duration;
+
+use super::node::Node;
+
+/// One `PING` to `node`, on one of its request-path connections, within
+/// `patience` (the heartbeat and the check at start).
+pub(super) async fn ping(node: &Node, patience: Duration) -> bool {
+    ping_on(node.conn(), patience).await
+}
+
+/// Whether `node` answers on every connection it has, the request path's
+/// and the off-path one, each within `patience`. A breaker closes, and an
+/// approximate bucket's flushes resume, only on this: a connection lost in
+/// the outage is dialled again here, not by the first request or flush
+/// after it, which would fail and put the node straight back in its
+/// degraded state for another probe interval.
+pub(super) async fn ping_every(node: &Node, patience: Duration) -> bool {
+    let pings = node.connections().map(|conn| ping_on(conn, patience));
+    futures_util::future::join_all(pings)
+        .await
+        .into_iter()
+        .all(|answered| answered)
+}
+
+/// One `PING` on `conn` within `patience`. A lost connection is dialled
+/// again only by the command that finds it lost, and that command fails at
+/// once; so a failure within the deadline is tried once more, on the
+/// connection it dialled. A round thus says whether Redis answers now,
+/// not whether it answered when the last round ran: without this, every
+/// recovery took one probe interval more than it needed.
+pub(super) async fn ping_on(mut conn: redis::aio::ConnectionManager, patience: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + patience;
+    for _ in 0..2 {
+        let cmd = redis::cmd("PING");
+        match tokio::time::timeout_at(deadline, cmd.query_async::<String>(&mut conn)).await {
+            Ok(Ok(_)) => return true,
+            Ok(Err(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::IntoConnectionInfo;
+
+    use super::*;
+    use crate::RedisConfig;
+    use throttle_fleet_test_support::RedisServer;
+
+    /// The first round after an outage answers: the `PING` that finds a
+    /// connection lost dials it again and is sent once more on it, on the
+    /// request path's connections and the off-path one alike; after that
+    /// round no connection has a failure left to give its next command.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_round_after_an_outage_answers_on_every_connection() {
+        let server = RedisServer::start();
+        let config = RedisConfig::standalone(server.url()).connections(3);
+        let info = server.url().into_connection_info().unwrap();
+        let node = Node::open(info, String::new(), &config).unwrap();
+        let patience = Duration::from_secs(2);
+        // Each connection by its own accessor, not by the list a round goes
+        // through: three request-path ones in turn, then the off-path.
+        let each = || (0..3).map(|_| node.conn()).chain([node.off_path()]);
+        for conn in each() {
+            assert!(ping_on(conn, patience).await);
+        }
+        server.kill();
+        assert!(!ping_every(&node, patience).await);
+        // A second of outage: every connection is left holding a failed
+        // dial (a redial the round above started, or one of its own).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        server.restart();
+        assert!(
+            ping_every(&node, patience).await,
+            "the first round after Redis came back did not answer"
+        );
+        for mut conn in each() {
+            let once = redis::cmd("PING").query_async::<String>(&mut conn).await;
+            assert!(once.is_ok(), "a connection left to fail: {once:?}");
+        }
+    }
+}
