@@ -40,7 +40,7 @@ get() { curl -s -o /dev/null -m 5 --interface "$1" -w '%{http_code}' "http://127
 start_redis
 for _ in $(seq 200); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.01; done
 THROTTLE_MODE=approximate THROTTLE_FAILURE=closed THROTTLE_LISTEN="127.0.0.1:$copy_port" \
-    REDIS_URL="redis://127.0.0.1:$redis_port" target/debug/examples/axum_redis >"$dir/copy.log" 2>&1 &
+    REDIS_URL="redis://127.0.0.1:$redis_port" "${CARGO_TARGET_DIR:-target}/debug/examples/axum_redis" >"$dir/copy.log" 2>&1 &
 copy=$!
 for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$copy_port") 2>/dev/null && break; sleep 0.1; done
 [ "$(get 127.0.2.1)" = 200 ] || { echo "the copy does not serve with Redis up" >&2; exit 1; }

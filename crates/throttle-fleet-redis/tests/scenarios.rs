@@ -85,7 +85,7 @@ async fn uniform_load_sliding_window_counter() {
     let r = run(&setup, &[], &reqs).await;
     // Not met for the sliding counter: claims are sized at the flush, while
     // its room grows continuously, so it gives about 5% less than the
-    // reference and flushes early once per span (README, BENCHMARKS.md).
+    // reference and flushes early once per span (the guide's Redis chapter, BENCHMARKS.md).
     check(&r, 1.05, 0.06);
     // The sliding counter's own bound: at most the quota in any window the
     // reference would have allowed.

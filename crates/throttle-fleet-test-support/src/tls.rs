@@ -63,7 +63,7 @@ pub fn client_config(certs: &Certs, alpn: &[&[u8]], narrow: bool) -> Arc<ClientC
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     // A resumed session adds `pre_shared_key` to the hello, which changes
-    // its JA4; these clients reconnect afresh (see the README).
+    // its JA4; these clients reconnect afresh (see the guide's keys chapter).
     config.resumption = rustls::client::Resumption::disabled();
     Arc::new(config)
 }
