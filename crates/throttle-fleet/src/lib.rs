@@ -63,17 +63,7 @@
     feature = "envoy",
     feature = "tls"
 ))]
-#[cfg_attr(
-    docsrs,
-    doc(cfg(all(
-        feature = "axum",
-        feature = "tonic",
-        feature = "redis",
-        feature = "config",
-        feature = "envoy",
-        feature = "tls"
-    )))
-)]
+// (docs.rs marks it with the features it needs, as every gated item.)
 pub mod guide;
 
 #[cfg(feature = "axum")]
