@@ -103,7 +103,7 @@ impl Subject for Core {
             cost: 1,
         }];
         match self.rules.check(&demand) {
-            Answer::Ready(decision) => decision.is_allowed(),
+            Answer::Ready(checked) => checked.decision().is_allowed(),
             Answer::Pending(_) => unreachable!("the memory backend decides at once"),
         }
     }

@@ -44,7 +44,7 @@ use limitador::limit::{Context, Limit, Namespace};
 use limitador::storage::redis::CachedRedisStorageBuilder;
 use throttle_fleet_core::{Answer, Demand, Key, Quota, Rule, RuleSet};
 use throttle_fleet_limitador_bench::{Commands, redis_commands};
-use throttle_fleet_redis::{ApproximateOptions, RedisBackend, RedisConfig};
+use throttle_fleet_redis::{ApproximateBackend, ApproximateOptions, RedisBackend, RedisConfig};
 
 const INSTANCES: usize = 4;
 const QUOTA: u64 = 1_000;
@@ -55,7 +55,7 @@ enum Instance {
     Ours {
         rules: RuleSet,
         rule: usize,
-        _backend: RedisBackend,
+        _backend: ApproximateBackend,
     },
     Limitador {
         limiter: AsyncRateLimiter,
@@ -73,8 +73,8 @@ impl Instance {
                     cost: 1,
                 }];
                 match rules.check(&demand) {
-                    Answer::Ready(d) => d.is_allowed(),
-                    Answer::Pending(p) => p.await.is_allowed(),
+                    Answer::Ready(c) => c.decision().is_allowed(),
+                    Answer::Pending(p) => p.await.decision().is_allowed(),
                 }
             }
             Self::Limitador { limiter, namespace } => {

@@ -78,7 +78,7 @@ impl Subject for Ours {
             cost: 1,
         }];
         match self.rules.check(&demand) {
-            Answer::Ready(decision) => decision.is_allowed(),
+            Answer::Ready(checked) => checked.decision().is_allowed(),
             Answer::Pending(_) => unreachable!("the memory backend decides at once"),
         }
     }
