@@ -1,18 +1,18 @@
 //! When background work runs: one clock and one scheduler per backend,
 //! injected through [`RedisConfig::scheduler`](crate::RedisConfig::scheduler).
 //!
-//! Every timer of a backend is a [`Job`]: the approximate mode's flushes
-//! (span ends, early flushes, retries while a bucket is down), the leased
-//! mode's give-backs, the renewal of concurrency slots, the heartbeat of
+//! Every timer of a backend is a job (`Job`, crate-private): the
+//! approximate mode's flushes (span ends, early flushes, retries while a
+//! bucket is down), the leased mode's give-backs, the renewal of concurrency slots, the heartbeat of
 //! the nodes, the breaker's probe and the cluster's discovery. A job says
-//! when it wants to run next ([`Job::next`]) and, when that time comes,
-//! moves its state on and hands over the work to do ([`Job::due`]). Both
+//! when it wants to run next (`Job::next`) and, when that time comes,
+//! moves its state on and hands over the work to do (`Job::due`). Both
 //! are the same code in production and in the tests; what differs is who
 //! waits:
 //!
 //! - [`Scheduler::runtime`] (the default) reads the wall clock and sleeps
 //!   on Tokio's timers, waking early when a job says its next time may
-//!   have moved ([`Job::changed`]: a request asked for an early flush, a
+//!   have moved (`Job::changed`: a request asked for an early flush, a
 //!   breaker closed). It spawns work that must not hold up the job's next
 //!   turn (a flush whose node hangs) and awaits the rest.
 //! - [`TestTime`] moves only when a test moves it, and runs every job due
