@@ -62,13 +62,7 @@ impl Redis {
             first,
             this.config.probe_interval,
             |redis: Arc<Self>| {
-                Box::pin(async move {
-                    if redis.discover_round().await {
-                        Going::Over
-                    } else {
-                        Going::On
-                    }
-                })
+                Box::pin(async move { Going::over_if(redis.discover_round().await) })
             },
         );
         this.config.scheduler.start(discover);
@@ -98,13 +92,7 @@ impl Redis {
         let first = this.local_now() + crate::schedule::micros(every);
         let probe = Every::new(this, first, every, move |redis: Arc<Self>| {
             let node = node.clone();
-            Box::pin(async move {
-                if redis.probe_round(&node).await {
-                    Going::Over
-                } else {
-                    Going::On
-                }
-            })
+            Box::pin(async move { Going::over_if(redis.probe_round(&node).await) })
         });
         this.config.scheduler.start(probe);
     }

@@ -20,6 +20,13 @@ pub(crate) enum Going {
     Over,
 }
 
+impl Going {
+    /// `Over` once `done`, else `On`.
+    pub(crate) fn over_if(done: bool) -> Self {
+        if done { Self::Over } else { Self::On }
+    }
+}
+
 /// A round every `every`, the first at `first` (µs on the backend's
 /// clock), the next due `every` after the last was due (after it ran, if
 /// it ran a whole period late), and waiting for the last to end; over when
