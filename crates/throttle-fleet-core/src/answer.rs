@@ -29,3 +29,32 @@ impl<T: fmt::Debug> fmt::Debug for Answer<T> {
         }
     }
 }
+
+impl<T: Send + 'static> Answer<T> {
+    /// The answer, waiting for it if it needs a round trip.
+    pub async fn wait(self) -> T {
+        match self {
+            Self::Ready(t) => t,
+            Self::Pending(f) => f.await,
+        }
+    }
+
+    /// `f` of the answer: now if it is ready, once it comes otherwise.
+    pub fn map<U: Send + 'static>(self, f: impl FnOnce(T) -> U + Send + 'static) -> Answer<U> {
+        match self {
+            Self::Ready(t) => Answer::Ready(f(t)),
+            Self::Pending(p) => Answer::Pending(Box::pin(async move { f(p.await) })),
+        }
+    }
+
+    /// The answer `f` gives for this one: ready when both are.
+    pub fn then<U: Send + 'static>(
+        self,
+        f: impl FnOnce(T) -> Answer<U> + Send + 'static,
+    ) -> Answer<U> {
+        match self {
+            Self::Ready(t) => f(t),
+            Self::Pending(p) => Answer::Pending(Box::pin(async move { f(p.await).wait().await })),
+        }
+    }
+}

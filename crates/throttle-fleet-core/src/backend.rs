@@ -9,6 +9,7 @@ pub use crate::answer::Pending;
 pub use crate::rule::MeterVisitor;
 
 use crate::algorithm::Step;
+use crate::operate::{Block, Blocks, OpError, Penalty};
 use crate::{Answer, ConfigError, Key, Rule};
 
 /// Where counts live. A backend turns each rule into a [`Limiter`] once, when
@@ -58,6 +59,48 @@ pub trait Limiter: Any + Send + Sync + 'static {
     /// [`RuleSet`](crate::RuleSet) asks the local rules of a request first,
     /// so a request one of them denies costs no round trip and no refund.
     fn is_remote(&self) -> bool {
+        false
+    }
+
+    /// `key`'s state, taking nothing. Default: a check of cost 0, which
+    /// every algorithm answers with what is left without taking anything.
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        self.acquire(key, 0).map(|r| r.map_err(OpError::from))
+    }
+
+    /// Forgets `key`'s counts: its next request finds a fresh key. A
+    /// fleet-wide backend does it for every instance (caches of the key's
+    /// state included). Default: unsupported.
+    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
+        let _ = key;
+        Answer::Ready(Err(OpError::unsupported(
+            "reset",
+            "the rule's backend does not implement it",
+        )))
+    }
+
+    /// The table of the rule's blocked keys that this limiter fills from
+    /// what its fleet shares, asked once when the rule is bound. Default:
+    /// none; the rule set then keeps a table of its own, in this process.
+    fn blocks(&self) -> Option<Arc<Blocks>> {
+        None
+    }
+
+    /// Tells the fleet that `key` is blocked (`Some`) or no longer is
+    /// (`None`); the table of [`blocks`](Self::blocks) already says so in
+    /// this process. Default: nothing to tell.
+    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
+        let _ = (key, block);
+        Answer::Ready(Ok(()))
+    }
+
+    /// Counts a denial of `key` under the rule's `penalty` in a store the
+    /// fleet shares, and blocks the key in [`blocks`](Self::blocks) when
+    /// that starts a block; `true` when it does so (in the background,
+    /// never waiting). Default: `false`, and the rule set counts the
+    /// denials in this process.
+    fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
+        let _ = (key, penalty);
         false
     }
 }

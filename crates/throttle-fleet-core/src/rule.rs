@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
 };
+use crate::operate::Penalty;
 use crate::tier::Tiers;
 use crate::{ConfigError, Key, Quota};
 
@@ -72,6 +73,7 @@ pub struct Rule {
     tiers: Option<Tiers>,
     shadow: bool,
     slot_ttl: Duration,
+    penalty: Option<Penalty>,
 }
 
 impl Rule {
@@ -87,6 +89,7 @@ impl Rule {
             tiers: None,
             shadow: false,
             slot_ttl: DEFAULT_SLOT_TTL,
+            penalty: None,
         }
     }
 
@@ -290,6 +293,32 @@ impl Rule {
         self
     }
 
+    /// Blocks a key that keeps being denied, longer each time (see
+    /// [`Penalty`]): while blocked, its requests are denied before the
+    /// backend is asked, with `Retry-After` equal to what is left of the
+    /// block. A rate rule's option (not a concurrency or shadow rule's).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use throttle_fleet_core::{Penalty, Quota, Rule};
+    ///
+    /// let login = Rule::new("login", Quota::per_minute(5))
+    ///     .penalty(Penalty::new(10, Duration::from_secs(60), Duration::from_secs(60)));
+    /// assert!(login.validate().is_ok());
+    /// let bad = Rule::concurrency("inflight", 4).penalty(Penalty::new(1, Duration::from_secs(1), Duration::from_secs(1)));
+    /// assert_eq!(bad.validate().unwrap_err().field(), "penalty");
+    /// ```
+    #[must_use]
+    pub fn penalty(mut self, penalty: Penalty) -> Self {
+        self.penalty = Some(penalty);
+        self
+    }
+
+    /// The rule's penalty, if it has one (see [`penalty`](Self::penalty)).
+    pub fn penalty_policy(&self) -> Option<&Penalty> {
+        self.penalty.as_ref()
+    }
+
     /// Whether the rule is a shadow rule (see [`shadow`](Self::shadow)).
     pub fn is_shadow(&self) -> bool {
         self.shadow
@@ -385,6 +414,15 @@ impl Rule {
                     ),
                 ));
             }
+        }
+        if let Some(penalty) = &self.penalty {
+            if self.algorithm.is_concurrency() || self.shadow {
+                return Err(ConfigError::new(
+                    "penalty",
+                    "applies to enforced rate rules only (not a concurrency or shadow rule)",
+                ));
+            }
+            penalty.validate()?;
         }
         if let Some(tiers) = &self.tiers {
             tiers.validate()?;

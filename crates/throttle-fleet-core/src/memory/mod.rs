@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crate::Answer;
 use crate::algorithm::Meter;
+use crate::algorithm::Step;
 use crate::backend::{Backend, Limiter, Outcome, Unavailable};
+use crate::operate::{Blocks, OpError};
 use crate::rule::MeterVisitor;
 use crate::{Clock, ConfigError, Key, Rule, SystemClock};
 
@@ -112,6 +114,7 @@ impl<C: Clock + Clone> MemoryBackend<C> {
         }
         Ok(Arc::new(MemoryLimiter {
             store: Store::new(meter, self.shards, self.max_keys),
+            blocks: Arc::new(Blocks::new(Arc::new(self.clock.clone()))),
             clock: self.clock.clone(),
         }))
     }
@@ -135,6 +138,8 @@ impl<C: Clock + Clone> Backend for MemoryBackend<C> {
 #[derive(Debug)]
 pub struct MemoryLimiter<M: Meter, C> {
     store: Store<M>,
+    /// The rule's blocked keys, on this backend's clock.
+    blocks: Arc<Blocks>,
     clock: C,
 }
 
@@ -185,6 +190,30 @@ impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
         self.store.refund(key, outcome.at_us, cost);
     }
 
+    /// A key not tracked is a fresh one: reading it tracks nothing.
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        let now = self.clock.now_us();
+        let meter = self.store.meter();
+        let step = self
+            .store
+            .update(key, |st| meter.acquire(st, now, 0))
+            .unwrap_or(Step {
+                allowed: true,
+                remaining: meter.capacity(),
+                ..Step::default()
+            });
+        Answer::Ready(Ok(Outcome::new(step, now)))
+    }
+
+    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
+        self.store.update(key, |st| *st = M::State::default());
+        Answer::Ready(Ok(()))
+    }
+
+    fn blocks(&self) -> Option<Arc<Blocks>> {
+        Some(self.blocks.clone())
+    }
+
     fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
         struct Same<'a, M: Meter, C>(&'a MemoryLimiter<M, C>);
         impl<M: Meter, C: Clock + Clone> MeterVisitor for Same<'_, M, C> {
@@ -196,6 +225,7 @@ impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
                 let meter = *meter.downcast::<M>().ok()?;
                 Some(Arc::new(MemoryLimiter {
                     store: self.0.store.with_meter(meter),
+                    blocks: self.0.blocks.clone(),
                     clock: self.0.clock.clone(),
                 }))
             }

@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use crate::Answer;
+use crate::algorithm::Step;
 use crate::backend::{Limiter, Outcome, Unavailable};
 use crate::decision::ShadowDenials;
 use crate::memory::Direct;
-use crate::{Backend, ConfigError, Key, Quota, Rule};
+use crate::operate::{Block, BlockCause, Blocks, Escalation};
+use crate::{Backend, ConfigError, Key, Quota, Rule, SystemClock};
 
 use super::held::RefundFn;
 use super::{Observer, RuleSet};
@@ -34,6 +36,11 @@ pub(super) struct Bound {
     pub(super) keep: bool,
     /// [`RuleSet::settle_by`].
     pub(super) settle: Option<RefundFn>,
+    /// The rule's blocked keys, looked in before the backend is asked.
+    pub(super) blocks: Arc<Blocks>,
+    /// The rule's penalty counted in this process, for a backend that
+    /// does not count it itself ([`Limiter::violated`]).
+    pub(super) escalation: Option<Arc<Escalation>>,
 }
 
 /// One limiter per distinct tier quota of a rule.
@@ -53,6 +60,8 @@ impl Clone for Bound {
             observer: self.observer.clone(),
             keep: self.keep,
             settle: self.settle.clone(),
+            blocks: self.blocks.clone(),
+            escalation: self.escalation.clone(),
         }
     }
 }
@@ -71,12 +80,78 @@ impl Bound {
 
     /// The answer for `cost` of a memory limiter called directly (see
     /// [`Direct`]), or `None`: ask [`limiter`](Self::limiter).
+    ///
+    /// A blocked key is denied here, whatever the backend.
     #[inline(always)]
     pub(super) fn local(&self, key: &Key, cost: u64) -> Option<Outcome> {
+        if let Some(left) = self.blocks.remaining_us(key) {
+            return Some(self.blocked(left));
+        }
         if self.tiers.is_some() {
             return None;
         }
         self.direct.local(key, cost)
+    }
+
+    /// The denial of a blocked key, `left_us` before its block ends.
+    #[cold]
+    #[inline(never)]
+    fn blocked(&self, left_us: u64) -> Outcome {
+        self.blocks.count_denial();
+        Outcome::new(
+            Step {
+                allowed: false,
+                remaining: 0,
+                reset_us: left_us,
+                retry_after_us: left_us,
+                delay_us: 0,
+            },
+            self.blocks.now_us(),
+        )
+    }
+
+    /// Counts a denial of `key` (not for a block) under the rule's
+    /// penalty, if it has one: in the backend's shared store when it keeps
+    /// one, in this process otherwise. The length of the block it starts
+    /// here and now, if it does.
+    #[inline(always)]
+    pub(super) fn denied(&self, key: &Key) -> Option<u64> {
+        if self.escalation.is_some() {
+            return self.violation(key);
+        }
+        None
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn violation(&self, key: &Key) -> Option<u64> {
+        let (Some(escalation), Some(penalty)) = (&self.escalation, self.rule.penalty_policy())
+        else {
+            return None;
+        };
+        if self.blocks.remaining_us(key).is_some() || self.limiter.violated(key, penalty) {
+            return None;
+        }
+        let now = self.blocks.now_us();
+        let (length, level) = escalation.denied(key, now)?;
+        {
+            let block = Block {
+                until_us: now.saturating_add(length),
+                label: Arc::from(""),
+                cause: BlockCause::Penalty { level },
+            };
+            if self.blocks.insert(*key, block) {
+                self.blocks.count_start();
+                tracing::info!(
+                    rule = self.rule.name(),
+                    key = ?key,
+                    level,
+                    block_ms = length / 1_000,
+                    "throttle: a key kept being denied; blocked"
+                );
+            }
+        }
+        Some(length)
     }
 
     /// Shows `result`, this rule's answer, to its observer.
@@ -137,7 +212,7 @@ impl RuleSet {
         self.check_unique(&rule)?;
         let limiter = backend.limiter(&rule)?;
         let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
-        self.push(rule, limiter, tiers)
+        self.push(rule, limiter, tiers, None)
     }
 
     fn check_unique(&self, rule: &Rule) -> Result<(), ConfigError> {
@@ -187,11 +262,14 @@ impl RuleSet {
         })
     }
 
+    /// Appends `rule` bound to `limiter`; `previous` is the rule's binding
+    /// before a reload, whose blocks and penalty histories carry over.
     fn push(
         &mut self,
         rule: Rule,
         limiter: Arc<dyn Limiter>,
         tiers: Option<TierLimiters>,
+        previous: Option<&Bound>,
     ) -> Result<usize, ConfigError> {
         self.check_unique(&rule)?;
         if rule.is_shadow() && self.rules.len() >= ShadowDenials::MAX_RULES {
@@ -212,6 +290,16 @@ impl RuleSet {
             .in_rule(rule.name()));
         }
         let concurrency = rule.algorithm().is_concurrency();
+        let blocks = previous
+            .map(|b| b.blocks.clone())
+            .or_else(|| limiter.blocks())
+            .unwrap_or_else(|| Arc::new(Blocks::new(Arc::new(SystemClock::new()))));
+        let escalation = rule.penalty_policy().map(|p| {
+            previous
+                .filter(|b| b.rule.penalty_policy() == Some(p))
+                .and_then(|b| b.escalation.clone())
+                .unwrap_or_else(|| Arc::new(Escalation::new(*p)))
+        });
         let mut rules: Vec<Bound> = self.rules.to_vec();
         rules.push(Bound {
             keep: concurrency,
@@ -225,6 +313,8 @@ impl RuleSet {
             limiter,
             tiers,
             observer: None,
+            blocks,
+            escalation,
         });
         self.reorder = rules.iter().skip_while(|b| !b.remote).any(|b| !b.remote);
         self.keeps = rules.iter().any(|b| b.keep);
@@ -253,7 +343,7 @@ impl RuleSet {
             && *b.rule == rule
         {
             let (limiter, tiers) = (b.limiter.clone(), b.tiers.clone());
-            return Ok((self.push(rule, limiter, tiers)?, Carried::Same));
+            return Ok((self.push(rule, limiter, tiers, Some(b))?, Carried::Same));
         }
         // (Tier limiters are bound afresh: a tier's counts carry over only
         // while the rule stays the same.)
@@ -262,7 +352,9 @@ impl RuleSet {
             None => (backend.limiter(&rule)?, Carried::Fresh),
         };
         let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
-        let index = self.push(rule, limiter, tiers)?;
+        // Blocks and penalty histories carry over whenever the name does.
+        let same_name = previous.rules.iter().find(|b| b.rule.name() == rule.name());
+        let index = self.push(rule, limiter, tiers, same_name)?;
         Ok((index, carried))
     }
 }

@@ -209,7 +209,9 @@ pub(super) fn shadow_outcome(result: Result<Outcome, Unavailable>) -> Outcome {
 fn refusal(bound: &Bound, d: &Demand, result: Result<Outcome, Unavailable>) -> Decision {
     match result {
         Ok(o) => {
-            let wait = o.step.retry_after_us.max(1);
+            // A denial that starts a block answers the block's wait.
+            let block = bound.denied(&d.key).unwrap_or(0);
+            let wait = o.step.retry_after_us.max(block).max(1);
             let tier = bound.tier(&d.key);
             Decision::decided(
                 d.rule as u16,

@@ -7,6 +7,9 @@ mod check;
 mod combine;
 mod held;
 mod observe;
+mod operate;
+#[cfg(test)]
+mod operate_tests;
 #[cfg(test)]
 mod tests;
 
@@ -21,6 +24,7 @@ use bind::Bound;
 pub use bind::Carried;
 pub use held::{Checked, Held, RefundFn};
 pub use observe::Observer;
+pub use operate::MAX_BLOCK;
 
 /// The ordered rules a request must all pass, each bound to its backend.
 ///

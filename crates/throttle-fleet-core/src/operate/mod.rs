@@ -1,0 +1,94 @@
+//! Operating on keys: reading a key's state without spending from it,
+//! resetting it, blocking it for a while, taking or giving back units, and
+//! penalties that block a key which keeps being denied, longer each time.
+//!
+//! The operations are methods of [`RuleSet`](crate::RuleSet)
+//! ([`inspect`](crate::RuleSet::inspect), [`reset`](crate::RuleSet::reset),
+//! [`block`](crate::RuleSet::block), [`unblock`](crate::RuleSet::unblock),
+//! [`blocked`](crate::RuleSet::blocked), [`penalize`](crate::RuleSet::penalize),
+//! [`reward`](crate::RuleSet::reward)). A backend shares them with the
+//! other instances of a fleet through the [`Limiter`](crate::backend::Limiter)
+//! methods that have defaults ([`reset`](crate::backend::Limiter::reset),
+//! [`blocks`](crate::backend::Limiter::blocks),
+//! [`share_block`](crate::backend::Limiter::share_block),
+//! [`violated`](crate::backend::Limiter::violated)): a backend written
+//! before them still builds, and its blocks and penalties then hold in this
+//! process only.
+//!
+//! A blocked key is denied before its rule's backend is asked: its
+//! requests cost no round trip, and are answered with `Retry-After` equal
+//! to what is left of the block.
+
+mod blocks;
+mod penalty;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use blocks::{Block, BlockCause, BlockStats, Blocks, MAX_BLOCKED_KEYS};
+pub use penalty::{Escalation, MAX_TRACKED_KEYS, Penalty, PenaltyState};
+
+use crate::backend::Unavailable;
+
+/// A key's state under one rule, read without spending from it
+/// ([`RuleSet::inspect`](crate::RuleSet::inspect)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyState {
+    /// The most the key can spend at once (the rule's capacity for its
+    /// tier).
+    pub limit: u64,
+    /// Units that would fit now. Zero while the key is blocked.
+    pub remaining: u64,
+    /// Time until the key is back to its full allowance.
+    pub reset_after: Duration,
+    /// What is left of a block on the key, if it is blocked.
+    pub blocked_for: Option<Duration>,
+    /// Whether the backend could not be asked and the figures are the rule's
+    /// failure policy's (a fail-open rule's local counts, say).
+    pub degraded: bool,
+}
+
+/// Why an operation on a key did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpError {
+    /// The rule's backend (or algorithm) does not do this operation.
+    Unsupported {
+        /// The operation (`reset`, `penalize`, ...).
+        operation: &'static str,
+        /// Why not.
+        why: &'static str,
+    },
+    /// The backend could not be asked (Redis down or its breaker open).
+    Unavailable(Unavailable),
+    /// The operation's arguments cannot work (a block of zero seconds, ...).
+    Invalid(String),
+}
+
+impl OpError {
+    /// `operation` is not done by this backend or algorithm, because `why`.
+    pub fn unsupported(operation: &'static str, why: &'static str) -> Self {
+        Self::Unsupported { operation, why }
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported { operation, why } => {
+                write!(f, "{operation} is not supported: {why}")
+            }
+            Self::Unavailable(u) => u.fmt(f),
+            Self::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for OpError {}
+
+impl From<Unavailable> for OpError {
+    fn from(u: Unavailable) -> Self {
+        Self::Unavailable(u)
+    }
+}

@@ -1,0 +1,266 @@
+//! Penalties that escalate: a key denied `after` times within `within` is
+//! blocked for `block`; each further block of the same key while the
+//! previous one is remembered (`memory` after it ended) lasts twice as
+//! long, up to `max`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::{ConfigError, Key};
+
+/// The most keys whose denials one rule tracks at once in this process (a
+/// fleet-wide backend keeps them in its store instead). Past it, keys whose
+/// history is over are forgotten; if none is, a new key's denial is not
+/// tracked.
+pub const MAX_TRACKED_KEYS: usize = 100_000;
+
+/// How a rule punishes a key that keeps being denied ([`Rule::penalty`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use throttle_fleet_core::operate::{Penalty, PenaltyState};
+///
+/// // 5 denials within a minute: blocked 10 s, then 20 s, 40 s, at most 60 s.
+/// let p = Penalty::new(5, Duration::from_secs(60), Duration::from_secs(10))
+///     .max(Duration::from_secs(60));
+/// let mut st = PenaltyState::default();
+/// let mut now = 1_000_000;
+/// let mut blocks = Vec::new();
+/// for _ in 0..4 {
+///     let block = loop {
+///         now += 100_000;
+///         if let Some((us, _level)) = p.escalate(&mut st, now) { break us; }
+///     };
+///     blocks.push(block / 1_000_000);
+///     now += block; // the block runs out; the key comes back and misbehaves
+/// }
+/// assert_eq!(blocks, [10, 20, 40, 60]);
+/// ```
+///
+/// [`Rule::penalty`]: crate::Rule::penalty
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Penalty {
+    after: u32,
+    within: Duration,
+    block: Duration,
+    max: Duration,
+    memory: Duration,
+}
+
+impl Penalty {
+    /// Blocks a key for `block` once it has been denied `after` times
+    /// within `within`. Further blocks double, up to 16 times `block`
+    /// unless [`max`](Self::max) says otherwise, while the previous block
+    /// ended less than an hour ago (see [`memory`](Self::memory)).
+    pub fn new(after: u32, within: Duration, block: Duration) -> Self {
+        Self {
+            after,
+            within,
+            block,
+            max: block.saturating_mul(16),
+            memory: Duration::from_secs(3600),
+        }
+    }
+
+    /// The longest block (at least `block`).
+    #[must_use]
+    pub fn max(mut self, max: Duration) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// How long after a block ends the next one still doubles it
+    /// (default one hour).
+    #[must_use]
+    pub fn memory(mut self, memory: Duration) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    /// Denials that start a block.
+    pub fn after(&self) -> u32 {
+        self.after
+    }
+
+    /// The window the denials are counted in.
+    pub fn within(&self) -> Duration {
+        self.within
+    }
+
+    /// The first block's length.
+    pub fn first_block(&self) -> Duration {
+        self.block
+    }
+
+    /// The longest block.
+    pub fn max_block(&self) -> Duration {
+        self.max
+    }
+
+    /// How long a block is remembered after it ends.
+    pub fn memory_window(&self) -> Duration {
+        self.memory
+    }
+
+    /// Checks the penalty's fields; the error names the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let day = Duration::from_secs(86_400);
+        if self.after == 0 {
+            return Err(ConfigError::new(
+                "penalty.after",
+                "must be at least 1 (got 0)",
+            ));
+        }
+        for (field, d, most) in [
+            ("penalty.within_secs", self.within, day),
+            ("penalty.block_secs", self.block, day * 30),
+            ("penalty.max_block_secs", self.max, day * 30),
+            ("penalty.memory_secs", self.memory, day * 30),
+        ] {
+            if d < Duration::from_millis(1) || d > most {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "must be from 1 ms to {} days (got {d:?})",
+                        most.as_secs() / 86_400
+                    ),
+                ));
+            }
+        }
+        if self.max < self.block {
+            return Err(ConfigError::new(
+                "penalty.max_block_secs",
+                format!(
+                    "must be at least the first block, {:?} (got {:?})",
+                    self.block, self.max
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts a denial of a key whose history is `st`, at `now_us`: the
+    /// block it starts, if it starts one (its length in microseconds, and
+    /// its level: 0 for the first, 1 for the second within the memory,
+    /// ...). The Redis backends run the same steps in a script.
+    pub fn escalate(&self, st: &mut PenaltyState, now_us: u64) -> Option<(u64, u32)> {
+        let within = micros(self.within);
+        if st.denials == 0 || now_us >= st.window_start_us.saturating_add(within) {
+            st.window_start_us = now_us;
+            st.denials = 0;
+        }
+        st.denials += 1;
+        if st.denials < self.after {
+            return None;
+        }
+        st.denials = 0;
+        let remembered =
+            st.last_end_us != 0 && now_us <= st.last_end_us.saturating_add(micros(self.memory));
+        st.level = if remembered {
+            st.level.saturating_add(1)
+        } else {
+            0
+        };
+        let grown = micros(self.block).saturating_mul(1u64 << st.level.min(40));
+        let length = grown.min(micros(self.max));
+        st.last_end_us = now_us.saturating_add(length);
+        Some((length, st.level))
+    }
+
+    /// When `st` is back to a key never denied: it can be forgotten then.
+    pub fn idle_at(&self, st: &PenaltyState) -> u64 {
+        let window_end = st.window_start_us.saturating_add(micros(self.within));
+        let memory_end = if st.last_end_us == 0 {
+            0
+        } else {
+            st.last_end_us.saturating_add(micros(self.memory))
+        };
+        window_end.max(memory_end)
+    }
+}
+
+/// One key's denials and blocks under a [`Penalty`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PenaltyState {
+    /// When the current count of denials started (µs).
+    pub window_start_us: u64,
+    /// Denials counted since.
+    pub denials: u32,
+    /// The last block's level.
+    pub level: u32,
+    /// When the last block ended or ends (µs), or 0: never blocked.
+    pub last_end_us: u64,
+}
+
+/// A rule's penalty with the keys' histories, in this process: what a
+/// backend without a fleet-wide store of its own escalates with.
+#[derive(Debug)]
+pub struct Escalation {
+    penalty: Penalty,
+    states: Mutex<HashMap<Key, PenaltyState>>,
+}
+
+impl Escalation {
+    /// No key denied yet.
+    pub fn new(penalty: Penalty) -> Self {
+        Self {
+            penalty,
+            states: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts a denial of `key` at `now_us`; the block it starts, if any
+    /// (see [`Penalty::escalate`]).
+    pub fn denied(&self, key: &Key, now_us: u64) -> Option<(u64, u32)> {
+        let mut states = self.states.lock();
+        if states.len() >= MAX_TRACKED_KEYS && !states.contains_key(key) {
+            states.retain(|_, st| self.penalty.idle_at(st) > now_us);
+            if states.len() >= MAX_TRACKED_KEYS {
+                return None;
+            }
+        }
+        self.penalty
+            .escalate(states.entry(*key).or_default(), now_us)
+    }
+
+    /// Forgets `key`'s history (a reset).
+    pub fn forget(&self, key: &Key) {
+        self.states.lock().remove(key);
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denials_spread_wider_than_the_window_never_block() {
+        let p = Penalty::new(3, Duration::from_secs(10), Duration::from_secs(5));
+        let mut st = PenaltyState::default();
+        // Two denials per window, forever: never three within ten seconds.
+        let mut now = 1;
+        for _ in 0..100 {
+            assert_eq!(p.escalate(&mut st, now), None);
+            assert_eq!(p.escalate(&mut st, now + 1_000_000), None);
+            now += 10_000_000;
+        }
+    }
+
+    #[test]
+    fn a_block_after_the_memory_starts_again_at_the_first_length() {
+        let p = Penalty::new(1, Duration::from_secs(1), Duration::from_secs(10))
+            .memory(Duration::from_secs(60));
+        let mut st = PenaltyState::default();
+        assert_eq!(p.escalate(&mut st, 1), Some((10_000_000, 0)));
+        // Ended at 10 s; denied again 60 s after: still remembered.
+        assert_eq!(p.escalate(&mut st, 70_000_001), Some((20_000_000, 1)));
+        // Ended at 90 s; denied 61 s after: forgotten.
+        assert_eq!(p.escalate(&mut st, 151_000_002), Some((10_000_000, 0)));
+    }
+}
