@@ -138,6 +138,45 @@ impl Key {
             out.push(HEX[usize::from(b & 0xf)] as char);
         }
     }
+
+    /// The key [`write_hex`](Self::write_hex) wrote as `text`, or `None`
+    /// if `text` is not such a form (for backends that keep keys outside
+    /// this process).
+    ///
+    /// ```
+    /// use throttle_fleet_core::Key;
+    ///
+    /// for key in [Key::new("10.0.0.1"), Key::new("y".repeat(100))] {
+    ///     let mut text = String::new();
+    ///     key.write_hex(&mut text);
+    ///     assert_eq!(Key::from_hex(&text), Some(key));
+    /// }
+    /// assert_eq!(Key::from_hex("x00"), None);
+    /// ```
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let digest = match text.as_bytes().first()? {
+            b'r' => false,
+            b'h' => true,
+            _ => return None,
+        };
+        let hex = &text.as_bytes()[1..];
+        if !hex.len().is_multiple_of(2)
+            || hex.len() > 2 * MAX_KEY_LEN
+            || (digest && hex.len() != 2 * DIGEST_LEN)
+        {
+            return None;
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut bytes = [0u8; MAX_KEY_LEN];
+        for (i, pair) in hex.chunks(2).enumerate() {
+            bytes[i] = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        }
+        Some(Self::from_stored(digest, &bytes[..hex.len() / 2]))
+    }
 }
 
 impl Default for Key {
