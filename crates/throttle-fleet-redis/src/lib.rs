@@ -83,6 +83,7 @@ mod instance;
 mod keys;
 mod leased;
 pub mod metrics;
+mod ops;
 mod registry;
 mod reply;
 pub mod schedule;

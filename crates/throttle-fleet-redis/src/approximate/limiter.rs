@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter};
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
+use throttle_fleet_core::operate::{Block, Blocks, OpError, Penalty};
 use throttle_fleet_core::{
     Algorithm, Answer, Clock, ConfigError, FailurePolicy, Key, MemoryBackend, Rule,
 };
@@ -21,6 +22,7 @@ use super::view::View;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
 use crate::metrics::FlushMetrics;
+use crate::ops::FleetOps;
 use crate::registry::Registry;
 
 /// One rule in the approximate mode.
@@ -74,6 +76,8 @@ pub(super) struct ApproxRule {
     pub(super) layout: Layout,
     /// Which buckets answer, the flushes out, the fleet's size.
     pub(super) view: View,
+    /// The rule's blocks and resets, shared with the fleet.
+    ops: FleetOps,
 }
 
 /// A limiter of the approximate mode. Dropping it (the router went away)
@@ -175,6 +179,7 @@ impl ApproxLimiter {
             .limiter_for(meter)
             .map_err(|e| e.in_rule(rule.name()))?;
         let this = Arc::new(ApproxRule {
+            ops: FleetOps::new(&redis, rule),
             metrics: FlushMetrics::new(rule.name()),
             rule: rule.clone(),
             view: View::new(
@@ -412,7 +417,7 @@ impl ApproxRule {
 impl Limiter for ApproxLimiter {
     #[inline]
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        ApproxRule::decide(&self.0, key, cost)
+        ApproxRule::decide(&self.0, &self.0.ops.current(key), cost)
     }
 
     fn is_remote(&self) -> bool {
@@ -421,6 +426,22 @@ impl Limiter for ApproxLimiter {
     }
 
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        self.0.store.refund(key, cost, outcome);
+        self.0.store.refund(&self.0.ops.current(key), cost, outcome);
+    }
+
+    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
+        self.0.ops.reset(key)
+    }
+
+    fn blocks(&self) -> Option<Arc<Blocks>> {
+        self.0.ops.blocks()
+    }
+
+    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
+        self.0.ops.share_block(key, block)
+    }
+
+    fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
+        self.0.ops.violated(key, penalty)
     }
 }

@@ -80,6 +80,9 @@ pub(crate) struct Redis {
     /// ([`publish_health`](Self::publish_health)) for the stores of the
     /// public `connection` module.
     health: tokio::sync::watch::Sender<Health>,
+    /// The fleet's operations (blocks, resets), started when a rule first
+    /// asks for them.
+    pub(crate) ops: std::sync::OnceLock<Arc<crate::ops::Operations>>,
 }
 
 impl Redis {
@@ -115,6 +118,7 @@ impl Redis {
             recovered: Arc::new(tokio::sync::Notify::new()),
             last_recovery: AtomicU64::new(0),
             health: tokio::sync::watch::Sender::new(Health::default()),
+            ops: std::sync::OnceLock::new(),
         });
         let patience = redis.patience();
         match &redis.route {

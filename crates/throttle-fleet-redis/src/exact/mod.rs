@@ -21,11 +21,14 @@ use std::sync::atomic::Ordering;
 use redis::Script;
 use throttle_fleet_core::algorithm::SlidingWindowLog;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::operate::{Block, Blocks, OpError, Penalty};
+
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
 use crate::conn::{Eval, Failure, Redis};
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
+use crate::ops::FleetOps;
 use crate::reply::Reply;
 use crate::scripts::SLIDING_LOG_SCRIPT;
 use batch::Batcher;
@@ -43,6 +46,8 @@ struct Inner {
     /// Keys Redis showed over their limit, denied here until their wait is
     /// over.
     deny: DenyCache,
+    /// The rule's blocks and resets, shared with the fleet.
+    ops: FleetOps,
 }
 
 /// One rule in the exact mode: every check is one `EVALSHA` of the rule's
@@ -65,7 +70,9 @@ impl ExactLimiter {
         let local = local_limiter(&redis, rule)?;
         let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
         let deny = DenyCache::new(redis.local_clock()).map_err(|e| e.in_rule(rule.name()))?;
+        let ops = FleetOps::new(&redis, rule);
         Ok(Self(Arc::new(Inner {
+            ops,
             redis,
             rule: rule.clone(),
             compiled,
@@ -133,6 +140,7 @@ fn unexpected_reply() -> Failure {
 
 impl Limiter for ExactLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        let key = &self.0.ops.current(key);
         if let Some((step, now)) = self.0.deny.check(key, cost) {
             self.0.redis.denied_locally.fetch_add(1, Ordering::Relaxed);
             return Answer::Ready(Ok(Outcome::new(step, now)));
@@ -150,6 +158,22 @@ impl Limiter for ExactLimiter {
         true
     }
 
+    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
+        self.0.ops.reset(key)
+    }
+
+    fn blocks(&self) -> Option<Arc<Blocks>> {
+        self.0.ops.blocks()
+    }
+
+    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
+        self.0.ops.share_block(key, block)
+    }
+
+    fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
+        self.0.ops.violated(key, penalty)
+    }
+
     /// The counts are Redis's, under the rule's name: a limiter for the new
     /// quota reads them as they are (with a deny cache of its own: denials
     /// remembered under the old quota may not hold under the new one).
@@ -160,6 +184,7 @@ impl Limiter for ExactLimiter {
     }
 
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        let key = &self.0.ops.current(key);
         if outcome.degraded {
             if let Some(local) = &self.0.local {
                 local.refund(key, cost, outcome);

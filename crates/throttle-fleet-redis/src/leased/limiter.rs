@@ -7,12 +7,14 @@ use std::sync::atomic::Ordering;
 use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter, Step};
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
+use throttle_fleet_core::operate::{Block, Blocks, OpError, Penalty};
 use throttle_fleet_core::{Algorithm, Answer, Clock, ConfigError, Key, MemoryBackend, Rule};
 
 use crate::conn::Redis;
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::metrics::LeaseMetrics;
+use crate::ops::FleetOps;
 use crate::registry::Registry;
 use crate::schedule::{Every, Going, micros};
 
@@ -40,6 +42,8 @@ pub(super) struct LeaseRule {
     pub(super) refill_us: u64,
     /// Lease calls and tokens, as metrics.
     pub(super) metrics: LeaseMetrics,
+    /// The rule's blocks and resets, shared with the fleet.
+    ops: FleetOps,
 }
 
 /// A limiter of the leased mode.
@@ -86,6 +90,7 @@ impl LeaseLimiter {
             .map_err(|e| e.in_rule(rule.name()))?;
         let local = local_limiter(&redis, rule)?;
         let this = Arc::new(LeaseRule {
+            ops: FleetOps::new(&redis, rule),
             metrics: LeaseMetrics::new(rule.name()),
             rule: rule.clone(),
             keys: KeyBase::new(&redis.config.key_prefix, rule.name()),
@@ -331,6 +336,7 @@ impl LeaseRule {
 impl Limiter for LeaseLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let rule = &self.0;
+        let key = &rule.ops.current(key);
         match rule.local(key, cost, false) {
             (Local::Decided(step, prefetch), now) => {
                 if let Some(batch) = prefetch {
@@ -404,6 +410,7 @@ impl Limiter for LeaseLimiter {
     }
 
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        let key = &self.0.ops.current(key);
         if outcome.degraded {
             if let Some(local) = &self.0.local {
                 local.refund(key, cost, outcome);
@@ -412,5 +419,21 @@ impl Limiter for LeaseLimiter {
         }
         // Spent tokens go back to the local batch.
         self.0.store.update(key, |st| st.tokens += cost);
+    }
+
+    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
+        self.0.ops.reset(key)
+    }
+
+    fn blocks(&self) -> Option<Arc<Blocks>> {
+        self.0.ops.blocks()
+    }
+
+    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
+        self.0.ops.share_block(key, block)
+    }
+
+    fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
+        self.0.ops.violated(key, penalty)
     }
 }

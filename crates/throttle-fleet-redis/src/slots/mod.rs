@@ -31,11 +31,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use throttle_fleet_core::algorithm::Concurrency;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::operate::{Block, Blocks, OpError};
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
 use crate::conn::{Eval, Redis};
 use crate::failure::{degraded, local_limiter};
 use crate::keys::KeyBase;
+use crate::ops::FleetOps;
 use crate::registry::Registry;
 use crate::reply::Reply;
 use crate::schedule::{Every, Going, micros};
@@ -144,6 +146,9 @@ struct Inner {
     held: Mutex<Held>,
     /// Whether the background renewal was started.
     renewing: AtomicBool,
+    /// The rule's blocks, shared with the fleet (a concurrency rule is
+    /// neither reset nor penalized: its slots are held by running requests).
+    ops: FleetOps,
 }
 
 /// One concurrency rule in Redis (see the module's docs).
@@ -161,6 +166,7 @@ impl SlotLimiter {
         let local = local_limiter(&redis, rule)?;
         let keys = KeyBase::new(&redis.config.key_prefix, rule.name());
         let inner = Arc::new(Inner {
+            ops: FleetOps::new(&redis, rule),
             redis,
             shared,
             rule: rule.clone(),
@@ -363,6 +369,22 @@ impl Limiter for SlotLimiter {
 
     fn is_remote(&self) -> bool {
         true
+    }
+
+    /// A check of cost 0 would hold a slot in Redis: not a read.
+    fn peek(&self, _: &Key) -> Answer<Result<Outcome, OpError>> {
+        Answer::Ready(Err(OpError::unsupported(
+            "inspect",
+            "a concurrency rule's slots in Redis are not read without taking one",
+        )))
+    }
+
+    fn blocks(&self) -> Option<Arc<Blocks>> {
+        self.0.ops.blocks()
+    }
+
+    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
+        self.0.ops.share_block(key, block)
     }
 
     /// Slots live in Redis under the rule's name: a limiter for the new

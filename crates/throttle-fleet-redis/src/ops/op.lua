@@ -1,0 +1,34 @@
+-- An operator's change to one key, for the whole fleet: a block, its end,
+-- or a reset. Writes the table every instance loads at start and appends
+-- the change to the log every instance reads.
+--
+-- KEYS[1]: the log (a stream); KEYS[2]: the table (a hash: blocks or
+-- resets). ARGV: op (`b` block, `u` unblock, `r` reset), field
+-- (`<rule> <key>`), value (a block's `<until> <level> <label>`; a reset's
+-- `<until>`, to which its generation, the log entry's id, is prefixed),
+-- now (µs, 0 = Redis TIME), most entries kept in the log.
+local op, field, value = ARGV[1], ARGV[2], ARGV[3]
+local now = tonumber(ARGV[4])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*', 'o', op, 'f', field, 'v', value)
+if op == 'u' then
+  redis.call('HDEL', KEYS[2], field)
+elseif op == 'r' then
+  redis.call('HSET', KEYS[2], field, id .. ' ' .. value)
+else
+  redis.call('HSET', KEYS[2], field, value)
+end
+-- Ended entries leave the table once it holds more than a thousand.
+if redis.call('HLEN', KEYS[2]) > 1000 then
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    local v = all[i + 1]
+    local untl = tonumber(string.match(v, '^(%d+)') or '0')
+    if op == 'r' then untl = tonumber(string.match(v, '^%S+ (%d+)') or '0') end
+    if untl <= now then redis.call('HDEL', KEYS[2], all[i]) end
+  end
+end
+return id

@@ -1,0 +1,305 @@
+//! Operations for the whole fleet: three instances (each its own backend)
+//! on one real `redis-server`, in every mode. A block, an unblock or a
+//! reset made on one instance holds on the others after one read of the
+//! operations log (`RedisConfig::operations_interval`), and not before;
+//! penalties escalate in Redis; a blocked key costs Redis nothing.
+//! Time is a shared test time that the scripts and the log's readers run
+//! on, so "after one interval" is the test's timeline, not a sleep.
+
+use std::time::Duration;
+
+use throttle_fleet_core::operate::{BlockCause, OpError};
+use throttle_fleet_core::{Answer, Demand, Key, Penalty, Quota, Rule, RuleSet};
+use throttle_fleet_redis::schedule::TestTime;
+use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_test_support::RedisServer;
+
+const T0: u64 = 1_800_000_000_000_000;
+const INTERVAL: Duration = Duration::from_millis(250);
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Exact,
+    Approximate,
+    Leased,
+}
+
+async fn backend(server: &RedisServer, time: &TestTime, mode: Mode) -> RedisBackend {
+    let config = RedisConfig::standalone(server.url())
+        .scheduler(time.scheduler())
+        .operations_interval(INTERVAL);
+    match mode {
+        Mode::Exact => RedisBackend::exact(config).await.unwrap().into(),
+        Mode::Approximate => RedisBackend::approximate(config, ApproximateOptions::default())
+            .await
+            .unwrap()
+            .into(),
+        Mode::Leased => RedisBackend::leased(config, LeaseOptions::default())
+            .await
+            .unwrap()
+            .into(),
+    }
+}
+
+/// The mode's rule: 5 a minute (a fixed window where the mode counts per
+/// interval).
+fn rule(mode: Mode) -> Rule {
+    let rule = Rule::new("api", Quota::per_minute(5));
+    match mode {
+        Mode::Approximate => rule.fixed_window(),
+        _ => rule,
+    }
+}
+
+async fn fleet(
+    server: &RedisServer,
+    time: &TestTime,
+    mode: Mode,
+    rule: &Rule,
+) -> Vec<(RedisBackend, RuleSet)> {
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        let b = backend(server, time, mode).await;
+        let mut rules = RuleSet::new();
+        rules.bind(rule.clone(), &b).unwrap();
+        out.push((b, rules));
+    }
+    // The readers' first round: each loads the (empty) tables.
+    time.advance(INTERVAL).await;
+    out
+}
+
+/// One request: its verdict and, when denied, its wait.
+async fn allowed(time: &TestTime, rules: &RuleSet, key: Key) -> (bool, Duration) {
+    let checked = op(
+        time,
+        rules.check(&[Demand {
+            rule: 0,
+            key,
+            cost: 1,
+        }]),
+    )
+    .await;
+    let d = checked.decision();
+    (
+        d.is_allowed(),
+        if d.is_allowed() {
+            Duration::ZERO
+        } else {
+            d.retry_after()
+        },
+    )
+}
+
+/// An answer. One that waits for something only the test's time brings
+/// (the approximate mode's flush it asked for) gets that time moved a
+/// millisecond at a time, each move run to its end, whenever it has waited
+/// for Redis a while.
+async fn op<T: Send + 'static>(time: &TestTime, answer: Answer<T>) -> T {
+    let mut fut = std::pin::pin!(answer.wait());
+    loop {
+        if let Ok(t) = tokio::time::timeout(Duration::from_millis(20), &mut fut).await {
+            return t;
+        }
+        time.advance(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_an_unblock_and_a_reset_reach_every_instance_after_one_interval_in_every_mode() {
+    for mode in [Mode::Exact, Mode::Approximate, Mode::Leased] {
+        let server = RedisServer::start();
+        let time = TestTime::new(T0);
+        let fleet = fleet(&server, &time, mode, &rule(mode)).await;
+        let key = Key::new("203.0.113.7");
+
+        // Blocked through instance 0: at once there, on the others after
+        // one read of the log and not before.
+        fleet[0]
+            .1
+            .block(0, &key, Duration::from_secs(60), "203.0.113.7")
+            .wait()
+            .await
+            .unwrap();
+        assert!(!allowed(&time, &fleet[0].1, key).await.0, "{mode:?}");
+        assert!(
+            allowed(&time, &fleet[1].1, key).await.0,
+            "{mode:?}: known before it was read"
+        );
+        time.advance(INTERVAL).await;
+        for (i, (_, rules)) in fleet.iter().enumerate() {
+            let (ok, wait) = allowed(&time, rules, key).await;
+            assert!(!ok, "{mode:?}: instance {i} lets a blocked key in");
+            assert!(
+                wait > Duration::from_secs(59) && wait <= Duration::from_secs(60),
+                "{mode:?}: {wait:?}"
+            );
+            let state = op(&time, rules.inspect(0, &key)).await.unwrap();
+            assert_eq!(state.remaining, 0, "{mode:?}");
+            assert!(state.blocked_for.is_some(), "{mode:?}");
+            let listed = rules.blocked(0);
+            assert_eq!(listed.len(), 1, "{mode:?}");
+            assert_eq!(
+                (&*listed[0].1.label, listed[0].1.cause),
+                ("203.0.113.7", BlockCause::Operator)
+            );
+        }
+
+        // Unblocked through instance 2.
+        assert!(op(&time, fleet[2].1.unblock(0, &key)).await.unwrap());
+        time.advance(INTERVAL).await;
+        for (i, (_, rules)) in fleet.iter().enumerate() {
+            assert!(rules.blocked(0).is_empty(), "{mode:?}: instance {i}");
+            assert!(
+                op(&time, rules.inspect(0, &key))
+                    .await
+                    .unwrap()
+                    .blocked_for
+                    .is_none()
+            );
+        }
+
+        // Spent through instance 0 (a penalty takes what is left), then
+        // reset through instance 1: every instance finds a fresh key.
+        let spender = Key::new("tenant-9");
+        op(&time, fleet[0].1.penalize(0, &spender, 5))
+            .await
+            .unwrap();
+        if matches!(mode, Mode::Exact) {
+            for (_, rules) in &fleet {
+                assert!(
+                    !allowed(&time, rules, spender).await.0,
+                    "{mode:?}: spent everywhere"
+                );
+            }
+        }
+        assert!(
+            !allowed(&time, &fleet[0].1, spender).await.0,
+            "{mode:?}: spent where it was spent"
+        );
+        op(&time, fleet[1].1.reset(0, &spender)).await.unwrap();
+        time.advance(INTERVAL).await;
+        for (i, (_, rules)) in fleet.iter().enumerate() {
+            let state = op(&time, rules.inspect(0, &spender)).await.unwrap();
+            assert_eq!(state.remaining, 5, "{mode:?}: instance {i} after the reset");
+        }
+        assert!(allowed(&time, &fleet[0].1, spender).await.0, "{mode:?}");
+        for (b, _) in &fleet {
+            let _ = b.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_starts_later_loads_the_blocks_that_hold() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let rule = rule(Mode::Exact);
+    let first = fleet(&server, &time, Mode::Exact, &rule).await;
+    let key = Key::new("bot");
+    first[0]
+        .1
+        .block(0, &key, Duration::from_secs(30), "bot")
+        .wait()
+        .await
+        .unwrap();
+    let late = backend(&server, &time, Mode::Exact).await;
+    let mut rules = RuleSet::new();
+    rules.bind(rule.clone(), &late).unwrap();
+    time.advance(INTERVAL).await;
+    assert!(!allowed(&time, &rules, key).await.0);
+    assert_eq!(rules.blocked(0).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_key_costs_redis_no_call() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
+    let (rules, key) = (&fleet[0].1, Key::new("blocked"));
+    // A key that is not blocked costs a call each: the count can move.
+    let before = server.command_count("evalsha");
+    allowed(&time, rules, Key::new("someone else")).await;
+    assert!(server.command_count("evalsha") > before);
+    rules
+        .block(0, &key, Duration::from_secs(60), "")
+        .wait()
+        .await
+        .unwrap();
+    let before = server.command_count("evalsha");
+    for _ in 0..10_000 {
+        assert!(!allowed(&time, rules, key).await.0);
+    }
+    assert_eq!(server.command_count("evalsha"), before);
+    assert_eq!(rules.block_stats(0).denied, 10_000);
+}
+
+/// 20 requests a second from one key against 5 a minute, spread over the
+/// three instances: the fleet counts its denials in Redis and blocks it
+/// for 10 s, 20 s, 40 s, then 40 s (the maximum); another key, one request
+/// every 15 s, is never denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn penalties_escalate_across_the_fleet_and_spare_a_neighbour() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let penalty = Penalty::new(5, Duration::from_secs(60), Duration::from_secs(10))
+        .max(Duration::from_secs(40));
+    let rule = Rule::new("login", Quota::per_minute(5)).penalty(penalty);
+    let fleet = fleet(&server, &time, Mode::Exact, &rule).await;
+    let (bot, neighbour) = (Key::new("bot"), Key::new("neighbour"));
+    let mut lengths = Vec::new();
+    let mut was_blocked = false;
+    let mut neighbour_denied = 0;
+    for tick in 0..(20 * 200u64) {
+        let rules = &fleet[(tick % 3) as usize].1;
+        allowed(&time, rules, bot).await;
+        // The penalty's script runs in the background: let it land.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let listed = fleet[0].1.blocked(0);
+        if let Some((_, block)) = listed.first()
+            && !was_blocked
+        {
+            lengths.push(((block.until_us - time.now_us()) as f64 / 1e6).round() as u64);
+        }
+        was_blocked = !listed.is_empty();
+        if tick % 300 == 0
+            && !allowed(&time, &fleet[(tick % 2) as usize].1, neighbour)
+                .await
+                .0
+        {
+            neighbour_denied += 1;
+        }
+        time.advance(Duration::from_millis(50)).await;
+    }
+    assert!(lengths.len() >= 4, "{lengths:?}");
+    assert_eq!(&lengths[..4], [10, 20, 40, 40]);
+    assert_eq!(neighbour_denied, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_a_block_holds_here_and_a_reset_says_it_did_not_happen() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
+    let rules = &fleet[0].1;
+    let key = Key::new("k");
+    server.kill();
+    // Let the breaker see it.
+    for _ in 0..5 {
+        allowed(&time, rules, Key::new("probe")).await;
+    }
+    let blocked = rules
+        .block(0, &key, Duration::from_secs(60), "k")
+        .wait()
+        .await;
+    assert!(
+        matches!(blocked, Err(OpError::Unavailable(_))),
+        "{blocked:?}"
+    );
+    assert!(
+        !allowed(&time, rules, key).await.0,
+        "the block holds on this instance"
+    );
+    let reset = rules.reset(0, &key).wait().await;
+    assert!(matches!(reset, Err(OpError::Unavailable(_))), "{reset:?}");
+}
