@@ -121,6 +121,30 @@ impl KeyExtractor for GrpcMethod {
     fn kind(&self) -> Cow<'static, str> {
         Cow::Borrowed("method")
     }
+
+    /// The key of `inputs.route`, a full method
+    /// (`/package.Service/Method`); an error if the rule does not apply
+    /// to it.
+    fn key_for(
+        &self,
+        inputs: &throttle_fleet_tower::key::KeyInputs,
+    ) -> Option<Result<Key, String>> {
+        let Some(method) = inputs.route.as_deref() else {
+            return Some(Err(
+                "needs the route (a full method, \"/package.Service/Method\")".into(),
+            ));
+        };
+        Some(match &self.only {
+            Some(only) if !only.iter().any(|m| m == method) => Err(format!(
+                "the rule does not apply to method {method:?} (only to {})",
+                only.join(", ")
+            )),
+            _ if split_method(method).is_none() => Err(format!(
+                "{method:?} is not a full method, \"/package.Service/Method\""
+            )),
+            _ => Ok(Key::new(method)),
+        })
+    }
 }
 
 /// The gRPC service of the call, `package.Service`: one count per service,
