@@ -90,6 +90,21 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     reply(status, &json!({ "error": message.into() }))
 }
 
+/// A request refused, with its status and why: answered as a JSON error.
+struct Refused(StatusCode, String);
+
+impl Refused {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self(status, message.into())
+    }
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        error(self.0, self.1)
+    }
+}
+
 /// A JSON answer, 200.
 fn ok(body: Value) -> Response {
     reply(StatusCode::OK, &body)
@@ -145,20 +160,20 @@ fn peer_of(req: &Request) -> String {
 }
 
 /// A request's body as a JSON object, at most [`MAX_BODY`] bytes.
-async fn body_object(body: Body) -> Result<Map<String, Value>, Response> {
+async fn body_object(body: Body) -> Result<Map<String, Value>, Refused> {
     let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        error(
+        Refused::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("bodies are at most {MAX_BODY} bytes"),
         )
     })?;
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(error(
+        Ok(_) => Err(Refused::new(
             StatusCode::BAD_REQUEST,
             "the body must be a JSON object",
         )),
-        Err(e) => Err(error(
+        Err(e) => Err(Refused::new(
             StatusCode::BAD_REQUEST,
             format!("the body is not JSON: {e}"),
         )),
@@ -177,8 +192,8 @@ struct Target {
 
 /// Reads `{"rule": ..., "key": {...}, <extra>...}`: fields other than
 /// `rule`, `key` and `extra` are refused, naming them.
-fn target(admin: &Admin, body: &Map<String, Value>, extra: &[&str]) -> Result<Target, Response> {
-    let bad = |m: String| error(StatusCode::BAD_REQUEST, m);
+fn target(admin: &Admin, body: &Map<String, Value>, extra: &[&str]) -> Result<Target, Refused> {
+    let bad = |m: String| Refused::new(StatusCode::BAD_REQUEST, m);
     if let Some(unknown) = body
         .keys()
         .find(|k| !matches!(k.as_str(), "rule" | "key") && !extra.contains(&k.as_str()))
@@ -194,7 +209,7 @@ fn target(admin: &Admin, body: &Map<String, Value>, extra: &[&str]) -> Result<Ta
     // them whole.
     let rules = admin.layer.rules();
     let Some(index) = rules.index_of(&name) else {
-        return Err(error(
+        return Err(Refused::new(
             StatusCode::NOT_FOUND,
             format!("no rule named {:?}", clip(&name)),
         ));
@@ -208,10 +223,7 @@ fn target(admin: &Admin, body: &Map<String, Value>, extra: &[&str]) -> Result<Ta
         }
         None => return Err(bad("key: is missing".into())),
     };
-    let (key, label) = match key_of(admin, &name, key) {
-        Ok(found) => found,
-        Err((status, message)) => return Err(error(status, message)),
-    };
+    let (key, label) = key_of(admin, &name, key).map_err(|(status, m)| Refused::new(status, m))?;
     Ok(Target {
         rules,
         index,
@@ -448,11 +460,11 @@ async fn blocked(State(admin): State<Admin>, Path(name): Path<String>) -> Respon
 async fn inspect(State(admin): State<Admin>, req: Request) -> Response {
     let body = match body_object(req.into_body()).await {
         Ok(b) => b,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     let t = match target(&admin, &body, &[]) {
         Ok(t) => t,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     match t.rules.inspect(t.index, &t.key).wait().await {
         Ok(state) => ok(json!({
@@ -485,7 +497,7 @@ async fn changing(
     admin: &Admin,
     req: Request,
     extra: &[&str],
-) -> Result<(Target, Map<String, Value>), Response> {
+) -> Result<(Target, Map<String, Value>), Refused> {
     let body = body_object(req.into_body()).await?;
     let t = target(admin, &body, extra)?;
     Ok((t, body))
@@ -496,7 +508,7 @@ async fn reset(State(admin): State<Admin>, req: Request) -> Response {
     let peer = peer_of(&req);
     let (t, _) = match changing(&admin, req, &[]).await {
         Ok(found) => found,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     match t.rules.reset(t.index, &t.key).wait().await {
         Ok(()) => {
@@ -512,7 +524,7 @@ async fn block(State(admin): State<Admin>, req: Request) -> Response {
     let peer = peer_of(&req);
     let (t, body) = match changing(&admin, req, &["seconds"]).await {
         Ok(found) => found,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     let seconds = match body.get("seconds") {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
@@ -551,7 +563,7 @@ async fn unblock(State(admin): State<Admin>, req: Request) -> Response {
     let peer = peer_of(&req);
     let (t, _) = match changing(&admin, req, &[]).await {
         Ok(found) => found,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     match t.rules.unblock(t.index, &t.key).wait().await {
         Ok(was) => {
@@ -568,17 +580,20 @@ async fn unblock(State(admin): State<Admin>, req: Request) -> Response {
 }
 
 /// The `units` of a penalize or reward: a whole number from 1 to 2^32 - 1.
-fn units(body: &Map<String, Value>) -> Result<u64, Response> {
+fn units(body: &Map<String, Value>) -> Result<u64, Refused> {
     match body.get("units") {
         Some(Value::Number(n)) => match n.as_u64() {
             Some(u) if (1..=u64::from(u32::MAX)).contains(&u) => Ok(u),
-            _ => Err(error(
+            _ => Err(Refused::new(
                 StatusCode::BAD_REQUEST,
                 format!("units: must be a whole number from 1 to {}", u32::MAX),
             )),
         },
-        Some(_) => Err(error(StatusCode::BAD_REQUEST, "units: must be a number")),
-        None => Err(error(StatusCode::BAD_REQUEST, "units: is missing")),
+        Some(_) => Err(Refused::new(
+            StatusCode::BAD_REQUEST,
+            "units: must be a number",
+        )),
+        None => Err(Refused::new(StatusCode::BAD_REQUEST, "units: is missing")),
     }
 }
 
@@ -587,11 +602,11 @@ async fn penalize(State(admin): State<Admin>, req: Request) -> Response {
     let peer = peer_of(&req);
     let (t, body) = match changing(&admin, req, &["units"]).await {
         Ok(found) => found,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     let units = match units(&body) {
         Ok(u) => u,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     match t.rules.penalize(t.index, &t.key, units).wait().await {
         Ok(taken) => {
@@ -612,11 +627,11 @@ async fn reward(State(admin): State<Admin>, req: Request) -> Response {
     let peer = peer_of(&req);
     let (t, body) = match changing(&admin, req, &["units"]).await {
         Ok(found) => found,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     let units = match units(&body) {
         Ok(u) => u,
-        Err(resp) => return resp,
+        Err(refused) => return refused.into_response(),
     };
     match t.rules.reward(t.index, &t.key, units).wait().await {
         Ok(()) => {
