@@ -377,6 +377,36 @@ mod tests {
     }
 
     #[test]
+    fn a_method_named_by_an_operator_is_the_key_its_calls_get() {
+        use throttle_fleet_tower::key::KeyInputs;
+        let say_hello = "/helloworld.Greeter/SayHello";
+        let inputs = KeyInputs::new().route(say_hello);
+        for extractor in [GrpcMethod::full(), GrpcMethod::only([say_hello])] {
+            let req = grpc(say_hello);
+            let Extracted::Key(seen) = extractor.extract(&RequestHead::from_parts(&req)) else {
+                panic!("no key")
+            };
+            assert_eq!(extractor.key_for(&inputs), Some(Ok(seen)));
+        }
+        let only = GrpcMethod::only([say_hello]);
+        let other = KeyInputs::new().route("/helloworld.Greeter/SayGoodbye");
+        assert!(
+            only.key_for(&other)
+                .unwrap()
+                .unwrap_err()
+                .contains("does not apply")
+        );
+        let bad = KeyInputs::new().route("SayHello");
+        assert!(GrpcMethod::full().key_for(&bad).unwrap().is_err());
+        assert!(
+            GrpcMethod::full()
+                .key_for(&KeyInputs::new())
+                .unwrap()
+                .is_err()
+        );
+    }
+
+    #[test]
     fn methods_and_services_key_grpc_calls_only() {
         let req = grpc("/helloworld.Greeter/SayHello");
         let key = |k: &str| Extracted::Key(Key::new(k));
