@@ -105,7 +105,9 @@ async fn run() -> Result<(), Failure> {
     let bound = listener.local_addr().map_err(|e| (1, e.to_string()))?;
     let connections = incoming::incoming(listener, &rls_config).map_err(|e| (2, e))?;
     if let (Some(listen), Some(handle)) = (config.metrics_listen, prometheus) {
-        let at = metrics::serve(listen, handle).await.map_err(|e| (1, e))?;
+        let at = metrics::serve(listen, handle, || {})
+            .await
+            .map_err(|e| (1, e))?;
         eprintln!("envoy_rls: metrics at http://{at}/metrics");
     }
     eprintln!("envoy_rls: {} rules from {file}", config.rules.len());

@@ -4,7 +4,7 @@
 //! cargo run -p throttle-fleet-suite --example gateway -- --config examples/gateway.toml
 //! ```
 //!
-//! Serves `GET /search`, `GET /items/{id}`, `POST /checkout`, `GET
+//! Serves `GET /search`, `GET /items/{id}`, `POST /checkout`, `POST /login`, `GET
 //! /slow?ms=N` (answers after N milliseconds, at most 10,000: a slow
 //! endpoint for a concurrency rule) and a fallback (200 with a small JSON
 //! body) under the file's rules, reloads the file
@@ -24,11 +24,21 @@
 //! curl -k https://127.0.0.1:8443/
 //! ```
 //!
+//! With `[admin]` it serves the admin API (inspect, reset, block, unblock,
+//! penalize and reward a rule's key; list a rule's blocked keys) on its own
+//! address, for requests bearing the token (`admin.rs`; the guide's chapter
+//! "Operating on keys"). The public listener answers 404 for every
+//! `/admin` path.
+//!
 //! Options: `--config FILE` (default `examples/gateway.toml`), `--listen
-//! ADDR` and `--metrics-listen ADDR` (override the file's), and
+//! ADDR`, `--metrics-listen ADDR` and `--admin-listen ADDR` (override the
+//! file's; the last needs `[admin]` for its token), and
 //! `--server-timing` (a `Server-Timing` header on every response: how long
 //! the gateway took over it).
 
+mod admin;
+#[cfg(test)]
+mod admin_tests;
 #[path = "../support/logs.rs"]
 mod logs;
 #[path = "../support/metrics.rs"]
@@ -59,6 +69,7 @@ struct Args {
     config: PathBuf,
     listen: Option<SocketAddr>,
     metrics_listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
     server_timing: bool,
 }
 
@@ -67,6 +78,7 @@ fn args() -> Result<Args, String> {
         config: PathBuf::from("examples/gateway.toml"),
         listen: None,
         metrics_listen: None,
+        admin_listen: None,
         server_timing: false,
     };
     let mut it = std::env::args().skip(1);
@@ -88,11 +100,18 @@ fn args() -> Result<Args, String> {
                         .map_err(|_| format!("--metrics-listen: {v:?} is not an address"))?,
                 );
             }
+            "--admin-listen" => {
+                let v = value("--admin-listen")?;
+                args.admin_listen = Some(
+                    v.parse()
+                        .map_err(|_| format!("--admin-listen: {v:?} is not an address"))?,
+                );
+            }
             "--server-timing" => args.server_timing = true,
             other => {
                 return Err(format!(
                     "unknown argument {other:?} (use --config FILE, --listen ADDR, --metrics-listen ADDR, \
-                     --server-timing)"
+                     --admin-listen ADDR, --server-timing)"
                 ));
             }
         }
@@ -108,10 +127,27 @@ pub(crate) fn app(layer: throttle_fleet_axum::ThrottleLayer) -> Router {
             get(|Path(id): Path<String>| async move { format!(r#"{{"id":{id:?}}}"#) }),
         )
         .route("/checkout", post(|| async { r#"{"order":"accepted"}"# }))
+        .route("/login", post(|| async { r#"{"login":"checked"}"# }))
         .route("/slow", get(slow))
-        .fallback(|| async { r#"{"ok":true}"# })
+        .fallback(fallback)
         // Router::layer, so the limits see the matched route.
         .layer(layer)
+}
+
+/// Every other request: 200 with a small JSON body, except the admin
+/// API's paths, which are never served here (404 whatever the method).
+async fn fallback(uri: Uri) -> (StatusCode, &'static str) {
+    if is_admin_path(uri.path()) {
+        return (StatusCode::NOT_FOUND, r#"{"error":"not found"}"#);
+    }
+    (StatusCode::OK, r#"{"ok":true}"#)
+}
+
+/// Whether `path`'s first segment is `admin` (without case; leading
+/// slashes collapsed).
+pub(crate) fn is_admin_path(path: &str) -> bool {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    first.eq_ignore_ascii_case("admin") || first.to_ascii_lowercase().starts_with("admin%")
 }
 
 /// The longest `GET /slow` sleeps, in milliseconds.
@@ -217,7 +253,9 @@ async fn main() -> ExitCode {
         server::bound(&listener)
     );
     if let (Some(listen), Some(handle)) = (metrics_listen, prometheus) {
-        match metrics::serve(listen, handle).await {
+        let rules = layer.clone();
+        let refresh = move || throttle_fleet_axum::metrics::report_blocks(&rules.rules());
+        match metrics::serve(listen, handle, refresh).await {
             Ok(bound) => eprintln!("gateway: metrics at http://{bound}/metrics"),
             Err(e) => {
                 eprintln!("gateway: {e}");
@@ -227,6 +265,41 @@ async fn main() -> ExitCode {
     }
 
     let (stop_tx, stop) = watch::channel(false);
+    let admin_listen = args
+        .admin_listen
+        .or(config.admin.as_ref().map(|a| a.listen));
+    if let Some(listen) = admin_listen {
+        let Some(admin) = &config.admin else {
+            eprintln!("gateway: --admin-listen needs an [admin] table in {file} (for its token)");
+            return ExitCode::from(2);
+        };
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("gateway: cannot listen on {listen} for the admin API: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let connections = match from_config::connections(&config) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("gateway: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        eprintln!(
+            "gateway: admin API at http://{}/admin/rules",
+            server::bound(&listener)
+        );
+        tokio::spawn(server::serve(
+            listener,
+            admin::router(layer.clone(), &admin.token),
+            connections,
+            None,
+            stop.clone(),
+            Duration::from_secs(1),
+        ));
+    }
     // Reload on change: an invalid file is reported, the rules stay.
     let reloader = Reloader::new(
         args.config.clone(),

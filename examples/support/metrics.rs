@@ -28,16 +28,24 @@ pub(crate) fn install() -> Result<PrometheusHandle, String> {
     Ok(handle)
 }
 
-/// Serves `handle`'s text at `/metrics` on `listen`, in the background.
+/// Serves `handle`'s text at `/metrics` on `listen`, in the background,
+/// calling `refresh` before each scrape (for figures read rather than
+/// counted, such as the keys blocked now).
 pub(crate) async fn serve(
     listen: SocketAddr,
     handle: PrometheusHandle,
+    refresh: impl Fn() + Send + Sync + 'static,
 ) -> Result<SocketAddr, String> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen} for metrics: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = Router::new().route("/metrics", get(move || std::future::ready(handle.render())));
+    let refresh = std::sync::Arc::new(refresh);
+    let render = move || {
+        refresh();
+        std::future::ready(handle.render())
+    };
+    let app = Router::new().route("/metrics", get(render));
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });

@@ -7,7 +7,7 @@ use axum::extract::{ConnectInfo, MatchedPath};
 use http::StatusCode;
 use throttle_fleet_core::{ConfigError, Key};
 use throttle_fleet_tower::RequestHead;
-use throttle_fleet_tower::key::{ClientAddr, Extracted, PeerSource};
+use throttle_fleet_tower::key::{ClientAddr, Extracted, KeyInputs, PeerSource};
 use throttle_fleet_tower::{KeyExtractor, MissingKey};
 
 static WARNED_NO_CONNECT_INFO: AtomicBool = AtomicBool::new(false);
@@ -167,6 +167,28 @@ impl KeyExtractor for Route {
 
     fn kind(&self) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed("route")
+    }
+
+    /// The key of `inputs.route`, a route template as the router writes it
+    /// (`/items/{id}`); an error if the rule does not apply to it.
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        Some(route_key(self.only.as_deref(), inputs))
+    }
+}
+
+/// The key of `inputs.route` under a route extractor applying to `only`
+/// (every route if `None`).
+fn route_key(only: Option<&[String]>, inputs: &KeyInputs) -> Result<Key, String> {
+    let route = inputs
+        .route
+        .as_deref()
+        .ok_or("needs the route (its template, e.g. \"/items/{id}\")")?;
+    match only {
+        Some(only) if !only.iter().any(|t| t == route) => Err(format!(
+            "the rule does not apply to route {route:?} (only to {})",
+            only.join(", ")
+        )),
+        _ => Ok(Key::new(route)),
     }
 }
 

@@ -279,4 +279,18 @@ impl KeyExtractor for OnlyRoutes {
     fn kind(&self) -> std::borrow::Cow<'static, str> {
         self.key.kind()
     }
+
+    /// The key's; with a route given, an error if the rule does not apply
+    /// to it.
+    fn key_for(
+        &self,
+        inputs: &throttle_fleet_tower::key::KeyInputs,
+    ) -> Option<Result<Key, String>> {
+        if inputs.route.is_some()
+            && let Some(Err(e)) = self.routes.key_for(inputs)
+        {
+            return Some(Err(e));
+        }
+        self.key.key_for(inputs)
+    }
 }

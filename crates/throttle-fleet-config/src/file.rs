@@ -21,6 +21,8 @@ pub(crate) struct File {
     pub(crate) tls: Option<Spanned<Tls>>,
     /// The Envoy rate limit services' own settings.
     pub(crate) rls: Option<Rls>,
+    /// The gateway's admin endpoint.
+    pub(crate) admin: Option<Spanned<Admin>>,
     #[serde(default)]
     pub(crate) rules: Vec<Spanned<Rule>>,
 }
@@ -29,6 +31,19 @@ pub(crate) struct File {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Metrics {
     pub(crate) listen: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Admin {
+    pub(crate) listen: Option<Spanned<String>>,
+    /// A file holding the bearer token, relative to the config file.
+    pub(crate) token_file: Option<Spanned<String>>,
+    /// The name of an environment variable holding the bearer token.
+    pub(crate) token_env: Option<Spanned<String>>,
+    /// Read only to refuse it with a clear message: the token itself is
+    /// never written in the file.
+    pub(crate) token: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,4 +146,17 @@ pub(crate) struct Rule {
     pub(crate) tiers: Option<Spanned<BTreeMap<String, Spanned<i64>>>>,
     #[serde(default)]
     pub(crate) shadow: bool,
+    /// Blocks for keys that keep being denied.
+    pub(crate) penalty: Option<Spanned<Penalty>>,
+}
+
+/// A rule's `penalty` table; durations in seconds, fractions allowed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Penalty {
+    pub(crate) after: Option<Spanned<i64>>,
+    pub(crate) within_secs: Option<Spanned<f64>>,
+    pub(crate) block_secs: Option<Spanned<f64>>,
+    pub(crate) max_block_secs: Option<Spanned<f64>>,
+    pub(crate) memory_secs: Option<Spanned<f64>>,
 }

@@ -31,6 +31,22 @@
 //! period_secs = 60
 //! tiers = { "premium-key" = 5000 }
 //!
+//! [[rules]]
+//! name = "login"              # a key denied 10 times within a minute is blocked
+//! key = "ip"                  # for 5 minutes, then 10, 20, ... at most a day
+//! routes = ["/login"]
+//! limit = 5
+//! period_secs = 60
+//! penalty = { after = 10, within_secs = 60, block_secs = 300, max_block_secs = 86400 }
+//!                             # memory_secs (default 3600): how long after a block ends
+//!                             # the next one still doubles; fractions of seconds allowed
+//!
+//! [admin]                     # the gateway's admin endpoint (absent: none)
+//! listen = "127.0.0.1:9091"   # its own address, never the public one
+//! token_file = "admin.token"  # the bearer token (at least 32 bytes, trimmed), relative
+//!                             # to this file; or token_env = "THROTTLE_ADMIN_TOKEN".
+//!                             # The token itself is never written here.
+//!
 //! [tls]                       # HTTPS; needed by tls-fingerprint keys
 //! cert_file = "cert.pem"      # relative to this file; or self_signed = true
 //! key_file = "key.pem"
@@ -67,8 +83,9 @@ pub use error::ConfigFileError;
 /// Why an algorithm cannot be served to Envoy, if it cannot.
 pub use load::not_for_envoy;
 pub use model::{
-    BackendConfig, BackendKind, Cidr, Descriptor, DescriptorEntry, GatewayConfig, HeaderStyle,
-    InvalidHello, JwtConfig, KeySpec, RlsConfig, RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
+    AdminConfig, AdminToken, BackendConfig, BackendKind, Cidr, Descriptor, DescriptorEntry,
+    GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec, RlsConfig, RuleConfig,
+    ServerConfig, TlsConfig, TlsIdentity,
 };
 /// The certificate and key types of [`TlsIdentity`].
 pub use rustls_pki_types as pki_types;

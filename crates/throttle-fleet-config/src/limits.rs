@@ -15,3 +15,11 @@ pub const MAX_DESCRIPTOR_ENTRIES: usize = 8;
 
 /// The largest file read.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The shortest admin bearer token accepted (`[admin] token_file` or
+/// `token_env`), in bytes once trimmed: 32 random bytes' worth of
+/// guessing.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 32;
+
+/// The largest `[admin] token_file` read.
+pub const MAX_ADMIN_TOKEN_FILE_BYTES: u64 = 4096;

@@ -32,8 +32,59 @@ pub struct GatewayConfig {
     pub tls: Option<TlsConfig>,
     /// The Envoy rate limit services' settings (`[rls]`), if set.
     pub rls: Option<RlsConfig>,
+    /// The admin endpoint (`[admin]`), if set: absent, there is none.
+    pub admin: Option<AdminConfig>,
     /// The rules, in file order.
     pub rules: Vec<RuleConfig>,
+}
+
+/// The `[admin]` table: where the gateway's admin endpoint listens, and the
+/// bearer token its requests must carry.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// Where the admin endpoint listens (`listen`): its own address, never
+    /// the public one.
+    pub listen: SocketAddr,
+    /// The bearer token, read when the file was loaded from `token_file`
+    /// or from the environment variable `token_env`.
+    pub token: AdminToken,
+}
+
+/// The admin endpoint's bearer token: at least
+/// [`MIN_ADMIN_TOKEN_LEN`](crate::limits::MIN_ADMIN_TOKEN_LEN) bytes, its
+/// surrounding whitespace trimmed. Its `Debug` shows its length only, and it
+/// has no `PartialEq`: compare what a request presents in constant time
+/// (over digests of equal length, say).
+#[derive(Clone)]
+pub struct AdminToken(Arc<str>);
+
+impl AdminToken {
+    /// The token as read (trimmed), or `None` if it is shorter than
+    /// [`MIN_ADMIN_TOKEN_LEN`](crate::limits::MIN_ADMIN_TOKEN_LEN) bytes.
+    ///
+    /// ```
+    /// use throttle_fleet_config::AdminToken;
+    ///
+    /// assert!(AdminToken::new("too short").is_none());
+    /// let token = AdminToken::new(&format!("{}\n", "k".repeat(32))).unwrap();
+    /// assert_eq!(token.secret().len(), 32);
+    /// assert_eq!(format!("{token:?}"), "AdminToken(32 bytes)");
+    /// ```
+    pub fn new(text: &str) -> Option<Self> {
+        let text = text.trim();
+        (text.len() >= crate::limits::MIN_ADMIN_TOKEN_LEN).then(|| Self(Arc::from(text)))
+    }
+
+    /// The token itself, to compare a request's with.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminToken({} bytes)", self.0.len())
+    }
 }
 
 /// The `[rls]` table: the Envoy rate limit services (RLS v3 and the quota

@@ -45,7 +45,7 @@ pub enum ReloadEvent {
         reloaded: Reloaded,
     },
     /// The rules will be reloaded, but these changes need a restart
-    /// (`[backend]`, `listen`, `[rls]`): reported before the
+    /// (`[backend]`, `listen`, `[rls]`, `[admin]`): reported before the
     /// [`Reloaded`](Self::Reloaded) that follows.
     NeedsRestart {
         /// The file, as named.
@@ -78,7 +78,7 @@ impl fmt::Display for ReloadEvent {
             }
             Self::NeedsRestart { file } => write!(
                 f,
-                "{file}: [backend], listen and [rls] changes take effect on restart; reloading the rules"
+                "{file}: [backend], listen, [rls] and [admin] changes take effect on restart; reloading the rules"
             ),
             Self::Kept { reason } => write!(f, "{reason}; keeping the running rules"),
         }
@@ -225,6 +225,7 @@ impl<T: ReloadTarget> Reloader<T> {
         if config.backend != self.running.backend
             || config.listen != self.running.listen
             || config.rls != self.running.rls
+            || admin_of(&config) != admin_of(&self.running)
         {
             events.push(ReloadEvent::NeedsRestart { file: file.clone() });
         }
@@ -257,4 +258,10 @@ impl<T: ReloadTarget> Reloader<T> {
             }
         }
     }
+}
+
+/// What of `[admin]` a running gateway holds from its start: its address
+/// and token.
+fn admin_of(config: &GatewayConfig) -> Option<(std::net::SocketAddr, &str)> {
+    config.admin.as_ref().map(|a| (a.listen, a.token.secret()))
 }

@@ -1,7 +1,7 @@
 //! The fingerprint as a request extension, and the key extractor over it.
 
 use throttle_fleet_tower::RequestHead;
-use throttle_fleet_tower::key::Extracted;
+use throttle_fleet_tower::key::{Extracted, KeyInputs};
 use throttle_fleet_tower::{Key, KeyExtractor};
 
 use crate::{Ja4, TlsConnectInfo};
@@ -75,5 +75,20 @@ impl KeyExtractor for TlsFingerprint {
 
     fn kind(&self) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed("tls-fingerprint")
+    }
+
+    /// The key of `inputs.tls_fingerprint`, a JA4 as text
+    /// (`t13d1516h2_8daaf6152771_e5627efa2ab1`).
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        let Some(text) = inputs.tls_fingerprint.as_deref() else {
+            return Some(Err("needs the TLS fingerprint (a JA4)".into()));
+        };
+        Some(match Ja4::parse(text) {
+            Some(ja4) => Ok(Key::new(ja4.as_bytes())),
+            None => Err(format!(
+                "{:?} is not a JA4 (36 characters, like \"t13d1516h2_8daaf6152771_e5627efa2ab1\")",
+                text.chars().take(40).collect::<String>()
+            )),
+        })
     }
 }

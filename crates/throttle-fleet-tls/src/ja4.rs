@@ -140,6 +140,23 @@ impl Ja4 {
         Ok(Self(out))
     }
 
+    /// A fingerprint written as text (as [`as_str`](Self::as_str) gives
+    /// it): 36 ASCII letters, digits and underscores, or `None`.
+    ///
+    /// ```
+    /// use throttle_fleet_tls::Ja4;
+    /// let ja4 = Ja4::parse("t13d1516h2_8daaf6152771_e5627efa2ab1").unwrap();
+    /// assert_eq!(ja4.as_str(), "t13d1516h2_8daaf6152771_e5627efa2ab1");
+    /// assert!(Ja4::parse("t13d").is_none());
+    /// ```
+    pub fn parse(text: &str) -> Option<Self> {
+        let bytes: [u8; LEN] = text.as_bytes().try_into().ok()?;
+        bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            .then_some(Self(bytes))
+    }
+
     /// The fingerprint as text.
     pub fn as_str(&self) -> &str {
         // Only ASCII is ever written into the array.

@@ -121,6 +121,30 @@ impl KeyExtractor for GrpcMethod {
     fn kind(&self) -> Cow<'static, str> {
         Cow::Borrowed("method")
     }
+
+    /// The key of `inputs.route`, a full method
+    /// (`/package.Service/Method`); an error if the rule does not apply
+    /// to it.
+    fn key_for(
+        &self,
+        inputs: &throttle_fleet_tower::key::KeyInputs,
+    ) -> Option<Result<Key, String>> {
+        let Some(method) = inputs.route.as_deref() else {
+            return Some(Err(
+                "needs the route (a full method, \"/package.Service/Method\")".into(),
+            ));
+        };
+        Some(match &self.only {
+            Some(only) if !only.iter().any(|m| m == method) => Err(format!(
+                "the rule does not apply to method {method:?} (only to {})",
+                only.join(", ")
+            )),
+            _ if split_method(method).is_none() => Err(format!(
+                "{method:?} is not a full method, \"/package.Service/Method\""
+            )),
+            _ => Ok(Key::new(method)),
+        })
+    }
 }
 
 /// The gRPC service of the call, `package.Service`: one count per service,
@@ -350,6 +374,36 @@ mod tests {
         for bad in ["", "/", "//", "/a", "/a/", "//b", "/a/b/c", "a/b"] {
             assert_eq!(split_method(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_method_named_by_an_operator_is_the_key_its_calls_get() {
+        use throttle_fleet_tower::key::KeyInputs;
+        let say_hello = "/helloworld.Greeter/SayHello";
+        let inputs = KeyInputs::new().route(say_hello);
+        for extractor in [GrpcMethod::full(), GrpcMethod::only([say_hello])] {
+            let req = grpc(say_hello);
+            let Extracted::Key(seen) = extractor.extract(&RequestHead::from_parts(&req)) else {
+                panic!("no key")
+            };
+            assert_eq!(extractor.key_for(&inputs), Some(Ok(seen)));
+        }
+        let only = GrpcMethod::only([say_hello]);
+        let other = KeyInputs::new().route("/helloworld.Greeter/SayGoodbye");
+        assert!(
+            only.key_for(&other)
+                .unwrap()
+                .unwrap_err()
+                .contains("does not apply")
+        );
+        let bad = KeyInputs::new().route("SayHello");
+        assert!(GrpcMethod::full().key_for(&bad).unwrap().is_err());
+        assert!(
+            GrpcMethod::full()
+                .key_for(&KeyInputs::new())
+                .unwrap()
+                .is_err()
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 use throttle_fleet_core::{ConfigError, Key};
 
-use crate::extract::Extracted;
+use crate::extract::{Extracted, KeyInputs};
 use crate::{KeyExtractor, MissingKey};
 
 /// The longest bearer token that is looked at; a longer one is
@@ -253,5 +253,15 @@ impl KeyExtractor for Jwt {
     /// `jwt:<claim>`, e.g. `jwt:sub`.
     fn kind(&self) -> Cow<'static, str> {
         format!("jwt:{}", self.claim).into()
+    }
+
+    /// The key a verified token whose claim has the value `inputs.claim`
+    /// gets (a number's claim is written as its digits): no token needed.
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        Some(match inputs.claim.as_deref() {
+            Some("") => Err(format!("claim {:?} is empty", &*self.claim)),
+            Some(value) => Ok(Key::new(value)),
+            None => Err(format!("needs the value of claim {:?}", &*self.claim)),
+        })
     }
 }

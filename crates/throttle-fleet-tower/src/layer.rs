@@ -139,6 +139,33 @@ impl<R: Responder, W> ThrottleLayer<R, W> {
     pub fn rules(&self) -> RuleSet {
         self.shared.load().rules.clone()
     }
+
+    /// The key rule `rule` gives a request from a client with `inputs`,
+    /// byte for byte as its extractor derives it from a request (see
+    /// [`KeyExtractor::key_for`](crate::KeyExtractor::key_for)): what an
+    /// operator passes to [`RuleSet::inspect`], [`RuleSet::block`], ...
+    /// `None` when no rule has that name or its extractor cannot derive
+    /// keys from inputs; `Err` names the input missing or malformed.
+    ///
+    /// ```
+    /// use throttle_fleet_tower::{HttpResponder, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+    /// use throttle_fleet_tower::key::{Header, KeyInputs};
+    ///
+    /// let policy = Policy::new().rule(Rule::new("tenant", Quota::per_minute(100)), Header::new("x-api-key"));
+    /// let layer = ThrottleLayer::<HttpResponder>::new(policy, MemoryBackend::default())?;
+    /// let key = layer.key_for("tenant", &KeyInputs::new().header("X-Api-Key", "k1"));
+    /// assert_eq!(key, Some(Ok(throttle_fleet_tower::Key::new("k1"))));
+    /// assert!(layer.key_for("tenant", &KeyInputs::new()).unwrap().is_err());
+    /// assert_eq!(layer.key_for("nope", &KeyInputs::new()), None);
+    /// # Ok::<(), throttle_fleet_tower::ConfigError>(())
+    /// ```
+    pub fn key_for(
+        &self,
+        rule: &str,
+        inputs: &crate::key::KeyInputs,
+    ) -> Option<Result<throttle_fleet_core::Key, String>> {
+        self.shared.load().key_for(rule, inputs)
+    }
 }
 
 impl<S, R, W> Layer<S> for ThrottleLayer<R, W> {

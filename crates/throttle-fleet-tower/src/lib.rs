@@ -70,7 +70,7 @@ pub use throttle_fleet_core as core;
 /// (the client IP, the route, gRPC methods and metadata).
 pub mod key {
     pub use crate::extract::{
-        AllOf, Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, Or,
+        AllOf, Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, KeyInputs, Or,
         UserAgentHash,
     };
     pub use crate::ip::{ClientAddr, ForwardedHeader, IpPrefix, PeerSource};

@@ -10,6 +10,9 @@
 //! | `throttle_decisions_total` | counter | `rule`, `outcome` | one per rule asked per request; `outcome` is one of [`DecisionLabel`]'s labels |
 //! | `throttle_near_limit_total` | counter | `rule` | allowed decisions that left 20 % of the limit or less (80 % used, as envoy's ratelimit counts `near_limit`) |
 //! | `throttle_limit` | gauge | `rule` | the rule's capacity (the `X-RateLimit-Limit` it reports) |
+//! | `throttle_blocks_started_total` | counter | `rule` | blocks this process started (an operator's or a penalty's), set by [`report_blocks`] |
+//! | `throttle_blocked_keys` | gauge | `rule` | keys blocked now as this process knows them, set by [`report_blocks`] |
+//! | `throttle_blocked_denials_total` | counter | `rule` | requests denied because their key was blocked, set by [`report_blocks`] |
 //!
 //! Labels are rule names (the policy's dimensions) and outcomes, never a
 //! key: client IPs and API keys stay out of metrics, whose label sets must be
@@ -34,6 +37,31 @@ pub const DECISIONS: &str = "throttle_decisions_total";
 pub const NEAR_LIMIT: &str = "throttle_near_limit_total";
 /// Gauge of each rule's configured capacity, labelled `rule`.
 pub const LIMIT: &str = "throttle_limit";
+/// Counter of blocks started by this process, labelled `rule`.
+pub const BLOCKS_STARTED: &str = "throttle_blocks_started_total";
+/// Gauge of the keys blocked now, labelled `rule`.
+pub const BLOCKED_KEYS: &str = "throttle_blocked_keys";
+/// Counter of requests denied because their key was blocked, labelled `rule`.
+pub const BLOCKED_DENIALS: &str = "throttle_blocked_denials_total";
+
+/// Sets the block metrics above from every rule's
+/// [`block_stats`](throttle_fleet_core::RuleSet::block_stats), in the
+/// recorder installed now: call it when the metrics are scraped (or
+/// periodically), with the rules as they are then
+/// ([`ThrottleLayer::rules`](crate::ThrottleLayer::rules)). The block table
+/// counts for itself, so a request pays nothing for these.
+pub fn report_blocks(rules: &throttle_fleet_core::RuleSet) {
+    #[cfg(feature = "metrics")]
+    for i in 0..rules.len() {
+        let name = rules.rule(i).name().to_owned();
+        let stats = rules.block_stats(i);
+        metrics::counter!(BLOCKS_STARTED, "rule" => name.clone()).absolute(stats.started);
+        metrics::gauge!(BLOCKED_KEYS, "rule" => name.clone()).set(stats.blocked_now as f64);
+        metrics::counter!(BLOCKED_DENIALS, "rule" => name).absolute(stats.denied);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = rules;
+}
 
 /// The `outcome` label of [`DECISIONS`]: what one rule made of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,6 +138,21 @@ pub fn describe() {
             LIMIT,
             metrics::Unit::Count,
             "The rule's configured capacity"
+        );
+        metrics::describe_counter!(
+            BLOCKS_STARTED,
+            metrics::Unit::Count,
+            "Blocks this process started, an operator's or a penalty's"
+        );
+        metrics::describe_gauge!(
+            BLOCKED_KEYS,
+            metrics::Unit::Count,
+            "Keys blocked now, as this process knows them"
+        );
+        metrics::describe_counter!(
+            BLOCKED_DENIALS,
+            metrics::Unit::Count,
+            "Requests denied because their key was blocked"
         );
     }
 }

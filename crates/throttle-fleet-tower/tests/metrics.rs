@@ -279,3 +279,46 @@ async fn no_label_carries_a_key() {
     assert_eq!(decisions(&snap, "tenant", "allowed"), 3);
     assert_eq!(decisions(&snap, "tenant", "denied"), 1);
 }
+
+#[test]
+fn report_blocks_sets_each_rule_s_blocks_started_and_keys_blocked_now() {
+    use std::time::Duration;
+    use throttle_fleet_tower::metrics::{BLOCKED_KEYS, BLOCKS_STARTED, report_blocks};
+
+    let policy = Policy::new()
+        .rule(
+            Rule::new("tenant", Quota::per_minute(10)),
+            Header::new("x-api-key"),
+        )
+        .rule(Rule::new("global", Quota::per_minute(10)), Global);
+    let layer = Layered::new(policy, MemoryBackend::default()).unwrap();
+    let rules = layer.rules();
+    let tenant = rules.index_of("tenant").unwrap();
+    for key in ["a", "b"] {
+        let Answer::Ready(Ok(())) =
+            rules.block(tenant, &Key::new(key), Duration::from_secs(60), key)
+        else {
+            panic!("not blocked")
+        };
+    }
+    let Answer::Ready(Ok(true)) = rules.unblock(tenant, &Key::new("a")) else {
+        panic!("not unblocked")
+    };
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || report_blocks(&layer.rules()));
+    let snap = snapshot(&snapshotter);
+    let tenant = [("rule", "tenant")];
+    assert_eq!(
+        value(&snap, BLOCKS_STARTED, &tenant),
+        Some(&DebugValue::Counter(2))
+    );
+    assert_eq!(
+        value(&snap, BLOCKED_KEYS, &tenant),
+        Some(&DebugValue::Gauge(1.0.into()))
+    );
+    assert_eq!(
+        value(&snap, BLOCKED_KEYS, &[("rule", "global")]),
+        Some(&DebugValue::Gauge(0.0.into()))
+    );
+}

@@ -11,8 +11,9 @@
 //! 7. [The configuration file and the gateway](configuration)
 //! 8. [Envoy: the rate limit services](envoy)
 //! 9. [Metrics and operations](operations)
-//! 10. [Capacity: what each mode costs Redis, and what a check costs](capacity)
-//! 11. [Migrating from tower_governor](migrating)
+//! 10. [Operating on keys: inspect, reset, block](admin)
+//! 11. [Capacity: what each mode costs Redis, and what a check costs](capacity)
+//! 12. [Migrating from tower_governor](migrating)
 //!
 //! The guide is built with every feature of this crate (docs.rs builds it
 //! so), and `cargo test --all-features` compiles every Rust example in it.
@@ -43,6 +44,9 @@ pub mod envoy {}
 
 #[doc = include_str!("../guide/operations.md")]
 pub mod operations {}
+
+#[doc = include_str!("../guide/admin.md")]
+pub mod admin {}
 
 #[doc = include_str!("../guide/capacity.md")]
 pub mod capacity {}

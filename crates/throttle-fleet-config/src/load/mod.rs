@@ -3,6 +3,7 @@
 //! reads the file's top level; the backend, the JWT and TLS tables, the
 //! gateway's own server settings and the rules each have a file.
 
+mod admin;
 mod backend;
 mod rule;
 
@@ -25,8 +26,8 @@ use crate::model::{BackendConfig, Cidr, GatewayConfig, HeaderStyle, RlsConfig, S
 
 impl GatewayConfig {
     /// Reads and validates the file at `path`. Relative paths inside it
-    /// (`[jwt] public_key_file`, `[tls] cert_file` and `key_file`) are taken
-    /// from the file's directory.
+    /// (`[jwt] public_key_file`, `[tls] cert_file` and `key_file`, `[admin]
+    /// token_file`) are taken from the file's directory.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigFileError> {
         let path = path.as_ref();
         let name = path.display().to_string();
@@ -170,6 +171,18 @@ impl Loader<'_> {
             .map(|t| self.tls(t.get_ref(), t.span()))
             .transpose()?;
         let rls = raw.rls.as_ref().map(|r| self.rls(r)).transpose()?;
+        let admin = raw
+            .admin
+            .as_ref()
+            .map(|a| {
+                let public = [
+                    ("listen", listen),
+                    ("metrics.listen", metrics_listen),
+                    ("rls.listen", rls.map(|r| r.listen)),
+                ];
+                self.admin(a.get_ref(), a.span(), &public)
+            })
+            .transpose()?;
         let tables = Tables {
             jwt: jwt.is_some(),
             tls: tls.is_some(),
@@ -215,6 +228,7 @@ impl Loader<'_> {
             jwt,
             tls,
             rls,
+            admin,
             rules,
         })
     }

@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use throttle_fleet_core::limits::{MAX_SLOT_TTL, MIN_SLOT_TTL};
-use throttle_fleet_core::{Algorithm, FailurePolicy, Quota, Rule};
+use throttle_fleet_core::{Algorithm, FailurePolicy, Penalty, Quota, Rule};
 use toml::Spanned;
 
 use super::Tables;
@@ -144,8 +144,43 @@ impl Loader<'_> {
                 }
             });
         }
+        if let Some(p) = &raw.penalty {
+            if raw.shadow {
+                return Err(self.err(
+                    "penalty",
+                    p.span(),
+                    "does not apply to a shadow rule: it never denies, so nothing would ever be blocked",
+                ));
+            }
+            rule = rule.penalty(self.penalty(p.get_ref(), p.span())?);
+        }
         rule.validate().map_err(|e| {
+            let penalty = raw.penalty.as_ref();
+            let in_penalty = |pick: fn(&file::Penalty) -> Option<Range<usize>>| {
+                penalty.map_or(raw.name.span(), |p| pick(p.get_ref()).unwrap_or(p.span()))
+            };
             let (field, span) = match e.field() {
+                "penalty" => ("penalty", in_penalty(|_| None)),
+                "penalty.after" => (
+                    "penalty.after",
+                    in_penalty(|p| p.after.as_ref().map(Spanned::span)),
+                ),
+                "penalty.within_secs" => (
+                    "penalty.within_secs",
+                    in_penalty(|p| p.within_secs.as_ref().map(Spanned::span)),
+                ),
+                "penalty.block_secs" => (
+                    "penalty.block_secs",
+                    in_penalty(|p| p.block_secs.as_ref().map(Spanned::span)),
+                ),
+                "penalty.max_block_secs" => (
+                    "penalty.max_block_secs",
+                    in_penalty(|p| p.max_block_secs.as_ref().map(Spanned::span)),
+                ),
+                "penalty.memory_secs" => (
+                    "penalty.memory_secs",
+                    in_penalty(|p| p.memory_secs.as_ref().map(Spanned::span)),
+                ),
                 "name" => ("name", raw.name.span()),
                 "cost" => (
                     "cost",
@@ -288,6 +323,66 @@ impl Loader<'_> {
         if (secs * 1000.0 - ms).abs() > 1e-6 {
             return Err(self.err(
                 "slot_ttl_secs",
+                value.span(),
+                format!("must be a whole number of milliseconds (got {secs} seconds)"),
+            ));
+        }
+        Ok(Duration::from_millis(ms as u64))
+    }
+
+    /// A rule's `penalty` table; `at` is where it starts (for a missing
+    /// field).
+    fn penalty(&self, raw: &file::Penalty, at: Range<usize>) -> Result<Penalty> {
+        let missing = |field: &str, what: &str| {
+            self.err(
+                field,
+                at.clone(),
+                format!("is missing: a penalty needs after, within_secs and block_secs ({what})"),
+            )
+        };
+        let after = raw
+            .after
+            .as_ref()
+            .ok_or_else(|| missing("penalty.after", "the denials that start a block"))?;
+        let after = self.int("penalty.after", after, 1, i64::from(u32::MAX))? as u32;
+        let within = raw.within_secs.as_ref().ok_or_else(|| {
+            missing(
+                "penalty.within_secs",
+                "the window those denials are counted in",
+            )
+        })?;
+        let within = self.seconds("penalty.within_secs", within)?;
+        let block = raw
+            .block_secs
+            .as_ref()
+            .ok_or_else(|| missing("penalty.block_secs", "the first block's length"))?;
+        let block = self.seconds("penalty.block_secs", block)?;
+        let mut penalty = Penalty::new(after, within, block);
+        if let Some(max) = &raw.max_block_secs {
+            penalty = penalty.max(self.seconds("penalty.max_block_secs", max)?);
+        }
+        if let Some(memory) = &raw.memory_secs {
+            penalty = penalty.memory(self.seconds("penalty.memory_secs", memory)?);
+        }
+        Ok(penalty)
+    }
+
+    /// A duration in seconds, fractions allowed, as whole milliseconds (at
+    /// least one; the core checks the upper bounds).
+    fn seconds(&self, field: &str, value: &Spanned<f64>) -> Result<Duration> {
+        let secs = *value.get_ref();
+        // 100 years: past any bound the core sets, and far from overflow.
+        if !(0.001..=3.2e9).contains(&secs) {
+            return Err(self.err(
+                field,
+                value.span(),
+                format!("must be from 0.001 seconds to 30 days (got {secs})"),
+            ));
+        }
+        let ms = (secs * 1000.0).round();
+        if (secs * 1000.0 - ms).abs() > 1e-6 {
+            return Err(self.err(
+                field,
                 value.span(),
                 format!("must be a whole number of milliseconds (got {secs} seconds)"),
             ));

@@ -16,6 +16,9 @@ use crate::policy::{CostFn, MissingKey};
 
 pub(crate) use respond::Next;
 
+use crate::key::KeyInputs;
+use throttle_fleet_core::Key;
+
 /// A policy bound to its backends, with the responder that answers for it:
 /// what one reload of a layer holds.
 pub(crate) struct Engine<R> {
@@ -34,4 +37,15 @@ pub(super) struct BoundLimit {
     pub(super) on_missing: MissingKey,
     pub(super) cost: Option<CostFn>,
     pub(super) static_cost: u64,
+}
+
+impl<R> Engine<R> {
+    /// The key rule `rule` gives a request with `inputs` (see
+    /// [`KeyExtractor::key_for`]); `None` when no rule has that name or its
+    /// extractor cannot derive keys from inputs.
+    pub(crate) fn key_for(&self, rule: &str, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        let index = self.rules.index_of(rule)?;
+        let limit = self.limits.iter().find(|l| l.index == index)?;
+        limit.extractor.key_for(inputs)
+    }
 }

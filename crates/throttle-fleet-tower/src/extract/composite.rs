@@ -7,7 +7,7 @@ use std::fmt;
 use crate::RequestHead;
 use throttle_fleet_core::{ConfigError, Key};
 
-use super::{Extracted, KeyExtractor};
+use super::{Extracted, KeyExtractor, KeyInputs};
 use crate::MissingKey;
 
 /// Composite keys: every part must be found.
@@ -23,14 +23,16 @@ macro_rules! composite {
                         other => return other,
                     };
                 )+
-                // Digest parts are marked so a raw part can't imitate one.
-                let tagged = [$($name),+];
-                let mut parts: [&[u8]; 2 * [$(stringify!($name)),+].len()] = [&[]; 2 * [$(stringify!($name)),+].len()];
-                for (i, key) in tagged.iter().enumerate() {
-                    parts[2 * i] = tag(key);
-                    parts[2 * i + 1] = key.as_bytes();
-                }
-                Extracted::Key(Key::from_parts(&parts))
+                Extracted::Key(compose(&[$($name),+]))
+            }
+
+            #[allow(non_snake_case)]
+            fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+                let ($($name,)+) = self;
+                // A part that cannot derive keys makes the whole unable to,
+                // whatever another part's inputs lack.
+                $(let $name = $name.key_for(inputs)?;)+
+                Some((|| Ok(compose(&[$($name?),+])))())
             }
 
             #[allow(non_snake_case)]
@@ -54,6 +56,19 @@ composite!(A, B, C);
 
 /// See [`AllOf::MAX_PARTS`].
 const MAX_PARTS: usize = 8;
+
+/// The key of a composite of `keys` (at most [`MAX_PARTS`]), in order: a
+/// tag, then the part, for each part. Digest parts are marked so a raw
+/// part can't imitate one.
+fn compose(keys: &[Key]) -> Key {
+    let n = keys.len().min(MAX_PARTS);
+    let mut encoded: [&[u8]; 2 * MAX_PARTS] = [&[]; 2 * MAX_PARTS];
+    for (i, key) in keys[..n].iter().enumerate() {
+        encoded[2 * i] = tag(key);
+        encoded[2 * i + 1] = key.as_bytes();
+    }
+    Key::from_parts(&encoded[..2 * n])
+}
 
 /// The tag that marks a part of a composite key as a digest (`h`) or raw
 /// material (`r`), so a raw part can't imitate a digest one.
@@ -127,13 +142,29 @@ impl<E: KeyExtractor> KeyExtractor for AllOf<E> {
                 other => return other,
             }
         }
-        // The tuples' encoding: a tag, then the part, for each part.
-        let mut encoded: [&[u8]; 2 * MAX_PARTS] = [&[]; 2 * MAX_PARTS];
-        for (i, key) in keys[..n].iter().enumerate() {
-            encoded[2 * i] = tag(key);
-            encoded[2 * i + 1] = key.as_bytes();
+        // The tuples' encoding.
+        Extracted::Key(compose(&keys[..n]))
+    }
+
+    /// Every part's key from `inputs`, composed as a request's would be.
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        let n = self.parts.len();
+        if n == 0 || n > Self::MAX_PARTS {
+            return Some(Err(format!("a composite key has 1 to {MAX_PARTS} parts")));
         }
-        Extracted::Key(Key::from_parts(&encoded[..2 * n]))
+        let mut keys = [Key::global(); MAX_PARTS];
+        let mut missing = None;
+        for (slot, part) in keys.iter_mut().zip(self.parts.iter()) {
+            // A part that cannot derive keys makes the whole unable to.
+            match part.key_for(inputs)? {
+                Ok(k) => *slot = k,
+                Err(e) => missing = missing.or(Some(e)),
+            }
+        }
+        Some(match missing {
+            Some(e) => Err(e),
+            None => Ok(compose(&keys[..n])),
+        })
     }
 
     fn validate(&self) -> Result<(), ConfigError> {

@@ -3,6 +3,7 @@
 //! read a request in `request`.
 
 mod composite;
+mod inputs;
 mod request;
 #[cfg(test)]
 mod tests;
@@ -15,6 +16,7 @@ use throttle_fleet_core::{ConfigError, Key};
 use crate::MissingKey;
 
 pub use composite::AllOf;
+pub use inputs::KeyInputs;
 pub use request::{Extension, Global, Header, UserAgentHash};
 
 /// What an extractor found in a request.
@@ -82,6 +84,28 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn kind(&self) -> Cow<'static, str> {
         Cow::Borrowed("custom")
     }
+
+    /// The key a request with these `inputs` would get, byte for byte:
+    /// how an operator names a key without knowing its encoding (an
+    /// address masked to the rule's prefix, a User-Agent's hash, a
+    /// composite's parts). `Err` says which input is missing or malformed;
+    /// `None` (the default) means this extractor cannot derive keys from
+    /// inputs (a closure, a request extension).
+    ///
+    /// ```
+    /// use throttle_fleet_tower::{KeyExtractor, RequestHead};
+    /// use throttle_fleet_tower::key::{Extracted, KeyInputs, UserAgentHash};
+    ///
+    /// let req = http::Request::get("/").header("user-agent", "curl/8.5.0").body(()).unwrap();
+    /// let Extracted::Key(seen) = UserAgentHash.extract(&RequestHead::of(&req)) else { unreachable!() };
+    /// let named = UserAgentHash.key_for(&KeyInputs::new().user_agent("curl/8.5.0"));
+    /// assert_eq!(named, Some(Ok(seen)));
+    /// assert!(UserAgentHash.key_for(&KeyInputs::new()).unwrap().is_err());
+    /// ```
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        let _ = inputs;
+        None
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -136,6 +160,18 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
     fn kind(&self) -> Cow<'static, str> {
         [self.first.kind(), self.fallback.kind()].join("|").into()
     }
+
+    /// The first's key; the fallback's when the first's inputs are
+    /// missing (as a request whose first key is missing falls back).
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        match self.first.key_for(inputs)? {
+            Ok(key) => Some(Ok(key)),
+            Err(first) => match self.fallback.key_for(inputs)? {
+                Ok(key) => Some(Ok(key)),
+                Err(fallback) => Some(Err(format!("{first}, or else {fallback}"))),
+            },
+        }
+    }
 }
 
 /// A boxed extractor is one (for policies built at run time).
@@ -155,5 +191,9 @@ impl KeyExtractor for Box<dyn KeyExtractor> {
 
     fn kind(&self) -> Cow<'static, str> {
         (**self).kind()
+    }
+
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        (**self).key_for(inputs)
     }
 }

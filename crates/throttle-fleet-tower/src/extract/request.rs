@@ -9,7 +9,7 @@ use crate::RequestHead;
 use http::HeaderName;
 use throttle_fleet_core::{ConfigError, Key};
 
-use super::{Extracted, KeyExtractor};
+use super::{Extracted, KeyExtractor, KeyInputs};
 
 /// One key for every request: a global limit.
 #[derive(Debug, Clone, Copy, Default)]
@@ -22,6 +22,10 @@ impl KeyExtractor for Global {
 
     fn kind(&self) -> Cow<'static, str> {
         Cow::Borrowed("global")
+    }
+
+    fn key_for(&self, _: &KeyInputs) -> Option<Result<Key, String>> {
+        Some(Ok(Key::global()))
     }
 }
 
@@ -71,6 +75,15 @@ impl KeyExtractor for Header {
             Err(name) => name,
         };
         format!("header:{name}").into()
+    }
+
+    /// The header's value in `inputs`, as a request carrying it would give.
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        let name = match &self.name {
+            Ok(name) => name.as_str(),
+            Err(name) => return Some(Err(format!("{name:?} is not a header name"))),
+        };
+        Some(inputs.header_value(name).map(|v| Key::new(v.as_bytes())))
     }
 }
 
@@ -128,6 +141,19 @@ impl KeyExtractor for UserAgentHash {
 
     fn kind(&self) -> Cow<'static, str> {
         Cow::Borrowed("user-agent-hash")
+    }
+
+    /// The hash of `inputs.user_agent`, or of a `User-Agent` header given.
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        let ua = match inputs.user_agent.as_deref() {
+            Some(ua) => Ok(ua.trim_matches([' ', '\t'])),
+            None => inputs.header_value("user-agent"),
+        };
+        Some(match ua {
+            Ok("") => Err("the user agent is empty".to_owned()),
+            Ok(ua) => Ok(Self::key_of(ua.as_bytes())),
+            Err(_) => Err("needs the user agent".to_owned()),
+        })
     }
 }
 

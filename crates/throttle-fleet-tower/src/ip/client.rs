@@ -11,7 +11,7 @@ use throttle_fleet_core::{ConfigError, Key};
 
 use super::forwarded::{self, ForwardedHeader, MAX_FORWARDED_ENTRIES};
 use super::prefix::IpPrefix;
-use crate::extract::Extracted;
+use crate::extract::{Extracted, KeyInputs};
 use crate::{KeyExtractor, MissingKey};
 
 /// Where a server put the connection's peer address in the request.
@@ -308,6 +308,17 @@ impl<P: PeerSource> KeyExtractor for ClientAddr<P> {
     /// (`throttle_fleet_tonic::TonicPeer`: `peer-ip`).
     fn kind(&self) -> Cow<'static, str> {
         Cow::Borrowed(self.peer.kind())
+    }
+
+    /// The key of `inputs.ip` (the client's address, after any trusted
+    /// proxies), masked to this grouping's prefix as a request's would be.
+    fn key_for(&self, inputs: &KeyInputs) -> Option<Result<Key, String>> {
+        Some(
+            inputs
+                .ip
+                .map(|ip| self.key_of(ip.to_canonical()))
+                .ok_or_else(|| "needs the client's address (ip)".to_owned()),
+        )
     }
 }
 
