@@ -303,3 +303,39 @@ async fn with_redis_down_a_block_holds_here_and_a_reset_says_it_did_not_happen()
     let reset = rules.reset(0, &key).wait().await;
     assert!(matches!(reset, Err(OpError::Unavailable(_))), "{reset:?}");
 }
+
+/// An operator's read of a key takes nothing and asks Redis nothing: in
+/// the approximate mode a check of cost 0 used to list the key and ask
+/// for a claim, and the claims it shaped made the third instance deny a
+/// client's first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_read_asks_redis_nothing_and_denies_no_one() {
+    for mode in [Mode::Approximate, Mode::Leased] {
+        let server = RedisServer::start();
+        let time = TestTime::new(T0);
+        let rule = Rule::new("api", Quota::per_minute(30));
+        let rule = if matches!(mode, Mode::Approximate) {
+            rule.fixed_window()
+        } else {
+            rule
+        };
+        let fleet = fleet(&server, &time, mode, &rule).await;
+        let key = Key::new("127.4.2.1");
+        let before = server.command_count("evalsha");
+        for (_, rules) in &fleet {
+            let state = op(&time, rules.inspect(0, &key)).await.unwrap();
+            assert_eq!(state.remaining, 30, "{mode:?}");
+        }
+        assert_eq!(
+            server.command_count("evalsha"),
+            before,
+            "{mode:?}: a read called Redis"
+        );
+        for (i, (_, rules)) in fleet.iter().enumerate() {
+            assert!(
+                allowed(&time, rules, key).await.0,
+                "{mode:?}: instance {i} denied a first request"
+            );
+        }
+    }
+}

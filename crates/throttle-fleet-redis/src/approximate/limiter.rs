@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter};
+use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter, Step};
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
 use throttle_fleet_core::operate::{Block, Blocks, OpError, Penalty};
@@ -427,6 +427,32 @@ impl Limiter for ApproxLimiter {
 
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
         self.0.store.refund(&self.0.ops.current(key), cost, outcome);
+    }
+
+    /// What this instance's decision would say for a cost of 0, found on a
+    /// copy of the key's state: a read lists nothing to flush and asks for
+    /// no claim (a check of cost 0 would, and the claims it shaped made
+    /// another instance deny a client under its quota).
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        let rule = &self.0;
+        let key = rule.ops.current(key);
+        let meter = rule.store.meter();
+        let known = Known {
+            redis_ok: true,
+            fleet: rule.view.fleet.size(),
+        };
+        let now = rule.redis.local_now();
+        let step = rule
+            .store
+            .update(&key, |st| {
+                meter.decide(&mut st.clone(), now, 0, known, false).0
+            })
+            .unwrap_or(Step {
+                allowed: true,
+                remaining: rule.limit,
+                ..Step::default()
+            });
+        Answer::Ready(Ok(Outcome::new(step, now)))
     }
 
     fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {

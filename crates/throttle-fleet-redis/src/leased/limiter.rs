@@ -421,6 +421,42 @@ impl Limiter for LeaseLimiter {
         self.0.store.update(key, |st| st.tokens += cost);
     }
 
+    /// What this instance holds of the key, leasing nothing (a check of
+    /// cost 0 could take a batch from the fleet's bucket): a key not
+    /// leased here reads full, one whose bucket was found empty reads 0
+    /// until it refills, any other its local tokens.
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        let rule = &self.0;
+        let key = rule.ops.current(key);
+        let now = rule.redis.local_now();
+        let full = Step {
+            allowed: true,
+            remaining: rule.store.meter().capacity(),
+            ..Step::default()
+        };
+        let step = rule
+            .store
+            .update(&key, |st| {
+                if st.exhausted_until > now {
+                    Step {
+                        allowed: false,
+                        remaining: 0,
+                        reset_us: st.full_at.saturating_sub(now),
+                        retry_after_us: st.exhausted_until - now,
+                        delay_us: 0,
+                    }
+                } else {
+                    Step {
+                        remaining: st.tokens,
+                        reset_us: st.full_at.saturating_sub(now),
+                        ..full
+                    }
+                }
+            })
+            .unwrap_or(full);
+        Answer::Ready(Ok(Outcome::new(step, now)))
+    }
+
     fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
         self.0.ops.reset(key)
     }
