@@ -43,6 +43,17 @@ impl Catalog {
         Self { domains }
     }
 
+    /// The key rule `rule` counts a descriptor of `entries` under, if they
+    /// match its descriptor (what a request's descriptor would get).
+    pub(crate) fn key_for<'e>(
+        &self,
+        rule: usize,
+        entries: impl Iterator<Item = (&'e str, &'e str)>,
+    ) -> Option<Key> {
+        let p = self.domains.values().flatten().find(|p| p.rule == rule)?;
+        key_if_matches(&p.descriptor, entries)
+    }
+
     /// Whether any rule names `domain`.
     pub(crate) fn knows(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)

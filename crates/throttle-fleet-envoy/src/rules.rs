@@ -132,6 +132,51 @@ impl EnvoyRules {
             .collect()
     }
 
+    /// The rules as they are now, for operations on their keys
+    /// ([`RuleSet::inspect`], [`block`](RuleSet::block), [`reset`](RuleSet::reset),
+    /// ...): take them afresh for each operation, a reload replaces them.
+    /// With a Redis backend the operations hold for every instance of the
+    /// service, and for the layers on the same Redis.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use throttle_fleet_config::GatewayConfig;
+    /// use throttle_fleet_core::MemoryBackend;
+    /// use throttle_fleet_envoy::EnvoyRules;
+    ///
+    /// let config = GatewayConfig::parse("rls.toml", r#"
+    ///     [[rules]]
+    ///     name = "per-user"
+    ///     domain = "api"
+    ///     descriptor = ["user_id"]
+    ///     limit = 10
+    ///     period_secs = 60
+    /// "#, None)?;
+    /// let envoy = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default())?;
+    /// let rules = envoy.rules();
+    /// let rule = rules.index_of("per-user").unwrap();
+    /// // The key a descriptor `user_id = alice` is counted under.
+    /// let key = envoy.key_for("per-user", &[("user_id", "alice")]).unwrap();
+    /// assert!(envoy.key_for("per-user", &[("tenant", "alice")]).is_none());
+    /// let _ = rules.block(rule, &key, Duration::from_secs(60), "user_id=alice");
+    /// assert_eq!(rules.blocked(rule).len(), 1);
+    /// # Ok::<(), throttle_fleet_config::ConfigFileError>(())
+    /// ```
+    pub fn rules(&self) -> RuleSet {
+        self.loaded.load().rules.clone()
+    }
+
+    /// The key the rule named `rule` counts a descriptor of `entries` (its
+    /// keys and values, in order, as Envoy sends them) under; `None` when
+    /// no rule has that name or the entries do not match its descriptor.
+    pub fn key_for(&self, rule: &str, entries: &[(&str, &str)]) -> Option<Key> {
+        let loaded = self.loaded.load();
+        let index = loaded.rules.index_of(rule)?;
+        loaded
+            .catalog
+            .key_for(index, entries.iter().map(|(k, v)| (*k, *v)))
+    }
+
     /// The rules as they are now (a reload swaps them; a check in progress
     /// keeps the version it started with).
     pub(crate) fn current_full(&self) -> Arc<Loaded> {

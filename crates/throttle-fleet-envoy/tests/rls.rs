@@ -467,3 +467,66 @@ async fn the_examples_file_loads_and_serves() {
         100
     );
 }
+
+/// An operator's block of a descriptor's key through one replica's rules
+/// is answered OVER_LIMIT by the other replica, over gRPC, and lifted the
+/// same way (each within the Redis backend's operations interval: waited
+/// for here, at most 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_made_on_one_replica_is_enforced_by_the_other() {
+    let redis = RedisServer::start();
+    let text = format!(
+        "[backend]\nkind = \"redis-exact\"\nurl = \"{}\"\n{}",
+        redis.url(),
+        // Many a minute: asking until the block holds spends nothing near it.
+        PER_USER.replace("limit = 10", "limit = 10000")
+    );
+    let (first, second) = (rules(&text).await, rules(&text).await);
+    let mut other = serve(second).await;
+    let req = request(&[&[("user_id", "mallory")]], 0);
+    assert_eq!(ask(&mut other, &req).await.overall_code, Code::Ok as i32);
+    let key = first
+        .key_for("per-user", &[("user_id", "mallory")])
+        .unwrap();
+    let set = first.rules();
+    let rule = set.index_of("per-user").unwrap();
+    set.block(
+        rule,
+        &key,
+        std::time::Duration::from_secs(60),
+        "user_id=mallory",
+    )
+    .wait()
+    .await
+    .unwrap();
+    assert!(
+        until(&mut other, &req, Code::OverLimit).await,
+        "the other replica never enforced the block"
+    );
+    let over = ask(&mut other, &req).await;
+    let retry: u64 = header(&over, "retry-after").unwrap().parse().unwrap();
+    assert!((58..=60).contains(&retry), "{retry}");
+    // Another user is apart.
+    let bob = request(&[&[("user_id", "bob")]], 0);
+    assert_eq!(ask(&mut other, &bob).await.overall_code, Code::Ok as i32);
+    assert!(set.unblock(rule, &key).wait().await.unwrap());
+    assert!(
+        until(&mut other, &req, Code::Ok).await,
+        "the other replica never lifted the block"
+    );
+}
+
+/// Whether `client` answers `req` with `code` within 5 s.
+async fn until(
+    client: &mut RateLimitServiceClient<Channel>,
+    req: &RateLimitRequest,
+    code: Code,
+) -> bool {
+    for _ in 0..250 {
+        if ask(client, req).await.overall_code == code as i32 {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
