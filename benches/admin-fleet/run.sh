@@ -54,13 +54,17 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
-free_port() {
-    local port
-    while :; do
-        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-        [ "$port" != 6379 ] && break
-    done
-    echo "$port"
+free_ports() { # $1 distinct free TCP ports on 127.0.0.1 (held open together while chosen), never 6379
+    python3 - "$1" <<'PY'
+import socket, sys
+held = []
+while len(held) < int(sys.argv[1]):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    if s.getsockname()[1] != 6379:
+        held.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in held))
+PY
 }
 wait_port() { # up to 30 s until 127.0.0.1:$1 accepts, while process $2 lives
     for _ in $(seq 300); do
@@ -71,7 +75,7 @@ wait_port() { # up to 30 s until 127.0.0.1:$1 accepts, while process $2 lives
     return 1
 }
 
-REDIS_PORT=$(free_port)
+REDIS_PORT=$(free_ports 1)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
     --daemonize no >"$WORK/redis.log" 2>&1 &
 PIDS+=($!)
@@ -108,9 +112,10 @@ TOML
     ports=()
     admins=()
     copy_pids=()
+    read -r -a fresh <<<"$(free_ports 6)"
     for i in 1 2 3; do
-        port=$(free_port)
-        admin=$(free_port)
+        port=${fresh[$((2 * i - 2))]}
+        admin=${fresh[$((2 * i - 1))]}
         "$BIN" --config "$WORK/$mode.toml" --listen "127.0.0.1:$port" \
             --admin-listen "127.0.0.1:$admin" >"$WORK/$mode-copy$i.log" 2>&1 &
         pid=$!

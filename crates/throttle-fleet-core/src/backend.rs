@@ -2,11 +2,12 @@
 //! backends and asynchronously by remote ones.
 
 use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 
 pub use crate::answer::Pending;
 pub use crate::rule::MeterVisitor;
+
+pub use crate::unavailable::Unavailable;
 
 use crate::algorithm::Step;
 use crate::operate::{Block, Blocks, OpError, Penalty};
@@ -128,27 +129,3 @@ impl Outcome {
         }
     }
 }
-
-/// The backend could not decide and the rule's failure policy says to deny.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unavailable {
-    /// Why, for logs and for the response.
-    pub reason: Arc<str>,
-}
-
-impl Unavailable {
-    /// An unavailability explained by `reason`.
-    pub fn new(reason: impl Into<Arc<str>>) -> Self {
-        Self {
-            reason: reason.into(),
-        }
-    }
-}
-
-impl fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rate limiter backend unavailable: {}", self.reason)
-    }
-}
-
-impl std::error::Error for Unavailable {}

@@ -39,6 +39,7 @@ mod rule;
 pub mod rule_set;
 pub mod sim;
 mod tier;
+mod unavailable;
 
 pub use algorithm::Algorithm;
 pub use answer::Answer;

@@ -28,7 +28,7 @@ use std::time::Duration;
 pub use blocks::{Block, BlockCause, BlockStats, Blocks, MAX_BLOCKED_KEYS};
 pub use penalty::{Escalation, MAX_TRACKED_KEYS, Penalty, PenaltyState};
 
-use crate::backend::Unavailable;
+use crate::unavailable::Unavailable;
 
 /// A key's state under one rule, read without spending from it
 /// ([`RuleSet::inspect`](crate::RuleSet::inspect)).

@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter, Step};
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
-use throttle_fleet_core::operate::{Block, Blocks, OpError, Penalty};
+use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{
     Algorithm, Answer, Clock, ConfigError, FailurePolicy, Key, MemoryBackend, Rule,
 };
@@ -414,6 +414,12 @@ impl ApproxRule {
     }
 }
 
+impl ApproxLimiter {
+    fn ops(&self) -> &FleetOps {
+        &self.0.ops
+    }
+}
+
 impl Limiter for ApproxLimiter {
     #[inline]
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
@@ -455,19 +461,5 @@ impl Limiter for ApproxLimiter {
         Answer::Ready(Ok(Outcome::new(step, now)))
     }
 
-    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
-        self.0.ops.reset(key)
-    }
-
-    fn blocks(&self) -> Option<Arc<Blocks>> {
-        self.0.ops.blocks()
-    }
-
-    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
-        self.0.ops.share_block(key, block)
-    }
-
-    fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
-        self.0.ops.violated(key, penalty)
-    }
+    crate::ops::fleet_operations!();
 }

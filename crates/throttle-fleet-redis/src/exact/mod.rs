@@ -21,7 +21,6 @@ use std::sync::atomic::Ordering;
 use redis::Script;
 use throttle_fleet_core::algorithm::SlidingWindowLog;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
-use throttle_fleet_core::operate::{Block, Blocks, OpError, Penalty};
 
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
@@ -138,6 +137,12 @@ fn unexpected_reply() -> Failure {
     )))
 }
 
+impl ExactLimiter {
+    fn ops(&self) -> &FleetOps {
+        &self.0.ops
+    }
+}
+
 impl Limiter for ExactLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let key = &self.0.ops.current(key);
@@ -158,21 +163,7 @@ impl Limiter for ExactLimiter {
         true
     }
 
-    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
-        self.0.ops.reset(key)
-    }
-
-    fn blocks(&self) -> Option<Arc<Blocks>> {
-        self.0.ops.blocks()
-    }
-
-    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
-        self.0.ops.share_block(key, block)
-    }
-
-    fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
-        self.0.ops.violated(key, penalty)
-    }
+    crate::ops::fleet_operations!();
 
     /// The counts are Redis's, under the rule's name: a limiter for the new
     /// quota reads them as they are (with a deny cache of its own: denials

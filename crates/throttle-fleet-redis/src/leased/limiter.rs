@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter, Step};
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
-use throttle_fleet_core::operate::{Block, Blocks, OpError, Penalty};
+use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{Algorithm, Answer, Clock, ConfigError, Key, MemoryBackend, Rule};
 
 use crate::conn::Redis;
@@ -333,6 +333,12 @@ impl LeaseRule {
     }
 }
 
+impl LeaseLimiter {
+    fn ops(&self) -> &FleetOps {
+        &self.0.ops
+    }
+}
+
 impl Limiter for LeaseLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let rule = &self.0;
@@ -457,19 +463,5 @@ impl Limiter for LeaseLimiter {
         Answer::Ready(Ok(Outcome::new(step, now)))
     }
 
-    fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
-        self.0.ops.reset(key)
-    }
-
-    fn blocks(&self) -> Option<Arc<Blocks>> {
-        self.0.ops.blocks()
-    }
-
-    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
-        self.0.ops.share_block(key, block)
-    }
-
-    fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
-        self.0.ops.violated(key, penalty)
-    }
+    crate::ops::fleet_operations!();
 }

@@ -82,7 +82,7 @@ impl Operations {
     /// The backend's operations, started (their log read on the
     /// backend's scheduler) the first time a rule asks.
     pub(crate) fn of(redis: &Arc<Redis>) -> Arc<Self> {
-        redis
+        let held = redis
             .ops
             .get_or_init(|| {
                 let head = format!("{}:{{throttle-ops}}:", redis.config.key_prefix);
@@ -109,9 +109,11 @@ impl Operations {
                     },
                 );
                 redis.config.scheduler.start(reader);
-                ops
+                ops as Arc<dyn std::any::Any + Send + Sync>
             })
-            .clone()
+            .clone();
+        held.downcast::<Self>()
+            .unwrap_or_else(|_| unreachable!("only Operations is held there"))
     }
 
     /// The tables of the rule named `name`.
@@ -246,6 +248,40 @@ impl Operations {
         }
     }
 }
+
+/// The operations' methods of `Limiter` for a mode's limiter that has a
+/// method `ops(&self) -> &FleetOps`: each delegates to it.
+macro_rules! fleet_operations {
+    () => {
+        fn reset(
+            &self,
+            key: &throttle_fleet_core::Key,
+        ) -> throttle_fleet_core::Answer<Result<(), throttle_fleet_core::OpError>> {
+            self.ops().reset(key)
+        }
+
+        fn blocks(&self) -> Option<std::sync::Arc<throttle_fleet_core::operate::Blocks>> {
+            self.ops().blocks()
+        }
+
+        fn share_block(
+            &self,
+            key: &throttle_fleet_core::Key,
+            block: Option<&throttle_fleet_core::operate::Block>,
+        ) -> throttle_fleet_core::Answer<Result<(), throttle_fleet_core::OpError>> {
+            self.ops().share_block(key, block)
+        }
+
+        fn violated(
+            &self,
+            key: &throttle_fleet_core::Key,
+            penalty: &throttle_fleet_core::Penalty,
+        ) -> bool {
+            self.ops().violated(key, penalty)
+        }
+    };
+}
+pub(crate) use fleet_operations;
 
 /// A rule's part in the fleet's operations: what each mode's limiter
 /// delegates the operations of `Limiter` to.
