@@ -134,22 +134,20 @@ impl Bound {
         }
         let now = self.blocks.now_us();
         let (length, level) = escalation.denied(key, now)?;
-        {
-            let block = Block {
-                until_us: now.saturating_add(length),
-                label: Arc::from(""),
-                cause: BlockCause::Penalty { level },
-            };
-            if self.blocks.insert(*key, block) {
-                self.blocks.count_start();
-                tracing::info!(
-                    rule = self.rule.name(),
-                    key = ?key,
-                    level,
-                    block_ms = length / 1_000,
-                    "throttle: a key kept being denied; blocked"
-                );
-            }
+        let block = Block {
+            until_us: now.saturating_add(length),
+            label: Arc::from(""),
+            cause: BlockCause::Penalty { level },
+        };
+        if self.blocks.insert(*key, block) {
+            self.blocks.count_start();
+            tracing::info!(
+                rule = self.rule.name(),
+                key = ?key,
+                level,
+                block_ms = length / 1_000,
+                "throttle: a key kept being denied; blocked"
+            );
         }
         Some(length)
     }
