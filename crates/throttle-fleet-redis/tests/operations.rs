@@ -339,3 +339,33 @@ async fn an_operators_read_asks_redis_nothing_and_denies_no_one() {
         }
     }
 }
+
+/// Ended blocks leave Redis' table as later writes go by, a few fields per
+/// write: 200 blocks of one second, then 200 of a minute written after
+/// they ended; the table ends with the 200 that hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_blocks_leave_the_table_a_few_at_each_write() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
+    let rules = &fleet[0].1;
+    for i in 0..200 {
+        let key = Key::new(format!("short-{i}"));
+        op(&time, rules.block(0, &key, Duration::from_secs(1), ""))
+            .await
+            .unwrap();
+    }
+    time.advance(Duration::from_secs(2)).await;
+    for i in 0..200 {
+        let key = Key::new(format!("long-{i}"));
+        op(&time, rules.block(0, &key, Duration::from_secs(60), ""))
+            .await
+            .unwrap();
+    }
+    let held: u64 = server
+        .cli(&["HLEN", "rl:{throttle-ops}:blocks"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(held, 200);
+}

@@ -8,7 +8,9 @@
 //!   most [`LOG_LEN`] entries, roughly);
 //! - `blocks` and `resets`, hashes of what holds now, which an instance
 //!   loads whole when it starts, or when entries it had not read yet were
-//!   trimmed from the log (`poll.lua`);
+//!   trimmed from the log (`poll.lua`); each write also removes a few ended
+//!   entries (`sweep.lua`, a cursor kept beside each table), so ended ones
+//!   leave at a bounded cost per write;
 //! - `p:<rule>:<key>`, each penalized key's history (`penalty.lua`, which
 //!   is `Penalty::escalate` step for step), kept until it is back to a key
 //!   never denied.
@@ -52,8 +54,14 @@ pub(crate) const LOG_LEN: u64 = 10_000;
 /// has expired when the key goes back to it.
 const RESET_HOLD: Duration = Duration::from_secs(86_400);
 
-static OP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("op.lua")));
-static PENALTY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("penalty.lua")));
+static OP: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("sweep.lua"), include_str!("op.lua"))));
+static PENALTY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("sweep.lua"),
+        include_str!("penalty.lua")
+    ))
+});
 static POLL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("poll.lua")));
 
 /// The backend's operations: the rules' tables and the log's reader.
@@ -229,9 +237,13 @@ impl Operations {
                 "the Redis node of the operations log is down (its breaker is open)",
             )));
         }
-        let mut inv = Eval::new(&OP, 2, 5, 64 + field.len() + value.len());
-        inv.arg(&self.log)
-            .arg(if table { &self.blocks } else { &self.resets });
+        let mut inv = Eval::new(&OP, 3, 5, 64 + field.len() + value.len());
+        let (table, cursor) = if table {
+            (&self.blocks, format!("{}blocks-sweep", self.head))
+        } else {
+            (&self.resets, format!("{}resets-sweep", self.head))
+        };
+        inv.arg(&self.log).arg(table).arg(cursor);
         inv.arg(op)
             .arg(&field)
             .arg(&value)
@@ -355,10 +367,11 @@ impl FleetOps {
         };
         let mut hex = String::new();
         key.write_hex(&mut hex);
-        let mut inv = Eval::new(&PENALTY, 3, 8, 160);
+        let mut inv = Eval::new(&PENALTY, 4, 8, 160);
         inv.arg(format!("{}p:{}:{hex}", self.hub.head, self.name))
             .arg(&self.hub.blocks)
-            .arg(&self.hub.log);
+            .arg(&self.hub.log)
+            .arg(format!("{}blocks-sweep", self.hub.head));
         inv.arg(redis.script_now())
             .arg(penalty.after())
             .arg(micros(penalty.within()))

@@ -3,7 +3,8 @@
 -- the change to the log every instance reads.
 --
 -- KEYS[1]: the log (a stream); KEYS[2]: the table (a hash: blocks or
--- resets). ARGV: op (`b` block, `u` unblock, `r` reset), field
+-- resets); KEYS[3]: the table's sweep cursor (`sweep.lua`).
+-- ARGV: op (`b` block, `u` unblock, `r` reset), field
 -- (`<rule> <key>`), value (a block's `<until> <level> <label>`; a reset's
 -- `<until>`, to which its generation, the log entry's id, is prefixed),
 -- now (µs, 0 = Redis TIME), most entries kept in the log.
@@ -21,14 +22,5 @@ elseif op == 'r' then
 else
   redis.call('HSET', KEYS[2], field, value)
 end
--- Ended entries leave the table once it holds more than a thousand.
-if redis.call('HLEN', KEYS[2]) > 1000 then
-  local all = redis.call('HGETALL', KEYS[2])
-  for i = 1, #all, 2 do
-    local v = all[i + 1]
-    local untl = tonumber(string.match(v, '^(%d+)') or '0')
-    if op == 'r' then untl = tonumber(string.match(v, '^%S+ (%d+)') or '0') end
-    if untl <= now then redis.call('HDEL', KEYS[2], all[i]) end
-  end
-end
+sweep(KEYS[2], KEYS[3], now, op == 'r')
 return id

@@ -4,7 +4,8 @@
 -- and the log, as an operator's would be.
 --
 -- KEYS[1]: the key's history (a hash: ws, n, lvl, last); KEYS[2]: the
--- blocks table; KEYS[3]: the log. ARGV: now (µs, 0 = Redis TIME), after,
+-- blocks table; KEYS[3]: the log; KEYS[4]: the blocks table's sweep
+-- cursor (`sweep.lua`). ARGV: now (µs, 0 = Redis TIME), after,
 -- within (µs), block (µs), max (µs), memory (µs), field (`<rule> <key>`),
 -- most entries kept in the log.
 -- Reply: 0, or `<length> <level> <until>` of the block it started.
@@ -33,6 +34,7 @@ if n >= after then
   redis.call('HSET', KEYS[2], ARGV[7], value)
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'o', 'b', 'f', ARGV[7], 'v', value)
   reply = string.format('%.0f %d %.0f', length, lvl, last)
+  sweep(KEYS[2], KEYS[4], now, false)
 end
 redis.call('HSET', KEYS[1], 'ws', string.format('%.0f', ws), 'n', n, 'lvl', lvl, 'last', string.format('%.0f', last))
 -- Kept until it is back to a key never denied.
