@@ -144,6 +144,12 @@ impl Operations {
     /// One read of the log: applies what changed since the last.
     async fn poll(self: &Arc<Self>) {
         let Ok(redis) = self.redis() else { return };
+        // A node known down is not waited for: the log is read again once
+        // its breaker closes (a hung node would cost each round a command
+        // timeout).
+        if redis.is_open(self.slot) {
+            return;
+        }
         let last = self.last.lock().clone();
         let mut inv = Eval::new(&POLL, 3, 2, 64);
         inv.arg(&self.log).arg(&self.blocks).arg(&self.resets);
