@@ -4,9 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use super::room::make_room;
 use crate::{Clock, Key};
 
 /// The most keys one rule holds blocked at once. A block past it is
@@ -82,6 +84,8 @@ pub struct Blocks {
     live: AtomicUsize,
     started: AtomicU64,
     denied: AtomicU64,
+    /// When a full table may next be scanned for ended blocks.
+    next_sweep_us: AtomicU64,
 }
 
 impl std::fmt::Debug for Blocks {
@@ -101,6 +105,7 @@ impl Blocks {
             live: AtomicUsize::new(0),
             started: AtomicU64::new(0),
             denied: AtomicU64::new(0),
+            next_sweep_us: AtomicU64::new(0),
         }
     }
 
@@ -141,15 +146,17 @@ impl Blocks {
     }
 
     /// Blocks `key` (replacing a block it had); `false` when the table is
-    /// full ([`MAX_BLOCKED_KEYS`]) even after forgetting ended blocks.
+    /// full ([`MAX_BLOCKED_KEYS`]) even after forgetting ended blocks (a
+    /// scan of a full table runs at most once a second).
     pub fn insert(&self, key: Key, block: Block) -> bool {
         let now = self.clock.now_us();
         let mut map = self.map.write();
-        if map.len() >= MAX_BLOCKED_KEYS && !map.contains_key(&key) {
-            map.retain(|_, b| b.until_us > now);
-            if map.len() >= MAX_BLOCKED_KEYS {
-                return false;
-            }
+        if !map.contains_key(&key)
+            && !make_room(&mut map, MAX_BLOCKED_KEYS, now, &self.next_sweep_us, |b| {
+                b.until_us > now
+            })
+        {
+            return false;
         }
         map.insert(key, block);
         self.live.store(map.len(), Ordering::Relaxed);
@@ -183,17 +190,18 @@ impl Blocks {
         self.live.store(map.len(), Ordering::Relaxed);
     }
 
-    /// The keys blocked now, with their blocks, soonest to end first.
-    pub fn list(&self) -> Vec<(Key, Block)> {
+    /// The keys blocked now, with their blocks and what is left of each
+    /// (on the table's clock), soonest to end first.
+    pub fn list(&self) -> Vec<(Key, Block, Duration)> {
         let now = self.clock.now_us();
-        let mut out: Vec<(Key, Block)> = self
+        let mut out: Vec<(Key, Block, Duration)> = self
             .map
             .read()
             .iter()
             .filter(|(_, b)| b.until_us > now)
-            .map(|(k, b)| (*k, b.clone()))
+            .map(|(k, b)| (*k, b.clone(), Duration::from_micros(b.until_us - now)))
             .collect();
-        out.sort_by_key(|(_, b)| b.until_us);
+        out.sort_by_key(|(_, _, left)| *left);
         out
     }
 

@@ -21,6 +21,7 @@
 
 mod blocks;
 mod penalty;
+mod room;
 
 use std::fmt;
 use std::time::Duration;

@@ -4,16 +4,19 @@
 //! long, up to `max`.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+
+use super::room::make_room;
 
 use crate::{ConfigError, Key};
 
 /// The most keys whose denials one rule tracks at once in this process (a
 /// fleet-wide backend keeps them in its store instead). Past it, keys whose
-/// history is over are forgotten; if none is, a new key's denial is not
-/// tracked.
+/// history is over are forgotten (a scan at most once a second); if none
+/// is, a new key's denial is not tracked.
 pub const MAX_TRACKED_KEYS: usize = 100_000;
 
 /// How a rule punishes a key that keeps being denied ([`Rule::penalty`]).
@@ -200,6 +203,8 @@ pub struct PenaltyState {
 pub struct Escalation {
     penalty: Penalty,
     states: Mutex<HashMap<Key, PenaltyState>>,
+    /// When a full table may next be scanned for histories that are over.
+    next_sweep_us: AtomicU64,
 }
 
 impl Escalation {
@@ -208,6 +213,7 @@ impl Escalation {
         Self {
             penalty,
             states: Mutex::new(HashMap::new()),
+            next_sweep_us: AtomicU64::new(0),
         }
     }
 
@@ -215,11 +221,16 @@ impl Escalation {
     /// (see [`Penalty::escalate`]).
     pub fn denied(&self, key: &Key, now_us: u64) -> Option<(u64, u32)> {
         let mut states = self.states.lock();
-        if states.len() >= MAX_TRACKED_KEYS && !states.contains_key(key) {
-            states.retain(|_, st| self.penalty.idle_at(st) > now_us);
-            if states.len() >= MAX_TRACKED_KEYS {
-                return None;
-            }
+        if !states.contains_key(key)
+            && !make_room(
+                &mut states,
+                MAX_TRACKED_KEYS,
+                now_us,
+                &self.next_sweep_us,
+                |st| self.penalty.idle_at(st) > now_us,
+            )
+        {
+            return None;
         }
         self.penalty
             .escalate(states.entry(*key).or_default(), now_us)

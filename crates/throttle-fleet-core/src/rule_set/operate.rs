@@ -139,8 +139,8 @@ impl RuleSet {
     }
 
     /// The keys blocked now under rule `rule` as this instance knows them,
-    /// soonest to end first.
-    pub fn blocked(&self, rule: usize) -> Vec<(Key, Block)> {
+    /// with their blocks and what is left of each, soonest to end first.
+    pub fn blocked(&self, rule: usize) -> Vec<(Key, Block, Duration)> {
         self.rules[rule].blocks.list()
     }
 
