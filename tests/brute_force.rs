@@ -112,10 +112,10 @@ async fn a_guesser_is_blocked_longer_each_time_and_its_neighbour_never_is() {
         // Seen from the first instance (it learns of a block the other
         // started within one read of the log: 250 ms of a 10 s block).
         let listed = gateways[0].1.rules().blocked(0);
-        if let Some((_, block)) = listed.first()
+        if let Some((_, _, left)) = listed.first()
             && !was_blocked
         {
-            lengths.push(((block.until_us - time.now_us()) as f64 / 1e6).round() as u64);
+            lengths.push(left.as_secs_f64().round() as u64);
         }
         was_blocked = !listed.is_empty();
         if tick % 300 == 0 {

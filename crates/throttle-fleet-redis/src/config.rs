@@ -35,7 +35,6 @@ pub struct RedisConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) breaker_threshold: u32,
     pub(crate) probe_interval: Duration,
-    pub(crate) operations_interval: Duration,
     pub(crate) connections: usize,
     pub(crate) fleet_size: u32,
     pub(crate) scheduler: Scheduler,
@@ -55,7 +54,6 @@ impl std::fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("breaker_threshold", &self.breaker_threshold)
             .field("probe_interval", &self.probe_interval)
-            .field("operations_interval", &self.operations_interval)
             .field("connections", &self.connections)
             .field("fleet_size", &self.fleet_size)
             .field("scheduler", &self.scheduler)
@@ -72,7 +70,6 @@ impl RedisConfig {
             connect_timeout: Duration::from_millis(50),
             breaker_threshold: 3,
             probe_interval: Duration::from_millis(250),
-            operations_interval: Duration::from_millis(250),
             connections: 1,
             fleet_size: 1,
             scheduler: Scheduler::runtime(),
@@ -135,16 +132,6 @@ impl RedisConfig {
         self
     }
 
-    /// How often each instance reads what operators (and penalties) changed
-    /// for the fleet: blocks, their ends, resets (default 250 ms). A change
-    /// made on one instance holds on every other within this plus one
-    /// command timeout; each read is one script call.
-    #[must_use]
-    pub fn operations_interval(mut self, interval: Duration) -> Self {
-        self.operations_interval = interval;
-        self
-    }
-
     /// Multiplexed connections to open per Redis server, used in turn
     /// (default 1). Concurrent checks are pipelined on each connection.
     #[must_use]
@@ -198,7 +185,6 @@ impl RedisConfig {
             ("redis.command_timeout", self.command_timeout),
             ("redis.connect_timeout", self.connect_timeout),
             ("redis.probe_interval", self.probe_interval),
-            ("redis.operations_interval", self.operations_interval),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::new(field, "must be positive"));

@@ -1,10 +1,10 @@
 //! Operations for the whole fleet: three instances (each its own backend)
 //! on one real `redis-server`, in every mode. A block, an unblock or a
-//! reset made on one instance holds on the others after one read of the
-//! operations log (`RedisConfig::operations_interval`), and not before;
-//! penalties escalate in Redis; a blocked key costs Redis nothing.
-//! Time is a shared test time that the scripts and the log's readers run
-//! on, so "after one interval" is the test's timeline, not a sleep.
+//! reset made on one instance holds on the others once the change's
+//! message has reached them (waited for: at most 5 s), also after their
+//! subscription was lost; penalties escalate in Redis; a blocked key costs
+//! Redis nothing, and nor do the operations while nothing changes. The
+//! scripts, the limits and the backends' timers run on a shared test time.
 
 use std::time::Duration;
 
@@ -15,7 +15,9 @@ use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, Redis
 use throttle_fleet_test_support::RedisServer;
 
 const T0: u64 = 1_800_000_000_000_000;
-const INTERVAL: Duration = Duration::from_millis(250);
+/// How long the backends wait before subscribing again (their probe
+/// interval, on the test time).
+const RETRY: Duration = Duration::from_millis(250);
 
 #[derive(Clone, Copy, Debug)]
 enum Mode {
@@ -27,7 +29,7 @@ enum Mode {
 async fn backend(server: &RedisServer, time: &TestTime, mode: Mode) -> RedisBackend {
     let config = RedisConfig::standalone(server.url())
         .scheduler(time.scheduler())
-        .operations_interval(INTERVAL);
+        .probe_interval(RETRY);
     match mode {
         Mode::Exact => RedisBackend::exact(config).await.unwrap().into(),
         Mode::Approximate => RedisBackend::approximate(config, ApproximateOptions::default())
@@ -64,9 +66,48 @@ async fn fleet(
         rules.bind(rule.clone(), &b).unwrap();
         out.push((b, rules));
     }
-    // The readers' first round: each loads the (empty) tables.
-    time.advance(INTERVAL).await;
     out
+}
+
+/// Waits (at most 5 s) until `holds` answers true: what another instance
+/// learns arrives on its own connection, in real time.
+async fn until<F: Future<Output = bool>>(what: &str, mut holds: impl FnMut() -> F) {
+    for _ in 0..1_000 {
+        if holds().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{what}: not within 5 s");
+}
+
+/// Waits (at most 5 s) until `n` instances listen on the operations'
+/// channel; a subscription that failed (a slow machine) is tried again a
+/// probe interval later, on the test time moved here.
+async fn listening(server: &RedisServer, time: &TestTime, n: u64) {
+    for _ in 0..1_000 {
+        let reply = server.cli(&["PUBSUB", "NUMSUB", "rl:{throttle-ops}:changed"]);
+        if reply
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse::<u64>().ok())
+            == Some(n)
+        {
+            return;
+        }
+        time.advance(RETRY).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{n} listeners: not within 5 s");
+}
+
+/// Every instance of `fleet` lists `n` keys blocked under rule 0.
+async fn all_list(fleet: &[(RedisBackend, RuleSet)], n: usize) {
+    until(
+        &format!("{n} blocked on every instance"),
+        move || async move { fleet.iter().all(|(_, r)| r.blocked(0).len() == n) },
+    )
+    .await;
 }
 
 /// One request: its verdict and, when denied, its wait.
@@ -106,15 +147,15 @@ async fn op<T: Send + 'static>(time: &TestTime, answer: Answer<T>) -> T {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_block_an_unblock_and_a_reset_reach_every_instance_after_one_interval_in_every_mode() {
+async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
     for mode in [Mode::Exact, Mode::Approximate, Mode::Leased] {
         let server = RedisServer::start();
         let time = TestTime::new(T0);
         let fleet = fleet(&server, &time, mode, &rule(mode)).await;
         let key = Key::new("203.0.113.7");
 
-        // Blocked through instance 0: at once there, on the others after
-        // one read of the log and not before.
+        // Blocked through instance 0: at once there, on the others once
+        // told.
         fleet[0]
             .1
             .block(0, &key, Duration::from_secs(60), "203.0.113.7")
@@ -122,11 +163,7 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_after_one_interval_
             .await
             .unwrap();
         assert!(!allowed(&time, &fleet[0].1, key).await.0, "{mode:?}");
-        assert!(
-            allowed(&time, &fleet[1].1, key).await.0,
-            "{mode:?}: known before it was read"
-        );
-        time.advance(INTERVAL).await;
+        all_list(&fleet, 1).await;
         for (i, (_, rules)) in fleet.iter().enumerate() {
             let (ok, wait) = allowed(&time, rules, key).await;
             assert!(!ok, "{mode:?}: instance {i} lets a blocked key in");
@@ -147,7 +184,7 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_after_one_interval_
 
         // Unblocked through instance 2.
         assert!(op(&time, fleet[2].1.unblock(0, &key)).await.unwrap());
-        time.advance(INTERVAL).await;
+        all_list(&fleet, 0).await;
         for (i, (_, rules)) in fleet.iter().enumerate() {
             assert!(rules.blocked(0).is_empty(), "{mode:?}: instance {i}");
             assert!(
@@ -178,11 +215,19 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_after_one_interval_
             "{mode:?}: spent where it was spent"
         );
         op(&time, fleet[1].1.reset(0, &spender)).await.unwrap();
-        time.advance(INTERVAL).await;
-        for (i, (_, rules)) in fleet.iter().enumerate() {
-            let state = op(&time, rules.inspect(0, &spender)).await.unwrap();
-            assert_eq!(state.remaining, 5, "{mode:?}: instance {i} after the reset");
-        }
+        let (f, t) = (&fleet, &time);
+        until(
+            "a fresh key on every instance after the reset",
+            move || async move {
+                for (_, rules) in f {
+                    if op(t, rules.inspect(0, &spender)).await.unwrap().remaining != 5 {
+                        return false;
+                    }
+                }
+                true
+            },
+        )
+        .await;
         assert!(allowed(&time, &fleet[0].1, spender).await.0, "{mode:?}");
         for (b, _) in &fleet {
             let _ = b.shutdown().await;
@@ -206,9 +251,62 @@ async fn an_instance_that_starts_later_loads_the_blocks_that_hold() {
     let late = backend(&server, &time, Mode::Exact).await;
     let mut rules = RuleSet::new();
     rules.bind(rule.clone(), &late).unwrap();
-    time.advance(INTERVAL).await;
+    let r = &rules;
+    until("the late instance loads the block", move || async move {
+        r.blocked(0).len() == 1
+    })
+    .await;
     assert!(!allowed(&time, &rules, key).await.0);
-    assert_eq!(rules.blocked(0).len(), 1);
+}
+
+/// A change published while an instance's subscription was down is read
+/// from the log when it subscribes again (a probe interval later, on the
+/// test time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_while_an_instance_was_not_listening_reaches_it_when_it_listens_again() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
+    let f = &fleet;
+    listening(&server, &time, 3).await;
+    server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    let key = Key::new("while-away");
+    op(
+        &time,
+        fleet[0].1.block(0, &key, Duration::from_secs(60), ""),
+    )
+    .await
+    .unwrap();
+    // Nobody listened: the others do not know yet...
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(fleet[1].1.blocked(0).is_empty() && fleet[2].1.blocked(0).is_empty());
+    // ...until they subscribe again and read what they missed.
+    time.advance(RETRY).await;
+    until("the block after subscribing again", move || async move {
+        f.iter().all(|(_, r)| r.blocked(0).len() == 1)
+    })
+    .await;
+}
+
+/// While nothing changes, the operations cost Redis nothing: a minute of
+/// the test's time on three idle instances, not one script call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operations_cost_redis_nothing_while_nothing_changes() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
+    // Each instance's first read, when it subscribed.
+    listening(&server, &time, 3).await;
+    until("three first reads", || async {
+        server.command_count("evalsha") >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = server.command_count("evalsha");
+    time.advance(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(server.command_count("evalsha"), before);
+    drop(fleet);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,6 +324,9 @@ async fn a_blocked_key_costs_redis_no_call() {
         .wait()
         .await
         .unwrap();
+    // Each instance reads the log once, told of the block: counted apart.
+    all_list(&fleet, 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let before = server.command_count("evalsha");
     for _ in 0..10_000 {
         assert!(!allowed(&time, rules, key).await.0);
@@ -256,10 +357,10 @@ async fn penalties_escalate_across_the_fleet_and_spare_a_neighbour() {
         // The penalty's script runs in the background: let it land.
         tokio::time::sleep(Duration::from_millis(1)).await;
         let listed = fleet[0].1.blocked(0);
-        if let Some((_, block)) = listed.first()
+        if let Some((_, _, left)) = listed.first()
             && !was_blocked
         {
-            lengths.push(((block.until_us - time.now_us()) as f64 / 1e6).round() as u64);
+            lengths.push(left.as_secs_f64().round() as u64);
         }
         was_blocked = !listed.is_empty();
         if tick % 300 == 0
@@ -368,4 +469,33 @@ async fn ended_blocks_leave_the_table_a_few_at_each_write() {
         .parse()
         .unwrap();
     assert_eq!(held, 200);
+}
+
+/// A reset forgets the key's denials under the rule's penalty, in Redis
+/// too: two denials before it and two after never make the three that
+/// start a block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_forgets_the_denials_a_penalty_counted() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(10));
+    let rule = Rule::new("login", Quota::per_minute(5)).penalty(penalty);
+    let fleet = fleet(&server, &time, Mode::Exact, &rule).await;
+    let (rules, key) = (&fleet[0].1, Key::new("guesser"));
+    let two_denials = || async {
+        op(&time, rules.penalize(0, &key, 5)).await.unwrap();
+        for _ in 0..2 {
+            assert!(!allowed(&time, rules, key).await.0);
+            // The penalty's script runs in the background: let it land.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    two_denials().await;
+    op(&time, rules.reset(0, &key)).await.unwrap();
+    two_denials().await;
+    assert!(rules.blocked(0).is_empty(), "{:?}", rules.blocked(0));
+    // A third denial does start one: the count is real.
+    assert!(!allowed(&time, rules, key).await.0);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(rules.blocked(0).len(), 1);
 }

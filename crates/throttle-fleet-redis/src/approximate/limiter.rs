@@ -423,7 +423,8 @@ impl ApproxLimiter {
 impl Limiter for ApproxLimiter {
     #[inline]
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        ApproxRule::decide(&self.0, &self.0.ops.current(key), cost)
+        let renamed = self.0.ops.renamed(key);
+        ApproxRule::decide(&self.0, renamed.as_ref().unwrap_or(key), cost)
     }
 
     fn is_remote(&self) -> bool {
@@ -432,7 +433,9 @@ impl Limiter for ApproxLimiter {
     }
 
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        self.0.store.refund(&self.0.ops.current(key), cost, outcome);
+        let renamed = self.0.ops.renamed(key);
+        let key = renamed.as_ref().unwrap_or(key);
+        self.0.store.refund(key, cost, outcome);
     }
 
     /// What this instance's decision would say for a cost of 0, found on a
@@ -441,7 +444,7 @@ impl Limiter for ApproxLimiter {
     /// another instance deny a client under its quota).
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
         let rule = &self.0;
-        let key = rule.ops.current(key);
+        let key = rule.ops.renamed(key).unwrap_or(*key);
         let meter = rule.store.meter();
         let known = Known {
             redis_ok: true,

@@ -191,6 +191,16 @@ impl Redis {
         }
     }
 
+    /// A client for the node serving `slot`, to subscribe with (a channel
+    /// published there reaches it; in a Cluster, published anywhere), or
+    /// `None` while no node is known for the slot.
+    pub(crate) fn pubsub_client(&self, slot: u16) -> Option<redis::Client> {
+        match &self.route {
+            Route::Single(node) => Some(node.client.clone()),
+            Route::Cluster(cluster) => cluster.node_for(slot).map(|n| n.client.clone()),
+        }
+    }
+
     /// Whether the breaker of `slot`'s node is open (or, in a cluster, no
     /// primary is known for it yet).
     #[inline]

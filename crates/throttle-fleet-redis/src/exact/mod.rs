@@ -145,7 +145,8 @@ impl ExactLimiter {
 
 impl Limiter for ExactLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        let key = &self.0.ops.current(key);
+        let renamed = self.0.ops.renamed(key);
+        let key = renamed.as_ref().unwrap_or(key);
         if let Some((step, now)) = self.0.deny.check(key, cost) {
             self.0.redis.denied_locally.fetch_add(1, Ordering::Relaxed);
             return Answer::Ready(Ok(Outcome::new(step, now)));
@@ -175,7 +176,8 @@ impl Limiter for ExactLimiter {
     }
 
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        let key = &self.0.ops.current(key);
+        let renamed = self.0.ops.renamed(key);
+        let key = renamed.as_ref().unwrap_or(key);
         if outcome.degraded {
             if let Some(local) = &self.0.local {
                 local.refund(key, cost, outcome);

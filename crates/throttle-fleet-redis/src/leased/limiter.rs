@@ -342,7 +342,8 @@ impl LeaseLimiter {
 impl Limiter for LeaseLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
         let rule = &self.0;
-        let key = &rule.ops.current(key);
+        let renamed = rule.ops.renamed(key);
+        let key = renamed.as_ref().unwrap_or(key);
         match rule.local(key, cost, false) {
             (Local::Decided(step, prefetch), now) => {
                 if let Some(batch) = prefetch {
@@ -416,7 +417,8 @@ impl Limiter for LeaseLimiter {
     }
 
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        let key = &self.0.ops.current(key);
+        let renamed = self.0.ops.renamed(key);
+        let key = renamed.as_ref().unwrap_or(key);
         if outcome.degraded {
             if let Some(local) = &self.0.local {
                 local.refund(key, cost, outcome);
@@ -433,7 +435,7 @@ impl Limiter for LeaseLimiter {
     /// until it refills, any other its local tokens.
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
         let rule = &self.0;
-        let key = rule.ops.current(key);
+        let key = rule.ops.renamed(key).unwrap_or(*key);
         let now = rule.redis.local_now();
         let full = Step {
             allowed: true,

@@ -1,13 +1,15 @@
 -- An operator's change to one key, for the whole fleet: a block, its end,
--- or a reset. Writes the table every instance loads at start and appends
--- the change to the log every instance reads.
+-- or a reset. Writes the table every instance loads at start, appends the
+-- change to the log every instance reads, and publishes that it did.
 --
 -- KEYS[1]: the log (a stream); KEYS[2]: the table (a hash: blocks or
--- resets); KEYS[3]: the table's sweep cursor (`sweep.lua`).
+-- resets); KEYS[3]: the table's sweep cursor (`sweep.lua`); KEYS[4]: the
+-- key's penalty history (`penalty.lua`), which a reset forgets.
 -- ARGV: op (`b` block, `u` unblock, `r` reset), field
 -- (`<rule> <key>`), value (a block's `<until> <level> <label>`; a reset's
 -- `<until>`, to which its generation, the log entry's id, is prefixed),
--- now (µs, 0 = Redis TIME), most entries kept in the log.
+-- now (µs, 0 = Redis TIME), most entries kept in the log, the channel
+-- the change is published on (its log id).
 local op, field, value = ARGV[1], ARGV[2], ARGV[3]
 local now = tonumber(ARGV[4])
 if now == 0 then
@@ -19,8 +21,10 @@ if op == 'u' then
   redis.call('HDEL', KEYS[2], field)
 elseif op == 'r' then
   redis.call('HSET', KEYS[2], field, id .. ' ' .. value)
+  redis.call('DEL', KEYS[4])
 else
   redis.call('HSET', KEYS[2], field, value)
 end
 sweep(KEYS[2], KEYS[3], now, op == 'r')
+redis.call('PUBLISH', ARGV[6], id)
 return id

@@ -7,7 +7,7 @@
 -- blocks table; KEYS[3]: the log; KEYS[4]: the blocks table's sweep
 -- cursor (`sweep.lua`). ARGV: now (µs, 0 = Redis TIME), after,
 -- within (µs), block (µs), max (µs), memory (µs), field (`<rule> <key>`),
--- most entries kept in the log.
+-- most entries kept in the log, the channel a block is published on.
 -- Reply: 0, or `<length> <level> <until>` of the block it started.
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -32,7 +32,8 @@ if n >= after then
   last = now + length
   local value = string.format('%.0f %d ', last, lvl)
   redis.call('HSET', KEYS[2], ARGV[7], value)
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'o', 'b', 'f', ARGV[7], 'v', value)
+  local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'o', 'b', 'f', ARGV[7], 'v', value)
+  redis.call('PUBLISH', ARGV[9], id)
   reply = string.format('%.0f %d %.0f', length, lvl, last)
   sweep(KEYS[2], KEYS[4], now, false)
 end
