@@ -13,7 +13,7 @@
 //! which secrets are redacted ([`redact`]).
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -26,6 +26,7 @@ use serde_json::{Map, Value, json};
 use subtle::ConstantTimeEq;
 use throttle_fleet_axum::ThrottleLayer;
 use throttle_fleet_axum::core::operate::BlockCause;
+use throttle_fleet_axum::core::rule_set::MAX_BLOCK;
 use throttle_fleet_axum::core::{Key, OpError, RuleSet};
 use throttle_fleet_axum::key::KeyInputs;
 use throttle_fleet_config::AdminToken;
@@ -37,9 +38,8 @@ pub(crate) const MAX_BODY: usize = 16 * 1024;
 /// The longest string accepted in a key's inputs, in bytes.
 const MAX_INPUT: usize = 8 * 1024;
 
-/// The longest block an operator may set, in seconds (the core's bound,
-/// 30 days).
-const MAX_BLOCK_SECS: f64 = 30.0 * 86_400.0;
+/// The longest block an operator may set, in seconds: the core's bound.
+const MAX_BLOCK_SECS: f64 = MAX_BLOCK.as_secs_f64();
 
 /// What every handler shares: the layer (its rules as they are now) and
 /// the token's digest.
@@ -381,12 +381,6 @@ fn op_error(e: &OpError) -> Response {
     error(status, e.to_string())
 }
 
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
-
 /// Seconds, rounded up (a block of 0.2 s left is 1 s left).
 fn secs_up(d: Duration) -> u64 {
     d.as_micros().div_ceil(1_000_000) as u64
@@ -435,16 +429,14 @@ async fn blocked(State(admin): State<Admin>, Path(name): Path<String>) -> Respon
             format!("no rule named {:?}", clip(&name)),
         );
     };
-    let now = now_us();
     let list: Vec<Value> = rules
         .blocked(index)
         .into_iter()
-        .map(|(_, block)| {
+        .map(|(_, block, left)| {
             let (cause, level) = match block.cause {
                 BlockCause::Operator => ("operator", None),
                 BlockCause::Penalty { level } => ("penalty", Some(level)),
             };
-            let left = Duration::from_micros(block.until_us.saturating_sub(now));
             json!({
                 "label": &*block.label,
                 "seconds_left": secs_up(left),
@@ -457,16 +449,10 @@ async fn blocked(State(admin): State<Admin>, Path(name): Path<String>) -> Respon
 }
 
 /// `POST /admin/inspect`: a key's state, spending nothing.
-async fn inspect(State(admin): State<Admin>, req: Request) -> Response {
-    let body = match body_object(req.into_body()).await {
-        Ok(b) => b,
-        Err(refused) => return refused.into_response(),
-    };
-    let t = match target(&admin, &body, &[]) {
-        Ok(t) => t,
-        Err(refused) => return refused.into_response(),
-    };
-    match t.rules.inspect(t.index, &t.key).wait().await {
+async fn inspect(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
+    let body = body_object(req.into_body()).await?;
+    let t = target(&admin, &body, &[])?;
+    Ok(match t.rules.inspect(t.index, &t.key).wait().await {
         Ok(state) => ok(json!({
             "rule": t.name,
             "key": t.label,
@@ -477,7 +463,7 @@ async fn inspect(State(admin): State<Admin>, req: Request) -> Response {
             "degraded": state.degraded,
         })),
         Err(e) => op_error(&e),
-    }
+    })
 }
 
 /// Logs a change: who, what, which rule, the key's label.
@@ -503,80 +489,76 @@ async fn changing(
     Ok((t, body))
 }
 
-/// `POST /admin/reset`: forgets a key's counts (a block stays).
-async fn reset(State(admin): State<Admin>, req: Request) -> Response {
-    let peer = peer_of(&req);
-    let (t, _) = match changing(&admin, req, &[]).await {
-        Ok(found) => found,
-        Err(refused) => return refused.into_response(),
-    };
-    match t.rules.reset(t.index, &t.key).wait().await {
-        Ok(()) => {
-            log_change(&peer, "reset", &t, "");
-            ok(json!({ "rule": t.name, "key": t.label, "reset": true }))
+/// A changing operation's answer: `body` and a log line (`what`, `detail`)
+/// when it was done, the error's answer when it was not.
+fn done(
+    peer: &str,
+    what: &str,
+    t: &Target,
+    detail: &str,
+    result: Result<Value, OpError>,
+) -> Response {
+    match result {
+        Ok(body) => {
+            log_change(peer, what, t, detail);
+            ok(body)
         }
         Err(e) => op_error(&e),
     }
+}
+
+/// `POST /admin/reset`: forgets a key's counts (a block stays).
+async fn reset(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
+    let peer = peer_of(&req);
+    let (t, _) = changing(&admin, req, &[]).await?;
+    let result = t.rules.reset(t.index, &t.key).wait().await;
+    let body = json!({ "rule": t.name, "key": t.label, "reset": true });
+    Ok(done(&peer, "reset", &t, "", result.map(|()| body)))
 }
 
 /// `POST /admin/block` with `seconds`: denies a key's requests until then.
-async fn block(State(admin): State<Admin>, req: Request) -> Response {
+async fn block(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
     let peer = peer_of(&req);
-    let (t, body) = match changing(&admin, req, &["seconds"]).await {
-        Ok(found) => found,
-        Err(refused) => return refused.into_response(),
-    };
+    let (t, body) = changing(&admin, req, &["seconds"]).await?;
     let seconds = match body.get("seconds") {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
         Some(_) => {
-            return error(StatusCode::BAD_REQUEST, "seconds: must be a number");
+            return Err(Refused::new(
+                StatusCode::BAD_REQUEST,
+                "seconds: must be a number",
+            ));
         }
-        None => return error(StatusCode::BAD_REQUEST, "seconds: is missing"),
+        None => return Err(Refused::new(StatusCode::BAD_REQUEST, "seconds: is missing")),
     };
     if !(0.001..=MAX_BLOCK_SECS).contains(&seconds) {
-        return error(
+        return Err(Refused::new(
             StatusCode::BAD_REQUEST,
             format!("seconds: must be from 0.001 to {MAX_BLOCK_SECS} (30 days)"),
-        );
+        ));
     }
     let duration = Duration::from_secs_f64(seconds);
-    match t
+    let result = t
         .rules
         .block(t.index, &t.key, duration, &t.label)
         .wait()
-        .await
-    {
-        Ok(()) => {
-            log_change(&peer, "block", &t, &format!("for {seconds} s"));
-            ok(json!({
-                "rule": t.name,
-                "key": t.label,
-                "blocked_for_secs": secs_up(duration),
-            }))
-        }
-        Err(e) => op_error(&e),
-    }
+        .await;
+    let answer = json!({ "rule": t.name, "key": t.label, "blocked_for_secs": secs_up(duration) });
+    let detail = format!("for {seconds} s");
+    Ok(done(&peer, "block", &t, &detail, result.map(|()| answer)))
 }
 
 /// `POST /admin/unblock`: lifts a key's block.
-async fn unblock(State(admin): State<Admin>, req: Request) -> Response {
+async fn unblock(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
     let peer = peer_of(&req);
-    let (t, _) = match changing(&admin, req, &[]).await {
-        Ok(found) => found,
-        Err(refused) => return refused.into_response(),
+    let (t, _) = changing(&admin, req, &[]).await?;
+    let result = t.rules.unblock(t.index, &t.key).wait().await;
+    let detail = if matches!(result, Ok(false)) {
+        "(was not blocked)"
+    } else {
+        ""
     };
-    match t.rules.unblock(t.index, &t.key).wait().await {
-        Ok(was) => {
-            log_change(
-                &peer,
-                "unblock",
-                &t,
-                if was { "" } else { "(was not blocked)" },
-            );
-            ok(json!({ "rule": t.name, "key": t.label, "was_blocked": was }))
-        }
-        Err(e) => op_error(&e),
-    }
+    let answer = result.map(|was| json!({ "rule": t.name, "key": t.label, "was_blocked": was }));
+    Ok(done(&peer, "unblock", &t, detail, answer))
 }
 
 /// The `units` of a penalize or reward: a whole number from 1 to 2^32 - 1.
@@ -598,46 +580,26 @@ fn units(body: &Map<String, Value>) -> Result<u64, Refused> {
 }
 
 /// `POST /admin/penalize` with `units`: takes up to that many from a key.
-async fn penalize(State(admin): State<Admin>, req: Request) -> Response {
+async fn penalize(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
     let peer = peer_of(&req);
-    let (t, body) = match changing(&admin, req, &["units"]).await {
-        Ok(found) => found,
-        Err(refused) => return refused.into_response(),
+    let (t, body) = changing(&admin, req, &["units"]).await?;
+    let units = units(&body)?;
+    let result = t.rules.penalize(t.index, &t.key, units).wait().await;
+    let detail = match &result {
+        Ok(taken) => format!("{taken} of {units} units taken"),
+        Err(_) => String::new(),
     };
-    let units = match units(&body) {
-        Ok(u) => u,
-        Err(refused) => return refused.into_response(),
-    };
-    match t.rules.penalize(t.index, &t.key, units).wait().await {
-        Ok(taken) => {
-            log_change(
-                &peer,
-                "penalize",
-                &t,
-                &format!("{taken} of {units} units taken"),
-            );
-            ok(json!({ "rule": t.name, "key": t.label, "taken": taken }))
-        }
-        Err(e) => op_error(&e),
-    }
+    let answer = result.map(|taken| json!({ "rule": t.name, "key": t.label, "taken": taken }));
+    Ok(done(&peer, "penalize", &t, &detail, answer))
 }
 
 /// `POST /admin/reward` with `units`: gives up to that many back.
-async fn reward(State(admin): State<Admin>, req: Request) -> Response {
+async fn reward(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
     let peer = peer_of(&req);
-    let (t, body) = match changing(&admin, req, &["units"]).await {
-        Ok(found) => found,
-        Err(refused) => return refused.into_response(),
-    };
-    let units = match units(&body) {
-        Ok(u) => u,
-        Err(refused) => return refused.into_response(),
-    };
-    match t.rules.reward(t.index, &t.key, units).wait().await {
-        Ok(()) => {
-            log_change(&peer, "reward", &t, &format!("{units} units given back"));
-            ok(json!({ "rule": t.name, "key": t.label, "given": units }))
-        }
-        Err(e) => op_error(&e),
-    }
+    let (t, body) = changing(&admin, req, &["units"]).await?;
+    let units = units(&body)?;
+    let result = t.rules.reward(t.index, &t.key, units).wait().await;
+    let answer = json!({ "rule": t.name, "key": t.label, "given": units });
+    let detail = format!("{units} units given back");
+    Ok(done(&peer, "reward", &t, &detail, result.map(|()| answer)))
 }
