@@ -13,12 +13,14 @@
 //! which secrets are redacted ([`redact`]).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -41,12 +43,53 @@ const MAX_INPUT: usize = 8 * 1024;
 /// The longest block an operator may set, in seconds: the core's bound.
 const MAX_BLOCK_SECS: f64 = MAX_BLOCK.as_secs_f64();
 
-/// What every handler shares: the layer (its rules as they are now) and
-/// the token's digest.
+/// What every handler shares: the layer (its rules as they are now), the
+/// token's digest, and the log of refused requests.
 #[derive(Clone)]
 struct Admin {
     layer: ThrottleLayer,
     token: [u8; 32],
+    refusals: Arc<Refusals>,
+}
+
+/// Requests refused for their token, logged at most once a second (with
+/// how many were not logged since): a client sending thousands of them a
+/// second cannot fill the disk with the log.
+#[derive(Default)]
+pub(crate) struct Refusals {
+    /// The second (since the Unix epoch) last logged.
+    last: AtomicU64,
+    /// Refusals not logged since.
+    quiet: AtomicU64,
+}
+
+impl Refusals {
+    /// Logs a refusal of `peer`'s request unless one was logged this
+    /// second; whether it did.
+    pub(crate) fn log(&self, peer: &str) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.last.load(Ordering::Relaxed);
+        if now > last
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let quiet = self.quiet.swap(0, Ordering::Relaxed);
+            tracing::warn!(
+                target: "throttle::admin",
+                %peer,
+                not_logged_since = quiet,
+                "admin request without a valid token refused"
+            );
+            true
+        } else {
+            self.quiet.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
 }
 
 /// The admin API over `layer`, for requests bearing `token`. Serve it with
@@ -55,6 +98,7 @@ pub(crate) fn router(layer: ThrottleLayer, token: &AdminToken) -> Router {
     let admin = Admin {
         layer,
         token: *blake3::hash(token.secret().as_bytes()).as_bytes(),
+        refusals: Arc::default(),
     };
     Router::new()
         .route("/admin/rules", get(rules))
@@ -114,11 +158,10 @@ fn ok(body: Value) -> Response {
 /// declared size before anything reads it.
 async fn authorize(State(admin): State<Admin>, req: Request, next: Next) -> Response {
     if !bears(&admin.token, req.headers()) {
-        let peer = peer_of(&req);
-        tracing::warn!(target: "throttle::admin", %peer, "admin request without a valid token refused");
+        let _ = admin.refusals.log(&peer_of(&req));
         let mut resp = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
         resp.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, "Bearer".parse().unwrap());
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return resp;
     }
     let declared = req

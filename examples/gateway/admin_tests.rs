@@ -697,3 +697,13 @@ fn admin_paths_are_recognised_however_they_are_written() {
         assert!(!is_admin_path(path), "{path}");
     }
 }
+
+/// A client sending refused requests as fast as it can gets at most one
+/// log line a second: 10,000 refusals in a row, at most two lines (the loop
+/// may straddle a second).
+#[test]
+fn refused_tokens_are_logged_at_most_once_a_second() {
+    let refusals = crate::admin::Refusals::default();
+    let logged = (0..10_000).filter(|_| refusals.log("127.0.0.1:1")).count();
+    assert!((1..=2).contains(&logged), "{logged} lines");
+}
