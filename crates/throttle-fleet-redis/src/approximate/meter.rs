@@ -35,7 +35,7 @@ pub(crate) struct SpanState {
     /// Interval number (`now / interval`).
     pub(super) interval: u64,
     /// Denied locally until then (a flush showed the fleet over the quota).
-    pub(super) blocked_until: u64,
+    pub(super) full_until: u64,
     /// When the demand now in `seen` started being counted (local time):
     /// the last write, or the key's first request.
     pub(super) since: u64,
@@ -264,7 +264,7 @@ impl SpanMeter {
             };
             *st = SpanState {
                 interval: w,
-                blocked_until: st.blocked_until,
+                full_until: st.full_until,
                 since: st.since,
                 prev_fleet,
                 pending,
@@ -340,13 +340,10 @@ impl SpanMeter {
         if !retry {
             st.seen = st.seen.saturating_add(1);
         }
-        if now < st.blocked_until {
-            // Counted as demand (for the claim asked when the block lifts),
+        if now < st.full_until {
+            // Counted as demand (for the claim asked when the fleet has room again),
             // nothing else: the denial path stays this short.
-            return (
-                self.deny(st.blocked_until - now, st.blocked_until - now),
-                asks,
-            );
+            return (self.deny(st.full_until - now, st.full_until - now), asks);
         }
         if !st.has(flag::LISTED) {
             st.flags |= flag::LISTED;
@@ -465,7 +462,7 @@ impl Meter for SpanMeter {
         }
         // The counts weigh until the next interval ends (sliding), and a
         // block until it lifts.
-        ((st.interval + 2) * self.interval_us).max(st.blocked_until)
+        ((st.interval + 2) * self.interval_us).max(st.full_until)
     }
 }
 

@@ -27,7 +27,7 @@
 //! answer grants. Before a key has an entry in an interval an instance may
 //! admit a small credit on its own (`claims.rs`: none below eight requests
 //! per instance and span). A reply showing the fleet at the limit
-//! blocks the key locally (fixed window: until the interval ends or the
+//! denies the key locally (fixed window: until the interval ends or the
 //! cooldown lifts; sliding counter: until the window has room again).
 //! While Redis cannot be reached a valid claim is still spent; past it, the
 //! rule's failure policy decides: `fail_closed()` refuses, `fail_open()`

@@ -81,7 +81,7 @@ pub(super) fn writes(
         carried: true,
         dropped,
     };
-    if now < st.blocked_until && st.local == st.flushed && st.pending == 0 {
+    if now < st.full_until && st.local == st.flushed && st.pending == 0 {
         return carried;
     }
     if early && !st.has(flag::WANTS) && st.need == 0 {
@@ -192,7 +192,7 @@ pub(super) fn apply(
             st.claim = st.local;
             st.seen = 0;
             st.since = now;
-            st.blocked_until = match meter.window {
+            st.full_until = match meter.window {
                 Window::Fixed(_) => {
                     let end = (w.interval + 1) * meter.interval_us;
                     cooldown_us.map_or(end, |cd| now + cd)
@@ -231,7 +231,7 @@ pub(super) fn apply(
         // it or give back all but a credit (which keeps a key seen in
         // the interval answering at once, and costs bytes in calls
         // made anyway); blocked: carried to the flush after the block.
-        (st.claim > st.local || now < st.blocked_until) && !st.has(flag::LISTED) && {
+        (st.claim > st.local || now < st.full_until) && !st.has(flag::LISTED) && {
             st.flags |= flag::LISTED;
             true
         }
@@ -414,7 +414,7 @@ mod tests {
             let mut st = admitted(&m, 10);
             let w = written(&m, &mut st, T + SPAN);
             apply(&m, &mut st, &w, &reply(1_000, 10, 0), 1, T + SPAN, cooldown);
-            assert_eq!(st.blocked_until, until, "cooldown {cooldown:?}");
+            assert_eq!(st.full_until, until, "cooldown {cooldown:?}");
             assert_eq!(st.claim, st.local, "nothing more to spend");
         }
     }
