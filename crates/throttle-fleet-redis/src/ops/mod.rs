@@ -15,8 +15,9 @@
 //!   is `Penalty::escalate` step for step), kept until it is back to a key
 //!   never denied.
 //!
-//! Every change is also published on a channel (`<prefix>:{throttle-ops}:changed`).
-//! Each instance holds a subscription to it on a connection of its own
+//! Every change is also published on a channel
+//! (`<prefix>:{throttle-ops}:changed`). Each instance holds a subscription
+//! to it on a connection of its own
 //! (`listen.rs`) and reads the log when told, and whenever it subscribes
 //! (again): a change holds on every instance about one round trip after
 //! it was made, and while nothing changes the operations cost Redis no
