@@ -101,6 +101,18 @@ async fn listening(server: &RedisServer, time: &TestTime, n: u64) {
     panic!("{n} listeners: not within 5 s");
 }
 
+/// Waits until the three instances of a fresh fleet listen and have made
+/// their first read of the log (one script call each, in the background):
+/// what a test that counts calls must not count.
+async fn settled(server: &RedisServer, time: &TestTime) {
+    listening(server, time, 3).await;
+    until("three first reads", || async {
+        server.command_count("evalsha") >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
 /// Every instance of `fleet` lists `n` keys blocked under rule 0.
 async fn all_list(fleet: &[(RedisBackend, RuleSet)], n: usize) {
     until(
@@ -295,13 +307,7 @@ async fn the_operations_cost_redis_nothing_while_nothing_changes() {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
     let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
-    // Each instance's first read, when it subscribed.
-    listening(&server, &time, 3).await;
-    until("three first reads", || async {
-        server.command_count("evalsha") >= 3
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    settled(&server, &time).await;
     let before = server.command_count("evalsha");
     time.advance(Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -315,6 +321,7 @@ async fn a_blocked_key_costs_redis_no_call() {
     let time = TestTime::new(T0);
     let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
     let (rules, key) = (&fleet[0].1, Key::new("blocked"));
+    settled(&server, &time).await;
     // A key that is not blocked costs a call each: the count can move.
     let before = server.command_count("evalsha");
     allowed(&time, rules, Key::new("someone else")).await;
@@ -422,6 +429,7 @@ async fn an_operators_read_asks_redis_nothing_and_denies_no_one() {
         };
         let fleet = fleet(&server, &time, mode, &rule).await;
         let key = Key::new("127.4.2.1");
+        settled(&server, &time).await;
         let before = server.command_count("evalsha");
         for (_, rules) in &fleet {
             let state = op(&time, rules.inspect(0, &key)).await.unwrap();
