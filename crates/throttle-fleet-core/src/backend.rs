@@ -41,6 +41,29 @@ pub trait Limiter: Any + Send + Sync + 'static {
     /// allocating; a remote one may answer [`Answer::Pending`].
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>>;
 
+    /// [`acquire`](Self::acquire) under `limit` instead of the rule's own
+    /// (at most that): a concurrency rule's share for a request's class,
+    /// or its adaptive limit. Asked only when
+    /// [`takes_a_limit`](Self::takes_a_limit) says so; the default ignores
+    /// `limit`.
+    fn acquire_under(
+        &self,
+        key: &Key,
+        cost: u64,
+        limit: u64,
+    ) -> Answer<Result<Outcome, Unavailable>> {
+        let _ = limit;
+        self.acquire(key, cost)
+    }
+
+    /// Whether [`acquire_under`](Self::acquire_under) applies its limit
+    /// (default: no). A rule with a reserve or an adaptive limit binds
+    /// only to a limiter that does: anything else would let every class
+    /// use every slot, unnoticed.
+    fn takes_a_limit(&self) -> bool {
+        false
+    }
+
     /// Gives back `cost` that an allowed `acquire` took (its `outcome`),
     /// because another rule of the same request denied it. Best effort and
     /// never blocking.
@@ -117,6 +140,10 @@ pub struct Outcome {
     /// Whether the backend could not be asked and the rule's failure policy
     /// decided instead (fail open, or the local fallback).
     pub degraded: bool,
+    /// Whether a denial was for capacity kept for higher classes, or
+    /// under an adaptive limit below the rule's own: load shed, not a
+    /// client over its limit ([`Decision::is_shed`](crate::Decision::is_shed)).
+    pub shed: bool,
 }
 
 impl Outcome {
@@ -126,6 +153,7 @@ impl Outcome {
             step,
             at_us,
             degraded: false,
+            shed: false,
         }
     }
 }

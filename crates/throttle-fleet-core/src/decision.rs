@@ -11,7 +11,7 @@ use std::time::Duration;
 #[cfg(doc)]
 use crate::RuleSet;
 use crate::backend::{Outcome, Unavailable};
-use crate::{Key, Quota, Rule};
+use crate::{Class, Key, Quota, Rule};
 
 /// The shadow rules that would have denied a request (see
 /// [`Rule::shadow`]): a small set of rule indices, plain data.
@@ -99,7 +99,7 @@ pub enum Kind {
 ///
 /// let mut rules = RuleSet::new();
 /// let ip = rules.bind(Rule::new("ip", Quota::per_minute(1)), &MemoryBackend::default())?;
-/// let demand = [Demand { rule: ip, key: Key::new("10.0.0.1"), cost: 1 }];
+/// let demand = [Demand::new(ip, Key::new("10.0.0.1"), 1)];
 /// let Answer::Ready(first) = rules.check(&demand) else { unreachable!() };
 /// assert_eq!(first.decision().kind(), Kind::Allowed);
 /// let Answer::Ready(second) = rules.check(&demand) else { unreachable!() };
@@ -139,9 +139,9 @@ struct Figures {
 
 const NO_TIER: u8 = u8::MAX;
 
-/// Allowed, degraded, shadow: the three bits of a decided answer. An enum
-/// rather than a `u8` so that its unused values leave the decision room
-/// for the other two kinds without a tag of their own.
+/// Allowed, degraded, shadow, shed: the four bits of a decided answer. An
+/// enum rather than a `u8` so that its unused values leave the decision
+/// room for the other two kinds without a tag of their own.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Flags {
@@ -153,16 +153,25 @@ enum Flags {
     F5,
     F6,
     F7,
+    F8,
+    F9,
+    F10,
+    F11,
+    F12,
+    F13,
+    F14,
+    F15,
 }
 
 impl Flags {
     const ALLOWED: u8 = 1;
     const DEGRADED: u8 = 2;
     const SHADOW: u8 = 4;
+    const SHED: u8 = 8;
 
     #[inline(always)]
     const fn of(bits: u8) -> Self {
-        match bits & 7 {
+        match bits & 15 {
             0 => Self::F0,
             1 => Self::F1,
             2 => Self::F2,
@@ -170,7 +179,15 @@ impl Flags {
             4 => Self::F4,
             5 => Self::F5,
             6 => Self::F6,
-            _ => Self::F7,
+            7 => Self::F7,
+            8 => Self::F8,
+            9 => Self::F9,
+            10 => Self::F10,
+            11 => Self::F11,
+            12 => Self::F12,
+            13 => Self::F13,
+            14 => Self::F14,
+            _ => Self::F15,
         }
     }
 
@@ -291,7 +308,8 @@ impl Decision {
     ) -> Self {
         let bits = ((allowed as u8) * Flags::ALLOWED)
             | ((outcome.degraded as u8) * Flags::DEGRADED)
-            | ((shadow as u8) * Flags::SHADOW);
+            | ((shadow as u8) * Flags::SHADOW)
+            | ((outcome.shed as u8) * Flags::SHED);
         Self {
             repr: Repr::Decided(Figures {
                 at_us: outcome.at_us,
@@ -407,6 +425,17 @@ impl Decision {
         self.figures().is_some_and(|f| f.flags.has(Flags::DEGRADED))
     }
 
+    /// A denial for capacity, not for a client over its limit: a
+    /// concurrency rule kept its free slots for higher classes of request
+    /// ([`Rule::reserve`]), or its adaptive limit was below its own
+    /// ([`Rule::adaptive`]). Answered 503 with the problem type
+    /// `temporary-reduced-capacity` (gRPC `UNAVAILABLE`), never 429.
+    #[inline]
+    pub fn is_shed(&self) -> bool {
+        self.figures()
+            .is_some_and(|f| !f.flags.has(Flags::ALLOWED) && f.flags.has(Flags::SHED))
+    }
+
     /// Only shadow rules applied: the figures are a shadow rule's, which
     /// clients must not be told about (the layer sends no `X-RateLimit-*`
     /// headers for such a decision).
@@ -492,6 +521,9 @@ impl fmt::Debug for Decision {
                 if fig.flags.has(Flags::SHADOW) {
                     d.field("shadow", &true);
                 }
+                if fig.flags.has(Flags::SHED) {
+                    d.field("shed", &true);
+                }
                 if !fig.shadow_denied.is_empty() {
                     d.field("shadow_denied", &fig.shadow_denied);
                 }
@@ -510,6 +542,37 @@ pub struct Demand {
     pub key: Key,
     /// Units of cost the request takes under this rule.
     pub cost: u64,
+    /// How much the request matters when capacity runs short: a rule with
+    /// a reserve ([`Rule::reserve`]) keeps slots for higher classes.
+    /// Other rules ignore it.
+    pub class: Class,
+}
+
+impl Demand {
+    /// A demand of `cost` under the rule at index `rule` for `key`, of the
+    /// [`Default`](Class::Default) class.
+    ///
+    /// ```
+    /// use throttle_fleet_core::{Class, Demand, Key};
+    ///
+    /// let d = Demand::new(0, Key::new("10.0.0.1"), 1).class(Class::Critical);
+    /// assert_eq!((d.cost, d.class), (1, Class::Critical));
+    /// ```
+    pub const fn new(rule: usize, key: Key, cost: u64) -> Self {
+        Self {
+            rule,
+            key,
+            cost,
+            class: Class::Default,
+        }
+    }
+
+    /// The same demand, of `class`.
+    #[must_use]
+    pub const fn class(mut self, class: Class) -> Self {
+        self.class = class;
+        self
+    }
 }
 
 #[cfg(test)]
@@ -571,6 +634,7 @@ mod tests {
                 step,
                 at_us: 42,
                 degraded: true,
+                shed: false,
             },
         );
         assert_eq!(
@@ -595,6 +659,7 @@ mod tests {
                 },
                 at_us: 1,
                 degraded: false,
+                shed: false,
             },
         )
         .in_tier(2);

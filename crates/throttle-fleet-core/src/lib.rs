@@ -12,7 +12,7 @@
 //! let search = rules.bind(Rule::new("search", Quota::per_minute(20)).fixed_window(), &backend)?;
 //!
 //! let key = Key::new("acme");
-//! let demands = [Demand { rule: tenant, key, cost: 1 }, Demand { rule: search, key, cost: 1 }];
+//! let demands = [Demand::new(tenant, key, 1), Demand::new(search, key, 1)];
 //! let Answer::Ready(checked) = rules.check(&demands) else { unreachable!("memory decides at once") };
 //! let decision = checked.decision();
 //! assert!(decision.is_allowed());
@@ -24,9 +24,11 @@
 // the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod adaptive;
 pub mod algorithm;
 mod answer;
 pub mod backend;
+mod class;
 pub mod clock;
 pub mod decision;
 mod error;
@@ -44,6 +46,7 @@ mod unavailable;
 pub use algorithm::Algorithm;
 pub use answer::Answer;
 pub use backend::Backend;
+pub use class::Class;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Decision, Demand};
 pub use error::ConfigError;

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::adaptive::Vegas;
 use crate::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
 };
 use crate::operate::Penalty;
 use crate::tier::Tiers;
-use crate::{ConfigError, Key, Quota};
+use crate::{Class, ConfigError, Key, Quota};
 
 /// The longest rule name accepted.
 pub const MAX_RULE_NAME_LEN: usize = 64;
@@ -74,6 +75,8 @@ pub struct Rule {
     shadow: bool,
     slot_ttl: Duration,
     penalty: Option<Penalty>,
+    reserve: u64,
+    adaptive: Option<Vegas>,
 }
 
 impl Rule {
@@ -90,6 +93,8 @@ impl Rule {
             shadow: false,
             slot_ttl: DEFAULT_SLOT_TTL,
             penalty: None,
+            reserve: 0,
+            adaptive: None,
         }
     }
 
@@ -314,6 +319,91 @@ impl Rule {
         self
     }
 
+    /// Keeps `reserve` of a concurrency rule's slots for each class above a
+    /// request's ([`Class`]): a [`Critical`](Class::Critical) request may
+    /// use all `n`, a [`Default`](Class::Default) one `n − reserve`, a
+    /// [`Sheddable`](Class::Sheddable) one `n − 2 × reserve`. With an
+    /// [adaptive](Self::adaptive) limit `L`, the reserve shrinks with it:
+    /// `⌈reserve × L / n⌉` per class. A request refused for capacity that
+    /// only a higher class may use (or, under an adaptive limit, below
+    /// `n`) is *shed* ([`Decision::is_shed`](crate::Decision::is_shed)):
+    /// answered 503, not 429.
+    ///
+    /// At most `(n − 1) / 2`, so that a sheddable request can still take a
+    /// slot; no tiers.
+    ///
+    /// ```
+    /// use throttle_fleet_core::{Class, Rule};
+    ///
+    /// let rule = Rule::concurrency("backend", 40).reserve(10);
+    /// assert_eq!(rule.limit_for(Class::Critical, 40), 40);
+    /// assert_eq!(rule.limit_for(Class::Default, 40), 30);
+    /// assert_eq!(rule.limit_for(Class::Sheddable, 40), 20);
+    /// // Under an adaptive limit of 20, the reserve is 5 a class.
+    /// assert_eq!(rule.limit_for(Class::Sheddable, 20), 10);
+    /// assert_eq!(Rule::concurrency("backend", 40).reserve(20).validate().unwrap_err().field(), "reserve");
+    /// ```
+    #[must_use]
+    pub fn reserve(mut self, reserve: u64) -> Self {
+        self.reserve = reserve;
+        self
+    }
+
+    /// The slots kept for each class above a request's (see
+    /// [`reserve`](Self::reserve)); 0 when none are.
+    pub fn reserved(&self) -> u64 {
+        self.reserve
+    }
+
+    /// Makes a concurrency rule's limit adapt to the latency of the
+    /// requests it admits, in this process, between the algorithm's minimum
+    /// and the rule's own limit `n` (see [`Vegas`]). A request refused
+    /// under a limit below `n` is shed (503). Bound to a backend that
+    /// decides in the process (the memory backend); no tiers.
+    ///
+    /// ```
+    /// use throttle_fleet_core::{MemoryBackend, Rule, RuleSet};
+    /// use throttle_fleet_core::adaptive::Vegas;
+    ///
+    /// let mut rules = RuleSet::new();
+    /// let backend = rules.bind(Rule::concurrency("backend", 64).adaptive(Vegas::new()), &MemoryBackend::default())?;
+    /// assert_eq!(rules.adaptive_limit(backend), Some(20));
+    /// # Ok::<(), throttle_fleet_core::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn adaptive(mut self, vegas: Vegas) -> Self {
+        self.adaptive = Some(vegas);
+        self
+    }
+
+    /// The rule's adaptive limit's parameters, if it has one.
+    pub fn adaptive_limit(&self) -> Option<&Vegas> {
+        self.adaptive.as_ref()
+    }
+
+    /// How many slots a request of `class` may find held and still take
+    /// one, when the rule's limit is `limit` now (`n`, or the adaptive
+    /// limit): `limit − steps × reserve`, the reserve scaled by `limit / n`.
+    pub fn limit_for(&self, class: Class, limit: u64) -> u64 {
+        let steps = class.steps_below_critical();
+        if steps == 0 || self.reserve == 0 {
+            return limit;
+        }
+        let n = self.quota.limit().max(1);
+        let reserve = if limit >= n {
+            self.reserve
+        } else {
+            (u128::from(self.reserve) * u128::from(limit)).div_ceil(u128::from(n)) as u64
+        };
+        limit.saturating_sub(steps.saturating_mul(reserve))
+    }
+
+    /// Whether the rule takes a request's class into account (a reserve,
+    /// or an adaptive limit).
+    pub fn is_shaped(&self) -> bool {
+        self.reserve > 0 || self.adaptive.is_some()
+    }
+
     /// The rule's penalty, if it has one (see [`penalty`](Self::penalty)).
     pub fn penalty_policy(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
@@ -423,6 +513,40 @@ impl Rule {
                 ));
             }
             penalty.validate()?;
+        }
+        if self.reserve > 0 {
+            let n = self.quota.limit();
+            if !self.algorithm.is_concurrency() {
+                return Err(ConfigError::new(
+                    "reserve",
+                    "applies to concurrency rules only",
+                ));
+            }
+            if self.reserve.saturating_mul(2) >= n {
+                return Err(ConfigError::new(
+                    "reserve",
+                    format!(
+                        "must be at most {} for a limit of {n}, so that a sheddable request can still take a slot (got {})",
+                        n.saturating_sub(1) / 2,
+                        self.reserve
+                    ),
+                ));
+            }
+        }
+        if let Some(vegas) = &self.adaptive {
+            if !self.algorithm.is_concurrency() {
+                return Err(ConfigError::new(
+                    "adaptive",
+                    "applies to concurrency rules only",
+                ));
+            }
+            vegas.validate(self.quota.limit())?;
+        }
+        if self.tiers.is_some() && self.is_shaped() {
+            return Err(ConfigError::new(
+                "tiers",
+                "a rule with a reserve or an adaptive limit has no tiers",
+            ));
         }
         if let Some(tiers) = &self.tiers {
             tiers.validate()?;

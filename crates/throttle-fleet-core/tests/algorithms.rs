@@ -771,11 +771,7 @@ fn denied(rules: &RuleSet, check: Answer) -> Got {
 }
 
 fn demand(rule: usize, key: &str) -> Demand {
-    Demand {
-        rule,
-        key: Key::new(key),
-        cost: 1,
-    }
+    Demand::new(rule, Key::new(key), 1)
 }
 
 #[test]
@@ -926,11 +922,7 @@ fn rule_set_weighs_each_demand_by_its_cost() {
     let tb = rules
         .bind(Rule::new("tokens", Quota::per_second(10)), &backend)
         .unwrap();
-    let heavy = [Demand {
-        rule: tb,
-        key: Key::new("k"),
-        cost: 7,
-    }];
+    let heavy = [Demand::new(tb, Key::new("k"), 7)];
     assert_eq!(allowed(&rules, rules.check(&heavy)).remaining, 3);
     let d = denied(&rules, rules.check(&heavy));
     assert_eq!(d.remaining, 3);

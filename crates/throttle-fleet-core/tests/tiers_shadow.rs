@@ -67,11 +67,7 @@ fn each_tier_has_its_own_quota_and_counters() {
     assert_eq!(rule.tier_set().unwrap().quotas().len(), 2);
     let t = rules.bind(rule, &backend()).unwrap();
     for (key, quota) in [("gold", 4), ("gold-2", 4), ("silver", 3), ("other", 2)] {
-        let d = [Demand {
-            rule: t,
-            key: Key::new(key),
-            cost: 1,
-        }];
+        let d = [Demand::new(t, Key::new(key), 1)];
         for left in (0..quota).rev() {
             let a = allowed(&rules, rules.check(&d));
             assert_eq!((a.limit, a.remaining), (quota, left), "{key}");
@@ -94,13 +90,7 @@ fn a_tier_function_picks_among_declared_quotas() {
     });
     let mut rules = RuleSet::new();
     let u = rules.bind(rule, &backend()).unwrap();
-    let d = |k: &str| {
-        [Demand {
-            rule: u,
-            key: Key::new(k),
-            cost: 1,
-        }]
-    };
+    let d = |k: &str| [Demand::new(u, Key::new(k), 1)];
     for _ in 0..3 {
         assert_eq!(allowed(&rules, rules.check(&d("paid:1"))).limit, 3);
     }
@@ -152,18 +142,7 @@ fn a_shadow_rule_counts_and_never_denies() {
         .bind(Rule::new("trial", Quota::per_minute(2)).shadow(), &b)
         .unwrap();
     let key = Key::new("k");
-    let d = [
-        Demand {
-            rule: ip,
-            key,
-            cost: 1,
-        },
-        Demand {
-            rule: trial,
-            key,
-            cost: 1,
-        },
-    ];
+    let d = [Demand::new(ip, key, 1), Demand::new(trial, key, 1)];
     for n in 1..=5u64 {
         let a = allowed(&rules, rules.check(&d));
         // The enforced rule supplies the figures, and keeps every cost.
@@ -175,11 +154,7 @@ fn a_shadow_rule_counts_and_never_denies() {
         );
     }
     // Alone, a shadow rule's decision is flagged so that no headers go out.
-    let alone = [Demand {
-        rule: trial,
-        key,
-        cost: 1,
-    }];
+    let alone = [Demand::new(trial, key, 1)];
     let a = allowed(&rules, rules.check(&alone));
     assert!(a.shadow && a.shadow_denied.contains(trial));
 }
@@ -195,31 +170,13 @@ fn an_enforced_denial_gives_the_shadow_rule_its_cost_back() {
         .bind(Rule::new("ip", Quota::per_minute(1)), &b)
         .unwrap();
     let key = Key::new("k");
-    let d = [
-        Demand {
-            rule: trial,
-            key,
-            cost: 1,
-        },
-        Demand {
-            rule: ip,
-            key,
-            cost: 1,
-        },
-    ];
+    let d = [Demand::new(trial, key, 1), Demand::new(ip, key, 1)];
     allowed(&rules, rules.check(&d));
     for _ in 0..5 {
         assert_eq!(denied(&rules, rules.check(&d)).rule, ip);
     }
     // The trial rule counted only the request that went on.
-    let a = allowed(
-        &rules,
-        rules.check(&[Demand {
-            rule: trial,
-            key,
-            cost: 1,
-        }]),
-    );
+    let a = allowed(&rules, rules.check(&[Demand::new(trial, key, 1)]));
     assert_eq!(a.remaining, 8);
 }
 
@@ -228,11 +185,7 @@ fn charges_come_back_through_release_in_their_tier() {
     let mut rules = RuleSet::new();
     let rule = Rule::new("t", Quota::per_minute(2)).tiers([("vip", Quota::per_minute(3))]);
     let t = rules.bind(rule, &backend()).unwrap();
-    let d = [Demand {
-        rule: t,
-        key: Key::new("vip"),
-        cost: 1,
-    }];
+    let d = [Demand::new(t, Key::new("vip"), 1)];
     rules
         .settle_by(t, std::sync::Arc::new(|status| status >= 500))
         .unwrap();

@@ -37,11 +37,7 @@ async fn instance(server: &RedisServer, time: &TestTime, rule: &Rule) -> Instanc
 
 /// One request of `cost` on `key`: its decision and, when admitted, its slots.
 async fn request(inst: &Instance, key: &str, cost: u64) -> (Decision, Option<Box<Held>>) {
-    let demands = [Demand {
-        rule: 0,
-        key: Key::new(key),
-        cost,
-    }];
+    let demands = [Demand::new(0, Key::new(key), cost)];
     let checked = match inst.rules.check(&demands) {
         Answer::Ready(c) => c,
         Answer::Pending(f) => f.await,
@@ -242,11 +238,7 @@ async fn failure_policies_decide_while_redis_is_away() {
     let inst = Instance { backend, rules };
     server.kill();
     let ask = |rule: usize| {
-        let demands = [Demand {
-            rule,
-            key: Key::new("k"),
-            cost: 1,
-        }];
+        let demands = [Demand::new(rule, Key::new("k"), 1)];
         let inst = &inst;
         async move {
             let checked = match inst.rules.check(&demands) {
@@ -314,11 +306,7 @@ async fn a_request_cancelled_while_its_acquire_is_on_its_way_leaves_no_slot() {
     // answer already there completes the request: try again on a new key.
     for attempt in 0..20 {
         let key = format!("k{attempt}");
-        let demands = [Demand {
-            rule: 0,
-            key: Key::new(&key),
-            cost: 1,
-        }];
+        let demands = [Demand::new(0, Key::new(&key), 1)];
         let Answer::Pending(mut pending) = a.rules.check(&demands) else {
             panic!("a Redis check is answered later");
         };

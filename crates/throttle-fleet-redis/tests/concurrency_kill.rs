@@ -35,11 +35,7 @@ async fn bound(url: String) -> (ExactBackend, RuleSet) {
 
 /// One request: its decision, its slots forgotten (never given back).
 async fn take(rules: &RuleSet) -> Decision {
-    let demands = [Demand {
-        rule: 0,
-        key: Key::new("k"),
-        cost: 1,
-    }];
+    let demands = [Demand::new(0, Key::new("k"), 1)];
     let checked = match rules.check(&demands) {
         Answer::Ready(c) => c,
         Answer::Pending(f) => f.await,

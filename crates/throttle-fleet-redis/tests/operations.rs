@@ -124,15 +124,7 @@ async fn all_list(fleet: &[(RedisBackend, RuleSet)], n: usize) {
 
 /// One request: its verdict and, when denied, its wait.
 async fn allowed(time: &TestTime, rules: &RuleSet, key: Key) -> (bool, Duration) {
-    let checked = op(
-        time,
-        rules.check(&[Demand {
-            rule: 0,
-            key,
-            cost: 1,
-        }]),
-    )
-    .await;
+    let checked = op(time, rules.check(&[Demand::new(0, key, 1)])).await;
     let d = checked.decision();
     (
         d.is_allowed(),

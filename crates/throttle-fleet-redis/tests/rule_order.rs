@@ -35,16 +35,8 @@ async fn a_local_denial_before_a_remote_rule_costs_no_call() {
         )
         .unwrap();
     let demands = [
-        Demand {
-            rule: tenant,
-            key: Key::new("acme"),
-            cost: 1,
-        },
-        Demand {
-            rule: ip,
-            key: Key::new("198.51.100.7"),
-            cost: 1,
-        },
+        Demand::new(tenant, Key::new("acme"), 1),
+        Demand::new(ip, Key::new("198.51.100.7"), 1),
     ];
     server.cli(&["CONFIG", "RESETSTAT"]);
     let mut allowed = 0;

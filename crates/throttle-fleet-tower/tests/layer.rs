@@ -149,11 +149,9 @@ async fn a_denial_gives_back_what_the_other_rules_took() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     // Only the first request counts against the tenant: 4 of 5 left.
-    let check = layer.rules().check(&[throttle_fleet_core::Demand {
-        rule: 0,
-        key: Key::new("a"),
-        cost: 1,
-    }]);
+    let check = layer
+        .rules()
+        .check(&[throttle_fleet_core::Demand::new(0, Key::new("a"), 1)]);
     let throttle_fleet_core::Answer::Ready(checked) = check else {
         panic!("{check:?}")
     };

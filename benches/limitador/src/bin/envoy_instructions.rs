@@ -97,11 +97,7 @@ struct Core {
 
 impl Subject for Core {
     fn decide(&self, i: usize) -> bool {
-        let demand = [Demand {
-            rule: self.rule,
-            key: Key::new(&self.requests[i].descriptors[0].entries[0].value),
-            cost: 1,
-        }];
+        let demand = [Demand::new(self.rule, Key::new(&self.requests[i].descriptors[0].entries[0].value), 1)];
         match self.rules.check(&demand) {
             Answer::Ready(checked) => checked.decision().is_allowed(),
             Answer::Pending(_) => unreachable!("the memory backend decides at once"),

@@ -67,11 +67,7 @@ impl Instance {
     async fn check(&self, client: &'static str) -> bool {
         match self {
             Self::Ours { rules, rule, .. } => {
-                let demand = [Demand {
-                    rule: *rule,
-                    key: Key::new(client),
-                    cost: 1,
-                }];
+                let demand = [Demand::new(*rule, Key::new(client), 1)];
                 match rules.check(&demand) {
                     Answer::Ready(c) => c.decision().is_allowed(),
                     Answer::Pending(p) => p.await.decision().is_allowed(),

@@ -72,11 +72,7 @@ impl Ours {
 
 impl Subject for Ours {
     fn decide(&self, i: usize) -> bool {
-        let demand = [Demand {
-            rule: self.rule,
-            key: Key::new(&self.names[i]),
-            cost: 1,
-        }];
+        let demand = [Demand::new(self.rule, Key::new(&self.names[i]), 1)];
         match self.rules.check(&demand) {
             Answer::Ready(checked) => checked.decision().is_allowed(),
             Answer::Pending(_) => unreachable!("the memory backend decides at once"),

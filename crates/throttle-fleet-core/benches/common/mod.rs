@@ -64,11 +64,7 @@ pub(crate) struct OursRuleSet {
 impl Subject for OursRuleSet {
     #[inline]
     fn check(&self, key: u64) -> bool {
-        let demand = [Demand {
-            rule: self.rule,
-            key: Key::from(key),
-            cost: 1,
-        }];
+        let demand = [Demand::new(self.rule, Key::from(key), 1)];
         match self.rules.check(&demand) {
             Answer::Ready(checked) => checked.decision().is_allowed(),
             Answer::Pending(_) => unreachable!("the memory backend decides at once"),

@@ -56,10 +56,17 @@ impl Concurrency {
 
     /// The step for `in_flight` after a check that `allowed` or not.
     pub fn report(&self, in_flight: u64, allowed: bool) -> Step {
+        self.report_under(self.limit, in_flight, allowed)
+    }
+
+    /// The step for `in_flight` after a check under `limit` (a class's
+    /// share, an adaptive limit) that `allowed` or not: `remaining` counts
+    /// from `limit`.
+    pub fn report_under(&self, limit: u64, in_flight: u64, allowed: bool) -> Step {
         let wait = if allowed { 0 } else { Self::RETRY_AFTER_US };
         Step {
             allowed,
-            remaining: self.limit.saturating_sub(in_flight),
+            remaining: limit.min(self.limit).saturating_sub(in_flight),
             reset_us: wait,
             retry_after_us: wait,
             delay_us: 0,
@@ -74,13 +81,20 @@ impl Meter for Concurrency {
         self.limit
     }
 
-    fn acquire(&self, st: &mut InFlight, _now_us: u64, cost: u64) -> Step {
+    fn acquire(&self, st: &mut InFlight, now_us: u64, cost: u64) -> Step {
+        self.acquire_under(st, now_us, cost, self.limit)
+    }
+
+    const TAKES_A_LIMIT: bool = true;
+
+    fn acquire_under(&self, st: &mut InFlight, _now_us: u64, cost: u64, limit: u64) -> Step {
+        let limit = limit.min(self.limit);
         // Saturating: a cost near u64::MAX must be denied, not wrap into a fit.
-        let allowed = st.0.saturating_add(cost) <= self.limit;
+        let allowed = st.0.saturating_add(cost) <= limit;
         if allowed {
             st.0 += cost;
         }
-        self.report(st.0, allowed)
+        self.report_under(limit, st.0, allowed)
     }
 
     /// The request ended: its slots come back, whenever it was admitted.

@@ -148,6 +148,18 @@ pub trait Meter: Send + Sync + 'static {
         let _ = (state, now_us, cost);
         None
     }
+
+    /// Whether [`acquire_under`](Self::acquire_under) applies its limit
+    /// (default: no). Only a meter of slots does ([`Concurrency`]).
+    const TAKES_A_LIMIT: bool = false;
+
+    /// [`acquire`](Self::acquire) under `limit` instead of the meter's own
+    /// capacity (a class's share, an adaptive limit; never above the
+    /// capacity). By default the limit is ignored.
+    fn acquire_under(&self, state: &mut Self::State, now_us: u64, cost: u64, limit: u64) -> Step {
+        let _ = limit;
+        self.acquire(state, now_us, cost)
+    }
 }
 
 /// [`Meter::deny_read_only`] for a meter whose state is plain data and whose

@@ -190,6 +190,24 @@ impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
         self.store.refund(key, outcome.at_us, cost);
     }
 
+    fn acquire_under(
+        &self,
+        key: &Key,
+        cost: u64,
+        limit: u64,
+    ) -> Answer<Result<Outcome, Unavailable>> {
+        let now = self.clock.now_us();
+        let meter = self.store.meter();
+        let step = self
+            .store
+            .with_state(key, now, |st| meter.acquire_under(st, now, cost, limit));
+        Answer::Ready(Ok(Outcome::new(step, now)))
+    }
+
+    fn takes_a_limit(&self) -> bool {
+        M::TAKES_A_LIMIT
+    }
+
     /// A key not tracked is a fresh one: reading it tracks nothing.
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
         let now = self.clock.now_us();

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use crate::Answer;
 use crate::algorithm::Step;
 use crate::backend::{Limiter, Outcome, Unavailable};
-use crate::decision::ShadowDenials;
+use crate::decision::{Demand, ShadowDenials};
 use crate::memory::Direct;
 use crate::operate::{Block, BlockCause, Blocks, Escalation};
 use crate::{Backend, ConfigError, Key, Quota, Rule, SystemClock};
 
 use super::held::RefundFn;
+use super::shaped::Shaping;
 use super::{Observer, RuleSet};
 
 pub(super) struct Bound {
@@ -41,6 +42,8 @@ pub(super) struct Bound {
     /// The rule's penalty counted in this process, for a backend that
     /// does not count it itself ([`Limiter::violated`]).
     pub(super) escalation: Option<Arc<Escalation>>,
+    /// The rule's reserve and adaptive limit, if it has either.
+    pub(super) shaping: Option<Arc<Shaping>>,
 }
 
 /// One limiter per distinct tier quota of a rule.
@@ -62,6 +65,7 @@ impl Clone for Bound {
             settle: self.settle.clone(),
             blocks: self.blocks.clone(),
             escalation: self.escalation.clone(),
+            shaping: self.shaping.clone(),
         }
     }
 }
@@ -160,12 +164,23 @@ impl Bound {
         }
     }
 
-    /// Asks `key`'s limiter for `cost`.
+    /// Asks the rule for `d`: decided here when it can be
+    /// ([`local`](Self::local)), by the limiter otherwise.
     #[inline]
-    pub(super) fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        match self.local(key, cost) {
+    pub(super) fn acquire(&self, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
+        match self.local(&d.key, d.cost) {
             Some(o) => Answer::Ready(Ok(o)),
-            None => self.limiter(key).acquire(key, cost),
+            None => self.ask(d),
+        }
+    }
+
+    /// Asks `d`'s limiter, under the limit of `d`'s class when the rule
+    /// has a reserve or an adaptive limit.
+    #[inline]
+    pub(super) fn ask(&self, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
+        match &self.shaping {
+            None => self.limiter(&d.key).acquire(&d.key, d.cost),
+            Some(s) => s.acquire(&self.rule, &*self.limiter, d, &self.blocks),
         }
     }
 
@@ -298,8 +313,10 @@ impl RuleSet {
                 .and_then(|b| b.escalation.clone())
                 .unwrap_or_else(|| Arc::new(Escalation::new(*p)))
         });
+        let shaping = Shaping::of(&rule, &*limiter)?.map(Arc::new);
         let mut rules: Vec<Bound> = self.rules.to_vec();
         rules.push(Bound {
+            shaping,
             keep: concurrency,
             settle: None,
             remote: limiter.is_remote(),

@@ -37,7 +37,7 @@ impl RuleSet {
         if let Some(o) = bound.local(&d.key, d.cost) {
             return Answer::Ready(self.decide_one(bound, d, Ok(o)));
         }
-        match bound.limiter(&d.key).acquire(&d.key, d.cost) {
+        match bound.ask(d) {
             Answer::Ready(result) => Answer::Ready(self.decide_one(bound, d, result)),
             Answer::Pending(first) => {
                 let (set, d) = (self.clone(), *d);
@@ -63,7 +63,7 @@ impl RuleSet {
         };
         for (at, &i) in order.iter().enumerate() {
             let d = &demands[i];
-            match self.rules[d.rule].acquire(&d.key, d.cost) {
+            match self.rules[d.rule].acquire(d) {
                 Answer::Ready(result) => {
                     tally.add(self, i, d.rule, result);
                     if tally.refused() {
@@ -100,7 +100,7 @@ impl RuleSet {
         for j in rest {
             let d = &demands[j];
             let bound = &self.rules[d.rule];
-            match bound.acquire(&d.key, d.cost) {
+            match bound.acquire(d) {
                 Answer::Ready(r) => {
                     let stop = !bound.shadow && !matches!(r, Ok(o) if o.step.allowed);
                     answered.push((j, r));
@@ -132,8 +132,27 @@ impl RuleSet {
     /// is refunded through it instead. Best effort and never blocking, like
     /// [`Limiter::refund`](crate::backend::Limiter::refund).
     pub fn refund(&self, demand: &Demand, outcome: &Outcome) {
-        self.rules[demand.rule]
+        self.give_back(demand, outcome, false);
+    }
+
+    /// Gives back what `demand` took (`outcome`); `ran` when its request
+    /// ran to its end, which an adaptive limit takes as a sample of the
+    /// backend's latency.
+    pub(super) fn give_back(&self, demand: &Demand, outcome: &Outcome, ran: bool) {
+        let bound = &self.rules[demand.rule];
+        if let Some(s) = &bound.shaping {
+            s.ended(demand, outcome, ran, &bound.blocks);
+        }
+        bound
             .limiter(&demand.key)
             .refund(&demand.key, demand.cost, outcome);
+    }
+
+    /// The adaptive limit of the rule at `index` now, if it has one
+    /// ([`Rule::adaptive`](crate::Rule::adaptive)): what a request of the
+    /// highest class may fill. For a metric, or a look at how it moves.
+    pub fn adaptive_limit(&self, index: usize) -> Option<u64> {
+        let shaping = self.rules.get(index)?.shaping.as_ref()?;
+        shaping.adaptive.as_ref().map(|_| shaping.limit())
     }
 }

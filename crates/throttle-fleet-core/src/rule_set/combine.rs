@@ -199,6 +199,7 @@ pub(super) fn shadow_outcome(result: Result<Outcome, Unavailable>) -> Outcome {
             step: crate::algorithm::Step::default(),
             at_us: crate::clock::unix_now_us(),
             degraded: true,
+            shed: false,
         },
     }
 }

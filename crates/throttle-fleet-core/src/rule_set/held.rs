@@ -84,7 +84,7 @@ impl Checked {
 ///
 /// let mut rules = RuleSet::new();
 /// let inflight = rules.bind(Rule::concurrency("inflight", 1), &MemoryBackend::default()).unwrap();
-/// let demands = [Demand { rule: inflight, key: Key::new("tenant-a"), cost: 1 }];
+/// let demands = [Demand::new(inflight, Key::new("tenant-a"), 1)];
 ///
 /// let Answer::Ready(first) = rules.check(&demands) else { unreachable!() };
 /// let (decision, held) = first.into_parts();
@@ -189,7 +189,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         for t in &self.taken {
             if self.is_slot(t) {
-                self.rules.refund(&t.demand, &t.outcome);
+                self.rules.give_back(&t.demand, &t.outcome, true);
             }
         }
     }
@@ -299,11 +299,7 @@ mod tests {
         let shadow = rules
             .bind(Rule::concurrency("shadow", 1).shadow(), &backend)
             .unwrap();
-        let demands = [Demand {
-            rule: shadow,
-            key: Key::new("k"),
-            cost: 1,
-        }];
+        let demands = [Demand::new(shadow, Key::new("k"), 1)];
         let (_, held) = check(&rules, &demands).into_parts();
         let held = held.expect("the first takes the slot");
         let second = check(&rules, &demands);
@@ -331,11 +327,7 @@ mod tests {
         rules
             .settle_by(r, std::sync::Arc::new(|status| status >= 500))
             .unwrap();
-        let demands = [Demand {
-            rule: r,
-            key: Key::new("k"),
-            cost: 1,
-        }];
+        let demands = [Demand::new(r, Key::new("k"), 1)];
         let (_, held) = check(&rules, &demands).into_parts();
         let mut held = held.expect("a settling rule keeps its charge");
         assert_eq!(held.slots(), 0);

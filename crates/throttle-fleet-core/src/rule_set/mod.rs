@@ -10,6 +10,7 @@ mod observe;
 mod operate;
 #[cfg(test)]
 mod operate_tests;
+mod shaped;
 #[cfg(test)]
 mod tests;
 
@@ -49,7 +50,7 @@ pub use operate::MAX_BLOCK;
 /// let mut rules = RuleSet::new();
 /// let backend = MemoryBackend::default();
 /// let ip = rules.bind(Rule::new("ip", Quota::per_minute(2)), &backend).unwrap();
-/// let demand = [Demand { rule: ip, key: Key::new("10.0.0.1"), cost: 1 }];
+/// let demand = [Demand::new(ip, Key::new("10.0.0.1"), 1)];
 /// for _ in 0..2 {
 ///     assert!(matches!(rules.check(&demand), Answer::Ready(c) if c.decision().is_allowed()));
 /// }

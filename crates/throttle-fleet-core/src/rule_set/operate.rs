@@ -35,12 +35,12 @@ impl RuleSet {
     /// let backend = MemoryBackend::with_clock(ManualClock::new(0));
     /// let ip = rules.bind(Rule::new("ip", Quota::per_minute(10)).fixed_window(), &backend)?;
     /// let key = Key::new("10.0.0.1");
-    /// let _ = rules.check(&[Demand { rule: ip, key, cost: 3 }]);
+    /// let _ = rules.check(&[Demand::new(ip, key, 3)]);
     /// let Answer::Ready(Ok(state)) = rules.inspect(ip, &key) else { unreachable!() };
     /// assert_eq!((state.limit, state.remaining, state.blocked_for), (10, 7, None));
     ///
     /// let Answer::Ready(Ok(())) = rules.block(ip, &key, Duration::from_secs(600), "10.0.0.1") else { unreachable!() };
-    /// let Answer::Ready(checked) = rules.check(&[Demand { rule: ip, key, cost: 1 }]) else { unreachable!() };
+    /// let Answer::Ready(checked) = rules.check(&[Demand::new(ip, key, 1)]) else { unreachable!() };
     /// assert!(checked.decision().is_denied());
     /// assert_eq!(checked.decision().retry_after(), Duration::from_secs(600));
     /// assert_eq!(rules.blocked(ip)[0].1.label.as_ref(), "10.0.0.1");

@@ -11,7 +11,7 @@ use crate::operate::{BlockCause, OpError, Penalty};
 use crate::{Answer, Backend, ConfigError, Demand, Key, ManualClock, MemoryBackend, Quota, Rule};
 
 fn decide(set: &RuleSet, rule: usize, key: Key) -> (bool, Duration) {
-    let Answer::Ready(c) = set.check(&[Demand { rule, key, cost: 1 }]) else {
+    let Answer::Ready(c) = set.check(&[Demand::new(rule, key, 1)]) else {
         panic!("memory decides at once")
     };
     let d = c.decision();

@@ -33,11 +33,7 @@ fn second_delay(rule: Rule) -> Duration {
     let mut set = RuleSet::new();
     set.bind(rule, &MemoryBackend::with_clock(ManualClock::new(0)))
         .unwrap();
-    let demand = [Demand {
-        rule: 0,
-        key: Key::new("k"),
-        cost: 1,
-    }];
+    let demand = [Demand::new(0, Key::new("k"), 1)];
     let _ = set.check(&demand);
     match set.check(&demand) {
         Answer::Ready(c) if c.decision().is_allowed() => c.decision().delay(),
@@ -81,11 +77,7 @@ fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
                 ..b.clone()
             })
             .collect();
-        let demand = [Demand {
-            rule: 0,
-            key: Key::new("k"),
-            cost: 1,
-        }];
+        let demand = [Demand::new(0, Key::new("k"), 1)];
         let seen: Vec<_> = (0..5).map(|_| figures(direct.check(&demand))).collect();
         for (i, s) in seen.iter().enumerate() {
             assert_eq!(
@@ -147,11 +139,7 @@ fn after_a_wait_the_refusal_reported_is_the_first_in_rule_order() {
             .unwrap();
     }
     let demands: Vec<Demand> = (0..3)
-        .map(|rule| Demand {
-            rule,
-            key: Key::new("k"),
-            cost: 1,
-        })
+        .map(|rule| Demand::new(rule, Key::new("k"), 1))
         .collect();
     let resolve = |answer: Answer| match answer {
         Answer::Ready(d) => d,

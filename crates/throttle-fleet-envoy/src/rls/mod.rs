@@ -174,7 +174,7 @@ fn asks(loaded: &Loaded, request: &RateLimitRequest) -> Result<Asks, Status> {
             .matches(&request.domain, entries, |rule, key| {
                 asks.push(Ask {
                     descriptor: i,
-                    demand: Demand { rule, key, cost },
+                    demand: Demand::new(rule, key, cost),
                 });
             });
     }

@@ -28,11 +28,7 @@ impl BoundLimit {
             Some(f) => u64::from(f(req)),
             None => self.static_cost,
         };
-        Ok((cost > 0).then_some(Demand {
-            rule: self.index,
-            key,
-            cost,
-        }))
+        Ok((cost > 0).then_some(Demand::new(self.index, key, cost)))
     }
 }
 

@@ -1,0 +1,112 @@
+//! Rules that weigh a request's class: a concurrency rule's reserve, and
+//! its adaptive limit. The limit a request may fill is worked out here and
+//! handed to the backend ([`Limiter::acquire_under`]); the backend only
+//! counts.
+
+use std::sync::Arc;
+
+use crate::adaptive::Adaptive;
+use crate::backend::{Limiter, Outcome, Unavailable};
+use crate::decision::Demand;
+use crate::operate::Blocks;
+use crate::{Answer, ConfigError, Rule};
+
+/// What a rule with a reserve or an adaptive limit adds to its binding.
+#[derive(Debug)]
+pub(super) struct Shaping {
+    /// The rule's own limit, `n`.
+    n: u64,
+    /// The adaptive limit, if the rule has one.
+    pub(super) adaptive: Option<Adaptive>,
+}
+
+impl Shaping {
+    /// The shaping of `rule` bound to `limiter`, or `None` when the rule
+    /// has neither a reserve nor an adaptive limit. Refuses a limiter that
+    /// would ignore the limit it is given, and an adaptive limit on a
+    /// limiter that asks a remote store (the limit is this process's).
+    pub(super) fn of(rule: &Rule, limiter: &dyn Limiter) -> Result<Option<Self>, ConfigError> {
+        if !rule.is_shaped() {
+            return Ok(None);
+        }
+        let field = if rule.adaptive_limit().is_some() {
+            "adaptive"
+        } else {
+            "reserve"
+        };
+        if !limiter.takes_a_limit() {
+            return Err(ConfigError::new(
+                field,
+                "the rule's backend cannot hold a request to a limit below the rule's own",
+            )
+            .in_rule(rule.name()));
+        }
+        if rule.adaptive_limit().is_some() && limiter.is_remote() {
+            return Err(ConfigError::new(
+                "adaptive",
+                "an adaptive limit is this process's own: bind the rule to a backend that decides in the process (the memory backend)",
+            )
+            .in_rule(rule.name()));
+        }
+        let n = rule.quota().limit();
+        Ok(Some(Self {
+            n,
+            adaptive: rule.adaptive_limit().map(|v| Adaptive::new(*v, n)),
+        }))
+    }
+
+    /// The rule's limit now: the adaptive limit, or `n`.
+    #[inline]
+    pub(super) fn limit(&self) -> u64 {
+        self.adaptive.as_ref().map_or(self.n, Adaptive::limit)
+    }
+
+    /// Asks `limiter` for `d` under the limit of `d`'s class. A denial
+    /// under a limit below `n` is shed. An admission under an adaptive
+    /// limit is counted, and timed from `clock` (the rule set's: what
+    /// [`ended`](Self::ended) reads).
+    pub(super) fn acquire(
+        self: &Arc<Self>,
+        rule: &Rule,
+        limiter: &dyn Limiter,
+        d: &Demand,
+        clock: &Arc<Blocks>,
+    ) -> Answer<Result<Outcome, Unavailable>> {
+        let limit = rule.limit_for(d.class, self.limit());
+        let shed = limit < self.n;
+        let answer = limiter.acquire_under(&d.key, d.cost, limit);
+        if self.adaptive.is_none() {
+            return answer.map(move |r| {
+                r.map(|o| Outcome {
+                    shed: !o.step.allowed && shed,
+                    ..o
+                })
+            });
+        }
+        let (this, clock, cost) = (self.clone(), clock.clone(), d.cost);
+        answer.map(move |result| {
+            result.map(|mut o| {
+                if !o.step.allowed {
+                    o.shed = shed;
+                } else if let Some(a) = &this.adaptive {
+                    a.admitted(cost);
+                    o.at_us = clock.now_us();
+                }
+                o
+            })
+        })
+    }
+
+    /// A request that `d` admitted (`o`) gives its slot back: `ran` when it
+    /// ran to its end (a sample of the backend's latency), not when another
+    /// rule's denial sent it back.
+    pub(super) fn ended(&self, d: &Demand, o: &Outcome, ran: bool, clock: &Blocks) {
+        if let Some(a) = &self.adaptive {
+            if ran {
+                a.ended(d.cost, o.at_us, clock.now_us());
+            } else {
+                a.left(d.cost);
+            }
+        }
+    }
+}
