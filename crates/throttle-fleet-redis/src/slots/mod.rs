@@ -211,13 +211,20 @@ impl Inner {
         inv
     }
 
-    async fn acquire(self: Arc<Self>, key: Key, cost: u64) -> Result<Outcome, Unavailable> {
+    /// Takes a slot of `cost` for `key` if what the fleet holds plus
+    /// `cost` is at most `limit` (the rule's, or a class's share of it).
+    async fn acquire(
+        self: Arc<Self>,
+        key: Key,
+        cost: u64,
+        limit: u64,
+    ) -> Result<Outcome, Unavailable> {
         let slot = Slot {
             seq: self.shared.seq.fetch_add(1, Ordering::Relaxed),
             cost,
         };
         let mut inv = self.call(&key, self.redis.script_now(), "a", 4);
-        inv.arg(self.meter_limit())
+        inv.arg(limit.min(self.meter_limit()))
             .arg(cost)
             .arg(self.ttl_ms())
             .arg(self.member(slot));
@@ -232,7 +239,7 @@ impl Inner {
         unanswered.rule = None;
         match answer {
             Ok(reply) => {
-                if let (Some(ok), Some(remaining), Some(now)) =
+                if let (Some(ok), Some(in_flight), Some(now)) =
                     (reply.int(0), reply.u64(1), reply.u64(2))
                 {
                     let allowed = ok == 1;
@@ -240,8 +247,8 @@ impl Inner {
                         self.held.lock().add(key, slot);
                         self.shared.granted.fetch_add(1, Ordering::Relaxed);
                     }
-                    let in_flight = self.meter_limit().saturating_sub(remaining);
-                    return Ok(Outcome::new(self.meter.report(in_flight, allowed), now));
+                    let step = self.meter.report_under(limit, in_flight, allowed);
+                    return Ok(Outcome::new(step, now));
                 }
                 tracing::debug!(
                     rule = self.rule.name(),
@@ -343,11 +350,27 @@ impl Drop for Unanswered<'_> {
 
 impl Limiter for SlotLimiter {
     fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+        self.acquire_under(key, cost, self.0.meter_limit())
+    }
+
+    /// The script compares what the fleet holds with `limit`, so a class's
+    /// share holds fleet-wide. While Redis cannot be asked, the rule's
+    /// failure policy decides without classes.
+    fn acquire_under(
+        &self,
+        key: &Key,
+        cost: u64,
+        limit: u64,
+    ) -> Answer<Result<Outcome, Unavailable>> {
         if self.0.redis.is_open(self.0.group(key)) {
             return Answer::Ready(self.0.degraded(key, cost));
         }
         self.0.start_renewing();
-        Answer::Pending(Box::pin(self.0.clone().acquire(*key, cost)))
+        Answer::Pending(Box::pin(self.0.clone().acquire(*key, cost, limit)))
+    }
+
+    fn takes_a_limit(&self) -> bool {
+        true
     }
 
     /// The request ended: its slot goes back, off the response path.

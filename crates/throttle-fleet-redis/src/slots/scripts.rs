@@ -21,8 +21,9 @@ use crate::scripts::NOW;
 /// After the shared `NOW` prelude (`ARGV[1]`: now in us, 0 for Redis
 /// `TIME`). KEYS: set, held. `ARGV[2]` is the operation:
 ///
-/// - `a`, acquire. ARGV: limit, cost, slot lifetime (ms), member. Reply:
-///   `allowed remaining now_us`.
+/// - `a`, acquire. ARGV: limit (the rule's, or the share of the
+///   request's class), cost, slot lifetime (ms), member. Reply:
+///   `allowed held now_us`, `held` the cost in flight after the call.
 /// - `r`, release. ARGV: member, cost. A member already gone (expired, or
 ///   released before) changes nothing. Reply: 0.
 /// - `n`, renewal of one key's members of one instance. ARGV: slot
@@ -82,7 +83,7 @@ if held > 0 then
 else
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-return string.format('%d %d %d', ok, math.max(0, limit - held), now)
+return string.format('%d %d %d', ok, held, now)
 "#;
 
 pub(crate) static SLOTS_SCRIPT: LazyLock<Script> =
