@@ -254,7 +254,7 @@ async fn main() -> ExitCode {
     );
     if let (Some(listen), Some(handle)) = (metrics_listen, prometheus) {
         let rules = layer.clone();
-        let refresh = move || throttle_fleet_axum::metrics::report_blocks(&rules.rules());
+        let refresh = move || throttle_fleet_axum::metrics::report_state(&rules.rules());
         match metrics::serve(listen, handle, refresh).await {
             Ok(bound) => eprintln!("gateway: metrics at http://{bound}/metrics"),
             Err(e) => {

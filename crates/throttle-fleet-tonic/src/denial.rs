@@ -283,6 +283,16 @@ pub(crate) fn unavailable_status(rule: &Rule) -> Status {
     Status::with_error_details(Code::Unavailable, message, details)
 }
 
+/// The status of a call shed for capacity: `UNAVAILABLE`, told apart from
+/// a fail-closed rule's by its ErrorInfo reason.
+pub(crate) fn shed_status(rule: &Rule, wait: Duration) -> Status {
+    let message = "The service is short of capacity. Please retry later.";
+    let details = ErrorDetails::with_retry_info(Some(wait))
+        .set_error_info("TEMPORARY_REDUCED_CAPACITY", ERROR_DOMAIN, dimension(rule))
+        .to_owned();
+    Status::with_error_details(Code::Unavailable, message, details)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,8 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::denial::{
-    RuleAnswers, describe_quota, dimension, limited_details, limited_message, unavailable_status,
+    RuleAnswers, describe_quota, dimension, limited_details, limited_message, shed_status,
+    unavailable_status,
 };
 
 /// `grpc-retry-pushback-ms`: how long a client with a retry policy must wait
@@ -136,6 +137,7 @@ pub fn is_grpc(req: &RequestHead<'_>) -> bool {
 /// | the key is missing, rule answers 403 | `PERMISSION_DENIED` (7) | same |
 /// | the key is missing, rule answers 500 (e.g. [`PeerIp`](crate::PeerIp) without a peer address) | `INTERNAL` (13) | same |
 /// | a fail-closed rule's backend is unreachable | `UNAVAILABLE` (14) | RetryInfo 1 s, ErrorInfo `RATE_LIMITER_UNAVAILABLE`; `retry-after: 1`, `grpc-retry-pushback-ms: 1000` |
+/// | a rule shed the call for capacity ([`Decision::is_shed`]) | `UNAVAILABLE` (14) | RetryInfo (the wait, at least 1 s), ErrorInfo `TEMPORARY_REDUCED_CAPACITY`; `retry-after`, `grpc-retry-pushback-ms` |
 ///
 /// A missing key's HTTP status (the rule's
 /// [`MissingKey::Reject`](throttle_fleet_tower::MissingKey::Reject)) is turned
@@ -439,6 +441,16 @@ impl Responder for GrpcResponder {
                     None => put_status(headers, &unavailable_status(rule)),
                 }
             }
+            Rejection::Shed { rule, decision } => {
+                let wait = decision.retry_after().max(Duration::from_secs(1));
+                let secs = wait.as_secs_f64().ceil() as u64;
+                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+                headers.insert(
+                    GRPC_RETRY_PUSHBACK_MS.clone(),
+                    HeaderValue::from(secs * 1_000),
+                );
+                put_status(headers, &shed_status(rule, wait));
+            }
             // A future rejection we do not know yet: still a gRPC status.
             _ => put_status(
                 headers,
@@ -658,5 +670,59 @@ mod tests {
         let fast = reject(&bound);
         assert_eq!(fast.headers(), reject(&GrpcResponder::new()).headers());
         assert_eq!(fast.headers()["grpc-status"], "14");
+    }
+
+    /// A call shed for capacity and a fail-closed refusal are both
+    /// `UNAVAILABLE`: a client tells them apart by the ErrorInfo reason.
+    #[test]
+    fn a_shed_call_is_unavailable_with_its_own_reason_and_wait() {
+        let rule = Rule::concurrency("backend", 4).reserve(1);
+        let req = grpc_request("application/grpc");
+        let head = RequestHead::from_parts(&req);
+        let step = throttle_fleet_core::algorithm::Step {
+            allowed: false,
+            remaining: 0,
+            reset_us: 1_000_000,
+            retry_after_us: 1_000_000,
+            delay_us: 0,
+        };
+        let outcome = throttle_fleet_core::backend::Outcome {
+            shed: true,
+            ..throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456)
+        };
+        let shed = Decision::from_outcome(0, &outcome);
+        assert!(shed.is_shed());
+        let res = GrpcResponder::new().reject(
+            &head,
+            Rejection::Shed {
+                decision: &shed,
+                rule: &rule,
+            },
+        );
+        assert_eq!(res.headers()["retry-after"], "1");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "1000");
+        let status = Status::from_header_map(res.headers()).unwrap();
+        assert_eq!(status.code(), Code::Unavailable);
+        let info = status.get_details_error_info().unwrap();
+        assert_eq!(info.reason, "TEMPORARY_REDUCED_CAPACITY");
+        assert_eq!(
+            status.get_details_retry_info().unwrap().retry_delay,
+            Some(Duration::from_secs(1))
+        );
+
+        let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));
+        let res = GrpcResponder::new().reject(
+            &head,
+            Rejection::Refused {
+                decision: &refused,
+                rule: &rule,
+            },
+        );
+        let status = Status::from_header_map(res.headers()).unwrap();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.get_details_error_info().unwrap().reason,
+            "RATE_LIMITER_UNAVAILABLE"
+        );
     }
 }

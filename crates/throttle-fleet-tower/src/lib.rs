@@ -55,7 +55,7 @@ pub use extract::{KeyExtractor, KeyExtractorExt};
 pub use future::ResponseFuture;
 pub use head::RequestHead;
 pub use layer::{Reloaded, ThrottleLayer};
-pub use policy::{CostFn, Limit, MissingKey, Policy};
+pub use policy::{ClassFn, CostFn, Limit, MissingKey, Policy};
 pub use responder::HttpResponder;
 pub use service::Throttle;
 pub use throttle_fleet_core::rule_set::RefundFn;

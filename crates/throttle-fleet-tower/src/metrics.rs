@@ -10,9 +10,10 @@
 //! | `throttle_decisions_total` | counter | `rule`, `outcome` | one per rule asked per request; `outcome` is one of [`DecisionLabel`]'s labels |
 //! | `throttle_near_limit_total` | counter | `rule` | allowed decisions that left 20 % of the limit or less (80 % used, as envoy's ratelimit counts `near_limit`) |
 //! | `throttle_limit` | gauge | `rule` | the rule's capacity (the `X-RateLimit-Limit` it reports) |
-//! | `throttle_blocks_started_total` | counter | `rule` | blocks this process started (an operator's or a penalty's), set by [`report_blocks`] |
-//! | `throttle_blocked_keys` | gauge | `rule` | keys blocked now as this process knows them, set by [`report_blocks`] |
-//! | `throttle_blocked_denials_total` | counter | `rule` | requests denied because their key was blocked, set by [`report_blocks`] |
+//! | `throttle_blocks_started_total` | counter | `rule` | blocks this process started (an operator's or a penalty's), set by [`report_state`] |
+//! | `throttle_blocked_keys` | gauge | `rule` | keys blocked now as this process knows them, set by [`report_state`] |
+//! | `throttle_blocked_denials_total` | counter | `rule` | requests denied because their key was blocked, set by [`report_state`] |
+//! | `throttle_adaptive_limit` | gauge | `rule` | an adaptive concurrency rule's limit in this process now, set by [`report_state`] |
 //!
 //! Labels are rule names (the policy's dimensions) and outcomes, never a
 //! key: client IPs and API keys stay out of metrics, whose label sets must be
@@ -43,17 +44,24 @@ pub const BLOCKS_STARTED: &str = "throttle_blocks_started_total";
 pub const BLOCKED_KEYS: &str = "throttle_blocked_keys";
 /// Counter of requests denied because their key was blocked, labelled `rule`.
 pub const BLOCKED_DENIALS: &str = "throttle_blocked_denials_total";
+/// Gauge of an adaptive concurrency rule's limit now, labelled `rule`.
+pub const ADAPTIVE_LIMIT: &str = "throttle_adaptive_limit";
 
-/// Sets the block metrics above from every rule's
-/// [`block_stats`](throttle_fleet_core::RuleSet::block_stats), in the
-/// recorder installed now: call it when the metrics are scraped (or
-/// periodically), with the rules as they are then
-/// ([`ThrottleLayer::rules`](crate::ThrottleLayer::rules)). The block table
-/// counts for itself, so a request pays nothing for these.
-pub fn report_blocks(rules: &throttle_fleet_core::RuleSet) {
+/// Sets the metrics no request records, in the recorder installed now:
+/// the block metrics from every rule's
+/// [`block_stats`](throttle_fleet_core::RuleSet::block_stats), and each
+/// adaptive rule's [limit](throttle_fleet_core::RuleSet::adaptive_limit).
+/// Call it when the metrics are scraped (or periodically), with the rules
+/// as they are then ([`ThrottleLayer::rules`](crate::ThrottleLayer::rules)).
+/// The block table and the adaptive limit count for themselves, so a
+/// request pays nothing for these.
+pub fn report_state(rules: &throttle_fleet_core::RuleSet) {
     #[cfg(feature = "metrics")]
     for i in 0..rules.len() {
         let name = rules.rule(i).name().to_owned();
+        if let Some(limit) = rules.adaptive_limit(i) {
+            metrics::gauge!(ADAPTIVE_LIMIT, "rule" => name.clone()).set(limit as f64);
+        }
         let stats = rules.block_stats(i);
         metrics::counter!(BLOCKS_STARTED, "rule" => name.clone()).absolute(stats.started);
         metrics::gauge!(BLOCKED_KEYS, "rule" => name.clone()).set(stats.blocked_now as f64);
@@ -82,16 +90,21 @@ pub enum DecisionLabel {
     /// The backend could not be asked and the rule fails closed
     /// (`unavailable`): the request was refused.
     Unavailable,
+    /// The rule refused the request for capacity (`shed`): its reserve
+    /// was kept for higher classes, or its adaptive limit was below its
+    /// own ([`Decision::is_shed`](throttle_fleet_core::Decision::is_shed)).
+    Shed,
 }
 
 impl DecisionLabel {
     /// Every outcome, in label order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Allowed,
         Self::Denied,
         Self::ShadowDenied,
         Self::Degraded,
         Self::Unavailable,
+        Self::Shed,
     ];
 
     /// The label value.
@@ -102,6 +115,7 @@ impl DecisionLabel {
             Self::ShadowDenied => "shadow_denied",
             Self::Degraded => "degraded",
             Self::Unavailable => "unavailable",
+            Self::Shed => "shed",
         }
     }
 }
@@ -228,6 +242,8 @@ mod imp {
         denied: Counter,
         degraded: Counter,
         unavailable: Counter,
+        /// `shed`, or `shadow_denied` for a shadow rule.
+        shed: Counter,
         near_limit: Counter,
         /// An allowed decision leaving this many units or fewer is near
         /// the limit (20 % of the capacity, rounded down).
@@ -248,6 +264,10 @@ mod imp {
                 }),
                 degraded: decisions(DecisionLabel::Degraded),
                 unavailable: decisions(DecisionLabel::Unavailable),
+                shed: decisions(match enforcement {
+                    Enforcement::Enforced => DecisionLabel::Shed,
+                    Enforcement::Shadow => DecisionLabel::ShadowDenied,
+                }),
                 near_limit: counter!(NEAR_LIMIT, "rule" => name.clone()),
                 near_at: capacity / 5,
             }
@@ -263,6 +283,7 @@ mod imp {
                         self.near_limit.increment(1);
                     }
                 }
+                Ok(v) if v.shed => self.shed.increment(1),
                 Ok(_) => self.denied.increment(1),
                 Err(_) => self.unavailable.increment(1),
             }

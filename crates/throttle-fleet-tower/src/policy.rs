@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::RequestHead;
 use http::StatusCode;
 use throttle_fleet_core::rule_set::RefundFn;
-use throttle_fleet_core::{Backend, Rule};
+use throttle_fleet_core::{Backend, Class, Rule};
 
 use crate::KeyExtractor;
 
@@ -58,7 +58,11 @@ pub struct Limit {
     pub(crate) cost: Option<CostFn>,
     pub(crate) backend: Option<Arc<dyn Backend>>,
     pub(crate) refund: Option<RefundFn>,
+    pub(crate) class: Option<ClassFn>,
 }
+
+/// What [`Limit::class_by`] keeps: a request's class under a rule.
+pub type ClassFn = Arc<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
 
 impl Limit {
     /// `rule`, keyed by `extractor`.
@@ -70,7 +74,35 @@ impl Limit {
             cost: None,
             backend: None,
             refund: None,
+            class: None,
         }
+    }
+
+    /// Gives each request a class under this rule: what a rule with a
+    /// reserve ([`Rule::reserve`]) or an adaptive limit
+    /// ([`Rule::adaptive`]) weighs when capacity runs short. Without it,
+    /// every request is [`Class::Default`].
+    ///
+    /// ```
+    /// use throttle_fleet_tower::{Limit, Rule};
+    /// use throttle_fleet_tower::core::Class;
+    /// use throttle_fleet_tower::key::Global;
+    ///
+    /// let backend = Limit::new(Rule::concurrency("backend", 64).reserve(8), Global)
+    ///     .class_by(|req| match req.uri.path() {
+    ///         "/book" => Class::Critical,
+    ///         "/browse" => Class::Sheddable,
+    ///         _ => Class::Default,
+    ///     });
+    /// # let _ = backend;
+    /// ```
+    #[must_use]
+    pub fn class_by(
+        mut self,
+        class: impl Fn(&RequestHead<'_>) -> Class + Send + Sync + 'static,
+    ) -> Self {
+        self.class = Some(Arc::new(class));
+        self
     }
 
     /// What to do when the key is missing (default: the extractor's

@@ -35,6 +35,16 @@ pub enum Rejection<'a> {
         /// The status the rule answers with.
         status: StatusCode,
     },
+    /// A rule refused the request for capacity, not for its client: a
+    /// concurrency rule's reserve was kept for higher classes, or its
+    /// adaptive limit was below its own
+    /// ([`Decision::is_shed`]).
+    Shed {
+        /// What the check decided (its figures are the shedding rule's).
+        decision: &'a Decision,
+        /// The rule that shed it.
+        rule: &'a Rule,
+    },
     /// A fail-closed rule's backend could not be reached.
     Refused {
         /// What the check decided ([`Decision::error`] says what went
@@ -101,7 +111,10 @@ where
 /// A missing key answers the rule's status (400 by default) with
 /// `{"error":"RATE_LIMIT_KEY_MISSING",...}`; an unreachable fail-closed
 /// backend answers `503` with `Retry-After: 1` and
-/// `{"error":"RATE_LIMITER_UNAVAILABLE",...}`. With
+/// `{"error":"RATE_LIMITER_UNAVAILABLE",...}`. A request shed for
+/// capacity ([`Decision::is_shed`]) answers `503` with `Retry-After` and
+/// `{"error":"TEMPORARY_REDUCED_CAPACITY","type":"temporary-reduced-capacity",...}`,
+/// without rate-limit headers: its client is not over a limit. With
 /// [`ietf_headers`](Self::ietf_headers) on, the IETF draft fields
 /// `RateLimit-Policy: "ip";q=100;w=60` and `RateLimit: "ip";r=74;t=14` are
 /// added to both kinds of answer; with
@@ -256,6 +269,19 @@ fn limited_body(secs: u64, rule: &str) -> Bytes {
     })
 }
 
+/// The `503` of a request shed for capacity: `Retry-After` and a body
+/// naming the problem type (`temporary-reduced-capacity`) and the rule.
+fn shed_response(decision: &Decision, rule: &Rule) -> Response<Bytes> {
+    let secs = retry_after_secs(decision.retry_after());
+    let body = format!(
+        "{{\"error\":\"TEMPORARY_REDUCED_CAPACITY\",\"type\":\"temporary-reduced-capacity\",\"message\":\"The service is short of capacity. Please retry after {secs} seconds.\",\"retry_after_seconds\":{secs},\"dimension\":\"{}\"}}",
+        rule.name()
+    );
+    let mut headers = HeaderBlock::default();
+    headers.push(RETRY_AFTER, HeaderValue::from(secs));
+    json_response(StatusCode::SERVICE_UNAVAILABLE, Bytes::from(body), headers)
+}
+
 /// Whether a `429` body (a function of the wait and the rule's name only)
 /// ends with `rule` as its dimension.
 fn names_rule(body: &[u8], rule: &str) -> bool {
@@ -387,6 +413,7 @@ impl Responder for HttpResponder {
                     headers,
                 )
             }
+            Rejection::Shed { decision, rule } => shed_response(decision, rule),
             Rejection::Refused { rule, .. } => {
                 let mut headers = HeaderBlock::default();
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));

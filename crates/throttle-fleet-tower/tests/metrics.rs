@@ -281,9 +281,9 @@ async fn no_label_carries_a_key() {
 }
 
 #[test]
-fn report_blocks_sets_each_rule_s_blocks_started_and_keys_blocked_now() {
+fn report_state_sets_each_rule_s_blocks_started_and_keys_blocked_now() {
     use std::time::Duration;
-    use throttle_fleet_tower::metrics::{BLOCKED_KEYS, BLOCKS_STARTED, report_blocks};
+    use throttle_fleet_tower::metrics::{BLOCKED_KEYS, BLOCKS_STARTED, report_state};
 
     let policy = Policy::new()
         .rule(
@@ -306,7 +306,7 @@ fn report_blocks_sets_each_rule_s_blocks_started_and_keys_blocked_now() {
     };
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || report_blocks(&layer.rules()));
+    metrics::with_local_recorder(&recorder, || report_state(&layer.rules()));
     let snap = snapshot(&snapshotter);
     let tenant = [("rule", "tenant")];
     assert_eq!(

@@ -78,6 +78,7 @@ impl<R> Engine<R> {
                 extractor: limit.extractor,
                 on_missing: limit.on_missing,
                 cost: limit.cost,
+                class: limit.class,
                 static_cost,
             });
             // Demands name their rule by index, in policy order.

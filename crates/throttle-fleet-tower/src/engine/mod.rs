@@ -12,7 +12,7 @@ mod tests;
 use throttle_fleet_core::RuleSet;
 
 use crate::KeyExtractor;
-use crate::policy::{CostFn, MissingKey};
+use crate::policy::{ClassFn, CostFn, MissingKey};
 
 pub(crate) use respond::Next;
 
@@ -37,6 +37,7 @@ pub(super) struct BoundLimit {
     pub(super) on_missing: MissingKey,
     pub(super) cost: Option<CostFn>,
     pub(super) static_cost: u64,
+    pub(super) class: Option<ClassFn>,
 }
 
 impl<R> Engine<R> {

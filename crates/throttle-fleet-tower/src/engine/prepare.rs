@@ -28,7 +28,11 @@ impl BoundLimit {
             Some(f) => u64::from(f(req)),
             None => self.static_cost,
         };
-        Ok((cost > 0).then_some(Demand::new(self.index, key, cost)))
+        let demand = Demand::new(self.index, key, cost);
+        Ok((cost > 0).then(|| match &self.class {
+            Some(class) => demand.class(class(req)),
+            None => demand,
+        }))
     }
 }
 

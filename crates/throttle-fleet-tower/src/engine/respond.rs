@@ -44,10 +44,12 @@ impl<R: Responder> Engine<R> {
             }
             Kind::Denied => {
                 let rule = self.rule_of(decision);
-                Next::Reject(
-                    self.responder
-                        .reject(req, Rejection::Denied { decision, rule }),
-                )
+                let rejection = if decision.is_shed() {
+                    Rejection::Shed { decision, rule }
+                } else {
+                    Rejection::Denied { decision, rule }
+                };
+                Next::Reject(self.responder.reject(req, rejection))
             }
             Kind::Refused => Next::Reject(self.refused(req, decision)),
             // No rule applied, or a kind this version does not know.
