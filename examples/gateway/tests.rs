@@ -261,6 +261,67 @@ async fn slow_holds_its_concurrency_slot_until_it_answers_or_its_client_leaves()
     assert_eq!(reply.status, 200, "{:?}", reply.body);
 }
 
+/// Three slots before every route, one kept per class above a request's:
+/// `/slow` is sheddable (one slot), `/checkout` critical (all three).
+const GATEWAY_RESERVE: &str = r#"
+[[rules]]
+name = "backend"
+key = "global"
+algorithm = "concurrency"
+limit = 3
+reserve = 1
+class = "route"
+classes = { critical = ["/checkout"], sheddable = ["/slow"] }
+"#;
+
+#[tokio::test]
+async fn the_file_s_classes_reach_the_reserve_and_a_shed_request_gets_503() {
+    use throttle_fleet_test_support::http;
+    let config = GatewayConfig::parse("gateway.toml", GATEWAY_RESERVE, None).unwrap();
+    let layer = throttle_fleet_axum::from_config::layer(
+        &config,
+        "gateway.toml",
+        throttle_fleet_axum::MemoryBackend::default(),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop_tx, stop) = watch::channel(false);
+    tokio::spawn(crate::server::serve(
+        listener,
+        crate::app(layer),
+        throttle_fleet_axum::from_config::connections(&config).unwrap(),
+        None,
+        stop,
+        Duration::from_secs(1),
+    ));
+    // A sheddable request holds the one slot its class may use...
+    let held = tokio::spawn(async move { http::get(addr, "/slow?ms=10000").await });
+    let reply = guard(async {
+        loop {
+            // (until the held request has been admitted)
+            let reply = http::get(addr, "/slow?ms=0").await;
+            if reply.status != 200 {
+                return reply;
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&reply.body);
+    assert_eq!(reply.status, 503, "{text}");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert!(text.contains("TEMPORARY_REDUCED_CAPACITY"), "{text}");
+    // ...and a critical one still passes.
+    let reply = http::send(addr, "POST", "/checkout", &[], Bytes::new()).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    held.abort();
+}
+
 /// `wait`, or a failure if it has not happened within 10 s (a hang guard,
 /// not a measure: the loops it bounds end as soon as the server has moved).
 async fn guard<T>(wait: impl std::future::Future<Output = T>) -> T {

@@ -5,16 +5,16 @@
 
 use std::net::IpAddr;
 
-use throttle_fleet_core::{Backend, Key, Quota};
+use throttle_fleet_core::{Backend, Class, Key, Quota};
 use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{
     AllOf, ClientAddr, Extracted, Global, Header, IpPrefix, Jwt, PeerSource, UserAgentHash,
 };
 use throttle_fleet_tower::responder::Responder;
-use throttle_fleet_tower::{KeyExtractor, MissingKey, Policy, ThrottleLayer};
+use throttle_fleet_tower::{KeyExtractor, Limit, MissingKey, Policy, ThrottleLayer};
 
 use crate::error::ConfigFileError;
-use crate::model::{GatewayConfig, KeySpec, RuleConfig};
+use crate::model::{ClassSpec, GatewayConfig, KeySpec, RuleConfig};
 
 /// What a server integration supplies to turn a file into rules: where
 /// `ip` keys find the peer address, what a `route` is, and how denials are
@@ -74,9 +74,43 @@ pub fn policy<I: Integration>(
         if rule.shadow {
             bound = bound.shadow();
         }
-        policy = policy.rule(bound, extractor(config, rule, file, integration)?);
+        let mut limit = Limit::new(bound, extractor(config, rule, file, integration)?);
+        if let Some(class) = &rule.class {
+            limit = limit.class_by(class_of(config, class, rule, file, integration)?);
+        }
+        // An adaptive limit is this instance's own, measured on its own
+        // requests: its slots are counted here, whatever the file's backend.
+        if rule.rule.adaptive_limit().is_some() {
+            limit = limit.backend(throttle_fleet_core::MemoryBackend::default());
+        }
+        policy = policy.limit(limit);
     }
     Ok(policy)
+}
+
+/// A request's class under `rule`: the value its `class` source reads,
+/// looked up among the values its `classes` name (as the source's keys
+/// make them, like tiers); `default` when missing or not listed.
+fn class_of<I: Integration>(
+    config: &GatewayConfig,
+    class: &ClassSpec,
+    rule: &RuleConfig,
+    file: &str,
+    integration: &I,
+) -> Result<impl Fn(&RequestHead<'_>) -> Class + Send + Sync + 'static, ConfigFileError> {
+    let source = part(config, &class.key, rule, file, integration)?;
+    let values: Vec<(Key, Class)> = class
+        .values
+        .iter()
+        .map(|(written, c)| (Key::new(written), *c))
+        .collect();
+    Ok(move |req: &RequestHead<'_>| match source.extract(req) {
+        Extracted::Key(key) => values
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(Class::Default, |(_, c)| *c),
+        _ => Class::Default,
+    })
 }
 
 fn extractor<I: Integration>(

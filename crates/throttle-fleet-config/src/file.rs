@@ -148,6 +148,38 @@ pub(crate) struct Rule {
     pub(crate) shadow: bool,
     /// Blocks for keys that keep being denied.
     pub(crate) penalty: Option<Spanned<Penalty>>,
+    /// A concurrency rule's slots kept for each class above a request's.
+    pub(crate) reserve: Option<Spanned<i64>>,
+    /// Where a request's class is read, in the key syntax.
+    pub(crate) class: Option<Spanned<String>>,
+    /// The values (or routes) that name each class.
+    pub(crate) classes: Option<Spanned<Classes>>,
+    /// A concurrency rule's adaptive limit.
+    pub(crate) adaptive: Option<Spanned<Adaptive>>,
+}
+
+/// A rule's `classes` table: the values of its `class` source that make a
+/// request of each class.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Classes {
+    #[serde(default)]
+    pub(crate) critical: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) default: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) sheddable: Vec<Spanned<String>>,
+}
+
+/// A rule's `adaptive` table; every field optional (the algorithm's
+/// defaults), the window in seconds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Adaptive {
+    pub(crate) initial: Option<Spanned<i64>>,
+    pub(crate) min: Option<Spanned<i64>>,
+    pub(crate) window_secs: Option<Spanned<f64>>,
+    pub(crate) probe_every: Option<Spanned<i64>>,
 }
 
 /// A rule's `penalty` table; durations in seconds, fractions allowed.

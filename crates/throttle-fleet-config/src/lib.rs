@@ -41,6 +41,20 @@
 //!                             # memory_secs (default 3600): how long after a block ends
 //!                             # the next one still doubles; fractions of seconds allowed
 //!
+//! [[rules]]
+//! name = "backend"            # protect a pool: at most 64 requests in flight, and
+//! key = "global"              # when it runs short, shed the less important first
+//! algorithm = "concurrency"
+//! limit = 64                  # the hard bound (about twice the backend's pool)
+//! reserve = 8                 # critical may use 64, default 56, sheddable 48 (503 when shed)
+//! class = "route"             # where the class is read: header:<name> | route | jwt:<claim>
+//! classes = { critical = ["/book"], sheddable = ["/browse"] }
+//!                             # without classes, the value names the class (critical,
+//!                             # default, sheddable); anything else is default
+//! adaptive = { initial = 20, min = 4 }
+//!                             # the limit follows latency (window_secs, probe_every too);
+//!                             # counted in this instance, whatever the backend
+//!
 //! [admin]                     # the gateway's admin endpoint (absent: none)
 //! listen = "127.0.0.1:9091"   # its own address, never the public one
 //! token_file = "admin.token"  # the bearer token (at least 32 bytes, trimmed), relative
@@ -83,9 +97,9 @@ pub use error::ConfigFileError;
 /// Why an algorithm cannot be served to Envoy, if it cannot.
 pub use load::not_for_envoy;
 pub use model::{
-    AdminConfig, AdminToken, BackendConfig, BackendKind, Cidr, Descriptor, DescriptorEntry,
-    GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec, RlsConfig, RuleConfig,
-    ServerConfig, TlsConfig, TlsIdentity,
+    AdminConfig, AdminToken, BackendConfig, BackendKind, Cidr, ClassSpec, Descriptor,
+    DescriptorEntry, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec, RlsConfig,
+    RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
 };
 /// The certificate and key types of [`TlsIdentity`].
 pub use rustls_pki_types as pki_types;

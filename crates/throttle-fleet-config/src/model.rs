@@ -482,4 +482,20 @@ pub struct RuleConfig {
     pub tiers: Vec<(String, Quota)>,
     /// Decide, count and report, never deny (`shadow`).
     pub shadow: bool,
+    /// How a request's class is read (`class`, `classes`), for a rule with
+    /// a reserve or an adaptive limit.
+    pub class: Option<ClassSpec>,
+}
+
+/// How a rule reads a request's class: a value from the request (`class`,
+/// in the key syntax: `header:<name>`, `route` or `jwt:<claim>`), and the
+/// values that make each class (`classes`; without it, the value must
+/// name the class: `critical`, `default` or `sheddable`). A request whose
+/// value is missing or not listed is of the `default` class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassSpec {
+    /// Where the value is read.
+    pub key: KeySpec,
+    /// Each value as written, and its class.
+    pub values: Vec<(String, throttle_fleet_core::Class)>,
 }

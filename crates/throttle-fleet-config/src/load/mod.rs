@@ -6,6 +6,7 @@
 mod admin;
 mod backend;
 mod rule;
+mod shaping;
 
 pub use rule::not_for_envoy;
 mod secrets;

@@ -154,6 +154,7 @@ impl Loader<'_> {
             }
             rule = rule.penalty(self.penalty(p.get_ref(), p.span())?);
         }
+        rule = self.shaping(raw, rule)?;
         rule.validate().map_err(|e| {
             let penalty = raw.penalty.as_ref();
             let in_penalty = |pick: fn(&file::Penalty) -> Option<Range<usize>>| {
@@ -202,6 +203,18 @@ impl Loader<'_> {
                 "quota.burst" => (
                     "burst",
                     raw.burst.as_ref().map_or(raw.limit.span(), Spanned::span),
+                ),
+                "reserve" => (
+                    "reserve",
+                    raw.reserve.as_ref().map_or(raw.name.span(), Spanned::span),
+                ),
+                "tiers" => (
+                    "tiers",
+                    raw.tiers.as_ref().map_or(raw.name.span(), Spanned::span),
+                ),
+                adaptive if adaptive.starts_with("adaptive") => (
+                    "adaptive",
+                    raw.adaptive.as_ref().map_or(raw.name.span(), Spanned::span),
                 ),
                 _ => ("name", raw.name.span()),
             };
@@ -298,12 +311,14 @@ impl Loader<'_> {
                 tiers.push((key.clone(), q));
             }
         }
+        let class = self.class(raw, &rule, tables)?;
         Ok(RuleConfig {
             rule,
             key,
             routes,
             tiers,
             shadow: raw.shadow,
+            class,
         })
     }
 
@@ -369,7 +384,7 @@ impl Loader<'_> {
 
     /// A duration in seconds, fractions allowed, as whole milliseconds (at
     /// least one; the core checks the upper bounds).
-    fn seconds(&self, field: &str, value: &Spanned<f64>) -> Result<Duration> {
+    pub(super) fn seconds(&self, field: &str, value: &Spanned<f64>) -> Result<Duration> {
         let secs = *value.get_ref();
         // 100 years: past any bound the core sets, and far from overflow.
         if !(0.001..=3.2e9).contains(&secs) {
