@@ -12,8 +12,9 @@
 //! 8. [Envoy: the rate limit services](envoy)
 //! 9. [Metrics and operations](operations)
 //! 10. [Operating on keys: inspect, reset, block](admin)
-//! 11. [Capacity: what each mode costs Redis, and what a check costs](capacity)
-//! 12. [Migrating from tower_governor](migrating)
+//! 11. [Protecting a backend: classes, a reserve, adaptive concurrency](shedding)
+//! 12. [Capacity: what each mode costs Redis, and what a check costs](capacity)
+//! 13. [Migrating from tower_governor](migrating)
 //!
 //! The guide is built with every feature of this crate (docs.rs builds it
 //! so), and `cargo test --all-features` compiles every Rust example in it.
@@ -47,6 +48,9 @@ pub mod operations {}
 
 #[doc = include_str!("../guide/admin.md")]
 pub mod admin {}
+
+#[doc = include_str!("../guide/shedding.md")]
+pub mod shedding {}
 
 #[doc = include_str!("../guide/capacity.md")]
 pub mod capacity {}
