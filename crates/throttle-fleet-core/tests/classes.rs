@@ -142,3 +142,43 @@ fn a_backend_that_would_ignore_the_reserve_is_refused_when_the_rule_is_bound() {
         .bind(Rule::concurrency("backend", 10), &PlainBackend)
         .unwrap();
 }
+
+#[test]
+fn a_reload_keeps_an_unchanged_rule_s_adaptive_limit_and_starts_a_changed_one_afresh() {
+    let clock = ManualClock::new(1_000_000);
+    let backend = MemoryBackend::with_clock(clock.clone());
+    let rule = |initial| {
+        Rule::concurrency("backend", 64).adaptive(
+            Vegas::new()
+                .initial(initial)
+                .window(Duration::from_millis(10)),
+        )
+    };
+    let mut rules = RuleSet::new();
+    let r = rules.bind(rule(4), &backend).unwrap();
+    let d = Demand::new(r, Key::global(), 1);
+    // Requests of 5 ms however many run: the limit grows from 4.
+    for _ in 0..20 {
+        let mut held = Vec::new();
+        loop {
+            let c = check(&rules, d);
+            if c.decision().is_denied() {
+                break;
+            }
+            held.push(c);
+        }
+        clock.advance(Duration::from_millis(5));
+        drop(held);
+    }
+    let learnt = rules.adaptive_limit(r).unwrap();
+    assert!(learnt > 4, "{learnt}");
+
+    let mut same = RuleSet::new();
+    let (i, carried) = same.bind_after(rule(4), &backend, &rules).unwrap();
+    assert_eq!(carried, throttle_fleet_core::rule_set::Carried::Same);
+    assert_eq!(same.adaptive_limit(i), Some(learnt));
+
+    let mut changed = RuleSet::new();
+    let (i, _) = changed.bind_after(rule(6), &backend, &rules).unwrap();
+    assert_eq!(changed.adaptive_limit(i), Some(6));
+}

@@ -313,7 +313,13 @@ impl RuleSet {
                 .and_then(|b| b.escalation.clone())
                 .unwrap_or_else(|| Arc::new(Escalation::new(*p)))
         });
-        let shaping = Shaping::of(&rule, &*limiter)?.map(Arc::new);
+        // An unchanged rule keeps its adaptive limit (what it learnt, and
+        // the requests in flight under it); anything else starts afresh.
+        let shaping =
+            match previous.filter(|b| *b.rule == rule && Arc::ptr_eq(&b.limiter, &limiter)) {
+                Some(b) => b.shaping.clone(),
+                None => Shaping::of(&rule, &*limiter)?.map(Arc::new),
+            };
         let mut rules: Vec<Bound> = self.rules.to_vec();
         rules.push(Bound {
             shaping,
