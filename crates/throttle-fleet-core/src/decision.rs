@@ -139,9 +139,12 @@ struct Figures {
 
 const NO_TIER: u8 = u8::MAX;
 
-/// Allowed, degraded, shadow, shed: the four bits of a decided answer. An
-/// enum rather than a `u8` so that its unused values leave the decision
-/// room for the other two kinds without a tag of their own.
+/// Allowed, degraded, and a third bit that says shadow on an allowed
+/// decision (the figures are a shadow rule's) and shed on a denied one (a
+/// refusal for capacity): a denial never reports a shadow rule's figures,
+/// and an allowed request is never shed. An enum rather than a `u8` so
+/// that its unused values leave the decision room for the other two kinds
+/// without a tag of their own.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Flags {
@@ -153,25 +156,19 @@ enum Flags {
     F5,
     F6,
     F7,
-    F8,
-    F9,
-    F10,
-    F11,
-    F12,
-    F13,
-    F14,
-    F15,
 }
 
 impl Flags {
     const ALLOWED: u8 = 1;
     const DEGRADED: u8 = 2;
-    const SHADOW: u8 = 4;
-    const SHED: u8 = 8;
+    /// [`SHADOW`](Self::SHADOW) when allowed, [`SHED`](Self::SHED) when not.
+    const SHADOW_OR_SHED: u8 = 4;
+    const SHADOW: u8 = Self::SHADOW_OR_SHED;
+    const SHED: u8 = Self::SHADOW_OR_SHED;
 
     #[inline(always)]
     const fn of(bits: u8) -> Self {
-        match bits & 15 {
+        match bits & 7 {
             0 => Self::F0,
             1 => Self::F1,
             2 => Self::F2,
@@ -179,15 +176,7 @@ impl Flags {
             4 => Self::F4,
             5 => Self::F5,
             6 => Self::F6,
-            7 => Self::F7,
-            8 => Self::F8,
-            9 => Self::F9,
-            10 => Self::F10,
-            11 => Self::F11,
-            12 => Self::F12,
-            13 => Self::F13,
-            14 => Self::F14,
-            _ => Self::F15,
+            _ => Self::F7,
         }
     }
 
@@ -264,6 +253,11 @@ impl Decision {
             step.retry_after_us.max(1)
         };
         let rule = u16::try_from(rule).expect("a rule index below limits::MAX_RULES");
+        // Only a denial is shed (see `Flags`).
+        let outcome = &Outcome {
+            shed: outcome.shed && !step.allowed,
+            ..*outcome
+        };
         Self::decided(
             rule,
             NO_TIER,
@@ -308,8 +302,9 @@ impl Decision {
     ) -> Self {
         let bits = ((allowed as u8) * Flags::ALLOWED)
             | ((outcome.degraded as u8) * Flags::DEGRADED)
-            | ((shadow as u8) * Flags::SHADOW)
-            | ((outcome.shed as u8) * Flags::SHED);
+            // (Only a denial is shed, and a denial never speaks for a
+            // shadow rule: the two never meet.)
+            | (((shadow | outcome.shed) as u8) * Flags::SHADOW_OR_SHED);
         Self {
             repr: Repr::Decided(Figures {
                 at_us: outcome.at_us,
@@ -441,7 +436,8 @@ impl Decision {
     /// headers for such a decision).
     #[inline]
     pub fn is_shadow(&self) -> bool {
-        self.figures().is_some_and(|f| f.flags.has(Flags::SHADOW))
+        self.figures()
+            .is_some_and(|f| f.flags.has(Flags::ALLOWED) && f.flags.has(Flags::SHADOW))
     }
 
     /// The shadow rules that would have denied this request (empty almost
@@ -519,10 +515,8 @@ impl fmt::Debug for Decision {
                     d.field("degraded", &true);
                 }
                 if fig.flags.has(Flags::SHADOW) {
-                    d.field("shadow", &true);
-                }
-                if fig.flags.has(Flags::SHED) {
-                    d.field("shed", &true);
+                    let allowed = fig.flags.has(Flags::ALLOWED);
+                    d.field(if allowed { "shadow" } else { "shed" }, &true);
                 }
                 if !fig.shadow_denied.is_empty() {
                     d.field("shadow_denied", &fig.shadow_denied);
@@ -579,6 +573,25 @@ impl Demand {
 mod tests {
     use super::*;
     use crate::algorithm::Step;
+
+    #[test]
+    fn the_bit_shared_by_shadow_and_shed_says_each_only_of_its_own_kind() {
+        let step = |allowed| Step {
+            allowed,
+            ..Step::default()
+        };
+        let shed = |allowed| Outcome {
+            shed: true,
+            ..Outcome::new(step(allowed), 1)
+        };
+        let denied = Decision::from_outcome(0, &shed(false));
+        assert!(denied.is_shed() && !denied.is_shadow());
+        // An allowed request is never shed, and is not shadow for it.
+        let allowed = Decision::from_outcome(0, &shed(true));
+        assert!(!allowed.is_shed() && !allowed.is_shadow());
+        let plain = Decision::from_outcome(0, &Outcome::new(step(false), 1));
+        assert!(!plain.is_shed());
+    }
 
     #[test]
     fn a_decision_is_at_most_32_bytes() {

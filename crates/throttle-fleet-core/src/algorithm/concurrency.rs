@@ -55,6 +55,7 @@ impl Concurrency {
     }
 
     /// The step for `in_flight` after a check that `allowed` or not.
+    #[inline]
     pub fn report(&self, in_flight: u64, allowed: bool) -> Step {
         self.report_under(self.limit, in_flight, allowed)
     }
@@ -62,6 +63,7 @@ impl Concurrency {
     /// The step for `in_flight` after a check under `limit` (a class's
     /// share, an adaptive limit) that `allowed` or not: `remaining` counts
     /// from `limit`.
+    #[inline]
     pub fn report_under(&self, limit: u64, in_flight: u64, allowed: bool) -> Step {
         let wait = if allowed { 0 } else { Self::RETRY_AFTER_US };
         Step {
@@ -81,12 +83,14 @@ impl Meter for Concurrency {
         self.limit
     }
 
+    #[inline]
     fn acquire(&self, st: &mut InFlight, now_us: u64, cost: u64) -> Step {
         self.acquire_under(st, now_us, cost, self.limit)
     }
 
     const TAKES_A_LIMIT: bool = true;
 
+    #[inline]
     fn acquire_under(&self, st: &mut InFlight, _now_us: u64, cost: u64, limit: u64) -> Step {
         let limit = limit.min(self.limit);
         // Saturating: a cost near u64::MAX must be denied, not wrap into a fit.

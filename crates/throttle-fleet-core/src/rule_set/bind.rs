@@ -180,8 +180,15 @@ impl Bound {
     pub(super) fn ask(&self, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
         match &self.shaping {
             None => self.limiter(&d.key).acquire(&d.key, d.cost),
-            Some(s) => s.acquire(&self.rule, &*self.limiter, d, &self.blocks),
+            Some(s) => self.shaped(s, d),
         }
+    }
+
+    // Out of line: the checks of every other rule stay as small as they
+    // were.
+    #[inline(never)]
+    fn shaped(&self, s: &Arc<Shaping>, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
+        s.acquire(&self.rule, &*self.limiter, d, &self.blocks)
     }
 
     /// `key`'s tier under this rule, as a decision records it.
