@@ -54,27 +54,6 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
-free_ports() { # $1 distinct free TCP ports on 127.0.0.1 (held open together while chosen), never 6379
-    python3 - "$1" <<'PY'
-import socket, sys
-held = []
-while len(held) < int(sys.argv[1]):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    if s.getsockname()[1] != 6379:
-        held.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in held))
-PY
-}
-wait_port() { # up to 30 s until 127.0.0.1:$1 accepts, while process $2 lives
-    for _ in $(seq 300); do
-        kill -0 "$2" 2>/dev/null || return 1
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
 REDIS_PORT=$(free_ports 1)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
     --daemonize no >"$WORK/redis.log" 2>&1 &

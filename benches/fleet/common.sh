@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # What the fleet benches' run.sh scripts share (sourced, not run): the
-# tools they need and building the example they start copies of. Expects
+# tools they need, free ports, waiting for a server to listen, and building
+# the example they start copies of. Expects
 # `say` and `die` from the script that sources it.
 
 # redis-server, redis-cli and python3 3.11 or later.
@@ -10,6 +11,32 @@ need_tools() {
     command -v python3 >/dev/null 2>&1 || die "needs python3 (3.11 or later)"
     python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' ||
         die "needs python3 3.11 or later (found $(python3 --version 2>&1))"
+}
+
+# $1 distinct free TCP ports on 127.0.0.1 (held open together while
+# chosen, so never the same twice), never 6379. Needs python3.
+free_ports() {
+    python3 - "$1" <<'PY'
+import socket, sys
+held = []
+while len(held) < int(sys.argv[1]):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    if s.getsockname()[1] != 6379:
+        held.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in held))
+PY
+}
+
+# Waits up to 30 s until 127.0.0.1:$1 accepts connections, while process
+# $2 lives; fails if it dies or the time runs out.
+wait_port() {
+    for _ in $(seq 300); do
+        kill -0 "$2" 2>/dev/null || return 1
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
 }
 
 # Sets BIN to example $1's executable: the prebuilt one named by the
