@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The flash-crowd benchmark: six policies in front of a backend whose
+# capacity is a pool of 16 connections, the same open-loop traffic for
+# each (a ticket sale: twentyfold in three seconds, 70% bots), then a
+# short scenario in which the backend slows down threefold and recovers,
+# to watch the recommended policy's adaptive limit. Prints one markdown
+# table, the answers' counts, the goals check and an ASCII plot; with
+# CHECK=1 the exit code says whether the recommended policy met every goal.
+#
+# Usage (from anywhere in the workspace):
+#
+#   benches/flash-crowd/run.sh                   # full: ~16 s a policy, 40 s step scenario, ~3 min with the build
+#   QUICK=1 CHECK=1 benches/flash-crowd/run.sh   # 6 s a policy, 20 s step scenario (CI)
+#
+# Settings: POLICIES (default all six, in the table's order), STEP_POLICY
+# (the policy of the step scenario; default rate+adaptive+reserve), QUICK,
+# CHECK, SEED (the traffic's; default 1), FLASH_CROWD_BIN (a prebuilt
+# flash_crowd example), RELEASE (0: the debug build), KEEP_LOGS (1: keep
+# the servers' logs and the drivers' JSON; the folder is printed).
+# CARGO_TARGET_DIR is honoured by the build. Only loopback: each server
+# on a free port of 127.0.0.1, the clients on addresses of 127.0.0.0/8.
+# Everything started here is stopped on exit, Ctrl-C or kill.
+
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+
+POLICIES=${POLICIES:-none rate rate+fixed rate+adaptive+reserve tower-cl+shed tower-acc}
+STEP_POLICY=${STEP_POLICY:-rate+adaptive+reserve}
+QUICK=${QUICK:-0}
+CHECK=${CHECK:-0}
+SEED=${SEED:-1}
+KEEP_LOGS=${KEEP_LOGS:-0}
+
+say() { printf '%s\n' "$*" >&2; }
+die() { say "flash-crowd: $*"; exit 2; }
+# shellcheck source=benches/fleet/common.sh
+. benches/fleet/common.sh
+command -v python3 >/dev/null 2>&1 || die "needs python3 (to find free ports)"
+[[ $SEED =~ ^[0-9]+$ ]] || die "SEED=$SEED: a whole number"
+build_example flash_crowd FLASH_CROWD_BIN
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/flash-crowd.XXXXXX")
+PIDS=()
+# shellcheck disable=SC2317
+cleanup() {
+    trap - EXIT INT TERM HUP
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if [ "$KEEP_LOGS" = 1 ]; then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+quick=()
+[ "$QUICK" = 1 ] && quick=(--quick)
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+
+# Runs scenario $2 against a fresh server under policy $1, writing the
+# driver's JSON to $3 (or a note that the policy is not in this build).
+run_one() {
+    local policy=$1 scenario=$2 out=$3 port pid status
+    port=$(free_ports 1)
+    "$BIN" serve --policy "$policy" --port "$port" >"$WORK/$scenario-$policy.log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    if ! wait_port "$port" "$pid"; then
+        status=0
+        wait "$pid" 2>/dev/null || status=$?
+        if [ "$status" = 3 ]; then
+            say "$policy: not in this build ($(tail -n 1 "$WORK/$scenario-$policy.log"))"
+            python3 -c 'import json, sys; print(json.dumps({"policy": sys.argv[1], "scenario": sys.argv[2], "skipped": sys.argv[3]}))' \
+                "$policy" "$scenario" "$(tail -n 1 "$WORK/$scenario-$policy.log")" >"$out"
+            return 0
+        fi
+        cat "$WORK/$scenario-$policy.log" >&2
+        die "the $policy server did not start"
+    fi
+    say "$scenario: $policy"
+    "$BIN" drive --scenario "$scenario" --policy "$policy" --port "$port" --seed "$SEED" \
+        --server-pid "$pid" --clk-tck "$CLK_TCK" --out "$out" "${quick[@]}" ||
+        die "the driver failed against $policy"
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+started=$(date +%s)
+results=()
+for policy in $POLICIES; do
+    run_one "$policy" flash "$WORK/flash-$policy.json"
+    results+=("$WORK/flash-$policy.json")
+done
+run_one "$STEP_POLICY" step "$WORK/step.json"
+results+=("$WORK/step.json")
+say "ran in $(($(date +%s) - started)) s"
+
+report=(report)
+[ "$CHECK" = 1 ] && report+=(--check)
+"$BIN" "${report[@]}" "${results[@]}"
