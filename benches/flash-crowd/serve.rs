@@ -25,7 +25,8 @@ use throttle_fleet_axum::key::{Extracted, Global, Jwt, UserAgentHash};
 use throttle_fleet_axum::{
     ClientIp, KeyExtractor, Limit, MissingKey, Policy, Quota, RequestHead, Rule, ThrottleLayer,
 };
-use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_core::adaptive::Vegas;
+use throttle_fleet_core::{Class, MemoryBackend};
 use tokio::sync::Semaphore;
 use tower::{BoxError, ServiceBuilder};
 
@@ -260,9 +261,10 @@ fn limited(policy: &str, backend: Arc<Backend>) -> Result<(Router, LimitFn), Str
         "tower-acc" => {
             let seen = Arc::new(AtomicU64::new(0));
             let algorithm = Observed {
-                inner: tower_acc::Gradient2::builder()
+                // Its README's quick start and usage; the initial limit is
+                // its default, the ceiling ours.
+                inner: tower_acc::Vegas::builder()
                     .initial_limit(20)
-                    .min_limit(1)
                     .max_limit(ADAPTIVE_MAX as usize)
                     .build(),
                 seen: seen.clone(),
@@ -292,14 +294,28 @@ fn limited(policy: &str, backend: Arc<Backend>) -> Result<(Router, LimitFn), Str
 }
 
 /// Policy 4: the rate rules, then an adaptive concurrency rule whose
-/// reserve keeps slots for `/book`. Waits for the core's classes and
-/// adaptive limits.
-fn adaptive(_routes: Router) -> Result<(Router, LimitFn), String> {
-    Err(STUB.to_owned())
+/// reserve keeps slots for `/book` (critical) over `/browse` (sheddable).
+fn adaptive(routes: Router) -> Result<(Router, LimitFn), String> {
+    let backend = Limit::new(
+        Rule::concurrency("backend", ADAPTIVE_MAX)
+            .reserve(ADAPTIVE_RESERVE)
+            .adaptive(Vegas::new()),
+        Global,
+    )
+    .class_by(|req: &RequestHead<'_>| {
+        if req.uri.path() == "/book" {
+            Class::Critical
+        } else {
+            Class::Sheddable
+        }
+    });
+    let layer = ThrottleLayer::new(rate_policy().limit(backend), MemoryBackend::default())
+        .map_err(|e| e.to_string())?;
+    let rules = layer.clone();
+    let index = rules.rules().index_of("backend").ok_or("no backend rule")?;
+    let read: LimitFn = Arc::new(move || rules.rules().adaptive_limit(index));
+    Ok((routes.layer(layer), read))
 }
-
-/// What `serve` says, and exits with 3, for a policy this build cannot run.
-pub(crate) const STUB: &str = "policy rate+adaptive+reserve needs the core's classes and adaptive limits, not on this branch yet";
 
 /// tower-acc's algorithm, its current limit copied out after each update
 /// (tower-acc keeps it private).
@@ -338,14 +354,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let backend = Arc::new(Backend::new());
-        let (limited, limit) = match limited(policy, backend.clone()) {
-            Ok(found) => found,
-            Err(e) if e == STUB => {
-                eprintln!("flash_crowd serve: {e}");
-                return Ok(ExitCode::from(3));
-            }
-            Err(e) => return Err(e),
-        };
+        let (limited, limit) = limited(policy, backend.clone())?;
         let sampler = backend.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_millis(10));
