@@ -295,20 +295,44 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Runs `arrivals` from a moment from now, with CPU use measured
-    /// around them; also returns when they started.
-    async fn timed(&self, arrivals: &[Arrival]) -> (Vec<Outcome>, Instant, Value) {
-        let start = Instant::now() + Duration::from_millis(200);
+    /// Runs `arrivals` from `start` on, with CPU use measured around
+    /// them and the server's `/_limit` read every 100 ms for `length`.
+    async fn timed(
+        &self,
+        arrivals: &[Arrival],
+        start: Instant,
+        length: Duration,
+    ) -> Result<(Vec<Outcome>, Value, Vec<Value>), String> {
         let me = std::process::id();
         let (server0, driver0, t0) = (cpu_ticks(self.server_pid), cpu_ticks(me), Instant::now());
-        let outcomes = run(self.senders, self.port, arrivals, start).await;
+        let traffic = run(self.senders, self.port, arrivals, start);
+        let (outcomes, samples) = tokio::join!(traffic, self.samples(start, length));
         let wall = t0.elapsed();
         let cpu = json!({
             "server": cpu_percent(server0, cpu_ticks(self.server_pid), wall, self.clk_tck),
             "driver": cpu_percent(driver0, cpu_ticks(me), wall, self.clk_tck),
             "wall_s": round1(wall.as_secs_f64()),
         });
-        (outcomes, start, cpu)
+        Ok((outcomes, cpu, samples?))
+    }
+
+    /// The server's adaptive limit and the pool's mean use and queue, every
+    /// 100 ms from `start` for `length`.
+    async fn samples(&self, start: Instant, length: Duration) -> Result<Vec<Value>, String> {
+        let mut out = Vec::new();
+        let mut every = tokio::time::interval_at(start, Duration::from_millis(100));
+        // Forgets what the pool did before the start.
+        get_json(self.control, self.port, "/_limit").await?;
+        while start.elapsed() < length {
+            every.tick().await;
+            let v = get_json(self.control, self.port, "/_limit").await?;
+            out.push(json!({
+                "t": (start.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+                "limit": v["limit"], "in_use": v["in_use"], "queue": v["queue"],
+                "service_ms": v["service_ms"],
+            }));
+        }
+        Ok(out)
     }
 }
 
@@ -319,7 +343,8 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
         Phases::FULL
     };
     let arrivals = ctx.population.flash_crowd(phases, ctx.seed);
-    let (outcomes, _, cpu) = ctx.timed(&arrivals).await;
+    let start = Instant::now() + Duration::from_millis(200);
+    let (outcomes, cpu, samples) = ctx.timed(&arrivals, start, phases.total()).await?;
     let server = get_json(ctx.control, ctx.port, "/_stats").await?;
 
     let bot = |a: &Arrival| ctx.population.identities[a.client as usize].bot;
@@ -346,7 +371,14 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
     let critical_loaded = latencies(&pick(&|a| !bot(a) && a.book && phases.of(a.at) > 0));
     let critical_unloaded = latencies(&pick(&|a| !bot(a) && a.book && phases.of(a.at) == 0));
     let genuine_loaded = latencies(&pick(&|a| !bot(a) && phases.of(a.at) > 0));
-    let genuine_peak = pick(&|a| !bot(a) && phases.of(a.at) == 2);
+    // Genuine requests answered 200 while the peak lasted, whenever they
+    // arrived: what the backend delivered per second.
+    let peak = (phases.base + phases.ramp)..phases.total();
+    let goodput = arrivals
+        .iter()
+        .zip(&outcomes)
+        .filter(|(a, o)| !bot(a) && o.status == 200 && peak.contains(&(a.at + o.latency)))
+        .count();
     let bots = pick(&|a| bot(a));
     Ok(json!({
         "phases_s": [phases.base.as_secs_f64(), phases.ramp.as_secs_f64(), phases.hold.as_secs_f64()],
@@ -355,7 +387,7 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
         "critical": { "sent": critical.len(), "served": served(&critical),
                       "p50_ms": quantile_ms(&critical_loaded, 0.5), "p99_ms": quantile_ms(&critical_loaded, 0.99),
                       "unloaded_p99_ms": quantile_ms(&critical_unloaded, 0.99) },
-        "goodput": served(&genuine_peak) as f64 / phases.hold.as_secs_f64(),
+        "goodput": goodput as f64 / phases.hold.as_secs_f64(),
         "bots": { "sent": bots.len(), "answered_200": served(&bots) },
         "status": statuses(&outcomes),
         "driver_lag": lag(&outcomes),
@@ -364,6 +396,7 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
         "status_bots": statuses(&bots),
         "server": server,
         "cpu": cpu,
+        "samples": samples,
     }))
 }
 
@@ -385,25 +418,9 @@ async fn step(ctx: &Ctx<'_>) -> Result<Value, String> {
         }
         Ok::<_, String>(())
     };
-    let samples = async {
-        let mut out = Vec::new();
-        let mut every = tokio::time::interval_at(start, Duration::from_millis(100));
-        get_json(ctx.control, ctx.port, "/_limit").await?;
-        while start.elapsed() < total {
-            every.tick().await;
-            let v = get_json(ctx.control, ctx.port, "/_limit").await?;
-            out.push(json!({
-                "t": (start.elapsed().as_secs_f64() * 100.0).round() / 100.0,
-                "limit": v["limit"], "in_use": v["in_use"], "queue": v["queue"],
-                "service_ms": v["service_ms"],
-            }));
-        }
-        Ok::<_, String>(out)
-    };
-    let traffic = run(ctx.senders, ctx.port, &arrivals, start);
-    let (outcomes, steps, samples) = tokio::join!(traffic, steps, samples);
+    let (timed, steps) = tokio::join!(ctx.timed(&arrivals, start, total), steps);
     steps?;
-    let samples = samples?;
+    let (outcomes, cpu, samples) = timed?;
     let critical: Vec<Outcome> = arrivals
         .iter()
         .zip(&outcomes)
@@ -418,6 +435,7 @@ async fn step(ctx: &Ctx<'_>) -> Result<Value, String> {
         "driver_lag": lag(&outcomes),
         "status_critical": statuses(&critical),
         "samples": samples,
+        "cpu": cpu,
         "server": get_json(ctx.control, ctx.port, "/_stats").await?,
     }))
 }

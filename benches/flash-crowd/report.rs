@@ -69,14 +69,11 @@ impl Row {
 pub(crate) fn main(args: &[String]) -> Result<ExitCode, String> {
     let opts = Options::parse(args, &["--check"])?;
     let mut flash = Vec::new();
-    let mut skipped = Vec::new();
     let mut step = None;
     for file in opts.positional() {
         let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
         let v: Value = serde_json::from_str(&text).map_err(|e| format!("{file}: {e}"))?;
-        if v.get("skipped").is_some() {
-            skipped.push(v);
-        } else if v["scenario"] == "step" {
+        if v["scenario"] == "step" {
             step = Some(v);
         } else {
             flash.push(v);
@@ -95,14 +92,8 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode, String> {
         header(&mut out, first);
     }
     table(&mut out, &rows, &flash);
-    for s in &skipped {
-        let _ = writeln!(
-            out,
-            "\n`{}` did not run: {}",
-            s["policy"].as_str().unwrap_or("?"),
-            s["skipped"].as_str().unwrap_or("?")
-        );
-    }
+    lateness(&mut out, flash.iter().chain(&step));
+    limits(&mut out, &flash);
     let met = goals(&mut out, &rows);
     if let Some(step) = &step {
         plot(&mut out, step);
@@ -123,9 +114,9 @@ fn header(out: &mut String, first: &Value) {
          Backend: {POOL} permits x {} ms (640 req/s), waiters unbounded; client timeout {} s.\n\
          Rules: `user` token bucket {}/s burst {} per JWT `sub`; `anon` token bucket {}/s burst {} per /{ANON_PREFIX} + \
          User-Agent hash (requests without a valid token); `rate+fixed` adds `backend` concurrency {FIXED} (Global); \
-         `rate+adaptive+reserve` adds `backend` concurrency {ADAPTIVE_MAX}, reserve {ADAPTIVE_RESERVE}, adaptive (Gradient2), \
+         `rate+adaptive+reserve` adds `backend` concurrency {ADAPTIVE_MAX}, reserve {ADAPTIVE_RESERVE}, adaptive (Vegas, defaults), \
          `/book` critical, `/browse` sheddable; `tower-cl+shed` is ConcurrencyLimit({POOL}) + LoadShed; \
-         `tower-acc` is Gradient2 (initial 20, min 1, max {ADAPTIVE_MAX}) behind Buffer({ACC_BUFFER}) + LoadShed.\n",
+         `tower-acc` is its Vegas (initial 20, max {ADAPTIVE_MAX}) behind Buffer({ACC_BUFFER}) + LoadShed.\n",
         if first["quick"] == true {
             " (QUICK)"
         } else {
@@ -184,6 +175,82 @@ fn table(out: &mut String, rows: &[Row], flash: &[Value]) {
             cell("503"),
             cell("timeout"),
             cell("other"),
+        );
+    }
+}
+
+/// How late the driver sent requests: the figures measure the policies
+/// only where it kept to its schedule, so the runs in which it did not
+/// are named.
+fn lateness<'a>(out: &mut String, runs: impl Iterator<Item = &'a Value>) {
+    let mut worst = (0.0f64, 0.0f64);
+    let mut late = Vec::new();
+    for v in runs {
+        let (p99, max) = (f(&v["driver_lag"]["p99_ms"]), f(&v["driver_lag"]["max_ms"]));
+        worst = (worst.0.max(p99), worst.1.max(max));
+        if p99 > LATE_MS {
+            late.push(format!(
+                "`{}` {} (p99 {p99:.1} ms)",
+                v["policy"].as_str().unwrap_or("?"),
+                v["scenario"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nThe driver's lateness (planned time to sending), worst run: p99 {:.1} ms, most {:.1} ms.{}",
+        worst.0,
+        worst.1,
+        if late.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Behind its schedule (p99 over {LATE_MS} ms), so partly measuring the driver: {} (build in release, or lighten the machine).",
+                late.join(", ")
+            )
+        }
+    );
+}
+
+/// The driver's p99 lateness past which a run does not count.
+const LATE_MS: f64 = 10.0;
+
+/// The adaptive policies' limits while the crowd was at its peak, from
+/// the driver's reads of `/_limit` every 100 ms.
+fn limits(out: &mut String, flash: &[Value]) {
+    let mut lines = Vec::new();
+    for v in flash {
+        let peak_from = f(&v["phases_s"][0]) + f(&v["phases_s"][1]);
+        let samples = v["samples"].as_array().map_or(&[][..], |s| s.as_slice());
+        let mut limit: Vec<f64> = samples
+            .iter()
+            .filter(|s| f(&s["t"]) >= peak_from)
+            .filter_map(|s| s["limit"].as_f64())
+            .collect();
+        if limit.is_empty() {
+            continue;
+        }
+        limit.sort_by(f64::total_cmp);
+        let queue = samples.iter().map(|s| f(&s["queue"])).fold(0.0, f64::max);
+        let ramp_from = f(&v["phases_s"][0]);
+        let at_ramp = samples
+            .iter()
+            .find(|s| f(&s["t"]) >= ramp_from)
+            .map_or(Value::Null, |s| s["limit"].clone());
+        lines.push(format!(
+            "`{}`: {at_ramp} when the ramp began; at the peak median {:.0}, from {:.0} to {:.0}; \
+             the queue's highest 100 ms mean {queue:.1}",
+            v["policy"].as_str().unwrap_or("?"),
+            limit[limit.len() / 2],
+            limit[0],
+            limit[limit.len() - 1],
+        ));
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nAdaptive limits (read every 100 ms): {}.",
+            lines.join("; ")
         );
     }
 }
@@ -342,19 +409,35 @@ fn plot(out: &mut String, step: &Value) {
 }
 
 /// For each phase: the limit it settled at (the mean of its last 3 s) and
-/// how long after the phase began the limit stayed within a band of it.
+/// how long after the phase began the limit's 1 s median stayed within a
+/// band of it. The median leaves out the probes (one 100 ms window at half
+/// the limit every 2.5 to 5 s), which are the algorithm's by design.
 fn settling(out: &mut String, samples: &[Value], steps: &[f64], length: f64) {
+    let all: Vec<(f64, f64)> = samples
+        .iter()
+        .filter_map(|s| Some((f(&s["t"]), s["limit"].as_f64()?)))
+        .collect();
+    let median: Vec<(f64, f64)> = (0..all.len())
+        .map(|i| {
+            let mut w: Vec<f64> = all[i.saturating_sub(5)..(i + 6).min(all.len())]
+                .iter()
+                .map(|(_, l)| *l)
+                .collect();
+            w.sort_by(f64::total_cmp);
+            (all[i].0, w[w.len() / 2])
+        })
+        .collect();
     let mut parts = Vec::new();
     for (i, &from) in steps.iter().enumerate() {
         let to = steps.get(i + 1).copied().unwrap_or(length);
-        let phase: Vec<(f64, f64)> = samples
+        let phase: Vec<(f64, f64)> = median
             .iter()
-            .filter_map(|s| Some((f(&s["t"]), s["limit"].as_f64()?)))
+            .copied()
             .filter(|(t, _)| *t >= from && *t < to)
             .collect();
-        let tail: Vec<f64> = phase
+        let tail: Vec<f64> = all
             .iter()
-            .filter(|(t, _)| *t >= to - 3.0)
+            .filter(|(t, _)| *t >= to - 3.0 && *t < to)
             .map(|(_, l)| *l)
             .collect();
         if tail.is_empty() {
@@ -375,6 +458,10 @@ fn settling(out: &mut String, samples: &[Value], steps: &[f64], length: f64) {
     if parts.is_empty() {
         out.push_str("No adaptive limit was read.\n");
     } else {
-        let _ = writeln!(out, "Settling: {}.", parts.join("; "));
+        let _ = writeln!(
+            out,
+            "Settling (the limit's 1 s median within the band): {}.",
+            parts.join("; ")
+        );
     }
 }
