@@ -386,7 +386,9 @@ fn plot(out: &mut String, step: &Value) {
             .join(", "),
     );
     for (i, line) in grid.iter().enumerate().rev() {
-        let label = if i == HEIGHT - 1 || i == 0 || i == pool_row {
+        let label = if i == pool_row {
+            format!("{POOL:>4}")
+        } else if i == HEIGHT - 1 || i == 0 {
             format!("{:>4.0}", i as f64 / (HEIGHT - 1) as f64 * top)
         } else {
             "    ".into()
