@@ -5,7 +5,9 @@
 # short scenario in which the backend slows down threefold and recovers,
 # to watch the recommended policy's adaptive limit. Prints one markdown
 # table, the answers' counts, the goals check and an ASCII plot; with
-# CHECK=1 the exit code says whether the recommended policy met every goal.
+# CHECK=1 the exit code says whether the recommended policy met every goal
+# (1: a goal missed; 3: missed while the driver fell behind its schedule,
+# inconclusive: a debug build on a busy machine).
 #
 # Usage (from anywhere in the workspace):
 #
