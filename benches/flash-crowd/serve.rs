@@ -41,8 +41,12 @@ pub(crate) const ANON_PREFIX: u8 = 24;
 /// The fixed concurrency rule's slots, and tower's `ConcurrencyLimit`'s:
 /// the pool's size, which an operator of a fixed limit must know.
 pub(crate) const FIXED: u64 = POOL as u64;
-/// The adaptive rule's ceiling and its reserve per class step.
-pub(crate) const ADAPTIVE_MAX: u64 = 64;
+/// The adaptive rule's ceiling (tower-acc's too) and its reserve per class
+/// step. The ceiling is twice the pool, as the guide's chapter on
+/// protecting a backend advises: the backend's queue then stays under its
+/// pool whatever the algorithm does. (At 64, four times the pool, the
+/// queue reached 27 to 32 in three runs: see BENCHMARKS.md.)
+pub(crate) const ADAPTIVE_MAX: u64 = 2 * POOL as u64;
 pub(crate) const ADAPTIVE_RESERVE: u64 = 8;
 /// Requests tower-acc's `Buffer` holds in front of its limit (its hyper
 /// example's size) before `LoadShed` refuses.
