@@ -39,20 +39,7 @@ need_tools
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS=$ROUNDS: a positive whole number"
 build_example gateway GATEWAY_BIN
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/admin-fleet.XXXXXX")
-PIDS=()
-# shellcheck disable=SC2317
-cleanup() {
-    trap - EXIT INT TERM HUP
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    if [ "$KEEP_LOGS" = 1 ]; then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+scratch_run admin-fleet
 
 REDIS_PORT=$(free_ports 1)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \

@@ -42,20 +42,7 @@ command -v python3 >/dev/null 2>&1 || die "needs python3 (to find free ports)"
 [[ $SEED =~ ^[0-9]+$ ]] || die "SEED=$SEED: a whole number"
 build_example flash_crowd FLASH_CROWD_BIN
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/flash-crowd.XXXXXX")
-PIDS=()
-# shellcheck disable=SC2317
-cleanup() {
-    trap - EXIT INT TERM HUP
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    if [ "$KEEP_LOGS" = 1 ]; then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+scratch_run flash-crowd
 
 quick=()
 [ "$QUICK" = 1 ] && quick=(--quick)

@@ -39,6 +39,27 @@ wait_port() {
     return 1
 }
 
+# A run's scratch directory, WORK (named after $1; kept on exit with
+# KEEP_LOGS=1, removed otherwise), and PIDS, the processes the run starts:
+# every one is stopped on exit, Ctrl-C or kill. The caller defines say.
+scratch_run() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    PIDS=()
+    trap stop_run EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 129' HUP
+}
+
+# shellcheck disable=SC2317
+stop_run() {
+    trap - EXIT INT TERM HUP
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if [ "${KEEP_LOGS:-0}" = 1 ]; then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
+}
+
 # Sets BIN to example $1's executable: the prebuilt one named by the
 # variable $2 if set, else built (release unless RELEASE=0).
 build_example() {

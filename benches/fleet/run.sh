@@ -100,14 +100,6 @@ free_port() { # a free TCP port on 127.0.0.1, never 6379
     done
     echo "$port"
 }
-wait_port() { # wait (up to 30 s) until 127.0.0.1:$1 accepts, while process $2 lives
-    for _ in $(seq 300); do
-        kill -0 "$2" 2>/dev/null || return 1
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 # --- redis --------------------------------------------------------------------
 REDIS_PORT=$(free_port)

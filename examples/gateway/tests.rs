@@ -205,23 +205,7 @@ limit = 1
 async fn slow_holds_its_concurrency_slot_until_it_answers_or_its_client_leaves() {
     use throttle_fleet_test_support::http;
     let config = GatewayConfig::parse("gateway.toml", GATEWAY_SLOW, None).unwrap();
-    let layer = throttle_fleet_axum::from_config::layer(
-        &config,
-        "gateway.toml",
-        throttle_fleet_axum::MemoryBackend::default(),
-    )
-    .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_stop_tx, stop) = watch::channel(false);
-    tokio::spawn(crate::server::serve(
-        listener,
-        crate::app(layer),
-        throttle_fleet_axum::from_config::connections(&config).unwrap(),
-        None,
-        stop,
-        Duration::from_secs(1),
-    ));
+    let (addr, _stop_tx) = serve_plain(&config).await;
     for bad in ["/slow", "/slow?ms=abc", "/slow?ms=10001"] {
         let reply = http::get(addr, bad).await;
         let text = String::from_utf8_lossy(&reply.body);
@@ -231,16 +215,7 @@ async fn slow_holds_its_concurrency_slot_until_it_answers_or_its_client_leaves()
     assert_eq!(http::get(addr, "/slow?ms=0").await.status, 200);
     // A request that would sleep 10 s holds the one slot...
     let held = tokio::spawn(async move { http::get(addr, "/slow?ms=10000").await });
-    let reply = guard(async {
-        loop {
-            // (until the held request has been admitted)
-            let reply = http::get(addr, "/slow?ms=0").await;
-            if reply.status != 200 {
-                return reply;
-            }
-        }
-    })
-    .await;
+    let reply = first_refusal(addr).await;
     let text = String::from_utf8_lossy(&reply.body);
     assert_eq!(reply.status, 429, "{text}");
     assert_eq!(reply.header("retry-after"), Some("1"));
@@ -278,35 +253,10 @@ classes = { critical = ["/checkout"], sheddable = ["/slow"] }
 async fn the_file_s_classes_reach_the_reserve_and_a_shed_request_gets_503() {
     use throttle_fleet_test_support::http;
     let config = GatewayConfig::parse("gateway.toml", GATEWAY_RESERVE, None).unwrap();
-    let layer = throttle_fleet_axum::from_config::layer(
-        &config,
-        "gateway.toml",
-        throttle_fleet_axum::MemoryBackend::default(),
-    )
-    .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_stop_tx, stop) = watch::channel(false);
-    tokio::spawn(crate::server::serve(
-        listener,
-        crate::app(layer),
-        throttle_fleet_axum::from_config::connections(&config).unwrap(),
-        None,
-        stop,
-        Duration::from_secs(1),
-    ));
+    let (addr, _stop_tx) = serve_plain(&config).await;
     // A sheddable request holds the one slot its class may use...
     let held = tokio::spawn(async move { http::get(addr, "/slow?ms=10000").await });
-    let reply = guard(async {
-        loop {
-            // (until the held request has been admitted)
-            let reply = http::get(addr, "/slow?ms=0").await;
-            if reply.status != 200 {
-                return reply;
-            }
-        }
-    })
-    .await;
+    let reply = first_refusal(addr).await;
     let text = String::from_utf8_lossy(&reply.body);
     assert_eq!(reply.status, 503, "{text}");
     assert_eq!(reply.header("retry-after"), Some("1"));
@@ -320,6 +270,43 @@ async fn the_file_s_classes_reach_the_reserve_and_a_shed_request_gets_503() {
         String::from_utf8_lossy(&reply.body)
     );
     held.abort();
+}
+
+/// The gateway serving `config` over plain HTTP on a free port, on the
+/// memory backend; it stops when the returned sender is dropped.
+async fn serve_plain(config: &GatewayConfig) -> (SocketAddr, watch::Sender<bool>) {
+    let layer = throttle_fleet_axum::from_config::layer(
+        config,
+        "gateway.toml",
+        throttle_fleet_axum::MemoryBackend::default(),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(crate::server::serve(
+        listener,
+        crate::app(layer),
+        throttle_fleet_axum::from_config::connections(config).unwrap(),
+        None,
+        stop,
+        Duration::from_secs(1),
+    ));
+    (addr, stop_tx)
+}
+
+/// The first answer to `GET /slow?ms=0` that is not a 200: asked until a
+/// request held on another connection has been admitted.
+async fn first_refusal(addr: SocketAddr) -> throttle_fleet_test_support::http::Reply {
+    guard(async {
+        loop {
+            let reply = throttle_fleet_test_support::http::get(addr, "/slow?ms=0").await;
+            if reply.status != 200 {
+                return reply;
+            }
+        }
+    })
+    .await
 }
 
 /// `wait`, or a failure if it has not happened within 10 s (a hang guard,
