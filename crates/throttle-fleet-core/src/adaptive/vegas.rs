@@ -43,11 +43,12 @@ use crate::ConfigError;
 /// | `queue > 6·log` | `limit − log` |
 /// | otherwise | unchanged |
 ///
-/// bounded by [`min`](Self::min) and the rule's `n`. A backend with a
-/// pool of `p` connections settles near `p + 3·log` to `p + 6·log` in
-/// flight: a few requests queued, never the crowd. The rule's `n` is the
-/// hard bound: twice the pool keeps the queue under the pool whatever the
-/// algorithm does.
+/// bounded by [`min`](Self::min) and the rule's `n`. In a simulation a
+/// backend with a pool of `p` connections settles near `p + 3·log` to
+/// `p + 6·log` in flight; against a real server under overload it settled
+/// near `2p` (a probe drains the backend's queue only while the limit is
+/// at most twice the pool). The rule's `n` is the hard bound: twice the
+/// pool keeps the queue under the pool whatever the algorithm does.
 ///
 /// ```
 /// use std::time::Duration;
