@@ -39,6 +39,7 @@ async fn a_denial_flood_costs_one_call_per_instance_and_retry_period() {
         let limiter = backend.limiter(&rule).unwrap();
         fleet.push((backend, limiter));
     }
+    server.first_reads(4);
     server.cli(&["CONFIG", "RESETSTAT"]);
     let key = Key::new("203.0.113.9");
     // 1,000 requests per second for 10 s, round-robin over the four.
