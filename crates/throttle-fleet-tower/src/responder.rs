@@ -208,22 +208,33 @@ impl HttpResponder {
     }
 }
 
-/// `{"error":..,"message":..,"dimension":..}` plus an optional retry field,
-/// the message given in pieces. Every string written is either fixed or a
-/// validated rule name, so no escaping is needed. One allocation of exactly
-/// the body's size (a `Vec` whose length is its capacity becomes `Bytes`
-/// without a second one).
-fn json_body(error: &str, message: &[&str], retry_after: Option<u64>, dimension: &str) -> Bytes {
+/// `{"error":..,"message":..,"dimension":..}` plus an optional problem
+/// type (`"type":..`, after the error) and retry field, the message given
+/// in pieces. Every string written is either fixed or a validated rule
+/// name, so no escaping is needed. One allocation of exactly the body's
+/// size (a `Vec` whose length is its capacity becomes `Bytes` without a
+/// second one).
+fn json_body(
+    (error, problem): (&str, Option<&str>),
+    message: &[&str],
+    retry_after: Option<u64>,
+    dimension: &str,
+) -> Bytes {
     let mut buf = itoa::Buffer::new();
     let retry = retry_after.map(|secs| buf.format(secs));
     let len = JSON_PARTS_LEN
         + error.len()
+        + problem.map_or(0, |p| TYPE_FIELD.len() + p.len())
         + message.iter().map(|p| p.len()).sum::<usize>()
         + retry.map_or(0, |r| RETRY_FIELD.len() + r.len())
         + dimension.len();
     let mut body = Vec::with_capacity(len);
     body.extend_from_slice(b"{\"error\":\"");
     body.extend_from_slice(error.as_bytes());
+    if let Some(problem) = problem {
+        body.extend_from_slice(TYPE_FIELD.as_bytes());
+        body.extend_from_slice(problem.as_bytes());
+    }
     body.extend_from_slice(b"\",\"message\":\"");
     for part in message {
         body.extend_from_slice(part.as_bytes());
@@ -240,13 +251,53 @@ fn json_body(error: &str, message: &[&str], retry_after: Option<u64>, dimension:
     Bytes::from(body)
 }
 
-/// The body of a `429`: the same for every denial with the same wait under
-/// the same rule, so the last few are kept per thread and shared (a denial
-/// flood then allocates no body).
-fn limited_body(secs: u64, rule: &str) -> Bytes {
-    LIMITED_BODIES.with(|cache| {
+/// A refusal whose body is a function of the wait and the rule's name
+/// only, so that its last few bodies are kept per thread and shared.
+#[derive(Clone, Copy)]
+enum Refusal {
+    /// A `429`: the key is over its limit.
+    Limited,
+    /// A `503`: shed for capacity (the class's share of a concurrency
+    /// rule is full).
+    Shed,
+}
+
+impl Refusal {
+    /// The body's error code and problem type, and its message around the
+    /// wait.
+    const fn text(
+        self,
+    ) -> (
+        (&'static str, Option<&'static str>),
+        &'static str,
+        &'static str,
+    ) {
+        match self {
+            Self::Limited => (
+                ("RATE_LIMIT_EXCEEDED", None),
+                "Quota exceeded. Please retry after ",
+                " seconds.",
+            ),
+            Self::Shed => (
+                (
+                    "TEMPORARY_REDUCED_CAPACITY",
+                    Some("temporary-reduced-capacity"),
+                ),
+                "The service is short of capacity. Please retry after ",
+                " seconds.",
+            ),
+        }
+    }
+}
+
+/// The body of a [`Refusal`]: the same for every refusal of its kind with
+/// the same wait under the same rule, so the last few are kept per thread
+/// and shared (a flood of denials or of shed requests then allocates no
+/// body).
+fn refusal_body(refusal: Refusal, secs: u64, rule: &str) -> Bytes {
+    REFUSAL_BODIES.with(|cache| {
         let mut cache = cache.borrow_mut();
-        let slot = &mut cache[(secs % LIMITED_BODIES_KEPT as u64) as usize];
+        let slot = &mut cache[refusal as usize][(secs % REFUSAL_BODIES_KEPT as u64) as usize];
         if let Some((s, body)) = slot
             && *s == secs
             && names_rule(body, rule)
@@ -254,16 +305,8 @@ fn limited_body(secs: u64, rule: &str) -> Bytes {
             return body.clone();
         }
         let mut buf = itoa::Buffer::new();
-        let body = json_body(
-            "RATE_LIMIT_EXCEEDED",
-            &[
-                "Quota exceeded. Please retry after ",
-                buf.format(secs),
-                " seconds.",
-            ],
-            Some(secs),
-            rule,
-        );
+        let (error, before, after) = refusal.text();
+        let body = json_body(error, &[before, buf.format(secs), after], Some(secs), rule);
         *slot = Some((secs, body.clone()));
         body
     })
@@ -273,37 +316,38 @@ fn limited_body(secs: u64, rule: &str) -> Bytes {
 /// naming the problem type (`temporary-reduced-capacity`) and the rule.
 fn shed_response(decision: &Decision, rule: &Rule) -> Response<Bytes> {
     let secs = retry_after_secs(decision.retry_after());
-    let body = format!(
-        "{{\"error\":\"TEMPORARY_REDUCED_CAPACITY\",\"type\":\"temporary-reduced-capacity\",\"message\":\"The service is short of capacity. Please retry after {secs} seconds.\",\"retry_after_seconds\":{secs},\"dimension\":\"{}\"}}",
-        rule.name()
-    );
+    let body = refusal_body(Refusal::Shed, secs, rule.name());
     let mut headers = HeaderBlock::default();
     headers.push(RETRY_AFTER, HeaderValue::from(secs));
-    json_response(StatusCode::SERVICE_UNAVAILABLE, Bytes::from(body), headers)
+    json_response(StatusCode::SERVICE_UNAVAILABLE, body, headers)
 }
 
-/// Whether a `429` body (a function of the wait and the rule's name only)
-/// ends with `rule` as its dimension.
+/// Whether a refusal's body (a function of the wait and the rule's name
+/// only) ends with `rule` as its dimension.
 fn names_rule(body: &[u8], rule: &str) -> bool {
     body.len() > rule.len() + 2
         && body[body.len() - 2 - rule.len()..body.len() - 2] == *rule.as_bytes()
         && body[body.len() - 3 - rule.len()] == b'"'
 }
 
-const LIMITED_BODIES_KEPT: usize = 8;
+const REFUSAL_BODIES_KEPT: usize = 8;
+
+/// Recent bodies of each [`Refusal`], by wait (seconds) modulo their
+/// number.
+type RefusalBodies = [[Option<(u64, Bytes)>; REFUSAL_BODIES_KEPT]; 2];
 
 thread_local! {
-    /// Recent `429` bodies by wait (seconds) modulo their number.
-    static LIMITED_BODIES: RefCell<[Option<(u64, Bytes)>; LIMITED_BODIES_KEPT]> =
-        const { RefCell::new([const { None }; LIMITED_BODIES_KEPT]) };
+    static REFUSAL_BODIES: RefCell<RefusalBodies> =
+        const { RefCell::new([const { [const { None }; REFUSAL_BODIES_KEPT] }; 2]) };
 }
 
-/// The fixed text of [`json_body`] besides the retry field.
+/// The fixed text of [`json_body`] besides the type and retry fields.
 const JSON_PARTS_LEN: usize = "{\"error\":\"".len()
     + "\",\"message\":\"".len()
     + "\"".len()
     + ",\"dimension\":\"".len()
     + "\"}".len();
+const TYPE_FIELD: &str = "\",\"type\":\"";
 const RETRY_FIELD: &str = ",\"retry_after_seconds\":";
 
 fn json_response(status: StatusCode, body: Bytes, headers: HeaderBlock) -> Response<Bytes> {
@@ -364,7 +408,7 @@ impl Responder for HttpResponder {
         match rejection {
             Rejection::Denied { decision: d, rule } => {
                 let secs = retry_after_secs(d.retry_after());
-                let body = limited_body(secs, rule.name());
+                let body = refusal_body(Refusal::Limited, secs, rule.name());
                 let limit = d.limit(rule);
                 let standard = numbers([
                     body.len() as u64,
@@ -409,7 +453,12 @@ impl Responder for HttpResponder {
                 let message = "The request does not carry the key this rate limit is applied by.";
                 json_response(
                     status,
-                    json_body("RATE_LIMIT_KEY_MISSING", &[message], None, rule.name()),
+                    json_body(
+                        ("RATE_LIMIT_KEY_MISSING", None),
+                        &[message],
+                        None,
+                        rule.name(),
+                    ),
                     headers,
                 )
             }
@@ -418,7 +467,12 @@ impl Responder for HttpResponder {
                 let mut headers = HeaderBlock::default();
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
                 let message = "The rate limiter is unavailable. Please retry later.";
-                let body = json_body("RATE_LIMITER_UNAVAILABLE", &[message], Some(1), rule.name());
+                let body = json_body(
+                    ("RATE_LIMITER_UNAVAILABLE", None),
+                    &[message],
+                    Some(1),
+                    rule.name(),
+                );
                 json_response(StatusCode::SERVICE_UNAVAILABLE, body, headers)
             }
         }
@@ -557,6 +611,39 @@ mod tests {
             let res = answer(HttpResponder::new(), rule, ms);
             let secs = ms / 1000;
             assert_eq!(res.body(), body(rule, secs).as_bytes(), "{rule} {secs}");
+        }
+    }
+
+    #[test]
+    fn a_shed_body_and_a_denial_body_with_the_same_wait_and_rule_are_each_their_own() {
+        let shed = |rule: &str, secs: u64| {
+            format!(
+                "{{\"error\":\"TEMPORARY_REDUCED_CAPACITY\",\"type\":\"temporary-reduced-capacity\",\
+                 \"message\":\"The service is short of capacity. Please retry after {secs} \
+                 seconds.\",\"retry_after_seconds\":{secs},\"dimension\":\"{rule}\"}}"
+            )
+        };
+        let limited = |rule: &str, secs: u64| {
+            format!(
+                "{{\"error\":\"RATE_LIMIT_EXCEEDED\",\"message\":\"Quota exceeded. Please retry \
+                 after {secs} seconds.\",\"retry_after_seconds\":{secs},\"dimension\":\"{rule}\"}}"
+            )
+        };
+        for (refusal, rule, secs) in [
+            (Refusal::Limited, "backend", 1),
+            (Refusal::Shed, "backend", 1),
+            (Refusal::Shed, "backend", 1),
+            (Refusal::Limited, "backend", 1),
+            (Refusal::Shed, "end", 9),
+            (Refusal::Shed, "backend", 1),
+        ] {
+            let body = refusal_body(refusal, secs, rule);
+            let want = match refusal {
+                Refusal::Limited => limited(rule, secs),
+                Refusal::Shed => shed(rule, secs),
+            };
+            assert_eq!(body, want.as_bytes(), "{rule} {secs}");
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap();
         }
     }
 
