@@ -398,9 +398,10 @@ impl Rule {
         limit.saturating_sub(steps.saturating_mul(reserve))
     }
 
-    /// Whether the rule takes a request's class into account (a reserve,
-    /// or an adaptive limit).
-    pub fn is_shaped(&self) -> bool {
+    /// Whether the rule may shed a request (answer it 503 while the
+    /// rule's own limit is not reached): it has a reserve, which weighs a
+    /// request's class, or an adaptive limit.
+    pub fn sheds(&self) -> bool {
         self.reserve > 0 || self.adaptive.is_some()
     }
 
@@ -542,7 +543,7 @@ impl Rule {
             }
             vegas.validate(self.quota.limit())?;
         }
-        if self.tiers.is_some() && self.is_shaped() {
+        if self.tiers.is_some() && self.sheds() {
             return Err(ConfigError::new(
                 "tiers",
                 "a rule with a reserve or an adaptive limit has no tiers",

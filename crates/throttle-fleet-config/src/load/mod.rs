@@ -6,7 +6,7 @@
 mod admin;
 mod backend;
 mod rule;
-mod shaping;
+mod shedding;
 
 pub use rule::not_for_envoy;
 mod secrets;

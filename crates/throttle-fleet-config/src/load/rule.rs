@@ -154,7 +154,7 @@ impl Loader<'_> {
             }
             rule = rule.penalty(self.penalty(p.get_ref(), p.span())?);
         }
-        rule = self.shaping(raw, rule)?;
+        rule = self.shedding(raw, rule)?;
         rule.validate().map_err(|e| {
             let penalty = raw.penalty.as_ref();
             let in_penalty = |pick: fn(&file::Penalty) -> Option<Range<usize>>| {

@@ -1,4 +1,4 @@
-//! A concurrency rule's shaping in the file: its `reserve`, its `adaptive`
+//! A concurrency rule's shedding in the file: its `reserve`, its `adaptive`
 //! limit, and the `class` of requests (read with the file's key syntax,
 //! its values named in `classes`).
 
@@ -15,7 +15,7 @@ const MAX_CLASS_VALUES: usize = 64;
 impl Loader<'_> {
     /// `rule` with the file's `reserve` and `adaptive` (the core checks
     /// them with the rest of the rule).
-    pub(super) fn shaping(&self, raw: &file::Rule, mut rule: Rule) -> Result<Rule> {
+    pub(super) fn shedding(&self, raw: &file::Rule, mut rule: Rule) -> Result<Rule> {
         let limit = throttle_fleet_core::limits::MAX_LIMIT as i64;
         if let Some(r) = &raw.reserve {
             rule = rule.reserve(self.int("reserve", r, 1, limit)? as u64);
@@ -39,7 +39,7 @@ impl Loader<'_> {
         }
         // (The file's tiers join the rule when the policy is built.)
         if let Some(tiers) = &raw.tiers
-            && rule.is_shaped()
+            && rule.sheds()
         {
             return Err(self.err(
                 "tiers",
@@ -75,7 +75,7 @@ impl Loader<'_> {
             }
             return Ok(None);
         };
-        if !rule.is_shaped() {
+        if !rule.sheds() {
             return Err(self.err(
                 "class",
                 source.span(),

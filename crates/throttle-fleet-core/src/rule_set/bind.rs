@@ -11,7 +11,7 @@ use crate::operate::{Block, BlockCause, Blocks, Escalation};
 use crate::{Backend, ConfigError, Key, Quota, Rule, SystemClock};
 
 use super::held::RefundFn;
-use super::shaped::Shaping;
+use super::shedding::Shedding;
 use super::{Observer, RuleSet};
 
 pub(super) struct Bound {
@@ -43,7 +43,7 @@ pub(super) struct Bound {
     /// does not count it itself ([`Limiter::violated`]).
     pub(super) escalation: Option<Arc<Escalation>>,
     /// The rule's reserve and adaptive limit, if it has either.
-    pub(super) shaping: Option<Arc<Shaping>>,
+    pub(super) shedding: Option<Arc<Shedding>>,
 }
 
 /// One limiter per distinct tier quota of a rule.
@@ -65,7 +65,7 @@ impl Clone for Bound {
             settle: self.settle.clone(),
             blocks: self.blocks.clone(),
             escalation: self.escalation.clone(),
-            shaping: self.shaping.clone(),
+            shedding: self.shedding.clone(),
         }
     }
 }
@@ -178,16 +178,16 @@ impl Bound {
     /// has a reserve or an adaptive limit.
     #[inline]
     pub(super) fn ask(&self, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
-        match &self.shaping {
+        match &self.shedding {
             None => self.limiter(&d.key).acquire(&d.key, d.cost),
-            Some(s) => self.shaped(s, d),
+            Some(s) => self.with_shedding(s, d),
         }
     }
 
     // Out of line: the checks of every other rule stay as small as they
     // were.
     #[inline(never)]
-    fn shaped(&self, s: &Arc<Shaping>, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
+    fn with_shedding(&self, s: &Arc<Shedding>, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
         s.acquire(&self.rule, &*self.limiter, d, &self.blocks)
     }
 
@@ -322,14 +322,14 @@ impl RuleSet {
         });
         // An unchanged rule keeps its adaptive limit (what it learnt, and
         // the requests in flight under it); anything else starts afresh.
-        let shaping =
+        let shedding =
             match previous.filter(|b| *b.rule == rule && Arc::ptr_eq(&b.limiter, &limiter)) {
-                Some(b) => b.shaping.clone(),
-                None => Shaping::of(&rule, &*limiter)?.map(Arc::new),
+                Some(b) => b.shedding.clone(),
+                None => Shedding::of(&rule, &*limiter)?.map(Arc::new),
             };
         let mut rules: Vec<Bound> = self.rules.to_vec();
         rules.push(Bound {
-            shaping,
+            shedding,
             keep: concurrency,
             settle: None,
             remote: limiter.is_remote(),

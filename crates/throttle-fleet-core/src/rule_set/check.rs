@@ -140,7 +140,7 @@ impl RuleSet {
     /// backend's latency.
     pub(super) fn give_back(&self, demand: &Demand, outcome: &Outcome, ran: bool) {
         let bound = &self.rules[demand.rule];
-        if let Some(s) = &bound.shaping {
+        if let Some(s) = &bound.shedding {
             s.ended(demand, outcome, ran, &bound.blocks);
         }
         bound
@@ -152,7 +152,7 @@ impl RuleSet {
     /// ([`Rule::adaptive`](crate::Rule::adaptive)): what a request of the
     /// highest class may fill. For a metric, or a look at how it moves.
     pub fn adaptive_limit(&self, index: usize) -> Option<u64> {
-        let shaping = self.rules.get(index)?.shaping.as_ref()?;
-        shaping.adaptive.as_ref().map(|_| shaping.limit())
+        let shedding = self.rules.get(index)?.shedding.as_ref()?;
+        shedding.adaptive.as_ref().map(|_| shedding.limit())
     }
 }

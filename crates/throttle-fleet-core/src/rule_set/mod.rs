@@ -10,7 +10,7 @@ mod observe;
 mod operate;
 #[cfg(test)]
 mod operate_tests;
-mod shaped;
+mod shedding;
 #[cfg(test)]
 mod tests;
 

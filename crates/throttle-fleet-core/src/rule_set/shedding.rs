@@ -13,20 +13,20 @@ use crate::{Answer, ConfigError, Rule};
 
 /// What a rule with a reserve or an adaptive limit adds to its binding.
 #[derive(Debug)]
-pub(super) struct Shaping {
+pub(super) struct Shedding {
     /// The rule's own limit, `n`.
     n: u64,
     /// The adaptive limit, if the rule has one.
     pub(super) adaptive: Option<Adaptive>,
 }
 
-impl Shaping {
-    /// The shaping of `rule` bound to `limiter`, or `None` when the rule
+impl Shedding {
+    /// The shedding of `rule` bound to `limiter`, or `None` when the rule
     /// has neither a reserve nor an adaptive limit. Refuses a limiter that
     /// would ignore the limit it is given, and an adaptive limit on a
     /// limiter that asks a remote store (the limit is this process's).
     pub(super) fn of(rule: &Rule, limiter: &dyn Limiter) -> Result<Option<Self>, ConfigError> {
-        if !rule.is_shaped() {
+        if !rule.sheds() {
             return Ok(None);
         }
         let field = if rule.adaptive_limit().is_some() {
