@@ -48,6 +48,22 @@ impl Held {
         self.by_key.iter().map(|(k, s)| (*k, s.clone())).collect()
     }
 
+    /// Of `slots`, the slots of `key` a renewal listed, how many of those
+    /// at the 1-based `missing` positions (absent from Redis) this
+    /// instance still holds: those expired and their requests run on
+    /// uncounted. One no longer held was released after the renewal
+    /// listed it, and its release reached Redis first.
+    pub(crate) fn lost(&self, key: &Key, slots: &[Slot], missing: &[u64]) -> u64 {
+        let Some(held) = self.by_key.get(key) else {
+            return 0;
+        };
+        missing
+            .iter()
+            .filter_map(|&i| slots.get(usize::try_from(i).ok()?.checked_sub(1)?))
+            .filter(|slot| held.iter().any(|h| h.seq == slot.seq))
+            .count() as u64
+    }
+
     /// Takes every slot (a shutdown gives them all back).
     pub(crate) fn drain(&mut self) -> Vec<(Key, Vec<Slot>)> {
         self.slots = 0;
@@ -81,5 +97,30 @@ mod tests {
         assert_eq!(held.drain().len(), 1);
         assert_eq!(held.len(), 0);
         assert!(held.snapshot().is_empty());
+    }
+
+    #[test]
+    fn a_slot_missing_at_its_renewal_is_lost_only_while_still_held() {
+        let (a, b) = (Key::new("a"), Key::new("b"));
+        let mut held = Held::default();
+        held.add(a, Slot { seq: 1, cost: 1 });
+        held.add(a, Slot { seq: 2, cost: 1 });
+        held.add(b, Slot { seq: 3, cost: 1 });
+        let listed = held.snapshot();
+        let slots_of = |key| &listed.iter().find(|(k, _)| *k == key).unwrap().1;
+        let (of_a, of_b) = (slots_of(a).clone(), slots_of(b).clone());
+        // Released after the renewal listed it: its release ran first.
+        let released = held.take(&a, 1).unwrap();
+        let position =
+            |slots: &[Slot], seq| slots.iter().position(|s| s.seq == seq).unwrap() as u64 + 1;
+        let other = 3 - released.seq;
+        assert_eq!(held.lost(&a, &of_a, &[position(&of_a, released.seq)]), 0);
+        assert_eq!(held.lost(&a, &of_a, &[1, 2]), 1, "the one still held");
+        assert_eq!(held.lost(&a, &of_a, &[position(&of_a, other)]), 1);
+        assert_eq!(held.lost(&b, &of_b, &[1]), 1);
+        // Positions past the list, or zero, name no slot.
+        assert_eq!(held.lost(&b, &of_b, &[0, 2]), 0);
+        held.take(&b, 1);
+        assert_eq!(held.lost(&b, &of_b, &[1]), 0, "no slot of b is held");
     }
 }

@@ -281,26 +281,28 @@ impl Inner {
         let calls = snapshot.into_iter().map(|(key, slots)| {
             let mut inv = self.call(&key, self.redis.script_now(), "n", 1 + slots.len());
             inv.arg(self.ttl_ms());
-            for slot in slots {
+            for &slot in &slots {
                 inv.arg(self.member(slot));
             }
             let group = self.group(&key);
-            async move { self.redis.eval_off_path::<i64>(&inv, group, timeout).await }
+            async move {
+                let missing = self.redis.eval_off_path::<Vec<u64>>(&inv, group, timeout);
+                (key, slots, missing.await)
+            }
         });
         let mut ok = true;
-        for result in futures_util::future::join_all(calls).await {
+        for (key, slots, result) in futures_util::future::join_all(calls).await {
             self.shared.renewals.fetch_add(1, Ordering::Relaxed);
             match result {
-                Ok(lost) => {
+                Ok(missing) => {
+                    let lost = self.held.lock().lost(&key, &slots, &missing);
                     if lost > 0 {
                         tracing::warn!(
                             rule = self.rule.name(),
                             lost,
                             "throttle: concurrency slots expired before their renewal; their requests run uncounted"
                         );
-                        self.shared
-                            .lost
-                            .fetch_add(lost.unsigned_abs(), Ordering::Relaxed);
+                        self.shared.lost.fetch_add(lost, Ordering::Relaxed);
                     }
                 }
                 Err(_) => ok = false,

@@ -30,8 +30,10 @@ use crate::scripts::NOW;
 ///   lifetime (ms), members. Only members still present are renewed
 ///   (`XX`): one that expired while this instance could not reach Redis
 ///   is not added back, since a release racing the renewal could
-///   otherwise bring back a slot whose request had ended. Reply: how many
-///   members were missing.
+///   otherwise bring back a slot whose request had ended. Reply: the
+///   positions (1-based, in the call's order) of the members that were
+///   missing: expired, or released after the renewal listed them, which
+///   only the instance can tell apart.
 const SLOTS: &str = r#"
 local op = ARGV[2]
 if op == 'r' then
@@ -48,18 +50,18 @@ end
 local ms = math.floor(now / 1000)
 if op == 'n' then
   local ttl = tonumber(ARGV[3])
-  local lost = 0
+  local missing = {}
   for i = 4, #ARGV do
     if redis.call('ZADD', KEYS[1], 'XX', 'CH', ms + ttl, ARGV[i]) == 0
       and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-      lost = lost + 1
+      missing[#missing + 1] = i - 3
     end
   end
-  if lost < #ARGV - 3 then
+  if #missing < #ARGV - 3 then
     redis.call('PEXPIRE', KEYS[1], ttl + 1000)
     redis.call('PEXPIRE', KEYS[2], ttl + 1000)
   end
-  return lost
+  return missing
 end
 local limit, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local held = tonumber(redis.call('GET', KEYS[2]) or '0')
