@@ -1,7 +1,8 @@
 //! Heap allocations per request through an axum router, bare or behind a
 //! limiter, allowed and denied: ours (memory backend, client IP, with and
 //! without success headers) next to `tower_governor` and `throttle-kit` on
-//! the same router, the same client and the same work.
+//! the same router, the same client and the same work; and ours shedding a
+//! request for capacity (a 503), which no peer does.
 //!
 //! The request goes through the router as axum's server hands it over
 //! (`ConnectInfo<SocketAddr>` in its extensions, an empty body) and the
@@ -26,8 +27,12 @@ use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use throttle_fleet_axum::core::Class;
+use throttle_fleet_axum::key::Global;
 use throttle_fleet_axum::responder::HttpResponder;
-use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_axum::{
+    ClientIp, Limit, MemoryBackend, Policy, Quota, RequestHead, Rule, ThrottleLayer,
+};
 use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -47,6 +52,33 @@ fn ours(quota: Quota, responder: HttpResponder) -> Router {
     let layer = ThrottleLayer::with_responder(policy, MemoryBackend::default(), responder)
         .expect("a valid policy");
     hello().layer(layer)
+}
+
+/// A concurrency rule of 3 with a reserve of 1, every request sheddable
+/// (its share is 1), and a request to `/hold` already holding that share
+/// (its handler never ends): every request to `/` is shed.
+fn ours_shedding(rt: &tokio::runtime::Runtime) -> Router {
+    let rule = Rule::concurrency("backend", 3).reserve(1);
+    let limit = Limit::new(rule, Global).class_by(|_: &RequestHead<'_>| Class::Sheddable);
+    let layer = ThrottleLayer::new(Policy::new().limit(limit), MemoryBackend::default())
+        .expect("a valid policy");
+    let router = hello()
+        .route("/hold", get(std::future::pending::<&'static str>))
+        .layer(layer);
+    let mut holder = router.clone();
+    rt.spawn(async move {
+        let mut req = Request::get("/hold")
+            .body(Body::empty())
+            .expect("a request");
+        req.extensions_mut().insert(ConnectInfo(peer()));
+        let _ = ServiceExt::<Request<Body>>::ready(&mut holder)
+            .await
+            .expect("ready")
+            .call(req)
+            .await;
+    });
+    rt.block_on(tokio::task::yield_now());
+    router
 }
 
 fn governor(allowed: bool, headers: bool) -> Router {
@@ -79,9 +111,12 @@ fn throttle_kit(allowed: bool) -> Router {
 
 fn request() -> Request<Body> {
     let mut req = Request::get("/").body(Body::empty()).expect("a request");
-    let peer: SocketAddr = "127.0.0.7:40000".parse().expect("an address");
-    req.extensions_mut().insert(ConnectInfo(peer));
+    req.extensions_mut().insert(ConnectInfo(peer()));
     req
+}
+
+fn peer() -> SocketAddr {
+    "127.0.0.7:40000".parse().expect("an address")
 }
 
 fn unwrap<T>(result: Result<T, Infallible>) -> T {
@@ -146,6 +181,7 @@ fn main() {
         ok,
     );
     let ours_denied = count(ours(Quota::per_hour(1), HttpResponder::new()), limited);
+    let ours_shed = count(ours_shedding(&rt), StatusCode::SERVICE_UNAVAILABLE);
     let governor_allowed = count(governor(true, true), ok);
     let governor_no_headers = count(governor(true, false), ok);
     let governor_denied = count(governor(false, true), limited);
@@ -156,6 +192,7 @@ fn main() {
     println!("  throttle memory, X-RateLimit-* headers, allowed: {ours_allowed}");
     println!("  throttle memory, no success headers, allowed:   {ours_no_headers}");
     println!("  throttle memory, denied (429, headers, JSON):    {ours_denied}");
+    println!("  throttle memory, shed (503, Retry-After, JSON):  {ours_shed}");
     println!("  tower_governor with headers, allowed:            {governor_allowed}");
     println!("  tower_governor, no headers, allowed:             {governor_no_headers}");
     println!("  tower_governor, denied:                          {governor_denied}");
@@ -173,6 +210,7 @@ fn main() {
     assert_eq!(ours_no_headers, NO_HEADERS, "allowed, no success headers");
     assert_eq!(ours_allowed, NO_HEADERS + HEADERS, "allowed, with headers");
     assert_eq!(ours_denied, DENIED, "denied");
+    assert_eq!(ours_shed, SHED, "shed");
     println!("layer_allocations: ok");
 }
 
@@ -192,3 +230,8 @@ const HEADERS: i64 = 0;
 /// with recent denials of the same wait), over bare axum, whose handler is
 /// not called.
 const DENIED: i64 = 1;
+/// A shed 503, as a 429: its headers (a template cloned, values from the
+/// per-thread cache) and its JSON body (shared with recent sheds of the
+/// same wait and rule), over bare axum, whose handler is not called. Its
+/// body built with `format!` and its headers one by one cost 6.
+const SHED: i64 = 1;

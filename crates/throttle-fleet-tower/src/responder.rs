@@ -317,9 +317,11 @@ fn refusal_body(refusal: Refusal, secs: u64, rule: &str) -> Bytes {
 fn shed_response(decision: &Decision, rule: &Rule) -> Response<Bytes> {
     let secs = retry_after_secs(decision.retry_after());
     let body = refusal_body(Refusal::Shed, secs, rule.name());
-    let mut headers = HeaderBlock::default();
-    headers.push(RETRY_AFTER, HeaderValue::from(secs));
-    json_response(StatusCode::SERVICE_UNAVAILABLE, body, headers)
+    let headers = limited_headers(&SHED, numbers([body.len() as u64, secs]));
+    let mut res = Response::new(body);
+    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    *res.headers_mut() = headers;
+    res
 }
 
 /// Whether a refusal's body (a function of the wait and the rule's name
@@ -359,8 +361,9 @@ fn json_response(status: StatusCode, body: Bytes, headers: HeaderBlock) -> Respo
     res
 }
 
-/// The headers of a `429`, in the order they are sent, with placeholder
-/// values: a denial clones the map and overwrites the values by position,
+/// The headers of a `429` (and, with neither kind of rate-limit header,
+/// of a shed `503`), in the order they are sent, with placeholder values:
+/// a refusal clones the map and overwrites the values by position,
 /// which hashes no header name and allocates the map once (see
 /// [`limited_headers`]). `Content-Length` is among them: a server that
 /// adds it to a map without it (axum does) would insert into a clone that
@@ -387,8 +390,10 @@ fn limited_template(ietf: bool, legacy: bool) -> HeaderMap {
 static LIMITED: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(false, true));
 static LIMITED_IETF: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(true, true));
 static LIMITED_IETF_ONLY: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(true, false));
+/// A shed `503`'s: `Content-Type`, `Content-Length`, `Retry-After`.
+static SHED: LazyLock<HeaderMap> = LazyLock::new(|| limited_template(false, false));
 
-/// A `429`'s headers: the template's names, `values` after the content
+/// A refusal's headers: the template's names, `values` after the content
 /// type, in the template's order.
 fn limited_headers(
     template: &HeaderMap,
