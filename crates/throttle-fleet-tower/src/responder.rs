@@ -215,7 +215,8 @@ impl HttpResponder {
 /// size (a `Vec` whose length is its capacity becomes `Bytes` without a
 /// second one).
 fn json_body(
-    (error, problem): (&str, Option<&str>),
+    error: &str,
+    problem: Option<&str>,
     message: &[&str],
     retry_after: Option<u64>,
     dimension: &str,
@@ -263,29 +264,27 @@ enum Refusal {
 }
 
 impl Refusal {
-    /// The body's error code and problem type, and its message around the
-    /// wait.
-    const fn text(
-        self,
-    ) -> (
-        (&'static str, Option<&'static str>),
-        &'static str,
-        &'static str,
-    ) {
+    /// The body's error code.
+    const fn error(self) -> &'static str {
         match self {
-            Self::Limited => (
-                ("RATE_LIMIT_EXCEEDED", None),
-                "Quota exceeded. Please retry after ",
-                " seconds.",
-            ),
-            Self::Shed => (
-                (
-                    "TEMPORARY_REDUCED_CAPACITY",
-                    Some("temporary-reduced-capacity"),
-                ),
-                "The service is short of capacity. Please retry after ",
-                " seconds.",
-            ),
+            Self::Limited => "RATE_LIMIT_EXCEEDED",
+            Self::Shed => "TEMPORARY_REDUCED_CAPACITY",
+        }
+    }
+
+    /// The body's problem type, if it names one.
+    const fn problem(self) -> Option<&'static str> {
+        match self {
+            Self::Limited => None,
+            Self::Shed => Some("temporary-reduced-capacity"),
+        }
+    }
+
+    /// The body's message, up to the wait (in seconds, then " seconds.").
+    const fn message(self) -> &'static str {
+        match self {
+            Self::Limited => "Quota exceeded. Please retry after ",
+            Self::Shed => "The service is short of capacity. Please retry after ",
         }
     }
 }
@@ -305,8 +304,14 @@ fn refusal_body(refusal: Refusal, secs: u64, rule: &str) -> Bytes {
             return body.clone();
         }
         let mut buf = itoa::Buffer::new();
-        let (error, before, after) = refusal.text();
-        let body = json_body(error, &[before, buf.format(secs), after], Some(secs), rule);
+        let message = [refusal.message(), buf.format(secs), " seconds."];
+        let body = json_body(
+            refusal.error(),
+            refusal.problem(),
+            &message,
+            Some(secs),
+            rule,
+        );
         *slot = Some((secs, body.clone()));
         body
     })
@@ -459,7 +464,8 @@ impl Responder for HttpResponder {
                 json_response(
                     status,
                     json_body(
-                        ("RATE_LIMIT_KEY_MISSING", None),
+                        "RATE_LIMIT_KEY_MISSING",
+                        None,
                         &[message],
                         None,
                         rule.name(),
@@ -473,7 +479,8 @@ impl Responder for HttpResponder {
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
                 let message = "The rate limiter is unavailable. Please retry later.";
                 let body = json_body(
-                    ("RATE_LIMITER_UNAVAILABLE", None),
+                    "RATE_LIMITER_UNAVAILABLE",
+                    None,
                     &[message],
                     Some(1),
                     rule.name(),
