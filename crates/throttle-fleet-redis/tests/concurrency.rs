@@ -45,10 +45,15 @@ async fn request(inst: &Instance, key: &str, cost: u64) -> (Decision, Option<Box
     checked.into_parts()
 }
 
+/// The name of `key`'s `part` (`ct`, `cz`) under `rule` in Redis.
+fn redis_key(rule: &str, key: &str, part: &str) -> String {
+    let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("rl:{{{rule}:r{hex}}}:{part}")
+}
+
 /// The cost Redis holds for `key` (its `ct` value), 0 when absent.
 fn held_in_redis(server: &RedisServer, rule: &str, key: &str) -> u64 {
-    let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
-    let name = format!("rl:{{{rule}:r{hex}}}:ct");
+    let name = redis_key(rule, key, "ct");
     server.cli(&["GET", &name]).trim().parse().unwrap_or(0)
 }
 
@@ -327,4 +332,52 @@ async fn a_request_cancelled_while_its_acquire_is_on_its_way_leaves_no_slot() {
         return;
     }
     panic!("every attempt was answered before it could be cancelled");
+}
+
+/// What an operator's inspect answers for a key of a concurrency rule.
+async fn inspect(inst: &Instance, key: &str) -> (u64, u64) {
+    let state = match inst.rules.inspect(0, &Key::new(key)) {
+        Answer::Ready(r) => r,
+        Answer::Pending(f) => f.await,
+    }
+    .unwrap();
+    (state.limit, state.remaining)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inspect_reads_what_the_fleet_holds_and_takes_nothing() {
+    let server = RedisServer::start();
+    let time = TestTime::new(T0);
+    let clock = time.clock();
+    let rule = Rule::concurrency("inflight", 3).slot_ttl(TTL);
+    let (a, b) = (
+        instance(&server, &time, &rule).await,
+        instance(&server, &time, &rule).await,
+    );
+    assert_eq!(inspect(&b, "k").await, (3, 3), "a key never seen");
+    let (_, first) = request(&a, "k", 1).await;
+    let (_, second) = request(&a, "k", 1).await;
+    assert!(first.is_some() && second.is_some());
+    // Another instance reads the fleet's count, and reading takes nothing
+    // (three reads, then the last slot is still there to take).
+    for _ in 0..3 {
+        assert_eq!(inspect(&b, "k").await, (3, 1));
+    }
+    assert_eq!(held_in_redis(&server, "inflight", "k"), 2);
+    let (_, third) = request(&b, "k", 1).await;
+    assert!(third.is_some());
+    assert_eq!(inspect(&a, "k").await, (3, 0));
+    assert!(!request(&b, "k", 1).await.0.is_allowed());
+    // Released slots come back in the reading.
+    drop(third);
+    settled(&server, "inflight", "k", 2).await;
+    assert_eq!(inspect(&b, "k").await, (3, 1));
+    // A slot whose time has passed (its instance stalled for a lifetime)
+    // is not counted, though no acquire has dropped it yet.
+    clock.advance(TTL + Duration::from_millis(1));
+    assert_eq!(inspect(&b, "k").await, (3, 3));
+    let members = server.cli(&["ZCARD", &redis_key("inflight", "k", "cz")]);
+    assert_eq!(members.trim(), "2", "a read drops nothing");
+    assert_eq!(held_in_redis(&server, "inflight", "k"), 2);
+    drop((first, second));
 }

@@ -266,6 +266,26 @@ impl Inner {
         self.degraded(&key, cost)
     }
 
+    /// [`SlotLimiter::peek`]'s call.
+    async fn peek(&self, key: &Key) -> Result<Outcome, OpError> {
+        let inv = self.call(key, self.redis.script_now(), "p", 0);
+        let timeout = self.redis.config.command_timeout;
+        let reply = self
+            .redis
+            .eval_off_path::<Reply>(&inv, self.group(key), timeout)
+            .await
+            .map_err(|failure| OpError::Unavailable(Unavailable::new(failure.to_string())))?;
+        match (reply.u64(0), reply.u64(1)) {
+            (Some(held), Some(now)) => {
+                let step = self.meter.report(held, held <= self.meter_limit());
+                Ok(Outcome::new(step, now))
+            }
+            _ => Err(OpError::Unavailable(Unavailable::new(
+                "unexpected reply from the slot script",
+            ))),
+        }
+    }
+
     fn meter_limit(&self) -> u64 {
         throttle_fleet_core::algorithm::Meter::capacity(&self.meter)
     }
@@ -396,12 +416,14 @@ impl Limiter for SlotLimiter {
         true
     }
 
-    /// A check of cost 0 would hold a slot in Redis: not a read.
-    fn peek(&self, _: &Key) -> Answer<Result<Outcome, OpError>> {
-        Answer::Ready(Err(OpError::unsupported(
-            "inspect",
-            "a concurrency rule's slots in Redis are not read without taking one",
-        )))
+    /// What the fleet holds for `key` (the slots whose time has not
+    /// passed), read by the script without taking a slot or dropping one.
+    /// As in memory, a key at its limit reads as allowed with nothing
+    /// remaining: a read takes no cost.
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        let inner = self.0.clone();
+        let key = *key;
+        Answer::Pending(Box::pin(async move { inner.peek(&key).await }))
     }
 
     fn blocks(&self) -> Option<Arc<Blocks>> {

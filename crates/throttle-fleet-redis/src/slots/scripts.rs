@@ -26,6 +26,9 @@ use crate::scripts::NOW;
 ///   `allowed held now_us`, `held` the cost in flight after the call.
 /// - `r`, release. ARGV: member, cost. A member already gone (expired, or
 ///   released before) changes nothing. Reply: 0.
+/// - `p`, a read (an operator's inspect). No ARGV. Writes nothing. Reply:
+///   `held now_us`, `held` the cost of the members whose time has not
+///   passed (those an acquire would keep).
 /// - `n`, renewal of one key's members of one instance. ARGV: slot
 ///   lifetime (ms), members. Only members still present are renewed
 ///   (`XX`): one that expired while this instance could not reach Redis
@@ -63,16 +66,19 @@ if op == 'n' then
   end
   return missing
 end
-local limit, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local held = tonumber(redis.call('GET', KEYS[2]) or '0')
 local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)
-if #gone > 0 then
-  for i = 1, #gone do
-    held = held - (tonumber(string.match(gone[i], '(%d+)$')) or 0)
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
-  if held < 0 then held = 0 end
+for i = 1, #gone do
+  held = held - (tonumber(string.match(gone[i], '(%d+)$')) or 0)
 end
+if held < 0 then held = 0 end
+if op == 'p' then
+  return string.format('%d %d', held, now)
+end
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
+end
+local limit, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ok = 0
 if held + cost <= limit then
   redis.call('ZADD', KEYS[1], ms + ttl, ARGV[6])
