@@ -74,27 +74,31 @@ impl Shedding {
     ) -> Answer<Result<Outcome, Unavailable>> {
         let limit = rule.limit_for(d.class, self.limit());
         let shed = limit < self.n;
-        let answer = limiter.acquire_under(&d.key, d.cost, limit);
-        if self.adaptive.is_none() {
-            return answer.map(move |r| {
-                r.map(|o| Outcome {
-                    shed: !o.step.allowed && shed,
-                    ..o
-                })
-            });
+        let cost = d.cost;
+        match limiter.acquire_under(&d.key, cost, limit) {
+            // A local limiter (every adaptive rule's) answers at once: no
+            // clone of the rule's state or clock for a later answer.
+            Answer::Ready(r) => Answer::Ready(r.map(|o| self.marked(o, shed, cost, clock))),
+            Answer::Pending(f) => {
+                let (this, clock) = (self.clone(), clock.clone());
+                Answer::Pending(Box::pin(async move {
+                    f.await.map(|o| this.marked(o, shed, cost, &clock))
+                }))
+            }
         }
-        let (this, clock, cost) = (self.clone(), clock.clone(), d.cost);
-        answer.map(move |result| {
-            result.map(|mut o| {
-                if !o.step.allowed {
-                    o.shed = shed;
-                } else if let Some(a) = &this.adaptive {
-                    a.admitted(cost);
-                    o.at_us = clock.now_us();
-                }
-                o
-            })
-        })
+    }
+
+    /// `o` as the rule set reports it: a denial under a limit below `n`
+    /// (`shed`) is shed; an admission under an adaptive limit is counted
+    /// and timed from `clock`.
+    fn marked(&self, mut o: Outcome, shed: bool, cost: u64, clock: &Blocks) -> Outcome {
+        if !o.step.allowed {
+            o.shed = shed;
+        } else if let Some(a) = &self.adaptive {
+            a.admitted(cost);
+            o.at_us = clock.now_us();
+        }
+        o
     }
 
     /// A request that `d` admitted (`o`) gives its slot back: `ran` when it
