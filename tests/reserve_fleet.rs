@@ -19,8 +19,7 @@
 
 mod slots_fleet;
 
-use slots_fleet::{Setup, index, runs};
-use throttle_fleet_axum::core::Class;
+use slots_fleet::{Setup, runs};
 
 /// `n` = 8, of which 2 are kept for each class above a request's; enough
 /// critical clients to keep the rule at `n`, so that critical refusals are
@@ -44,7 +43,6 @@ async fn four_copies_keep_the_reserve_and_refuse_critical_requests_almost_never_
         "the load never reached every class's limit: refused {:?}",
         t.refused
     );
-    assert_eq!(t.refused_at_n, t.refused[index(Class::Critical)]);
     // The goal is 1%. One run's 150 critical refusals cannot resolve it
     // (one release outrun by an acquire is 0.7%): one run is held to 2%,
     // as `concurrency_fleet` holds its own, and five runs or more to the
