@@ -1,7 +1,9 @@
 //! Instructions per check (callgrind), ours side by side with governor's
 //! keyed limiter and throttle-kit's: the figure this shared machine does not move.
 //! Beside them, a concurrency rule's meter: a slot taken (the request path)
-//! and a slot taken and given back (the whole request).
+//! and a slot taken and given back (the whole request); and the same whole
+//! request through `RuleSet` under an adaptive limit (the shedding path:
+//! the class's limit, the admission counted, the latency sampled).
 //!
 //! Run with `cargo bench -p throttle-fleet-core --bench check_instructions`
 //! (needs `valgrind` on the path; a few minutes). The subjects and
@@ -35,7 +37,7 @@ const SCENARIOS: [(&str, u64, bool); 4] = [
     ("allowed/1M", 1_000_000, false),
     ("denied", 1, true),
 ];
-const SUBJECTS: [&str; 7] = [
+const SUBJECTS: [&str; 8] = [
     "loop",
     "throttle",
     "throttle_ruleset",
@@ -43,6 +45,7 @@ const SUBJECTS: [&str; 7] = [
     "throttle_kit",
     "throttle_concurrency",
     "throttle_concurrency_ended",
+    "throttle_shedding_ended",
 ];
 
 /// Nothing but the benchmark's loop: what every other subject also pays.
@@ -80,6 +83,7 @@ fn child(spec: &str) {
         "throttle_kit" => measured(&subjects.throttle_kit, &order),
         "throttle_concurrency" => measured(&subjects.concurrency, &order),
         "throttle_concurrency_ended" => measured(&subjects.concurrency_ended, &order),
+        "throttle_shedding_ended" => measured(&subjects.shedding_ended, &order),
         other => panic!("unknown subject {other}"),
     };
     let expected = if denied && subject != "loop" {
@@ -109,9 +113,9 @@ fn main() {
     );
     println!();
     println!(
-        "| scenario | throttle | ruleset | governor | throttle-kit | ruleset / governor | ruleset / throttle-kit | concurrency: slot taken | concurrency: taken and given back |"
+        "| scenario | throttle | ruleset | governor | throttle-kit | ruleset / governor | ruleset / throttle-kit | concurrency: slot taken | concurrency: taken and given back | adaptive rule through the rule set: taken and given back |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (scenario, ..) in SCENARIOS {
         if !filter.is_empty() && !filter.iter().any(|f| f == scenario) {
             continue;
@@ -126,10 +130,10 @@ fn main() {
                 least as f64 / CHECKS as f64
             })
             .collect();
-        let [ours, ruleset, governor, kit, concurrency, ended] =
-            [1, 2, 3, 4, 5, 6].map(|i| per_check[i] - per_check[0]);
+        let [ours, ruleset, governor, kit, concurrency, ended, shedding] =
+            [1, 2, 3, 4, 5, 6, 7].map(|i| per_check[i] - per_check[0]);
         println!(
-            "| {scenario} | {ours:.1} | {ruleset:.1} | {governor:.1} | {kit:.1} | {:.2} | {:.2} | {concurrency:.1} | {ended:.1} |",
+            "| {scenario} | {ours:.1} | {ruleset:.1} | {governor:.1} | {kit:.1} | {:.2} | {:.2} | {concurrency:.1} | {ended:.1} | {shedding:.1} |",
             ruleset / governor,
             ruleset / kit
         );

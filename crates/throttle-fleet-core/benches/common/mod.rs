@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
+use throttle_fleet_core::adaptive::Vegas;
 use throttle_fleet_core::algorithm::{Concurrency, Gcra};
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::memory::MemoryLimiter;
@@ -72,6 +73,33 @@ impl Subject for OursRuleSet {
     }
 }
 
+/// A concurrency rule with an adaptive limit, through `RuleSet`: a
+/// request takes its slot and, with `release`, gives it back as it ends
+/// (a latency sample for the adaptive limit). The limit is pinned at `n`
+/// (`min` = `initial` = `n`), so that every scenario decides as the
+/// concurrency meter's do while the rule set's shedding path runs in full.
+pub(crate) struct OursShedding {
+    rules: RuleSet,
+    rule: usize,
+    release: bool,
+}
+
+impl Subject for OursShedding {
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let demand = [Demand::new(self.rule, Key::from(key), 1)];
+        let Answer::Ready(checked) = self.rules.check(&demand) else {
+            unreachable!("the memory backend decides at once")
+        };
+        let (decision, held) = checked.into_parts();
+        if !self.release {
+            // The slot stays taken (the denied scenario's one unit).
+            std::mem::forget(held);
+        }
+        decision.is_allowed()
+    }
+}
+
 pub(crate) struct Governor(DefaultKeyedRateLimiter<u64>);
 
 impl Subject for Governor {
@@ -119,6 +147,7 @@ pub(crate) struct Subjects {
     pub(crate) throttle_kit: ThrottleKit,
     pub(crate) concurrency: OursConcurrency,
     pub(crate) concurrency_ended: OursConcurrency,
+    pub(crate) shedding_ended: OursShedding,
 }
 
 impl Subjects {
@@ -149,7 +178,16 @@ impl Subjects {
             release: release && quota.limit() > 1,
         };
         let (concurrency, concurrency_ended) = (concurrency(false), concurrency(true));
+        let n = quota.limit();
+        let mut shedding = RuleSet::new();
+        let adaptive = Rule::concurrency("bench", n).adaptive(Vegas::new().initial(n).min(n));
+        let shedding_rule = shedding.bind(adaptive, &backend).expect("valid rule");
         Self {
+            shedding_ended: OursShedding {
+                rules: shedding,
+                rule: shedding_rule,
+                release: n > 1,
+            },
             concurrency,
             concurrency_ended,
             ours,
@@ -159,7 +197,7 @@ impl Subjects {
         }
     }
 
-    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 6] {
+    pub(crate) fn each(&self) -> [(&'static str, &dyn Subject); 7] {
         [
             ("throttle", &self.ours),
             ("throttle_ruleset", &self.ruleset),
@@ -167,6 +205,7 @@ impl Subjects {
             ("throttle_kit", &self.throttle_kit),
             ("throttle_concurrency", &self.concurrency),
             ("throttle_concurrency_ended", &self.concurrency_ended),
+            ("throttle_shedding_ended", &self.shedding_ended),
         ]
     }
 }
