@@ -10,7 +10,7 @@ pub use crate::rule::MeterVisitor;
 pub use crate::unavailable::Unavailable;
 
 use crate::algorithm::Step;
-use crate::operate::{Block, Blocks, OpError, Penalty};
+use crate::operate::{Block, Blocks, OpError, Penalty, Reach};
 use crate::{Answer, ConfigError, Key, Rule};
 
 /// Where counts live. A backend turns each rule into a [`Limiter`] once, when
@@ -112,10 +112,13 @@ pub trait Limiter: Any + Send + Sync + 'static {
 
     /// Tells the fleet that `key` is blocked (`Some`) or no longer is
     /// (`None`); the table of [`blocks`](Self::blocks) already says so in
-    /// this process. Default: nothing to tell.
-    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
+    /// this process. Answers how far the change reached: a backend whose
+    /// shared store cannot be asked keeps the change and sends it when the
+    /// store answers again ([`Reach::Queued`]), so that its fleet does
+    /// not stay split. Default: nothing to tell ([`Reach::Process`]).
+    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<Reach, OpError>> {
         let _ = (key, block);
-        Answer::Ready(Ok(()))
+        Answer::Ready(Ok(Reach::Process))
     }
 
     /// Counts a denial of `key` under the rule's `penalty` in a store the

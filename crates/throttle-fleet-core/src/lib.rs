@@ -52,7 +52,7 @@ pub use decision::{Decision, Demand};
 pub use error::ConfigError;
 pub use key::Key;
 pub use memory::MemoryBackend;
-pub use operate::{KeyState, OpError, Penalty};
+pub use operate::{KeyState, OpError, Penalty, Reach};
 pub use quota::Quota;
 pub use rule::{FailurePolicy, Rule};
 pub use rule_set::{Checked, RuleSet};

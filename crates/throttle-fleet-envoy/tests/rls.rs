@@ -509,7 +509,7 @@ async fn a_block_made_on_one_replica_is_enforced_by_the_other() {
     // Another user is apart.
     let bob = request(&[&[("user_id", "bob")]], 0);
     assert_eq!(ask(&mut other, &bob).await.overall_code, Code::Ok as i32);
-    assert!(set.unblock(rule, &key).wait().await.unwrap());
+    assert!(set.unblock(rule, &key).wait().await.unwrap().0);
     assert!(
         until(&mut other, &req, Code::Ok).await,
         "the other replica never lifted the block"

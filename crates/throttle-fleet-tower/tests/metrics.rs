@@ -295,13 +295,13 @@ fn report_state_sets_each_rule_s_blocks_started_and_keys_blocked_now() {
     let rules = layer.rules();
     let tenant = rules.index_of("tenant").unwrap();
     for key in ["a", "b"] {
-        let Answer::Ready(Ok(())) =
+        let Answer::Ready(Ok(_)) =
             rules.block(tenant, &Key::new(key), Duration::from_secs(60), key)
         else {
             panic!("not blocked")
         };
     }
-    let Answer::Ready(Ok(true)) = rules.unblock(tenant, &Key::new("a")) else {
+    let Answer::Ready(Ok((true, _))) = rules.unblock(tenant, &Key::new("a")) else {
         panic!("not unblocked")
     };
     let recorder = DebuggingRecorder::new();

@@ -50,6 +50,25 @@ pub struct KeyState {
     pub degraded: bool,
 }
 
+/// How far a block or an unblock had reached when it was answered
+/// ([`RuleSet::block`](crate::RuleSet::block),
+/// [`RuleSet::unblock`](crate::RuleSet::unblock)). It holds on this
+/// instance at once in every case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reach {
+    /// This process only: the rule's backend keeps no fleet (memory).
+    Process,
+    /// The fleet: the backend's shared store has it, and every instance
+    /// holds it once the change's message reaches it.
+    Fleet,
+    /// This instance now, the fleet later: the shared store could not be
+    /// asked, so the change waits on this instance and is sent when the
+    /// store answers again (the most recent change to a key wins, by the
+    /// time it was made).
+    Queued,
+}
+
 /// Why an operation on a key did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Outcome;
-use crate::operate::{Block, BlockCause, BlockStats, KeyState, OpError};
+use crate::operate::{Block, BlockCause, BlockStats, KeyState, OpError, Reach};
 use crate::{Answer, Key};
 
 use super::RuleSet;
@@ -29,7 +29,7 @@ impl RuleSet {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use throttle_fleet_core::{Answer, Demand, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet};
+    /// use throttle_fleet_core::{Answer, Demand, Key, ManualClock, MemoryBackend, Quota, Reach, Rule, RuleSet};
     ///
     /// let mut rules = RuleSet::new();
     /// let backend = MemoryBackend::with_clock(ManualClock::new(0));
@@ -39,13 +39,13 @@ impl RuleSet {
     /// let Answer::Ready(Ok(state)) = rules.inspect(ip, &key) else { unreachable!() };
     /// assert_eq!((state.limit, state.remaining, state.blocked_for), (10, 7, None));
     ///
-    /// let Answer::Ready(Ok(())) = rules.block(ip, &key, Duration::from_secs(600), "10.0.0.1") else { unreachable!() };
+    /// let Answer::Ready(Ok(Reach::Process)) = rules.block(ip, &key, Duration::from_secs(600), "10.0.0.1") else { unreachable!() };
     /// let Answer::Ready(checked) = rules.check(&[Demand::new(ip, key, 1)]) else { unreachable!() };
     /// assert!(checked.decision().is_denied());
     /// assert_eq!(checked.decision().retry_after(), Duration::from_secs(600));
     /// assert_eq!(rules.blocked(ip)[0].1.label.as_ref(), "10.0.0.1");
     ///
-    /// let Answer::Ready(Ok(true)) = rules.unblock(ip, &key) else { unreachable!() };
+    /// let Answer::Ready(Ok((true, Reach::Process))) = rules.unblock(ip, &key) else { unreachable!() };
     /// let Answer::Ready(Ok(())) = rules.reset(ip, &key) else { unreachable!() };
     /// let Answer::Ready(Ok(state)) = rules.inspect(ip, &key) else { unreachable!() };
     /// assert_eq!(state.remaining, 10);
@@ -79,29 +79,37 @@ impl RuleSet {
     /// denials under the rule's penalty): its next request finds a fresh
     /// key, on every instance of a fleet-wide backend. A block stays: see
     /// [`unblock`](Self::unblock).
+    ///
+    /// A reset that the backend could not make (its store down) changes
+    /// nothing, here or elsewhere.
     pub fn reset(&self, rule: usize, key: &Key) -> Answer<Result<(), OpError>> {
         let bound = &self.rules[rule];
         if let Err(e) = rate_only(bound, "reset") {
             return Answer::Ready(Err(e));
         }
-        if let Some(escalation) = &bound.escalation {
-            escalation.forget(key);
-        }
-        bound.limiter(key).reset(key)
+        let (escalation, key) = (bound.escalation.clone(), *key);
+        bound.limiter(&key).reset(&key).map(move |r| {
+            if let (Ok(()), Some(escalation)) = (&r, escalation) {
+                escalation.forget(&key);
+            }
+            r
+        })
     }
 
     /// Blocks `key` under rule `rule` for `duration`: its requests are
     /// denied before the backend is asked, with `Retry-After` equal to
     /// what is left of the block. `label` is what a listing shows beside
-    /// the key (what the operator gave, secrets redacted). A fleet-wide
-    /// backend tells every instance; the block holds here at once.
+    /// the key (what the operator gave, secrets redacted). The block holds
+    /// here at once; a fleet-wide backend tells every instance, or, while
+    /// it cannot, keeps the block and tells them when it can: the answer
+    /// says which ([`Reach`]).
     pub fn block(
         &self,
         rule: usize,
         key: &Key,
         duration: Duration,
         label: &str,
-    ) -> Answer<Result<(), OpError>> {
+    ) -> Answer<Result<Reach, OpError>> {
         if duration.is_zero() || duration > MAX_BLOCK {
             return Answer::Ready(Err(OpError::Invalid(format!(
                 "a block lasts from 1 µs to 30 days (got {duration:?})"
@@ -127,15 +135,17 @@ impl RuleSet {
         bound.limiter.share_block(key, Some(&block))
     }
 
-    /// Lifts `key`'s block under rule `rule`, on every instance of a
-    /// fleet-wide backend; `true` when this instance knew of one.
-    pub fn unblock(&self, rule: usize, key: &Key) -> Answer<Result<bool, OpError>> {
+    /// Lifts `key`'s block under rule `rule`, here at once and on every
+    /// instance of a fleet-wide backend (as for [`block`](Self::block),
+    /// the [`Reach`] says whether that is done or queued); the `bool` is
+    /// `true` when this instance knew of a block.
+    pub fn unblock(&self, rule: usize, key: &Key) -> Answer<Result<(bool, Reach), OpError>> {
         let bound = &self.rules[rule];
         let had = bound.blocks.remove(key);
         bound
             .limiter
             .share_block(key, None)
-            .map(move |r| r.map(|()| had))
+            .map(move |r| r.map(|reach| (had, reach)))
     }
 
     /// The keys blocked now under rule `rule` as this instance knows them,

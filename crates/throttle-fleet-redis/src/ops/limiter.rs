@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
-use throttle_fleet_core::operate::{Block, BlockCause, Blocks, OpError, Penalty};
+use throttle_fleet_core::operate::{Block, BlockCause, Blocks, OpError, Penalty, Reach};
 use throttle_fleet_core::{Answer, Key, Rule};
 
-use super::{LOG_LEN, Operations, PENALTY, RESET_HOLD, RuleOps, wire};
+use super::{LOG_LEN, ORDER_HOLD, Operations, PENALTY, RESET_HOLD, RuleOps, wire};
 use crate::conn::{Eval, Redis};
 use crate::schedule::micros;
 
@@ -31,7 +31,9 @@ macro_rules! fleet_operations {
             &self,
             key: &throttle_fleet_core::Key,
             block: Option<&throttle_fleet_core::operate::Block>,
-        ) -> throttle_fleet_core::Answer<Result<(), throttle_fleet_core::OpError>> {
+        ) -> throttle_fleet_core::Answer<
+            Result<throttle_fleet_core::Reach, throttle_fleet_core::OpError>,
+        > {
             self.ops().share_block(key, block)
         }
 
@@ -82,15 +84,9 @@ impl FleetOps {
         &self,
         key: &Key,
         block: Option<&Block>,
-    ) -> Answer<Result<(), OpError>> {
-        let (op, value) = match block {
-            Some(b) => ("b", wire::block_value(b)),
-            None => ("u", String::new()),
-        };
-        let (hub, name, key) = (self.hub.clone(), self.name.clone(), *key);
-        Answer::Pending(Box::pin(async move {
-            hub.change(op, true, name, key, value).await.map(|_| ())
-        }))
+    ) -> Answer<Result<Reach, OpError>> {
+        let (hub, name, key, block) = (self.hub.clone(), self.name.clone(), *key, block.cloned());
+        Answer::Pending(Box::pin(async move { hub.share(name, key, block).await }))
     }
 
     pub(crate) fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
@@ -98,7 +94,7 @@ impl FleetOps {
         let (hub, tables, key) = (self.hub.clone(), self.tables.clone(), *key);
         let name = self.name.clone();
         Answer::Pending(Box::pin(async move {
-            let id = hub.change("r", false, name, key, until.to_string()).await?;
+            let id = hub.reset(&name, &key, until).await?;
             tables.resets.insert(key, &id, until);
             Ok(())
         }))
@@ -116,11 +112,13 @@ impl FleetOps {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        let mut inv = Eval::new(&PENALTY, 4, 9, 200);
+        let mut inv = Eval::new(&PENALTY, 6, 10, 240);
         inv.arg(self.hub.history(&self.name, key))
             .arg(&self.hub.blocks)
             .arg(&self.hub.log)
-            .arg(format!("{}blocks-sweep", self.hub.head));
+            .arg(format!("{}blocks-sweep", self.hub.head))
+            .arg(&self.hub.stamps)
+            .arg(format!("{}stamps-sweep", self.hub.head));
         inv.arg(redis.script_now())
             .arg(penalty.after())
             .arg(micros(penalty.within()))
@@ -129,7 +127,8 @@ impl FleetOps {
             .arg(micros(penalty.memory_window()))
             .arg(wire::field(&self.name, key))
             .arg(LOG_LEN)
-            .arg(&self.hub.channel);
+            .arg(&self.hub.channel)
+            .arg(micros(ORDER_HOLD));
         let (slot, timeout) = (self.hub.slot, redis.config.command_timeout);
         let (tables, key, name) = (self.tables.clone(), *key, self.name.clone());
         rt.spawn(async move {

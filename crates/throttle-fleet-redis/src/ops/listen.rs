@@ -3,6 +3,9 @@
 //! slot, and a read of what changed since the last (applied to the rules'
 //! tables) whenever a change is published and whenever the subscription
 //! starts (again: what was published while it was down is in the log).
+//! Before each such read, and at each probe interval while changes wait,
+//! the changes made here while Redis could not be asked are sent
+//! (`outbox.rs`).
 
 use std::sync::{Arc, Weak};
 
@@ -45,8 +48,11 @@ impl Operations {
                 };
                 if let Some(pubsub) = subscribed {
                     let mut messages = pubsub.into_on_message();
-                    // What changed while nobody here listened.
-                    Self::read_if_alive(&weak).await;
+                    // What this instance changed while Redis could not be
+                    // asked, then what changed while nobody here listened.
+                    let Some(mut caught_up) = Self::read_if_alive(&weak).await else {
+                        return;
+                    };
                     loop {
                         tokio::select! {
                             message = messages.next() => {
@@ -54,14 +60,22 @@ impl Operations {
                                     break;
                                 }
                                 while let Some(Some(_)) = messages.next().now_or_never() {}
-                                if !Self::read_if_alive(&weak).await {
+                                let Some(done) = Self::read_if_alive(&weak).await else {
                                     return;
-                                }
+                                };
+                                caught_up = done;
                             }
                             // A dropped backend closes its connection.
                             () = scheduler.sleep(retry) => {
-                                if weak.strong_count() == 0 {
-                                    return;
+                                let Some(ops) = weak.upgrade() else { return };
+                                // A read that failed (the first call on a
+                                // connection Redis closed when it
+                                // restarted), or changes that wait (Redis
+                                // hung, and answers again without this
+                                // subscription ending): tried again each
+                                // probe interval. Otherwise nothing.
+                                if !caught_up || !ops.outbox.is_empty() {
+                                    caught_up = ops.flush().await && ops.poll().await;
                                 }
                             }
                         }
@@ -98,39 +112,69 @@ impl Operations {
         ))
     }
 
-    /// Reads the log if the operations are still alive; whether they are.
-    async fn read_if_alive(weak: &Weak<Self>) -> bool {
-        match weak.upgrade() {
-            Some(ops) => {
-                ops.poll().await;
-                true
-            }
-            None => false,
-        }
+    /// Sends what waits and reads the log, if the operations are still
+    /// alive (`None`: they are not): whether all of it was done.
+    async fn read_if_alive(weak: &Weak<Self>) -> Option<bool> {
+        let ops = weak.upgrade()?;
+        Some(ops.flush().await && ops.poll().await)
     }
 
-    /// One read of the log: applies what changed since the last.
-    async fn poll(self: &Arc<Self>) {
-        let Ok(redis) = self.redis() else { return };
+    /// One read of the log: applies what changed since the last. When
+    /// Redis lost what this instance had read, sends again the blocks it
+    /// holds, then loads the tables. Whether it read.
+    async fn poll(self: &Arc<Self>) -> bool {
         let _one_at_a_time = self.reading.lock().await;
+        // A loss takes a second read: the tables once the blocks are back.
+        for _ in 0..2 {
+            match self.read().await {
+                Read::Done => return true,
+                Read::Failed => return false,
+                Read::Lost => {}
+            }
+        }
+        false
+    }
+
+    /// One read of the log (the caller holds `reading`).
+    async fn read(self: &Arc<Self>) -> Read {
+        let Ok(redis) = self.redis() else {
+            return Read::Failed;
+        };
         let last = self.last.lock().clone();
-        let mut inv = Eval::new(&POLL, 3, 2, 64);
-        inv.arg(&self.log).arg(&self.blocks).arg(&self.resets);
-        inv.arg(&last).arg(1_000);
+        let known = self.epoch.lock().clone();
+        let mut inv = Eval::new(&POLL, 4, 3, 96);
+        inv.arg(&self.log)
+            .arg(&self.blocks)
+            .arg(&self.resets)
+            .arg(&self.epoch_key);
+        inv.arg(&last).arg(1_000).arg(&known);
         let timeout = redis.config.command_timeout;
         let Ok(reply) = redis.eval_off_path::<Value>(&inv, self.slot, timeout).await else {
-            // Read again at the next message or subscription, from the
-            // same place.
-            return;
+            // Read again from the same place.
+            return Read::Failed;
         };
         match wire::polled(reply) {
+            Some(Polled::Lost(epoch)) => {
+                if !self.reassert().await {
+                    // Tried again at the next read.
+                    return Read::Failed;
+                }
+                // The next read loads the tables, replacing what this
+                // instance knew (it knows an epoch: not its first load).
+                *self.epoch.lock() = epoch;
+                self.last.lock().clear();
+                return Read::Lost;
+            }
             Some(Polled::Tables {
+                epoch,
                 last: newest,
                 blocks,
                 resets,
-            }) if last.is_empty() => {
-                // The first load: what this instance did before it (a block
-                // it made meanwhile) stays; the log's next entries follow.
+            }) if known.is_empty() => {
+                // The first load: what this instance did before it (a
+                // block it made meanwhile, sent already) stays; the log's
+                // next entries follow.
+                *self.epoch.lock() = epoch;
                 for (rule, key, block) in blocks {
                     self.rule(&rule).blocks.insert(key, block);
                 }
@@ -139,13 +183,17 @@ impl Operations {
                 }
                 *self.last.lock() = newest;
             }
-            // Entries were trimmed before this instance read them (an unblock
-            // among them, perhaps): what Redis holds replaces what it knew.
+            // The load after a loss: every block this instance held was
+            // sent again (and those a later change superseded, adopted),
+            // so what Redis holds replaces what it knew, unblocks it had
+            // not read included.
             Some(Polled::Tables {
+                epoch,
                 last: newest,
                 blocks,
                 resets,
             }) => {
+                *self.epoch.lock() = epoch;
                 let rules: Vec<(Arc<str>, Arc<RuleOps>)> = {
                     let mut names: Vec<Arc<str>> = blocks
                         .iter()
@@ -186,8 +234,12 @@ impl Operations {
                     *self.last.lock() = id;
                 }
             }
-            None => tracing::warn!("throttle: unexpected reply reading the operations log"),
+            None => {
+                tracing::warn!("throttle: unexpected reply reading the operations log");
+                return Read::Failed;
+            }
         }
+        Read::Done
     }
 
     fn apply(&self, id: &str, change: Change) {
@@ -208,4 +260,15 @@ impl Operations {
             Change::Unknown => {}
         }
     }
+}
+
+/// How a read of the log went.
+enum Read {
+    /// Read and applied.
+    Done,
+    /// Redis lost this instance's state: the blocks it holds were sent
+    /// again, and the tables are to be read now.
+    Lost,
+    /// Not read (Redis did not answer): tried again from the same place.
+    Failed,
 }

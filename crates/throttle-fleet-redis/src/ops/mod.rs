@@ -2,7 +2,7 @@
 //! one instance (by an operator, or by a rule's penalty) reach every other
 //! instance of the backend's Redis, whatever the mode.
 //!
-//! Three things in Redis, under one hash tag of their own
+//! What lives in Redis, under one hash tag of its own
 //! (`<prefix>:{throttle-ops}:...`, one slot in a Cluster):
 //! - `log`, a stream of the changes (`op.lua`, `penalty.lua` append; at
 //!   most [`LOG_LEN`] entries, roughly);
@@ -11,9 +11,23 @@
 //!   trimmed from the log (`poll.lua`); each write also removes a few ended
 //!   entries (`sweep.lua`, a cursor kept beside each table), so ended ones
 //!   leave at a bounded cost per write;
+//! - `stamps`, when each key's last block or unblock was made, which
+//!   orders a change that waited on its instance (see below) against the
+//!   others: the change made last wins, whatever the order they arrive in;
+//! - `epoch`, written once by the first read of a Redis that has none, by
+//!   which an instance tells that Redis lost what it had read;
 //! - `p:<rule>:<key>`, each penalized key's history (`penalty.lua`, which
 //!   is `Penalty::escalate` step for step), kept until it is back to a key
 //!   never denied.
+//!
+//! A block or an unblock that cannot reach Redis (its breaker open, or the
+//! call failed) holds on its instance at once and waits there, in the
+//! outbox (`outbox.rs`), until Redis answers again; then it is sent, with
+//! the time it was made. When an instance finds that Redis lost its state
+//! (another epoch: a restart without persistence, a failover to a replica
+//! that had not received it), it sends again every block it holds. So a
+//! fleet split by an outage, or by a Redis that forgot, converges once
+//! Redis answers.
 //!
 //! Every change is also published on a channel
 //! (`<prefix>:{throttle-ops}:changed`). Each instance holds a subscription
@@ -32,6 +46,7 @@
 
 mod limiter;
 mod listen;
+mod outbox;
 mod tables;
 mod wire;
 
@@ -42,10 +57,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redis::{Script, Value};
 use throttle_fleet_core::backend::Unavailable;
-use throttle_fleet_core::operate::OpError;
+use throttle_fleet_core::operate::{Block, OpError};
 use throttle_fleet_core::{Clock, Key};
 
 use crate::conn::{Eval, Redis};
+use crate::schedule::micros;
 pub(crate) use limiter::{FleetOps, fleet_operations};
 pub(crate) use tables::RuleOps;
 
@@ -56,6 +72,12 @@ pub(crate) const LOG_LEN: u64 = 10_000;
 /// the rule's windows if that is longer, so that what the old name held
 /// has expired when the key goes back to it.
 const RESET_HOLD: Duration = Duration::from_secs(86_400);
+
+/// How long the time of a key's last block or unblock is kept in Redis
+/// at least (a block's is kept until it ends, if that is later): a change
+/// that waited longer than this on its instance is dropped, not sent
+/// (`outbox.rs`), since nothing could order it any more.
+const ORDER_HOLD: Duration = Duration::from_secs(86_400);
 
 static OP: LazyLock<Script> =
     LazyLock::new(|| Script::new(concat!(include_str!("sweep.lua"), include_str!("op.lua"))));
@@ -74,6 +96,8 @@ pub(crate) struct Operations {
     log: String,
     blocks: String,
     resets: String,
+    stamps: String,
+    epoch_key: String,
     /// Where every change is published.
     channel: String,
     head: String,
@@ -81,6 +105,10 @@ pub(crate) struct Operations {
     rules: Mutex<HashMap<Arc<str>, Arc<RuleOps>>>,
     /// The last log id read; empty until the first load.
     last: Mutex<String>,
+    /// The epoch of the Redis last read; empty until the first load.
+    epoch: Mutex<String>,
+    /// Blocks and unblocks made here that Redis has not received yet.
+    outbox: outbox::Outbox,
     /// Held by the read in progress: reads one at a time, each from where
     /// the last stopped.
     reading: tokio::sync::Mutex<()>,
@@ -108,11 +136,15 @@ impl Operations {
                     log: format!("{head}log"),
                     blocks: format!("{head}blocks"),
                     resets: format!("{head}resets"),
+                    stamps: format!("{head}stamps"),
+                    epoch_key: format!("{head}epoch"),
                     channel: format!("{head}changed"),
                     slot: crate::slot::slot_of(head.as_bytes()),
                     head,
                     rules: Mutex::new(HashMap::new()),
                     last: Mutex::new(String::new()),
+                    epoch: Mutex::new(String::new()),
+                    outbox: outbox::Outbox::default(),
                     reading: tokio::sync::Mutex::new(()),
                 });
                 Self::listen(&ops);
@@ -148,41 +180,44 @@ impl Operations {
     }
 
     /// Runs `op.lua`: `op` on `key` of the rule named `rule`, with `value`,
-    /// in `table` (blocks or resets); the log entry's id.
-    async fn change(
-        self: Arc<Self>,
+    /// in `table` (blocks or resets); `made` (µs, this instance's clock)
+    /// orders a block or an unblock against the key's other changes.
+    async fn run_op(
+        &self,
         op: &'static str,
-        table: bool,
-        rule: Arc<str>,
-        key: Key,
-        value: String,
-    ) -> Result<String, OpError> {
-        let field = wire::field(&rule, &key);
+        rule: &str,
+        key: &Key,
+        value: &str,
+        made: u64,
+    ) -> Result<wire::Sent, OpError> {
+        let field = wire::field(rule, key);
         let redis = self.redis()?;
-        if redis.is_open(self.slot) {
-            return Err(OpError::Unavailable(Unavailable::new(
-                "the Redis node of the operations log is down (its breaker is open)",
-            )));
-        }
-        let mut inv = Eval::new(&OP, 4, 6, 96 + field.len() + value.len());
-        let (table, cursor) = if table {
-            (&self.blocks, format!("{}blocks-sweep", self.head))
-        } else {
+        let mut inv = Eval::new(&OP, 6, 8, 128 + field.len() + value.len());
+        let (table, cursor) = if op == "r" {
             (&self.resets, format!("{}resets-sweep", self.head))
+        } else {
+            (&self.blocks, format!("{}blocks-sweep", self.head))
         };
         inv.arg(&self.log)
             .arg(table)
             .arg(cursor)
-            .arg(self.history(&rule, &key));
+            .arg(self.history(rule, key))
+            .arg(&self.stamps)
+            .arg(format!("{}stamps-sweep", self.head));
         inv.arg(op)
             .arg(&field)
-            .arg(&value)
+            .arg(value)
             .arg(redis.script_now())
             .arg(LOG_LEN)
-            .arg(&self.channel);
+            .arg(&self.channel)
+            .arg(made)
+            .arg(
+                made.saturating_add(micros(ORDER_HOLD))
+                    .max(until_of(op, value)),
+            );
         let timeout = redis.config.command_timeout;
         match redis.eval_off_path::<Value>(&inv, self.slot, timeout).await {
-            Ok(reply) => wire::text(&reply).ok_or_else(|| {
+            Ok(reply) => wire::sent(&reply).ok_or_else(|| {
                 OpError::Unavailable(Unavailable::new(
                     "unexpected reply from the operations script",
                 ))
@@ -190,4 +225,48 @@ impl Operations {
             Err(failure) => Err(OpError::Unavailable(Unavailable::new(failure.to_string()))),
         }
     }
+
+    /// A reset of `key` under the rule named `rule`, held until `until`:
+    /// its generation (the log entry's id). Refused while Redis cannot be
+    /// asked: a reset is not queued, since each instance counts the key
+    /// under the generation Redis gives it.
+    async fn reset(&self, rule: &str, key: &Key, until: u64) -> Result<String, OpError> {
+        if self.redis()?.is_open(self.slot) {
+            return Err(OpError::Unavailable(Unavailable::new(
+                "the Redis node of the operations log is down (its breaker is open)",
+            )));
+        }
+        match self.run_op("r", rule, key, &until.to_string(), 0).await? {
+            wire::Sent::Done(id) => Ok(id),
+            wire::Sent::Stale(_) => Err(OpError::Unavailable(Unavailable::new(
+                "unexpected reply from the operations script",
+            ))),
+        }
+    }
+
+    /// The local table of `key` under the rule named `rule` takes what
+    /// Redis holds (a change of ours that a later one superseded).
+    fn adopt(&self, rule: &str, key: &Key, holds: Option<Block>) {
+        let tables = self.rule(rule);
+        match holds {
+            Some(block) => {
+                tables.blocks.insert(*key, block);
+            }
+            None => {
+                tables.blocks.remove(key);
+            }
+        }
+    }
+}
+
+/// When a block's value (`<until> ...`) ends; 0 for anything else.
+fn until_of(op: &str, value: &str) -> u64 {
+    if op != "b" {
+        return 0;
+    }
+    value
+        .split(' ')
+        .next()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(0)
 }

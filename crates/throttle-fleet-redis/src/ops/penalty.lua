@@ -5,9 +5,12 @@
 --
 -- KEYS[1]: the key's history (a hash: ws, n, lvl, last); KEYS[2]: the
 -- blocks table; KEYS[3]: the log; KEYS[4]: the blocks table's sweep
--- cursor (`sweep.lua`). ARGV: now (µs, 0 = Redis TIME), after,
--- within (µs), block (µs), max (µs), memory (µs), field (`<rule> <key>`),
--- most entries kept in the log, the channel a block is published on.
+-- cursor (`sweep.lua`); KEYS[5]: the stamps table (`op.lua`), which
+-- orders this block against an operator's changes made later; KEYS[6]:
+-- its sweep cursor. ARGV: now (µs, 0 = Redis TIME), after, within (µs),
+-- block (µs), max (µs), memory (µs), field (`<rule> <key>`), most entries
+-- kept in the log, the channel a block is published on, how long a stamp
+-- is kept at least (µs).
 -- Reply: 0, or `<length> <level> <until>` of the block it started.
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -34,6 +37,8 @@ if n >= after then
   redis.call('HSET', KEYS[2], ARGV[7], value)
   local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'o', 'b', 'f', ARGV[7], 'v', value)
   redis.call('PUBLISH', ARGV[9], id)
+  redis.call('HSET', KEYS[5], ARGV[7], string.format('%.0f %.0f', math.max(last, now + tonumber(ARGV[10])), now))
+  sweep(KEYS[5], KEYS[6], now, false)
   reply = string.format('%.0f %d %.0f', length, lvl, last)
   sweep(KEYS[2], KEYS[4], now, false)
 end

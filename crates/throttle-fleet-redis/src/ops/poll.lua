@@ -1,33 +1,42 @@
 -- What changed since an instance last read the log: the entries after
--- `last`, or (at start, or when entries it had not read were trimmed) the
--- whole tables and the log's last id.
+-- `last`, or (at start) the whole tables and the log's last id; or word
+-- that Redis lost what the instance had read.
 --
--- KEYS[1]: the log; KEYS[2]: the blocks table; KEYS[3]: the resets table.
--- ARGV: last id read (empty: load everything), most entries returned.
--- Reply: {'e', entries...} (each `{id, {field, value, ...}}`), or
--- {'t', last id, blocks (field, value, ...), resets (field, value, ...)}.
-local last = ARGV[1]
-local function tables()
+-- A loss is told two ways. The epoch, a key written once by the first
+-- read of a Redis that has none: a Redis restarted without its data has
+-- another epoch. And the last entry the instance read: when the log no
+-- longer has it, Redis lost it (a replica promoted before it had it) or
+-- trimmed it (the instance fell more than the log's length behind).
+-- Either way the instance sends again the blocks it holds, which the
+-- stamps order against the changes Redis kept (`op.lua`), then loads the
+-- tables (`outbox.rs`, `listen.rs`).
+--
+-- KEYS[1]: the log; KEYS[2]: the blocks table; KEYS[3]: the resets
+-- table; KEYS[4]: the epoch.
+-- ARGV: last id read (empty: load everything), most entries returned,
+-- the epoch the instance read last (empty: none yet).
+-- Reply: {'e', epoch, entries...} (each `{id, {field, value, ...}}`),
+-- {'t', epoch, last id, blocks (field, value, ...), resets (field,
+-- value, ...)}, or {'l', epoch}: lost.
+local last, known = ARGV[1], ARGV[3]
+local epoch = redis.call('GET', KEYS[4])
+if not epoch then
+  local t = redis.call('TIME')
+  epoch = t[1] .. '.' .. t[2]
+  redis.call('SET', KEYS[4], epoch)
+end
+if known ~= '' and known ~= epoch then return {'l', epoch} end
+if last == '' then
   local tip = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
   local id = '0-0'
   if #tip > 0 then id = tip[1][1] end
-  return {'t', id, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3])}
+  return {'t', epoch, id, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3])}
 end
-if last == '' then return tables() end
-local function parts(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-if #head > 0 and last ~= '0-0' then
-  local hm, hs = parts(head[1][1])
-  local lm, ls = parts(last)
-  -- The oldest entry kept is newer than the last one read: what lay
-  -- between may have been trimmed.
-  if hm > lm or (hm == lm and hs > ls) then return tables() end
+if last ~= '0-0' and #redis.call('XRANGE', KEYS[1], last, last) == 0 then
+  return {'l', epoch}
 end
 local entries = redis.call('XRANGE', KEYS[1], last, '+', 'COUNT', tonumber(ARGV[2]) + 1)
-local out = {'e'}
+local out = {'e', epoch}
 for i = 1, #entries do
   if entries[i][1] ~= last then out[#out + 1] = entries[i] end
 end

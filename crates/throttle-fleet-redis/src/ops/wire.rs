@@ -80,16 +80,46 @@ pub(super) enum Change {
     Unknown,
 }
 
-/// What `poll.lua` answered.
+/// What `poll.lua` answered, with the epoch of the Redis that answered.
 pub(super) enum Polled {
     /// The log's entries since the last read, oldest first.
     Entries(Vec<(String, Change)>),
     /// Everything: the last id, the blocks, the resets.
     Tables {
+        epoch: String,
         last: String,
         blocks: Vec<(Arc<str>, Key, Block)>,
         resets: Vec<(Arc<str>, Key, String, u64)>,
     },
+    /// Redis lost what this instance had read (restarted without its
+    /// data, or a replica promoted before it had it).
+    Lost(String),
+}
+
+/// What `op.lua` answered.
+pub(super) enum Sent {
+    /// Done: the log entry's id.
+    Done(String),
+    /// Not applied: a later change to the key holds, this block (`None`:
+    /// no block).
+    Stale(Option<Block>),
+}
+
+pub(super) fn sent(reply: &Value) -> Option<Sent> {
+    match reply {
+        Value::Array(items) => {
+            if text(items.first()?)? != "s" {
+                return None;
+            }
+            let value = text(items.get(1)?)?;
+            if value.is_empty() {
+                Some(Sent::Stale(None))
+            } else {
+                Some(Sent::Stale(Some(parse_block(&value)?)))
+            }
+        }
+        other => Some(Sent::Done(text(other)?)),
+    }
 }
 
 pub(super) fn text(v: &Value) -> Option<String> {
@@ -142,10 +172,11 @@ pub(super) fn polled(reply: Value) -> Option<Polled> {
     let Value::Array(items) = reply else {
         return None;
     };
+    let epoch = text(items.get(1)?)?;
     match text(items.first()?)?.as_str() {
         "e" => {
-            let mut out = Vec::with_capacity(items.len() - 1);
-            for entry in &items[1..] {
+            let mut out = Vec::with_capacity(items.len() - 2);
+            for entry in &items[2..] {
                 let Value::Array(e) = entry else { return None };
                 let id = text(e.first()?)?;
                 let fields = pairs(e.get(1)?)?;
@@ -153,16 +184,17 @@ pub(super) fn polled(reply: Value) -> Option<Polled> {
             }
             Some(Polled::Entries(out))
         }
+        "l" => Some(Polled::Lost(epoch)),
         "t" => {
-            let last = text(items.get(1)?)?;
-            let blocks = pairs(items.get(2)?)?
+            let last = text(items.get(2)?)?;
+            let blocks = pairs(items.get(3)?)?
                 .into_iter()
                 .filter_map(|(f, v)| {
                     let (rule, key) = parse_field(&f)?;
                     Some((rule, key, parse_block(&v)?))
                 })
                 .collect();
-            let resets = pairs(items.get(3)?)?
+            let resets = pairs(items.get(4)?)?
                 .into_iter()
                 .filter_map(|(f, v)| {
                     let (rule, key) = parse_field(&f)?;
@@ -171,6 +203,7 @@ pub(super) fn polled(reply: Value) -> Option<Polled> {
                 })
                 .collect();
             Some(Polled::Tables {
+                epoch,
                 last,
                 blocks,
                 resets,

@@ -430,7 +430,11 @@ impl Limiter for SlotLimiter {
         self.0.ops.blocks()
     }
 
-    fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<(), OpError>> {
+    fn share_block(
+        &self,
+        key: &Key,
+        block: Option<&Block>,
+    ) -> Answer<Result<throttle_fleet_core::Reach, OpError>> {
         self.0.ops.share_block(key, block)
     }
 

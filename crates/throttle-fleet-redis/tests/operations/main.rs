@@ -8,12 +8,13 @@
 
 use std::time::Duration;
 
-use throttle_fleet_core::operate::{BlockCause, OpError};
+use throttle_fleet_core::operate::BlockCause;
 use throttle_fleet_core::{Key, Penalty, Quota, Rule, RuleSet};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_test_support::RedisServer;
 
 mod fleet;
+mod outage;
 
 use fleet::{
     Mode, RETRY, T0, all_list, allowed, backend, fleet, listening, op, rule, settled, until,
@@ -55,7 +56,7 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
         }
 
         // Unblocked through instance 2.
-        assert!(op(&time, fleet[2].1.unblock(0, &key)).await.unwrap());
+        assert!(op(&time, fleet[2].1.unblock(0, &key)).await.unwrap().0);
         all_list(&fleet, 0).await;
         for (i, (_, rules)) in fleet.iter().enumerate() {
             assert!(rules.blocked(0).is_empty(), "{mode:?}: instance {i}");
@@ -242,34 +243,6 @@ async fn penalties_escalate_across_the_fleet_and_spare_a_neighbour() {
     assert!(lengths.len() >= 4, "{lengths:?}");
     assert_eq!(&lengths[..4], [10, 20, 40, 40]);
     assert_eq!(neighbour_denied, 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_redis_down_a_block_holds_here_and_a_reset_says_it_did_not_happen() {
-    let server = RedisServer::start();
-    let time = TestTime::new(T0);
-    let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
-    let rules = &fleet[0].1;
-    let key = Key::new("k");
-    server.kill();
-    // Let the breaker see it.
-    for _ in 0..5 {
-        allowed(&time, rules, Key::new("probe")).await;
-    }
-    let blocked = rules
-        .block(0, &key, Duration::from_secs(60), "k")
-        .wait()
-        .await;
-    assert!(
-        matches!(blocked, Err(OpError::Unavailable(_))),
-        "{blocked:?}"
-    );
-    assert!(
-        !allowed(&time, rules, key).await.0,
-        "the block holds on this instance"
-    );
-    let reset = rules.reset(0, &key).wait().await;
-    assert!(matches!(reset, Err(OpError::Unavailable(_))), "{reset:?}");
 }
 
 /// An operator's read of a key takes nothing and asks Redis nothing: in
