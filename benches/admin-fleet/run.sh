@@ -4,7 +4,10 @@
 # reset made through copy 1's admin endpoint are timed until copies 2 and 3
 # answer by them (a blocked client address gets 429, a lifted or reset one
 # 200), and a read of the key through each copy's admin endpoint must show
-# the same state. Prints one markdown table; with CHECK=1 the exit code says
+# the same state. Then, through an outage: Redis is shut down and started
+# again empty; a block and an unblock made meanwhile reach every copy, and a
+# copy started after the loss holds a block made before it (drive.py's
+# docs). Prints one markdown table; with CHECK=1 the exit code says
 # whether every step held and every propagation took at most 1 s.
 #
 # Usage (from anywhere in the workspace):
@@ -42,11 +45,23 @@ build_example gateway GATEWAY_BIN
 scratch_run admin-fleet
 
 REDIS_PORT=$(free_ports 1)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-    --daemonize no >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-redis-cli -p "$REDIS_PORT" ping >/dev/null || die "redis-server did not start"
+# A fresh redis-server for each mode: the outage round shuts it down, and
+# drive.py starts it again (its pid in redis-again.pid, stopped here).
+start_redis() {
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+        --daemonize no >"$WORK/redis.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    redis-cli -p "$REDIS_PORT" ping >/dev/null || die "redis-server did not start"
+}
+stop_redis() {
+    redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+    if [ -f "$WORK/redis-again.pid" ]; then
+        kill -TERM "$(cat "$WORK/redis-again.pid")" 2>/dev/null || true
+        rm -f "$WORK/redis-again.pid"
+    fi
+    for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 || break; sleep 0.1; done
+}
 
 python3 -c 'import secrets; print(secrets.token_hex(24))' >"$WORK/admin.token"
 rc=0
@@ -58,7 +73,7 @@ for mode in $MODES; do
         leased) algorithm=token_bucket ;;
         *) die "MODES: $mode is not exact, approximate or leased" ;;
     esac
-    redis-cli -p "$REDIS_PORT" flushall >/dev/null
+    start_redis
     cat >"$WORK/$mode.toml" <<TOML
 [admin]
 listen = "127.0.0.1:1"
@@ -96,10 +111,12 @@ TOML
     done
     python3 "$ROOT/benches/admin-fleet/drive.py" --mode "$mode" --rounds "$ROUNDS" --limit "$LIMIT" \
         --ports "$(IFS=,; echo "${ports[*]}")" --admins "$(IFS=,; echo "${admins[*]}")" \
-        --token-file "$WORK/admin.token" --json "$WORK/$mode.json" || rc=1
+        --token-file "$WORK/admin.token" --json "$WORK/$mode.json" \
+        --redis-port "$REDIS_PORT" --redis-dir "$WORK" --gateway "$BIN" --config "$WORK/$mode.toml" || rc=1
     results+=("$WORK/$mode.json")
     for pid in "${copy_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${copy_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    stop_redis
 done
 report=(--report)
 [ "$CHECK" = 1 ] && report+=(--check)

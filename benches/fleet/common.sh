@@ -41,7 +41,8 @@ wait_port() {
 
 # A run's scratch directory, WORK (named after $1; kept on exit with
 # KEEP_LOGS=1, removed otherwise), and PIDS, the processes the run starts:
-# every one is stopped on exit, Ctrl-C or kill. The caller defines say.
+# every one is stopped on exit, Ctrl-C or kill, and so is each process
+# whose pid a helper wrote to a `*.pid` file in WORK. The caller defines say.
 scratch_run() {
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
     PIDS=()
@@ -57,6 +58,10 @@ stop_run() {
     local pid
     for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    local file
+    for file in "$WORK"/*.pid; do
+        [ -f "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null || true
+    done
     if [ "${KEEP_LOGS:-0}" = 1 ]; then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
 }
 

@@ -29,7 +29,7 @@ use subtle::ConstantTimeEq;
 use throttle_fleet_axum::ThrottleLayer;
 use throttle_fleet_axum::core::operate::BlockCause;
 use throttle_fleet_axum::core::rule_set::MAX_BLOCK;
-use throttle_fleet_axum::core::{Key, OpError, RuleSet};
+use throttle_fleet_axum::core::{Key, OpError, Reach, RuleSet};
 use throttle_fleet_axum::key::KeyInputs;
 use throttle_fleet_config::AdminToken;
 
@@ -585,9 +585,19 @@ async fn block(State(admin): State<Admin>, req: Request) -> Result<Response, Ref
         .block(t.index, &t.key, duration, &t.label)
         .wait()
         .await;
-    let answer = json!({ "rule": t.name, "key": t.label, "blocked_for_secs": secs_up(duration) });
     let detail = format!("for {seconds} s");
-    Ok(done(&peer, "block", &t, &detail, result.map(|()| answer)))
+    Ok(match result {
+        Ok(reach) => {
+            let answer = json!({
+                "rule": t.name,
+                "key": t.label,
+                "blocked_for_secs": secs_up(duration),
+                "reach": reach_name(reach),
+            });
+            shared(&peer, "block", &t, &detail, reach, answer)
+        }
+        Err(e) => op_error(&e),
+    })
 }
 
 /// `POST /admin/unblock`: lifts a key's block.
@@ -595,13 +605,51 @@ async fn unblock(State(admin): State<Admin>, req: Request) -> Result<Response, R
     let peer = peer_of(&req);
     let (t, _) = changing(&admin, req, &[]).await?;
     let result = t.rules.unblock(t.index, &t.key).wait().await;
-    let detail = if matches!(result, Ok(false)) {
-        "(was not blocked)"
+    Ok(match result {
+        Ok((was, reach)) => {
+            let detail = if was { "" } else { "(was not blocked)" };
+            let answer = json!({
+                "rule": t.name,
+                "key": t.label,
+                "was_blocked": was,
+                "reach": reach_name(reach),
+            });
+            shared(&peer, "unblock", &t, detail, reach, answer)
+        }
+        Err(e) => op_error(&e),
+    })
+}
+
+/// How far a block or unblock reached, as the answer names it.
+fn reach_name(reach: Reach) -> &'static str {
+    match reach {
+        Reach::Fleet => "fleet",
+        Reach::Queued => "queued",
+        _ => "instance",
+    }
+}
+
+/// A block's or unblock's answer, and its log line: 200 when the fleet
+/// (or a backend without one) has it, 202 when it holds on this instance
+/// and waits there for Redis to answer again.
+fn shared(
+    peer: &str,
+    what: &str,
+    t: &Target,
+    detail: &str,
+    reach: Reach,
+    answer: Value,
+) -> Response {
+    if reach == Reach::Queued {
+        let detail = format!(
+            "{detail} (holds on this instance; sent to the fleet when Redis answers again)"
+        );
+        log_change(peer, what, t, detail.trim_start());
+        reply(StatusCode::ACCEPTED, &answer)
     } else {
-        ""
-    };
-    let answer = result.map(|was| json!({ "rule": t.name, "key": t.label, "was_blocked": was }));
-    Ok(done(&peer, "unblock", &t, detail, answer))
+        log_change(peer, what, t, detail);
+        ok(answer)
+    }
 }
 
 /// The `units` of a penalize or reward: a whole number from 1 to 2^32 - 1.
