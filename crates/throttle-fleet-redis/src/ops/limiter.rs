@@ -112,13 +112,14 @@ impl FleetOps {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        let mut inv = Eval::new(&PENALTY, 6, 10, 240);
+        let mut inv = Eval::new(&PENALTY, 7, 10, 260);
         inv.arg(self.hub.history(&self.name, key))
             .arg(&self.hub.blocks)
             .arg(&self.hub.log)
             .arg(format!("{}blocks-sweep", self.hub.head))
             .arg(&self.hub.stamps)
-            .arg(format!("{}stamps-sweep", self.hub.head));
+            .arg(format!("{}stamps-sweep", self.hub.head))
+            .arg(&self.hub.epoch_key);
         inv.arg(redis.script_now())
             .arg(penalty.after())
             .arg(micros(penalty.within()))

@@ -154,14 +154,15 @@ impl Operations {
             return Read::Failed;
         };
         match wire::polled(reply) {
-            Some(Polled::Lost(epoch)) => {
+            Some(Polled::Lost) => {
                 if !self.reassert().await {
                     // Tried again at the next read.
                     return Read::Failed;
                 }
-                // The next read loads the tables, replacing what this
-                // instance knew (it knows an epoch: not its first load).
-                *self.epoch.lock() = epoch;
+                // The next read loads the tables, whatever Redis' epoch
+                // is now (the blocks just sent may have written one), and
+                // they replace what this instance knew (not a first load).
+                *self.epoch.lock() = "*".to_owned();
                 self.last.lock().clear();
                 return Read::Lost;
             }

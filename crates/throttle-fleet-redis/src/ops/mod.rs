@@ -14,8 +14,8 @@
 //! - `stamps`, when each key's last block or unblock was made, which
 //!   orders a change that waited on its instance (see below) against the
 //!   others: the change made last wins, whatever the order they arrive in;
-//! - `epoch`, written once by the first read of a Redis that has none, by
-//!   which an instance tells that Redis lost what it had read;
+//! - `epoch`, written once by the first change made on a Redis that has
+//!   none, by which an instance tells that Redis lost what it had read;
 //! - `p:<rule>:<key>`, each penalized key's history (`penalty.lua`, which
 //!   is `Penalty::escalate` step for step), kept until it is back to a key
 //!   never denied.
@@ -192,7 +192,7 @@ impl Operations {
     ) -> Result<wire::Sent, OpError> {
         let field = wire::field(rule, key);
         let redis = self.redis()?;
-        let mut inv = Eval::new(&OP, 6, 8, 128 + field.len() + value.len());
+        let mut inv = Eval::new(&OP, 7, 8, 160 + field.len() + value.len());
         let (table, cursor) = if op == "r" {
             (&self.resets, format!("{}resets-sweep", self.head))
         } else {
@@ -203,7 +203,8 @@ impl Operations {
             .arg(cursor)
             .arg(self.history(rule, key))
             .arg(&self.stamps)
-            .arg(format!("{}stamps-sweep", self.head));
+            .arg(format!("{}stamps-sweep", self.head))
+            .arg(&self.epoch_key);
         inv.arg(op)
             .arg(&field)
             .arg(value)

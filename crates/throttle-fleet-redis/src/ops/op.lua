@@ -12,7 +12,8 @@
 -- KEYS[1]: the log (a stream); KEYS[2]: the table (a hash: blocks or
 -- resets); KEYS[3]: the table's sweep cursor (`sweep.lua`); KEYS[4]: the
 -- key's penalty history (`penalty.lua`), which a reset forgets; KEYS[5]:
--- the stamps table; KEYS[6]: its sweep cursor.
+-- the stamps table; KEYS[6]: its sweep cursor; KEYS[7]: the epoch
+-- (`poll.lua`), written here if Redis has none.
 -- ARGV: op (`b` block, `u` unblock, `r` reset), field
 -- (`<rule> <key>`), value (a block's `<until> <level> <label>`; a reset's
 -- `<until>`, to which its generation, the log entry's id, is prefixed),
@@ -27,6 +28,7 @@ if now == 0 then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
+redis.call('SET', KEYS[7], string.format('%.0f', now), 'NX')
 if op ~= 'r' then
   local held = redis.call('HGET', KEYS[5], field)
   if held then

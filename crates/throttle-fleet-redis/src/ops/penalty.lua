@@ -7,7 +7,8 @@
 -- blocks table; KEYS[3]: the log; KEYS[4]: the blocks table's sweep
 -- cursor (`sweep.lua`); KEYS[5]: the stamps table (`op.lua`), which
 -- orders this block against an operator's changes made later; KEYS[6]:
--- its sweep cursor. ARGV: now (µs, 0 = Redis TIME), after, within (µs),
+-- its sweep cursor; KEYS[7]: the epoch (`poll.lua`), written here if
+-- Redis has none. ARGV: now (µs, 0 = Redis TIME), after, within (µs),
 -- block (µs), max (µs), memory (µs), field (`<rule> <key>`), most entries
 -- kept in the log, the channel a block is published on, how long a stamp
 -- is kept at least (µs).
@@ -37,6 +38,7 @@ if n >= after then
   redis.call('HSET', KEYS[2], ARGV[7], value)
   local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'o', 'b', 'f', ARGV[7], 'v', value)
   redis.call('PUBLISH', ARGV[9], id)
+  redis.call('SET', KEYS[7], string.format('%.0f', now), 'NX')
   redis.call('HSET', KEYS[5], ARGV[7], string.format('%.0f %.0f', math.max(last, now + tonumber(ARGV[10])), now))
   sweep(KEYS[5], KEYS[6], now, false)
   reply = string.format('%.0f %d %.0f', length, lvl, last)

@@ -3,8 +3,9 @@
 -- that Redis lost what the instance had read.
 --
 -- A loss is told two ways. The epoch, a key written once by the first
--- read of a Redis that has none: a Redis restarted without its data has
--- another epoch. And the last entry the instance read: when the log no
+-- change made on a Redis that has none (`op.lua`, `penalty.lua`; a read
+-- writes nothing): a Redis restarted without its data has another epoch,
+-- or none. And the last entry the instance read: when the log no
 -- longer has it, Redis lost it (a replica promoted before it had it) or
 -- trimmed it (the instance fell more than the log's length behind).
 -- Either way the instance sends again the blocks it holds, which the
@@ -14,18 +15,14 @@
 -- KEYS[1]: the log; KEYS[2]: the blocks table; KEYS[3]: the resets
 -- table; KEYS[4]: the epoch.
 -- ARGV: last id read (empty: load everything), most entries returned,
--- the epoch the instance read last (empty: none yet).
+-- the epoch the instance read last (empty: none yet; `*`: any, the load
+-- after a loss; `-`: Redis had none).
 -- Reply: {'e', epoch, entries...} (each `{id, {field, value, ...}}`),
 -- {'t', epoch, last id, blocks (field, value, ...), resets (field,
 -- value, ...)}, or {'l', epoch}: lost.
 local last, known = ARGV[1], ARGV[3]
-local epoch = redis.call('GET', KEYS[4])
-if not epoch then
-  local t = redis.call('TIME')
-  epoch = t[1] .. '.' .. t[2]
-  redis.call('SET', KEYS[4], epoch)
-end
-if known ~= '' and known ~= epoch then return {'l', epoch} end
+local epoch = redis.call('GET', KEYS[4]) or '-'
+if known ~= '' and known ~= '*' and known ~= epoch then return {'l', epoch} end
 if last == '' then
   local tip = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
   local id = '0-0'

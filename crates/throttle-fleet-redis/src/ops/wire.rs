@@ -93,7 +93,7 @@ pub(super) enum Polled {
     },
     /// Redis lost what this instance had read (restarted without its
     /// data, or a replica promoted before it had it).
-    Lost(String),
+    Lost,
 }
 
 /// What `op.lua` answered.
@@ -184,7 +184,7 @@ pub(super) fn polled(reply: Value) -> Option<Polled> {
             }
             Some(Polled::Entries(out))
         }
-        "l" => Some(Polled::Lost(epoch)),
+        "l" => Some(Polled::Lost),
         "t" => {
             let last = text(items.get(2)?)?;
             let blocks = pairs(items.get(3)?)?
