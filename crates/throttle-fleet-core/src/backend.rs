@@ -86,8 +86,13 @@ pub trait Limiter: Any + Send + Sync + 'static {
         false
     }
 
-    /// `key`'s state, taking nothing. Default: a check of cost 0, which
-    /// every algorithm answers with what is left without taking anything.
+    /// `key`'s state, taking nothing and writing nothing (an operator's
+    /// inspect). Default: a check of cost 0, which every algorithm answers
+    /// with what is left without taking anything; a backend whose check
+    /// writes even at cost 0 (a remote store that saves the key's state
+    /// and its expiry) overrides it with a read. While the backend cannot
+    /// be asked, the answer is what its failure policy would admit, marked
+    /// [`degraded`](Outcome::degraded).
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
         self.acquire(key, 0).map(|r| r.map_err(OpError::from))
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{Answer, ConfigError, FailurePolicy, Key, MemoryBackend, Rule};
 
 use crate::conn::Redis;
@@ -77,6 +78,36 @@ pub(crate) fn degraded(
         }
         (_, Some(mut o)) => {
             // Fail open: allowed whatever the local count says.
+            o.degraded = true;
+            o.step.allowed = true;
+            o.step.retry_after_us = 0;
+            Ok(o)
+        }
+    }
+}
+
+/// An operator's read of `key` while Redis cannot be asked, as a request
+/// would be decided: the failure policy's local limiter read (its counts,
+/// taking nothing), marked degraded; a fail-closed rule has nothing to
+/// read but Redis, and answers unavailable.
+pub(crate) fn degraded_read(
+    rule: &Rule,
+    local: Option<&dyn Limiter>,
+    key: &Key,
+) -> Result<Outcome, OpError> {
+    let local_outcome = match local.map(|l| l.peek(key)) {
+        Some(Answer::Ready(Ok(o))) => Some(o),
+        _ => None,
+    };
+    match (rule.failure_policy(), local_outcome) {
+        (FailurePolicy::FailClosed, _) | (_, None) => Err(redis_unavailable().into()),
+        (FailurePolicy::LocalFallback, Some(mut o)) => {
+            o.degraded = true;
+            Ok(o)
+        }
+        (_, Some(mut o)) => {
+            // Fail open: a request would be allowed whatever the local
+            // count says.
             o.degraded = true;
             o.step.allowed = true;
             o.step.retry_after_us = 0;

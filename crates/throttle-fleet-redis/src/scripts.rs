@@ -19,6 +19,9 @@
 //! - The code is written inline, without helper functions: a function
 //!   defined in a script is a new closure on every call, and the scripts run
 //!   on every request.
+//! - Each algorithm has a read too (an operator's inspect): what a check of
+//!   cost 0 would find, in the reply the check's script gives, with no key
+//!   written (no `SET`, no expiry moved, no entry added or dropped).
 
 use std::sync::LazyLock;
 
@@ -288,6 +291,95 @@ end
 return 0
 "#;
 
+/// Fixed window, read: [`FIXED_WINDOW_BATCH`] for one check of cost 0,
+/// writing nothing. KEYS: the state. ARGV: now, limit, period. Returns
+/// "allowed window count now".
+const FIXED_WINDOW_READ: &str = r#"
+local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
+local w, c = 0, 0
+local s = redis.call('GET', KEYS[1])
+if s then w, c = struct.unpack('dd', s) end
+local t = now
+if t < w * period then t = w * period end
+local cw = math.floor(t / period)
+if cw * period > t then cw = cw - 1 elseif (cw + 1) * period <= t then cw = cw + 1 end
+if cw ~= w then w = cw; c = 0 end
+local ok = 0
+if c <= limit then ok = 1 end
+return string.format('%d %d %d %d', ok, w, c, t)
+"#;
+
+/// Sliding window counter, read: [`SLIDING_COUNTER_BATCH`] for one check
+/// of cost 0, writing nothing. KEYS: the state. ARGV: now, limit, period.
+/// Returns "allowed window cur prev now".
+const SLIDING_COUNTER_READ: &str = r#"
+local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
+local w, cur, prev = 0, 0, 0
+local s = redis.call('GET', KEYS[1])
+if s then w, cur, prev = struct.unpack('ddd', s) end
+local t = now
+if t < w * period then t = w * period end
+local cw = math.floor(t / period)
+if cw * period > t then cw = cw - 1 elseif (cw + 1) * period <= t then cw = cw + 1 end
+if cw == w + 1 then prev = cur; cur = 0; w = cw
+elseif cw > w + 1 then prev = 0; cur = 0; w = cw end
+local elapsed = t - w * period
+local weighted = 0
+if prev > 0 then weighted = math.floor(prev * (period - elapsed) / period) end
+local ok = 0
+if weighted + cur <= limit then ok = 1 end
+return string.format('%d %d %d %d %d', ok, w, cur, prev, t)
+"#;
+
+/// GCRA, read: [`GCRA_BATCH`] for one check of cost 0, writing nothing.
+/// KEYS: the state. ARGV: now, limit, tau (us, rem). Returns "allowed
+/// tat_us tat_rem now".
+const GCRA_READ: &str = r#"
+local tau_us, tau_rem = tonumber(ARGV[3]), tonumber(ARGV[4])
+local t, r = 0, 0
+local s = redis.call('GET', KEYS[1])
+if s then t, r = struct.unpack('dd', s) end
+local nt, nr = t, r
+if nt < now then nt = now; nr = 0 end
+local lead = nt - now
+local ok = 0
+if lead < tau_us or (lead == tau_us and nr <= tau_rem) then ok = 1; t = nt; r = nr end
+return string.format('%d %d %d %d', ok, t, r, now)
+"#;
+
+/// Sliding window log, read: [`SLIDING_LOG`] for a check of cost 0, writing
+/// nothing: entries past the window are left out of the total, not dropped.
+/// KEYS: the log, its meta. ARGV: now, limit, period (the check's cost,
+/// if sent after them, is not read). Returns what the
+/// check returns; a cost of 0 fits while the total is within the limit,
+/// and counts (as the check's entry of cost 0 would) as the newest entry.
+const SLIDING_LOG_READ: &str = r#"
+local limit, period = tonumber(ARGV[2]), tonumber(ARGV[3])
+local m = redis.call('GET', KEYS[2])
+local total = 0
+if m then total = struct.unpack('dd', m) end
+local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if newest[2] and now < tonumber(newest[2]) then now = tonumber(newest[2]) end
+local cutoff = string.format('%.0f', now - period)
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+for i = 1, #old do total = total - tonumber(string.match(old[i], ':(%d+)$')) end
+if total <= limit then return {1, total, now, now, -1} end
+local last = -1
+local n = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '(' .. cutoff, 'WITHSCORES', 'LIMIT', 0, 1)
+if n[2] then last = tonumber(n[2]) end
+local need, freed, fit, from = total - limit, 0, -1, 0
+while fit < 0 do
+  local batch = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. cutoff, '+inf', 'WITHSCORES', 'LIMIT', from, 128)
+  if #batch == 0 then break end
+  for i = 1, #batch, 2 do
+    freed = freed + tonumber(string.match(batch[i], ':(%d+)$'))
+    if freed >= need then fit = tonumber(batch[i + 1]); break end
+  end
+  from = from + 128
+end
+return {0, total, now, last, fit}
+"#;
+
 /// A script that reads "now" first.
 fn script(body: &str) -> Script {
     Script::new(&[NOW, body].concat())
@@ -312,3 +404,10 @@ pub(crate) static GCRA_REFUND_SCRIPT: LazyLock<Script> = LazyLock::new(|| refund
 pub(crate) static SLIDING_LOG_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(SLIDING_LOG));
 pub(crate) static SLIDING_LOG_REFUND_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| refund(SLIDING_LOG_REFUND));
+pub(crate) static FIXED_WINDOW_READ_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script(FIXED_WINDOW_READ));
+pub(crate) static SLIDING_COUNTER_READ_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script(SLIDING_COUNTER_READ));
+pub(crate) static GCRA_READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_READ));
+pub(crate) static SLIDING_LOG_READ_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| script(SLIDING_LOG_READ));

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter, Step};
+use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter};
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
 use throttle_fleet_core::operate::OpError;
@@ -16,7 +16,7 @@ use throttle_fleet_core::{
 };
 
 use super::buckets::{AtomicBuckets, Buckets, Layout, each};
-use super::meter::{Asks, Known, SpanMeter, Window};
+use super::meter::{Asks, Known, SpanMeter, SpanState, Window};
 use super::shared::Shared;
 use super::view::View;
 use crate::conn::Redis;
@@ -441,27 +441,32 @@ impl Limiter for ApproxLimiter {
     /// What this instance's decision would say for a cost of 0, found on a
     /// copy of the key's state: a read lists nothing to flush and asks for
     /// no claim (a check of cost 0 would, and the claims it shaped made
-    /// another instance deny a client under its quota).
+    /// another instance deny a client under its quota). While Redis cannot
+    /// be asked for the key (its node's breaker open, or its bucket's last
+    /// flush failed or overdue), the read is the decision this instance
+    /// makes then (on the fleet's count as last heard, brought forward),
+    /// marked degraded: nothing this instance hears is new.
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
         let rule = &self.0;
         let key = rule.ops.renamed(key).unwrap_or(*key);
         let meter = rule.store.meter();
+        let now = rule.redis.local_now();
+        let bucket = rule.layout.bucket_of(&key);
+        let redis_ok =
+            rule.view.bucket_ok(bucket, now) && !rule.redis.is_open(rule.layout.slot(bucket));
         let known = Known {
-            redis_ok: true,
+            redis_ok,
             fleet: rule.view.fleet.size(),
         };
-        let now = rule.redis.local_now();
+        // A key not tracked here reads as a fresh one would be decided.
+        let read = |st: &SpanState| meter.decide(&mut st.clone(), now, 0, known, false).0;
         let step = rule
             .store
-            .update(&key, |st| {
-                meter.decide(&mut st.clone(), now, 0, known, false).0
-            })
-            .unwrap_or(Step {
-                allowed: true,
-                remaining: rule.limit,
-                ..Step::default()
-            });
-        Answer::Ready(Ok(Outcome::new(step, now)))
+            .update(&key, |st| read(st))
+            .unwrap_or_else(|| read(&SpanState::default()));
+        let mut outcome = Outcome::new(step, now);
+        outcome.degraded = !redis_ok;
+        Answer::Ready(Ok(outcome))
     }
 
     crate::ops::fleet_operations!();

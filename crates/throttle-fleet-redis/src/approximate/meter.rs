@@ -389,7 +389,9 @@ impl SpanMeter {
     /// Redis unreachable and no claim left: decide on what was last heard,
     /// with the other instances brought forward at the demand they reported
     /// (not in proportion to this one), and never below this instance's
-    /// count times the instances known.
+    /// count times the instances known. Under the local fallback,
+    /// `remaining` is at most what this instance's shares of the interval
+    /// and of the span still admit.
     fn degraded(&self, st: &SpanState, now: u64, cost: u64, fleet: u32) -> Step {
         let nodes = u64::from(st.instances.max(1))
             .max(if st.instances == 0 {
@@ -398,21 +400,24 @@ impl SpanMeter {
                 1
             })
             .max(self.configured_fleet);
+        let mut shares_left = u64::MAX;
         if self.strict_when_down {
             // No key may take more than this instance's share of the
             // interval, nor of a span (at least one request per span, so a
             // small share is spread over the interval).
             let span_share = (self.limit.div_ceil(self.spans) / nodes).max(1);
-            if (u64::from(st.local) + cost) * nodes > self.limit
-                || u64::from(st.span_local) + cost > span_share
-            {
+            let (local, span_local) = (u64::from(st.local) + cost, u64::from(st.span_local) + cost);
+            if local * nodes > self.limit || span_local > span_share {
                 let span_end = self.span_end(st.interval, u64::from(st.span));
                 let interval_end = (st.interval + 1) * self.interval_us;
                 return self.deny(span_end - now, interval_end - now);
             }
+            shares_left = (self.limit / nodes - local).min(span_share - span_local);
         }
         let fleet = self.heard_now(st, now).max(u64::from(st.local) * nodes);
-        self.window_step(st, now, fleet, cost)
+        let mut step = self.window_step(st, now, fleet, cost);
+        step.remaining = step.remaining.min(shares_left);
+        step
     }
 
     /// The fleet's count now as best guessed without Redis: the last reply,

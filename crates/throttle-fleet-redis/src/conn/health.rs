@@ -149,7 +149,7 @@ impl Redis {
         let mut down: Vec<String> = nodes
             .iter()
             .filter(|n| n.breaker.is_open())
-            .map(|n| n.name.clone())
+            .map(|n| n.addr.clone())
             .collect();
         down.sort_unstable();
         self.health.send_if_modified(|health| {

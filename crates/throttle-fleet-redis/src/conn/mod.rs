@@ -99,9 +99,10 @@ impl Redis {
                 let bad =
                     |e: redis::RedisError| ConfigError::new("redis.url", format!("{:?}", e.kind()));
                 let info = url.as_str().into_connection_info().map_err(bad)?;
-                Route::Single(Arc::new(
-                    Node::open(info, String::new(), &config).map_err(bad)?,
-                ))
+                // Named by its URL's address (`host:port`, no credentials),
+                // as a cluster names its nodes: in logs, metrics and health.
+                let addr = info.addr().to_string();
+                Route::Single(Arc::new(Node::open(info, addr, &config).map_err(bad)?))
             }
             Target::Cluster(nodes) => Route::Cluster(Box::new(Cluster::new(nodes, &config)?)),
         };

@@ -15,11 +15,10 @@ const OFF_PATH_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from
 use crate::config::RedisConfig;
 
 pub(crate) struct Node {
-    /// `host:port`, as the cluster names it (for the route table and logs).
+    /// `host:port`: as the cluster names it, or a standalone node's URL's
+    /// (without its credentials). What the route table, the logs, the
+    /// metrics and the published [`Health`](crate::health::Health) call it.
     pub(crate) addr: String,
-    /// `host:port` for a standalone node too (its URL's): what metrics and
-    /// the published [`Health`](crate::health::Health) call it.
-    pub(crate) name: String,
     conns: Box<[ConnectionManager]>,
     next: AtomicUsize,
     /// The connection of flushes and their probes.
@@ -41,12 +40,6 @@ impl Node {
         addr: String,
         config: &RedisConfig,
     ) -> RedisResult<Self> {
-        // A standalone node has no cluster name: its metrics name it by
-        // its URL's address.
-        let node = match addr.is_empty() {
-            true => info.addr().to_string(),
-            false => addr.clone(),
-        };
         let client = redis::Client::open(info)?;
         // No response timeout on the request path's connections: every call
         // on them is bounded by its caller's deadline (the command timeout),
@@ -73,8 +66,7 @@ impl Node {
             cfg.set_response_timeout(Some(OFF_PATH_RESPONSE_TIMEOUT)),
         )?;
         Ok(Self {
-            breaker: Breaker::new(config.breaker_threshold, &node),
-            name: node,
+            breaker: Breaker::new(config.breaker_threshold, &addr),
             addr,
             off_path,
             conns: conns.into(),

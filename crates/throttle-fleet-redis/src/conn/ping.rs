@@ -60,7 +60,7 @@ mod tests {
         let server = RedisServer::start();
         let config = RedisConfig::standalone(server.url()).connections(3);
         let info = server.url().into_connection_info().unwrap();
-        let node = Node::open(info, String::new(), &config).unwrap();
+        let node = Node::open(info, format!("127.0.0.1:{}", server.port()), &config).unwrap();
         let patience = Duration::from_secs(2);
         // Each connection by its own accessor, not by the list a round goes
         // through: three request-path ones in turn, then the off-path.

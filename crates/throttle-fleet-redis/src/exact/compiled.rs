@@ -12,8 +12,10 @@ use throttle_fleet_core::{Algorithm, ConfigError, Rule};
 use crate::conn::Eval;
 use crate::reply::Reply;
 use crate::scripts::{
-    FIXED_WINDOW_BATCH_SCRIPT, FIXED_WINDOW_REFUND_SCRIPT, GCRA_BATCH_SCRIPT, GCRA_REFUND_SCRIPT,
-    SLIDING_COUNTER_BATCH_SCRIPT, SLIDING_COUNTER_REFUND_SCRIPT, SLIDING_LOG_REFUND_SCRIPT,
+    FIXED_WINDOW_BATCH_SCRIPT, FIXED_WINDOW_READ_SCRIPT, FIXED_WINDOW_REFUND_SCRIPT,
+    GCRA_BATCH_SCRIPT, GCRA_READ_SCRIPT, GCRA_REFUND_SCRIPT, SLIDING_COUNTER_BATCH_SCRIPT,
+    SLIDING_COUNTER_READ_SCRIPT, SLIDING_COUNTER_REFUND_SCRIPT, SLIDING_LOG_READ_SCRIPT,
+    SLIDING_LOG_REFUND_SCRIPT,
 };
 
 /// The scripts add the bucket's depth to Unix-epoch microseconds in Lua
@@ -184,6 +186,34 @@ impl Compiled {
             delay_us: 0,
         };
         Some((step, now))
+    }
+
+    /// The script that reads a key's state as a check of cost 0 would
+    /// find it, writing nothing.
+    pub(super) fn read_script(&self) -> &'static Script {
+        match self {
+            Self::Fixed(_) => &FIXED_WINDOW_READ_SCRIPT,
+            Self::Counter(_) => &SLIDING_COUNTER_READ_SCRIPT,
+            Self::Log(_) => &SLIDING_LOG_READ_SCRIPT,
+            Self::Gcra(_) => &GCRA_READ_SCRIPT,
+        }
+    }
+
+    /// The read script's arguments after the keys: "now" and the rule's
+    /// parameters, as its check's.
+    pub(super) fn read_args(&self, inv: &mut Eval, now: u64) {
+        match self {
+            Self::Log(m) => Self::log_args(m, inv, now, 0),
+            _ => self.batch_args(inv, now, std::iter::empty()),
+        }
+    }
+
+    /// Reads the read script's reply, as its check's of cost 0.
+    pub(super) fn read_step(&self, reply: &Reply) -> Option<(Step, u64)> {
+        match self {
+            Self::Log(m) => Self::log_step(m, reply, 0),
+            _ => self.batch_step(reply, 0, 1, 0),
+        }
     }
 
     pub(super) fn refund_script(&self) -> &'static Script {

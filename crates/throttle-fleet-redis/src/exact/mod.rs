@@ -21,11 +21,12 @@ use std::sync::atomic::Ordering;
 use redis::Script;
 use throttle_fleet_core::algorithm::SlidingWindowLog;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::operate::OpError;
 
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
 use crate::conn::{Eval, Failure, Redis};
-use crate::failure::{degraded, local_limiter};
+use crate::failure::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
 use crate::ops::FleetOps;
 use crate::reply::Reply;
@@ -124,6 +125,27 @@ impl Inner {
         self.degraded(&key, cost)
     }
 
+    /// An operator's read of `key`: the rule's read script, which writes
+    /// nothing, off the request path (a read tells no breaker); the failure
+    /// policy's read if Redis does not answer.
+    async fn read(self: Arc<Self>, key: Key) -> Result<Outcome, OpError> {
+        let mut inv = self.invocation(self.compiled.read_script(), &key, 4);
+        self.compiled.read_args(&mut inv, self.redis.script_now());
+        let timeout = self.redis.config.command_timeout;
+        let read = self
+            .redis
+            .eval_off_path::<Reply>(&inv, self.group(&key), timeout);
+        let failure = match read.await {
+            Ok(reply) => match self.compiled.read_step(&reply) {
+                Some((step, at_us)) => return Ok(Outcome::new(step, at_us)),
+                None => unexpected_reply(),
+            },
+            Err(failure) => failure,
+        };
+        tracing::debug!(rule = self.rule.name(), %failure, "reading by failure policy");
+        degraded_read(&self.rule, self.local.as_deref(), &key)
+    }
+
     /// The rule's failure policy decides.
     pub(crate) fn degraded(&self, key: &Key, cost: u64) -> Result<Outcome, Unavailable> {
         degraded(&self.redis, &self.rule, self.local.as_deref(), key, cost)
@@ -162,6 +184,20 @@ impl Limiter for ExactLimiter {
 
     fn is_remote(&self) -> bool {
         true
+    }
+
+    /// The key's state in Redis, read by the rule's read script: what a
+    /// check of cost 0 would find, with no key written (a check of cost 0
+    /// writes the key's state and its expiry, or creates it). While the
+    /// breaker of the key's node is open, or if Redis does not answer, the
+    /// failure policy's read: its local counts, marked degraded (a
+    /// fail-closed rule: unavailable).
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        let key = self.0.ops.renamed(key).unwrap_or(*key);
+        if self.0.redis.is_open(self.0.group(&key)) {
+            return Answer::Ready(degraded_read(&self.0.rule, self.0.local.as_deref(), &key));
+        }
+        Answer::Pending(Box::pin(self.0.clone().read(key)))
     }
 
     crate::ops::fleet_operations!();

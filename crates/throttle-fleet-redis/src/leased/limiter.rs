@@ -429,40 +429,58 @@ impl Limiter for LeaseLimiter {
         self.0.store.update(key, |st| st.tokens += cost);
     }
 
-    /// What this instance holds of the key, leasing nothing (a check of
-    /// cost 0 could take a batch from the fleet's bucket): a key not
-    /// leased here reads full, one whose bucket was found empty reads 0
-    /// until it refills, any other its local tokens.
+    /// What this instance can admit for the key now, leasing nothing (a
+    /// check of cost 0 could take a batch from the fleet's bucket): the
+    /// tokens it holds plus what it would lease, which is what the bucket
+    /// had left at the key's last lease here and has refilled since (the
+    /// `remaining` a request is told; full for a key not leased here).
+    /// While the bucket is known empty it leases nothing: its tokens alone.
+    /// While the breaker of the key's node is open it leases nothing
+    /// either: its tokens plus what the failure policy's local count has
+    /// left (nothing when failing closed), marked degraded.
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
         let rule = &self.0;
         let key = rule.ops.renamed(key).unwrap_or(*key);
         let now = rule.redis.local_now();
-        let full = Step {
-            allowed: true,
-            remaining: rule.store.meter().capacity(),
-            ..Step::default()
+        let down = rule.redis.is_open(rule.group(&key));
+        let policy_left = || match rule.local.as_deref().map(|l| l.peek(&key)) {
+            Some(Answer::Ready(Ok(o))) => o.step.remaining,
+            _ => 0,
+        };
+        let beyond = down.then(policy_left);
+        let read = |st: &LeaseState| {
+            let reset_us = st.full_at.saturating_sub(now);
+            if now < st.exhausted_until {
+                return Step {
+                    allowed: st.tokens > 0,
+                    remaining: st.tokens,
+                    reset_us,
+                    retry_after_us: if st.tokens > 0 {
+                        0
+                    } else {
+                        st.exhausted_until - now
+                    },
+                    delay_us: 0,
+                };
+            }
+            let remaining = match beyond {
+                None => rule.fleet_remaining(st, now),
+                Some(left) => st.tokens.saturating_add(left),
+            };
+            Step {
+                allowed: true,
+                remaining,
+                reset_us,
+                ..Step::default()
+            }
         };
         let step = rule
             .store
-            .update(&key, |st| {
-                if st.exhausted_until > now {
-                    Step {
-                        allowed: false,
-                        remaining: 0,
-                        reset_us: st.full_at.saturating_sub(now),
-                        retry_after_us: st.exhausted_until - now,
-                        delay_us: 0,
-                    }
-                } else {
-                    Step {
-                        remaining: st.tokens,
-                        reset_us: st.full_at.saturating_sub(now),
-                        ..full
-                    }
-                }
-            })
-            .unwrap_or(full);
-        Answer::Ready(Ok(Outcome::new(step, now)))
+            .update(&key, |st| read(st))
+            .unwrap_or_else(|| read(&LeaseState::default()));
+        let mut outcome = Outcome::new(step, now);
+        outcome.degraded = down;
+        Answer::Ready(Ok(outcome))
     }
 
     crate::ops::fleet_operations!();

@@ -35,7 +35,7 @@ use throttle_fleet_core::operate::{Block, Blocks, OpError};
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
 use crate::conn::{Eval, Redis};
-use crate::failure::{degraded, local_limiter};
+use crate::failure::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
 use crate::ops::FleetOps;
 use crate::registry::Registry;
@@ -266,24 +266,30 @@ impl Inner {
         self.degraded(&key, cost)
     }
 
-    /// [`SlotLimiter::peek`]'s call.
+    /// [`SlotLimiter::peek`]'s call; the failure policy's read if Redis
+    /// does not answer.
     async fn peek(&self, key: &Key) -> Result<Outcome, OpError> {
         let inv = self.call(key, self.redis.script_now(), "p", 0);
         let timeout = self.redis.config.command_timeout;
-        let reply = self
+        let read = self
             .redis
-            .eval_off_path::<Reply>(&inv, self.group(key), timeout)
-            .await
-            .map_err(|failure| OpError::Unavailable(Unavailable::new(failure.to_string())))?;
-        match (reply.u64(0), reply.u64(1)) {
-            (Some(held), Some(now)) => {
-                let step = self.meter.report(held, held <= self.meter_limit());
-                Ok(Outcome::new(step, now))
+            .eval_off_path::<Reply>(&inv, self.group(key), timeout);
+        match read.await {
+            Ok(reply) => match (reply.u64(0), reply.u64(1)) {
+                (Some(held), Some(now)) => {
+                    let step = self.meter.report(held, held <= self.meter_limit());
+                    return Ok(Outcome::new(step, now));
+                }
+                _ => tracing::debug!(
+                    rule = self.rule.name(),
+                    "unexpected reply from the slot script; reading by failure policy"
+                ),
+            },
+            Err(failure) => {
+                tracing::debug!(rule = self.rule.name(), %failure, "reading by failure policy");
             }
-            _ => Err(OpError::Unavailable(Unavailable::new(
-                "unexpected reply from the slot script",
-            ))),
         }
+        degraded_read(&self.rule, self.local.as_deref(), key)
     }
 
     fn meter_limit(&self) -> u64 {
@@ -419,8 +425,13 @@ impl Limiter for SlotLimiter {
     /// What the fleet holds for `key` (the slots whose time has not
     /// passed), read by the script without taking a slot or dropping one.
     /// As in memory, a key at its limit reads as allowed with nothing
-    /// remaining: a read takes no cost.
+    /// remaining: a read takes no cost. While the breaker of the key's
+    /// node is open, or if Redis does not answer, the failure policy's
+    /// read, as for the rate rules of the exact mode.
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        if self.0.redis.is_open(self.0.group(key)) {
+            return Answer::Ready(degraded_read(&self.0.rule, self.0.local.as_deref(), key));
+        }
         let inner = self.0.clone();
         let key = *key;
         Answer::Pending(Box::pin(async move { inner.peek(&key).await }))
