@@ -7,8 +7,8 @@
 //! - `log`, a stream of the changes (`op.lua`, `penalty.lua` append; at
 //!   most [`LOG_LEN`] entries, roughly);
 //! - `blocks` and `resets`, hashes of what holds now, which an instance
-//!   loads whole when it starts, or when entries it had not read yet were
-//!   trimmed from the log (`poll.lua`); each write also removes a few ended
+//!   loads whole when it starts, or after Redis lost entries it had not
+//!   read yet (`poll.lua`); each write also removes a few ended
 //!   entries (`sweep.lua`, a cursor kept beside each table), so ended ones
 //!   leave at a bounded cost per write;
 //! - `stamps`, when each key's last block or unblock was made, which
@@ -24,8 +24,10 @@
 //! call failed) holds on its instance at once and waits there, in the
 //! outbox (`outbox.rs`), until Redis answers again; then it is sent, with
 //! the time it was made. When an instance finds that Redis lost its state
-//! (another epoch: a restart without persistence, a failover to a replica
-//! that had not received it), it sends again every block it holds. So a
+//! (another epoch, or the last change it read gone from the log: a restart
+//! without persistence, a failover to a replica that had not received it,
+//! or a log trimmed past it), it sends again every block it holds, then
+//! loads the tables. So a
 //! fleet split by an outage, or by a Redis that forgot, converges once
 //! Redis answers.
 //!
@@ -105,7 +107,9 @@ pub(crate) struct Operations {
     rules: Mutex<HashMap<Arc<str>, Arc<RuleOps>>>,
     /// The last log id read; empty until the first load.
     last: Mutex<String>,
-    /// The epoch of the Redis last read; empty until the first load.
+    /// The epoch of the Redis last read: empty until the first load, `-`
+    /// while Redis has none, `*` between a loss and the load after it
+    /// (`poll.lua`).
     epoch: Mutex<String>,
     /// Blocks and unblocks made here that Redis has not received yet.
     outbox: outbox::Outbox,

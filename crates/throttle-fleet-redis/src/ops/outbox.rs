@@ -72,6 +72,9 @@ impl Operations {
         let why = if self.redis()?.is_open(self.slot) {
             "the Redis node of the operations log is down (its breaker is open)".to_owned()
         } else {
+            // A change that Redis finds older than the key's last (made
+            // on an instance whose clock is ahead) leaves here what the
+            // fleet holds: the fleet agrees either way.
             match self.send(&change).await {
                 Ok(()) => return Ok(Reach::Fleet),
                 Err(e) => e.to_string(),
