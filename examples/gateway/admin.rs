@@ -12,6 +12,7 @@
 //! info with the peer, the operation, the rule and the key's label, in
 //! which secrets are redacted ([`redact`]).
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -202,7 +203,8 @@ fn peer_of(req: &Request) -> String {
         .map_or_else(|| "unknown".to_owned(), |c| c.0.to_string())
 }
 
-/// A request's body as a JSON object, at most [`MAX_BODY`] bytes.
+/// A request's body as a JSON object, at most [`MAX_BODY`] bytes, in
+/// which no object names a field twice.
 async fn body_object(body: Body) -> Result<Map<String, Value>, Refused> {
     let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         Refused::new(
@@ -210,12 +212,14 @@ async fn body_object(body: Body) -> Result<Map<String, Value>, Refused> {
             format!("bodies are at most {MAX_BODY} bytes"),
         )
     })?;
-    match serde_json::from_slice::<Value>(&bytes) {
+    match crate::json::from_slice(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(Refused::new(
             StatusCode::BAD_REQUEST,
             "the body must be a JSON object",
         )),
+        // A field named twice: JSON, but ambiguous.
+        Err(e) if e.is_data() => Err(Refused::new(StatusCode::BAD_REQUEST, e.to_string())),
         Err(e) => Err(Refused::new(
             StatusCode::BAD_REQUEST,
             format!("the body is not JSON: {e}"),
@@ -330,7 +334,16 @@ fn key_of(
                 if headers.is_empty() {
                     return Err(bad("key.header: names no header".into()));
                 }
+                let mut seen = HashSet::with_capacity(headers.len());
                 for (name, value) in headers {
+                    // Header names have no case: two spellings of one name
+                    // are one header named twice.
+                    if !seen.insert(name.to_ascii_lowercase()) {
+                        return Err(bad(format!(
+                            "duplicate field {:?} (header names have no case)",
+                            clip(&format!("key.header.{name}"))
+                        )));
+                    }
                     let valid = !name.is_empty()
                         && name.len() <= 256
                         && name
@@ -404,7 +417,7 @@ pub(crate) fn redact(secret: &str) -> String {
 
 /// At most 64 characters of an operator's text (a label, an echo in an
 /// error), so that huge input stays out of logs and answers.
-fn clip(text: &str) -> String {
+pub(crate) fn clip(text: &str) -> String {
     if text.chars().count() <= 64 {
         return text.to_owned();
     }

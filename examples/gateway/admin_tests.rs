@@ -346,6 +346,74 @@ async fn hostile_admin_requests_change_nothing_and_never_get_a_5xx() {
         let body = json!({ "rule": "ip", "key": key, "seconds": 60, "forever": true }).to_string();
         bad_bodies.push(("POST", path, body, 400, "unknown field \"forever\""));
     }
+    // A field named twice, at any depth, however it is escaped: refused,
+    // naming it (serde_json's `Value` would keep the last).
+    let long = "f".repeat(7_000);
+    for (path, body, want) in [
+        (
+            "/admin/block",
+            r#"{"rule":"nope","rule":"ip","key":{"ip":"127.0.0.9"},"seconds":60}"#.to_owned(),
+            r#"duplicate field "rule""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"nope","r\u0075le":"ip","key":{"ip":"127.0.0.9"},"seconds":60}"#.to_owned(),
+            r#"duplicate field "rule""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.1","ip":"127.0.0.9"},"seconds":60}"#.to_owned(),
+            r#"duplicate field "key.ip""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.1"},"key":{"ip":"127.0.0.9"},"seconds":60}"#
+                .to_owned(),
+            r#"duplicate field "key""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.9"},"seconds":1,"seconds":60}"#.to_owned(),
+            r#"duplicate field "seconds""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"tenant","key":{"header":{"x-api-key":"k","x-api-key":"victim-key"}},"seconds":60}"#
+                .to_owned(),
+            r#"duplicate field "key.header.x-api-key""#,
+        ),
+        // One header under two spellings: header names have no case.
+        (
+            "/admin/block",
+            r#"{"rule":"tenant","key":{"header":{"X-Api-Key":"victim-key","x-api-key":"k"}},"seconds":60}"#
+                .to_owned(),
+            r#"duplicate field "key.header.x-api-key" (header names have no case)"#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.9"},"seconds":60,"x":[{"a":1,"a":2}]}"#
+                .to_owned(),
+            r#"duplicate field "x[].a""#,
+        ),
+        (
+            "/admin/unblock",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.1"},"rule":"login"}"#.to_owned(),
+            r#"duplicate field "rule""#,
+        ),
+        (
+            "/admin/penalize",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.9"},"units":1,"units":500}"#.to_owned(),
+            r#"duplicate field "units""#,
+        ),
+        // A long name is clipped in the answer.
+        (
+            "/admin/block",
+            format!(r#"{{"rule":"ip","key":{{"ip":"127.0.0.9"}},"{long}":1,"{long}":2}}"#),
+            r#"duplicate field "ffff"#,
+        ),
+    ] {
+        bad_bodies.push(("POST", path, body, 400, want));
+    }
     // Wrong methods and paths that only look like ours.
     for (method, path, status) in [
         ("GET", "/admin/block", 405),

@@ -39,6 +39,7 @@
 mod admin;
 #[cfg(test)]
 mod admin_tests;
+mod json;
 #[path = "../support/logs.rs"]
 mod logs;
 #[path = "../support/metrics.rs"]
