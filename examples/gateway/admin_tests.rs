@@ -1,6 +1,8 @@
 //! The admin API over real HTTP (TCP), on the memory backend, beside the
 //! public listener it must never show on: hostile requests change nothing
-//! and never get a 5xx; every admin path is a 404 on the public listener;
+//! and never get a 5xx (a field named twice included); every path that
+//! names the admin API, however written, is a 404 on the public listener;
+//! one client holds at most 8 connections to the admin listener;
 //! a block made through it is what a real client meets (429 with
 //! `Retry-After`), and unblock, inspect, reset, penalize, reward and the
 //! listing (with its redacted label) do what they say.
@@ -68,16 +70,22 @@ async fn start() -> Gateway {
     .unwrap();
     let (stop_tx, stop) = watch::channel(false);
     let mut addrs = Vec::new();
-    for router in [
-        crate::app(layer.clone()),
-        crate::admin::router(layer, &AdminToken::new(TOKEN).unwrap()),
+    for (router, connections) in [
+        (
+            crate::app(layer.clone()),
+            throttle_fleet_axum::from_config::connections(&config).unwrap(),
+        ),
+        (
+            crate::admin::router(layer, &AdminToken::new(TOKEN).unwrap()),
+            crate::admin::connections(),
+        ),
     ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.push(listener.local_addr().unwrap());
         tokio::spawn(crate::server::serve(
             listener,
             router,
-            throttle_fleet_axum::from_config::connections(&config).unwrap(),
+            connections,
             None,
             stop.clone(),
             Duration::from_secs(1),
@@ -796,6 +804,47 @@ async fn what_a_rule_cannot_do_is_a_501_and_a_penalty_blocks_a_guesser() {
         "{:?}",
         last.headers
     );
+}
+
+/// One client address holds at most 8 connections to the admin listener,
+/// whatever the public listener's `[server]` allows (256): a ninth is
+/// closed at accept while the eight, their headers unfinished, are still
+/// open; and another address is answered meanwhile.
+#[tokio::test]
+async fn one_client_holds_at_most_eight_admin_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw = start().await;
+    let connect = || async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, 5), 0)))
+            .unwrap();
+        let mut tcp = socket.connect(gw.admin).await.unwrap();
+        // A slowloris client's start: a request line, no end of headers.
+        let _ = tcp
+            .write_all(b"GET /admin/rules HTTP/1.1\r\nhost: x\r\n")
+            .await;
+        tcp
+    };
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(connect().await);
+    }
+    let mut ninth = connect().await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(30), ninth.read(&mut buf))
+        .await
+        .expect("the ninth connection is closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    for (i, tcp) in held.iter().enumerate() {
+        let open =
+            matches!(tcp.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        assert!(open, "connection {i} of the eight was closed");
+    }
+    let other = client_from(Ipv4Addr::new(127, 0, 0, 6))
+        .send(gw.admin, "GET", "/admin/rules", &[AUTH], Bytes::new())
+        .await;
+    assert_eq!(other.status, 200);
 }
 
 #[test]

@@ -27,7 +27,8 @@
 //! With `[admin]` it serves the admin API (inspect, reset, block, unblock,
 //! penalize and reward a rule's key; list a rule's blocked keys) on its own
 //! address, for requests bearing the token (`admin.rs`; the guide's chapter
-//! "Operating on keys"). The public listener answers 404 for every
+//! "Operating on keys"), under limits of its own (64 connections, 8 a
+//! client), not `[server]`'s. The public listener answers 404 for every
 //! path that names `/admin`, however it is written (`admin_path.rs`).
 //!
 //! Options: `--config FILE` (default `examples/gateway.toml`), `--listen
@@ -288,13 +289,6 @@ async fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let connections = match from_config::connections(&config) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("gateway: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
         eprintln!(
             "gateway: admin API at http://{}/admin/rules",
             server::bound(&listener)
@@ -302,7 +296,7 @@ async fn main() -> ExitCode {
         tokio::spawn(server::serve(
             listener,
             admin::router(layer.clone(), &admin.token),
-            connections,
+            admin::connections(),
             None,
             stop.clone(),
             Duration::from_secs(1),
