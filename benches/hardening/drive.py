@@ -1,5 +1,11 @@
 """Slow, idle, hoarding and non-reading clients against a server on
-127.0.0.1:PORT (process PID, whose memory is read from /proc)."""
+127.0.0.1:PORT (process PID, whose memory is read from /proc).
+
+ONLY=pipelining runs the non-reading check alone; ONLY=slowloris-rounds
+runs ROUNDS rounds (default 10) of CONNECTIONS slowloris connections
+(default 600, spread over SOURCES client addresses, default 3, so that
+each stays under the per-client cap) and prints the server's RSS after
+each round."""
 import multiprocessing
 import os
 import select
@@ -238,6 +244,76 @@ def report_pipelining(took, since_idle, open_, before, peak, after):
           f"answered all it took), {open_} still open after 300 s; server RSS {before:.1f} MiB "
           f"before, {peak:.1f} MiB at the peak, {after:.1f} MiB after")
 
+
+def slowloris_round(n, sources, patience=60):
+    """n connections from 127.0.1.1 to 127.0.1.<sources>, each sending a
+    request line and then a header line every 2 s, never ending its
+    headers, until the server closes it (at most `patience` s; the rest
+    are closed here). Returns how many the server closed, the seconds from
+    the last one opened to the last close, and the server's peak RSS."""
+    socks, fds = [], {}
+    poller = select.poll()
+    peak = rss_mib()
+    for i in range(n):
+        s = connect(f"127.0.1.{1 + i % sources}")
+        try:
+            s.sendall(b"GET /admin/rules HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            pass  # refused at accept: its close is seen below
+        s.setblocking(False)
+        socks.append(s)
+        fds[s.fileno()] = i
+        poller.register(s, select.POLLIN | select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+    start = time.monotonic()
+    open_ = set(range(n))
+    last_close = start
+    line, next_line = 0, start + 2
+    while open_ and time.monotonic() - start < patience:
+        for fd, _ in poller.poll(200):
+            i = fds[fd]
+            try:
+                data = socks[i].recv(4096)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data and i in open_:
+                open_.discard(i)
+                poller.unregister(fd)
+                last_close = time.monotonic()
+        if time.monotonic() >= next_line:
+            for i in list(open_):
+                try:
+                    socks[i].send(f"X-{line}: y\r\n".encode())
+                except OSError:
+                    pass  # closed: the poll reports it
+            line, next_line = line + 1, next_line + 2
+        peak = max(peak, rss_mib())
+    for s in socks:
+        s.close()
+    return n - len(open_), last_close - start, peak
+
+
+def slowloris_rounds():
+    rounds = int(os.environ.get("ROUNDS", "10"))
+    n = int(os.environ.get("CONNECTIONS", "600"))
+    sources = int(os.environ.get("SOURCES", "3"))
+    rss = [rss_mib()]
+    print(f"before: RSS {rss[0]:.1f} MiB")
+    for r in range(1, rounds + 1):
+        closed, took, peak = slowloris_round(n, sources)
+        time.sleep(1)
+        rss.append(rss_mib())
+        print(f"round {r}: {n} slowloris connections from {sources} addresses, {closed} closed "
+              f"by the server within {took:.1f} s; RSS peak {peak:.1f} MiB, "
+              f"after {rss[-1]:.1f} MiB", flush=True)
+    print(f"RSS after round {rounds} / after round 1: {rss[-1] / rss[1]:.3f} "
+          f"({rss[-1]:.1f} / {rss[1]:.1f} MiB; goal at most 1.2)")
+
+
+if ONLY == "slowloris-rounds":
+    slowloris_rounds()
+    sys.exit(0)
 
 if ONLY == "pipelining":
     report_pipelining(*pipelining())

@@ -11,7 +11,13 @@
 //! input is a 4xx naming the field, never a 5xx. Each change is logged at
 //! info with the peer, the operation, the rule and the key's label, in
 //! which secrets are redacted ([`redact`]).
+//!
+//! The listener holds few connections ([`connections`]), not the public
+//! listener's `[server]` limits: an operator's tools need a handful, and
+//! what a slow or idle client holds is bounded by what the listener may
+//! hold at once.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,11 +32,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 use subtle::ConstantTimeEq;
-use throttle_fleet_axum::ThrottleLayer;
 use throttle_fleet_axum::core::operate::BlockCause;
 use throttle_fleet_axum::core::rule_set::MAX_BLOCK;
 use throttle_fleet_axum::core::{Key, OpError, Reach, RuleSet};
 use throttle_fleet_axum::key::KeyInputs;
+use throttle_fleet_axum::serve::{Connections, ServeLimits};
+use throttle_fleet_axum::{ClientIp, ThrottleLayer};
 use throttle_fleet_config::AdminToken;
 
 /// The largest request body read, in bytes; a larger one is answered 413
@@ -42,6 +49,29 @@ const MAX_INPUT: usize = 8 * 1024;
 
 /// The longest block an operator may set, in seconds: the core's bound.
 const MAX_BLOCK_SECS: f64 = MAX_BLOCK.as_secs_f64();
+
+/// The admin listener's connections: at most 64 open at once and 8 per
+/// client address (each IPv6 `/64`; no proxy exempt), a request's headers
+/// within 5 s, a keep-alive connection idle at most 30 s; the rest as
+/// [`ServeLimits::default`].
+///
+/// Not the public listener's `[server]` limits (10,000 connections, 256 a
+/// client by default): under those, slowloris clients held hundreds of
+/// connections here, each with hyper's read buffer and its task (about
+/// 25 KiB), and glibc's malloc keeps what they free for reuse rather than
+/// giving it back, so the process's RSS rose with each round of them
+/// (BENCHMARKS.md, "The admin listener under slowloris rounds"). These
+/// caps bound what all clients together make it hold to about 1.6 MiB.
+pub(crate) fn connections() -> Connections {
+    let limits = ServeLimits {
+        max_connections: 64,
+        max_connections_per_client: 8,
+        header_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(30),
+        ..ServeLimits::default()
+    };
+    Connections::new(limits, ClientIp::default()).expect("the admin listener's limits are valid")
+}
 
 /// What every handler shares: the layer (its rules as they are now), the
 /// token's digest, and the log of refused requests.
@@ -202,7 +232,8 @@ fn peer_of(req: &Request) -> String {
         .map_or_else(|| "unknown".to_owned(), |c| c.0.to_string())
 }
 
-/// A request's body as a JSON object, at most [`MAX_BODY`] bytes.
+/// A request's body as a JSON object, at most [`MAX_BODY`] bytes, in
+/// which no object names a field twice.
 async fn body_object(body: Body) -> Result<Map<String, Value>, Refused> {
     let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         Refused::new(
@@ -210,12 +241,14 @@ async fn body_object(body: Body) -> Result<Map<String, Value>, Refused> {
             format!("bodies are at most {MAX_BODY} bytes"),
         )
     })?;
-    match serde_json::from_slice::<Value>(&bytes) {
+    match crate::json::from_slice(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(Refused::new(
             StatusCode::BAD_REQUEST,
             "the body must be a JSON object",
         )),
+        // A field named twice: JSON, but ambiguous.
+        Err(e) if e.is_data() => Err(Refused::new(StatusCode::BAD_REQUEST, e.to_string())),
         Err(e) => Err(Refused::new(
             StatusCode::BAD_REQUEST,
             format!("the body is not JSON: {e}"),
@@ -330,7 +363,16 @@ fn key_of(
                 if headers.is_empty() {
                     return Err(bad("key.header: names no header".into()));
                 }
+                let mut seen = HashSet::with_capacity(headers.len());
                 for (name, value) in headers {
+                    // Header names have no case: two spellings of one name
+                    // are one header named twice.
+                    if !seen.insert(name.to_ascii_lowercase()) {
+                        return Err(bad(format!(
+                            "duplicate field {:?} (header names have no case)",
+                            clip(&format!("key.header.{name}"))
+                        )));
+                    }
                     let valid = !name.is_empty()
                         && name.len() <= 256
                         && name
@@ -404,7 +446,7 @@ pub(crate) fn redact(secret: &str) -> String {
 
 /// At most 64 characters of an operator's text (a label, an echo in an
 /// error), so that huge input stays out of logs and answers.
-fn clip(text: &str) -> String {
+pub(crate) fn clip(text: &str) -> String {
     if text.chars().count() <= 64 {
         return text.to_owned();
     }

@@ -1,6 +1,8 @@
 //! The admin API over real HTTP (TCP), on the memory backend, beside the
 //! public listener it must never show on: hostile requests change nothing
-//! and never get a 5xx; every admin path is a 404 on the public listener;
+//! and never get a 5xx (a field named twice included); every path that
+//! names the admin API, however written, is a 404 on the public listener;
+//! one client holds at most 8 connections to the admin listener;
 //! a block made through it is what a real client meets (429 with
 //! `Retry-After`), and unblock, inspect, reset, penalize, reward and the
 //! listing (with its redacted label) do what they say.
@@ -68,16 +70,22 @@ async fn start() -> Gateway {
     .unwrap();
     let (stop_tx, stop) = watch::channel(false);
     let mut addrs = Vec::new();
-    for router in [
-        crate::app(layer.clone()),
-        crate::admin::router(layer, &AdminToken::new(TOKEN).unwrap()),
+    for (router, connections) in [
+        (
+            crate::app(layer.clone()),
+            throttle_fleet_axum::from_config::connections(&config).unwrap(),
+        ),
+        (
+            crate::admin::router(layer, &AdminToken::new(TOKEN).unwrap()),
+            crate::admin::connections(),
+        ),
     ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.push(listener.local_addr().unwrap());
         tokio::spawn(crate::server::serve(
             listener,
             router,
-            throttle_fleet_axum::from_config::connections(&config).unwrap(),
+            connections,
             None,
             stop.clone(),
             Duration::from_secs(1),
@@ -346,6 +354,74 @@ async fn hostile_admin_requests_change_nothing_and_never_get_a_5xx() {
         let body = json!({ "rule": "ip", "key": key, "seconds": 60, "forever": true }).to_string();
         bad_bodies.push(("POST", path, body, 400, "unknown field \"forever\""));
     }
+    // A field named twice, at any depth, however it is escaped: refused,
+    // naming it (serde_json's `Value` would keep the last).
+    let long = "f".repeat(7_000);
+    for (path, body, want) in [
+        (
+            "/admin/block",
+            r#"{"rule":"nope","rule":"ip","key":{"ip":"127.0.0.9"},"seconds":60}"#.to_owned(),
+            r#"duplicate field "rule""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"nope","r\u0075le":"ip","key":{"ip":"127.0.0.9"},"seconds":60}"#.to_owned(),
+            r#"duplicate field "rule""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.1","ip":"127.0.0.9"},"seconds":60}"#.to_owned(),
+            r#"duplicate field "key.ip""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.1"},"key":{"ip":"127.0.0.9"},"seconds":60}"#
+                .to_owned(),
+            r#"duplicate field "key""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.9"},"seconds":1,"seconds":60}"#.to_owned(),
+            r#"duplicate field "seconds""#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"tenant","key":{"header":{"x-api-key":"k","x-api-key":"victim-key"}},"seconds":60}"#
+                .to_owned(),
+            r#"duplicate field "key.header.x-api-key""#,
+        ),
+        // One header under two spellings: header names have no case.
+        (
+            "/admin/block",
+            r#"{"rule":"tenant","key":{"header":{"X-Api-Key":"victim-key","x-api-key":"k"}},"seconds":60}"#
+                .to_owned(),
+            r#"duplicate field "key.header.x-api-key" (header names have no case)"#,
+        ),
+        (
+            "/admin/block",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.9"},"seconds":60,"x":[{"a":1,"a":2}]}"#
+                .to_owned(),
+            r#"duplicate field "x[].a""#,
+        ),
+        (
+            "/admin/unblock",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.1"},"rule":"login"}"#.to_owned(),
+            r#"duplicate field "rule""#,
+        ),
+        (
+            "/admin/penalize",
+            r#"{"rule":"ip","key":{"ip":"127.0.0.9"},"units":1,"units":500}"#.to_owned(),
+            r#"duplicate field "units""#,
+        ),
+        // A long name is clipped in the answer.
+        (
+            "/admin/block",
+            format!(r#"{{"rule":"ip","key":{{"ip":"127.0.0.9"}},"{long}":1,"{long}":2}}"#),
+            r#"duplicate field "ffff"#,
+        ),
+    ] {
+        bad_bodies.push(("POST", path, body, 400, want));
+    }
     // Wrong methods and paths that only look like ours.
     for (method, path, status) in [
         ("GET", "/admin/block", 405),
@@ -447,6 +523,64 @@ async fn the_public_listener_answers_404_for_every_admin_path() {
             }
         }
     }
+    // Written on the wire as they are here (a client library may
+    // normalise a path before it sends it): what names `admin` once
+    // decoded and its dot segments resolved is a 404 too, the route with
+    // a parameter included (`/items/{id}`).
+    for path in [
+        "/%61dmin/rules",
+        "/./admin/rules",
+        "/x/../admin/rules",
+        "//admin",
+        "/ADMIN",
+        "/%2e/admin",
+        "/a/%2e%2e/admin",
+        "/admin%2Frules",
+        "/%2E%2E/admin/rules",
+        "/../admin",
+        "/admin/.",
+        "/x//../admin",
+        "/x/..%2Fadmin",
+        "/admin\\rules",
+        "/x/..\\admin",
+        "/items/%2e%2e/admin/rules",
+        "/items/..%2Fadmin%2Frules",
+    ] {
+        for method in ["GET", "POST"] {
+            // The tenant rule of `/items/{id}` wants an API key (without
+            // one, its 400 comes first: the limits see every request).
+            let request = format!(
+                "{method} {path} HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\ncontent-length: 0\r\n\r\n"
+            );
+            assert_eq!(
+                raw(gw.public, request.as_bytes()).await,
+                404,
+                "{method} {path}"
+            );
+        }
+    }
+    // Paths that do not name it, odd ones included, are served as before.
+    for path in [
+        "/",
+        "/search",
+        "/items/admin",
+        "/items/..",
+        "/x/admin",
+        "/administrator",
+        "/admin.html",
+        "/admin%20",
+        "/a/b/../../..",
+        "/.",
+        "/%",
+        "/%zz",
+        "/admin%",
+        "/%ff%fe/%c0%ae%c0%ae/admin",
+        "/x/%2e%2e%2e/admin",
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\n\r\n");
+        assert_eq!(raw(gw.public, request.as_bytes()).await, 200, "GET {path}");
+    }
+
     // Nothing was blocked through them.
     let listed = admin(&gw, "GET", "/admin/rules/ip/blocked", Value::Null).await;
     assert_eq!(listed.json()["blocked"], json!([]));
@@ -672,6 +806,47 @@ async fn what_a_rule_cannot_do_is_a_501_and_a_penalty_blocks_a_guesser() {
     );
 }
 
+/// One client address holds at most 8 connections to the admin listener,
+/// whatever the public listener's `[server]` allows (256): a ninth is
+/// closed at accept while the eight, their headers unfinished, are still
+/// open; and another address is answered meanwhile.
+#[tokio::test]
+async fn one_client_holds_at_most_eight_admin_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw = start().await;
+    let connect = || async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, 5), 0)))
+            .unwrap();
+        let mut tcp = socket.connect(gw.admin).await.unwrap();
+        // A slowloris client's start: a request line, no end of headers.
+        let _ = tcp
+            .write_all(b"GET /admin/rules HTTP/1.1\r\nhost: x\r\n")
+            .await;
+        tcp
+    };
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(connect().await);
+    }
+    let mut ninth = connect().await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(30), ninth.read(&mut buf))
+        .await
+        .expect("the ninth connection is closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    for (i, tcp) in held.iter().enumerate() {
+        let open =
+            matches!(tcp.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        assert!(open, "connection {i} of the eight was closed");
+    }
+    let other = client_from(Ipv4Addr::new(127, 0, 0, 6))
+        .send(gw.admin, "GET", "/admin/rules", &[AUTH], Bytes::new())
+        .await;
+    assert_eq!(other.status, 200);
+}
+
 #[test]
 fn secrets_are_redacted_to_four_characters_and_a_length() {
     use crate::admin::redact;
@@ -682,7 +857,7 @@ fn secrets_are_redacted_to_four_characters_and_a_length() {
 
 #[test]
 fn admin_paths_are_recognised_however_they_are_written() {
-    use crate::is_admin_path;
+    use crate::admin_path::is_admin_path;
     for path in [
         "/admin",
         "/admin/",
@@ -690,10 +865,38 @@ fn admin_paths_are_recognised_however_they_are_written() {
         "//admin/x",
         "/ADMIN/rules",
         "/admin%2Fblock",
+        "/%41%44%4d%49%4E",
+        "/x/y/../../admin",
+        "/x/./../admin",
+        "/./admin",
+        "/../../admin",
+        "/admin//",
+        // RFC 3986 keeps the empty segment (`/admin/`), nginx merges it
+        // first (`/`): either reading naming admin is enough.
+        "/admin//..",
+        "\\admin",
+        "admin",
     ] {
         assert!(is_admin_path(path), "{path}");
     }
-    for path in ["/", "/administrator", "/items/admin", "/search"] {
+    for path in [
+        "",
+        "/",
+        "/administrator",
+        "/items/admin",
+        "/search",
+        "/x/admin/..",
+        "/admin/..",
+        "/..",
+        "/%",
+        "/%2",
+        "/%%61dmin",
+        "/%ZZadmin",
+        "/%c3%a1dmin",
+        "/%00admin",
+        "/admin%00",
+        "/\u{e1}dmin",
+    ] {
         assert!(!is_admin_path(path), "{path}");
     }
 }

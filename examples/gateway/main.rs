@@ -27,8 +27,9 @@
 //! With `[admin]` it serves the admin API (inspect, reset, block, unblock,
 //! penalize and reward a rule's key; list a rule's blocked keys) on its own
 //! address, for requests bearing the token (`admin.rs`; the guide's chapter
-//! "Operating on keys"). The public listener answers 404 for every
-//! `/admin` path.
+//! "Operating on keys"), under limits of its own (64 connections, 8 a
+//! client), not `[server]`'s. The public listener answers 404 for every
+//! path that names `/admin`, however it is written (`admin_path.rs`).
 //!
 //! Options: `--config FILE` (default `examples/gateway.toml`), `--listen
 //! ADDR`, `--metrics-listen ADDR` and `--admin-listen ADDR` (override the
@@ -37,8 +38,10 @@
 //! the gateway took over it).
 
 mod admin;
+mod admin_path;
 #[cfg(test)]
 mod admin_tests;
+mod json;
 #[path = "../support/logs.rs"]
 mod logs;
 #[path = "../support/metrics.rs"]
@@ -57,8 +60,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Path;
+use axum::extract::{Path, Request};
 use axum::http::{StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use throttle_fleet_axum::from_config;
 use throttle_fleet_config::reload::Reloader;
@@ -130,24 +135,28 @@ pub(crate) fn app(layer: throttle_fleet_axum::ThrottleLayer) -> Router {
         .route("/login", post(|| async { r#"{"login":"checked"}"# }))
         .route("/slow", get(slow))
         .fallback(fallback)
+        // Inside the limits: a path that names the admin API is counted as
+        // any other request, then answered 404.
+        .layer(axum::middleware::from_fn(hide_admin))
         // Router::layer, so the limits see the matched route.
         .layer(layer)
 }
 
-/// Every other request: 200 with a small JSON body, except the admin
-/// API's paths, which are never served here (404 whatever the method).
-async fn fallback(uri: Uri) -> (StatusCode, &'static str) {
-    if is_admin_path(uri.path()) {
-        return (StatusCode::NOT_FOUND, r#"{"error":"not found"}"#);
-    }
-    (StatusCode::OK, r#"{"ok":true}"#)
+/// Every other request: 200 with a small JSON body.
+async fn fallback() -> &'static str {
+    r#"{"ok":true}"#
 }
 
-/// Whether `path`'s first segment is `admin` (without case; leading
-/// slashes collapsed).
-pub(crate) fn is_admin_path(path: &str) -> bool {
-    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    first.eq_ignore_ascii_case("admin") || first.to_ascii_lowercase().starts_with("admin%")
+/// Answers 404 to a path that names the admin API, which is never served
+/// here, whatever the method and whichever route or fallback the path
+/// reached (`/items/..%2Fadmin` matches `/items/{id}`, and is the admin
+/// API to a proxy that decodes it): see
+/// [`is_admin_path`](admin_path::is_admin_path).
+async fn hide_admin(req: Request, next: Next) -> Response {
+    if admin_path::is_admin_path(req.uri().path()) {
+        return (StatusCode::NOT_FOUND, r#"{"error":"not found"}"#).into_response();
+    }
+    next.run(req).await
 }
 
 /// The longest `GET /slow` sleeps, in milliseconds.
@@ -280,13 +289,6 @@ async fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let connections = match from_config::connections(&config) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("gateway: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
         eprintln!(
             "gateway: admin API at http://{}/admin/rules",
             server::bound(&listener)
@@ -294,7 +296,7 @@ async fn main() -> ExitCode {
         tokio::spawn(server::serve(
             listener,
             admin::router(layer.clone(), &admin.token),
-            connections,
+            admin::connections(),
             None,
             stop.clone(),
             Duration::from_secs(1),
