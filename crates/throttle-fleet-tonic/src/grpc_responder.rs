@@ -8,12 +8,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
+use throttle_fleet_core::fields::{reset_epoch_secs, retry_after_secs};
 use throttle_fleet_core::{Decision, Rule};
 use throttle_fleet_tower::HttpResponder;
 use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::headers::{
     SuccessHeaders, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number,
-    retry_after_secs,
 };
 use throttle_fleet_tower::responder::{Rejection, Responder};
 use tonic::{Code, Status};
@@ -357,9 +357,7 @@ impl GrpcResponder {
         let retry_after = d.retry_after();
         let secs = retry_after_secs(retry_after);
         let pushback = pushback_ms(retry_after);
-        // Counted from when the backend decided, as for allowed calls.
-        let reset_us = u64::try_from(d.reset().as_micros()).unwrap_or(u64::MAX);
-        let reset = d.at_us().saturating_add(reset_us).div_ceil(1_000_000);
+        let reset = reset_epoch_secs(d);
         let (limit, quota) = (d.limit(rule), d.quota(rule));
         headers.insert(RETRY_AFTER, number(secs));
         let made = self
@@ -443,11 +441,11 @@ impl Responder for GrpcResponder {
             }
             Rejection::Shed { rule, decision } => {
                 let wait = decision.retry_after().max(Duration::from_secs(1));
-                let secs = wait.as_secs_f64().ceil() as u64;
-                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+                let secs = retry_after_secs(wait);
+                headers.insert(RETRY_AFTER, number(secs));
                 headers.insert(
                     GRPC_RETRY_PUSHBACK_MS.clone(),
-                    HeaderValue::from(secs * 1_000),
+                    HeaderValue::from(pushback_ms(wait)),
                 );
                 put_status(headers, &shed_status(rule, wait));
             }

@@ -8,13 +8,13 @@ use crate::RequestHead;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use throttle_fleet_core::fields::{reset_epoch_secs, retry_after_secs};
 use throttle_fleet_core::{Decision, Rule};
 
 use crate::headers::{
     HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, epoch_secs_after, in_flight_field,
-    in_flight_policy_value, numbers, policy_value, rate_limit_headers, ratelimit_field,
-    retry_after_secs,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, in_flight_field, in_flight_policy_value, numbers,
+    policy_value, rate_limit_headers, ratelimit_field,
 };
 
 /// Why a request is answered by the limiter instead of the service.
@@ -425,7 +425,7 @@ impl Responder for HttpResponder {
                     secs,
                     limit,
                     d.remaining(),
-                    epoch_secs_after(d.at_us(), d.reset()),
+                    reset_epoch_secs(d),
                 ]);
                 let headers = if self.ietf_only() {
                     let mut ietf = HeaderBlock::default();
@@ -522,7 +522,8 @@ impl Responder for HttpResponder {
         }
         let mut headers = HeaderBlock::default();
         if self.legacy {
-            rate_limit_headers(&mut headers, limit, decision.remaining(), decision.reset());
+            let reset = reset_epoch_secs(decision);
+            rate_limit_headers(&mut headers, limit, decision.remaining(), reset);
         }
         let t = retry_after_secs(decision.reset());
         Self::ietf_fields(
@@ -675,14 +676,49 @@ mod tests {
         assert_eq!(numbers([3, 9]), [3u64, 9].map(HeaderValue::from));
     }
 
+    /// A rule of `limit` per minute whose key has `remaining` left and
+    /// must wait `retry_after_ms`, decided at Unix time 1,700,000,000.25 s
+    /// with its reset 59.5 s later (1,700,000,060 s, rounded up): every
+    /// figure a header carries is distinct from the others.
+    fn distinct(allowed: bool, remaining: u64, retry_after_ms: u64) -> Decision {
+        let step = Step {
+            allowed,
+            remaining,
+            reset_us: 59_500_000,
+            retry_after_us: retry_after_ms * 1_000,
+            delay_us: 0,
+        };
+        Decision::from_outcome(0, &Outcome::new(step, 1_700_000_000_250_000))
+    }
+
+    /// `X-RateLimit-Reset` is the decision's reset, whichever answer carries
+    /// it: allowed with or without the IETF fields, and denied.
     #[test]
-    fn retry_after_rounds_up_and_is_never_zero_for_a_wait() {
-        assert_eq!(retry_after_secs(Duration::ZERO), 0);
-        assert_eq!(retry_after_secs(Duration::from_micros(1)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(999)), 1);
-        assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
-        assert_eq!(retry_after_secs(Duration::from_secs(14)), 14);
-        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+    fn every_answer_dates_the_reset_from_the_decision() {
+        let rule = Rule::new("ip", Quota::per_minute(100));
+        let req = http::Request::new(());
+        let head = RequestHead::of(&req);
+        let allowed = distinct(true, 7, 0);
+        for responder in [
+            HttpResponder::new(),
+            HttpResponder::new().ietf_headers(true),
+        ] {
+            let mut map = HeaderMap::new();
+            responder.allowed(&head, &allowed, &rule).apply(&mut map);
+            assert_eq!(map["x-ratelimit-reset"], "1700000060", "{responder:?}");
+            let denied = distinct(false, 0, 13_200);
+            let res = responder.reject(
+                &head,
+                Rejection::Denied {
+                    decision: &denied,
+                    rule: &rule,
+                },
+            );
+            assert_eq!(
+                res.headers()["x-ratelimit-reset"],
+                "1700000060",
+                "{responder:?}"
+            );
+        }
     }
 }
