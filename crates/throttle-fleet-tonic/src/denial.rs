@@ -127,8 +127,13 @@ fn details_tail(rule: &Rule, subject: &str, quota: Quota) -> Box<[u8]> {
 }
 
 /// `ip: 5 per 60s`, `m: 3 per 1500ms`, `ip: 10 per 1s (burst 50)`: the
-/// key's own `quota` (its tier's, when the rule has tiers).
+/// key's own `quota` (its tier's, when the rule has tiers); `pool: 4 in
+/// flight` for a concurrency rule, which bounds requests at once, not a
+/// rate (its quota's period is a placeholder).
 pub(crate) fn describe_quota(rule: &Rule, quota: Quota) -> String {
+    if rule.algorithm().is_concurrency() {
+        return format!("{}: {} in flight", rule.name(), quota.limit());
+    }
     let period = quota.period();
     let period = if period.subsec_nanos() == 0 {
         format!("{}s", period.as_secs())

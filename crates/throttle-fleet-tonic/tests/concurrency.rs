@@ -2,7 +2,8 @@
 //! ephemeral port and real tonic clients: a streaming call holds its slot
 //! until its stream ends (read to its end by the client) or the client
 //! drops it, and a call over the limit is `RESOURCE_EXHAUSTED` with a
-//! `RetryInfo` of one second.
+//! `RetryInfo` of one second and a `QuotaFailure` that counts requests in
+//! flight.
 //!
 //! The echo service here paces its server streams from the test (each call
 //! hands the test the sender of its stream), so nothing sleeps: each step
@@ -97,8 +98,9 @@ fn of<T>(tenant: &str, message: T) -> Request<T> {
     req
 }
 
-/// Asserts `result` is the concurrency rule's denial: `RESOURCE_EXHAUSTED`
-/// naming `rule`, with a `RetryInfo` of one second.
+/// Asserts `result` is the denial of a concurrency rule of one slot:
+/// `RESOURCE_EXHAUSTED` naming `rule`, with a `RetryInfo` of one second
+/// and a `QuotaFailure` that says one request in flight (not a rate).
 fn assert_denied(result: Result<impl std::fmt::Debug, Status>, rule: &str) {
     let status = expect_code(result, Code::ResourceExhausted);
     assert_eq!(meta(status.metadata(), "retry-after"), Some("1"));
@@ -106,6 +108,8 @@ fn assert_denied(result: Result<impl std::fmt::Debug, Status>, rule: &str) {
     let delay = d.retry.expect("a RetryInfo").retry_delay.unwrap();
     assert_eq!(delay, Duration::from_secs(1));
     assert_eq!(d.info.unwrap().metadata["dimension"], rule);
+    let violations = d.quota.expect("a QuotaFailure").violations;
+    assert_eq!(violations[0].description, format!("{rule}: 1 in flight"));
 }
 
 #[tokio::test]
