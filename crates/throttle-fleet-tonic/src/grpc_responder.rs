@@ -447,7 +447,7 @@ impl Responder for GrpcResponder {
                     GRPC_RETRY_PUSHBACK_MS.clone(),
                     HeaderValue::from(pushback_ms(wait)),
                 );
-                put_status(headers, &shed_status(rule, wait));
+                put_status(headers, &shed_status(rule, wait, secs));
             }
             // A future rejection we do not know yet: still a gRPC status.
             _ => put_status(
@@ -701,11 +701,45 @@ mod tests {
         assert_eq!(res.headers()["grpc-retry-pushback-ms"], "1000");
         let status = Status::from_header_map(res.headers()).unwrap();
         assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.message(),
+            "The service is short of capacity. Please retry after 1 seconds."
+        );
         let info = status.get_details_error_info().unwrap();
         assert_eq!(info.reason, "TEMPORARY_REDUCED_CAPACITY");
         assert_eq!(
             status.get_details_retry_info().unwrap().retry_delay,
             Some(Duration::from_secs(1))
+        );
+
+        // A longer wait: the message, `retry-after` and `RetryInfo` say it
+        // alike (the message and the header rounded up).
+        let step = throttle_fleet_core::algorithm::Step {
+            retry_after_us: 2_500_000,
+            ..step
+        };
+        let outcome = throttle_fleet_core::backend::Outcome {
+            shed: true,
+            ..throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456)
+        };
+        let longer = Decision::from_outcome(0, &outcome);
+        let res = GrpcResponder::new().reject(
+            &head,
+            Rejection::Shed {
+                decision: &longer,
+                rule: &rule,
+            },
+        );
+        assert_eq!(res.headers()["retry-after"], "3");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "2500");
+        let status = Status::from_header_map(res.headers()).unwrap();
+        assert_eq!(
+            status.message(),
+            "The service is short of capacity. Please retry after 3 seconds."
+        );
+        assert_eq!(
+            status.get_details_retry_info().unwrap().retry_delay,
+            Some(Duration::from_millis(2_500))
         );
 
         let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));

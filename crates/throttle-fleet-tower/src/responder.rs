@@ -568,7 +568,7 @@ impl Responder for HttpResponder {
             Rejection::Refused { rule, .. } => {
                 let mut headers = HeaderBlock::default();
                 headers.push(RETRY_AFTER, HeaderValue::from_static("1"));
-                let message = "The rate limiter is unavailable. Please retry later.";
+                let message = "The rate limiter is unavailable. Please retry after 1 second.";
                 let body = json_body(
                     "RATE_LIMITER_UNAVAILABLE",
                     None,
@@ -732,6 +732,30 @@ mod tests {
         let all = [7, 1_796_025_675, 0, u64::MAX];
         assert_eq!(numbers(all), all.map(HeaderValue::from));
         assert_eq!(numbers([3, 9]), [3u64, 9].map(HeaderValue::from));
+    }
+
+    /// An unreachable fail-closed backend's answer states the wait its
+    /// `Retry-After` gives.
+    #[test]
+    fn a_refusal_says_how_long_to_wait() {
+        let rule = Rule::new("ip", Quota::per_minute(100)).fail_closed();
+        let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));
+        let req = http::Request::new(());
+        let res = HttpResponder::new().reject(
+            &RequestHead::of(&req),
+            Rejection::Refused {
+                decision: &refused,
+                rule: &rule,
+            },
+        );
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()["retry-after"], "1");
+        let body: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
+        assert_eq!(
+            body["message"],
+            "The rate limiter is unavailable. Please retry after 1 second."
+        );
+        assert_eq!(body["retry_after_seconds"], 1);
     }
 
     /// A rule of `limit` per minute whose key has `remaining` left and
