@@ -93,7 +93,7 @@ impl SuccessHeaders {
 
     /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`: `reset_epoch` is
     /// Unix epoch seconds, the decision's as
-    /// [`reset_epoch_secs`](throttle_fleet_core::fields::reset_epoch_secs)
+    /// [`reset_epoch_secs`]
     /// gives it (see there why it is not counted from a clock read now).
     pub fn standard(limit: u64, remaining: u64, reset_epoch: u64) -> Self {
         Self(SuccessRepr::Standard {
@@ -105,7 +105,7 @@ impl SuccessHeaders {
 
     /// The `X-RateLimit-*` trio of an allowed decision by `rule` (the
     /// rule it names), its reset counted from when the backend decided
-    /// ([`reset_epoch_secs`](throttle_fleet_core::fields::reset_epoch_secs)).
+    /// ([`reset_epoch_secs`]).
     /// A degraded decision (the backend could not be asked) carries no
     /// `X-RateLimit-Remaining`: the fleet's count is not known.
     #[inline]
@@ -421,7 +421,7 @@ fn recent_number(recent: &mut [[Recent; 2]; RECENT_SETS], n: u64) -> HeaderValue
 
 /// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`;
 /// `reset_epoch` is Unix epoch seconds, the decision's as
-/// [`reset_epoch_secs`](throttle_fleet_core::fields::reset_epoch_secs)
+/// [`reset_epoch_secs`]
 /// gives it.
 pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset_epoch: u64) {
     out.push(X_RATELIMIT_LIMIT.clone(), number(limit));
