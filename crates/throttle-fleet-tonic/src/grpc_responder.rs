@@ -116,7 +116,8 @@ pub fn is_grpc(req: &RequestHead<'_>) -> bool {
 ///   rule's extractor's [`kind`](throttle_fleet_tower::KeyExtractor::kind), or the
 ///   one given with [`key_kind`](Self::key_kind), which overrides it; the
 ///   key itself is never echoed) and whose `description` states the quota
-///   (`ip: 5 per 60s`);
+///   (`ip: 5 per 60s`; a concurrency rule's, the requests it lets in
+///   flight: `pool: 4 in flight`);
 /// - `google.rpc.ErrorInfo`: `reason` `RATE_LIMIT_EXCEEDED`, `domain`
 ///   `throttle`, `metadata` `{"dimension": "ip"}`: the codes of the HTTP
 ///   answer's JSON body, for clients that switch on a reason.
