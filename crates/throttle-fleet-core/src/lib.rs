@@ -32,6 +32,7 @@ mod class;
 pub mod clock;
 pub mod decision;
 mod error;
+pub mod fields;
 mod key;
 pub mod limits;
 pub mod memory;

@@ -516,6 +516,28 @@ async fn a_block_made_on_one_replica_is_enforced_by_the_other() {
     );
 }
 
+/// A denial's wait is rounded up to whole seconds, as every answer of the
+/// layer rounds it (`throttle_fleet_core::fields::retry_after_secs`):
+/// never cut short, so a client that waits that long is admitted.
+#[tokio::test]
+async fn a_denials_wait_is_rounded_up_as_the_layer_rounds_it() {
+    // 30.5 s into a minute: the fixed window ends 29.5 s after each call.
+    let config = GatewayConfig::parse("rls.toml", PER_USER, None).unwrap();
+    let clock = ManualClock::new(1_800_000_030_500_000);
+    let backend = MemoryBackend::with_clock(clock);
+    let mut client = serve(EnvoyRules::new(&config, "rls.toml", backend).unwrap()).await;
+    let req = request(&[&[("user_id", "alice")]], 0);
+    for _ in 0..10 {
+        assert_eq!(ask(&mut client, &req).await.overall_code, Code::Ok as i32);
+    }
+    let over = ask(&mut client, &req).await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    assert_eq!(header(&over, "retry-after"), Some("30"));
+    assert_eq!(header(&over, "ratelimit"), Some("\"per-user\";r=0;t=30"));
+    let reset = over.statuses[0].duration_until_reset.unwrap();
+    assert_eq!((reset.seconds, reset.nanos), (29, 500_000_000));
+}
+
 /// Whether `client` answers `req` with `code` within 5 s.
 async fn until(
     client: &mut RateLimitServiceClient<Channel>,

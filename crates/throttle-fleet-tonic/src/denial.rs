@@ -127,8 +127,13 @@ fn details_tail(rule: &Rule, subject: &str, quota: Quota) -> Box<[u8]> {
 }
 
 /// `ip: 5 per 60s`, `m: 3 per 1500ms`, `ip: 10 per 1s (burst 50)`: the
-/// key's own `quota` (its tier's, when the rule has tiers).
+/// key's own `quota` (its tier's, when the rule has tiers); `pool: 4 in
+/// flight` for a concurrency rule, which bounds requests at once, not a
+/// rate (its quota's period is a placeholder).
 pub(crate) fn describe_quota(rule: &Rule, quota: Quota) -> String {
+    if rule.algorithm().is_concurrency() {
+        return format!("{}: {} in flight", rule.name(), quota.limit());
+    }
     let period = quota.period();
     let period = if period.subsec_nanos() == 0 {
         format!("{}s", period.as_secs())
@@ -274,9 +279,10 @@ impl RuleAnswers {
     }
 }
 
-/// The status of a fail-closed rule whose backend could not be reached.
+/// The status of a fail-closed rule whose backend could not be reached:
+/// its message states the wait its `RetryInfo` and `retry-after` give.
 pub(crate) fn unavailable_status(rule: &Rule) -> Status {
-    let message = "The rate limiter is unavailable. Please retry later.";
+    let message = "The rate limiter is unavailable. Please retry after 1 second.";
     let details = ErrorDetails::with_retry_info(Some(Duration::from_secs(1)))
         .set_error_info("RATE_LIMITER_UNAVAILABLE", ERROR_DOMAIN, dimension(rule))
         .to_owned();
@@ -284,9 +290,17 @@ pub(crate) fn unavailable_status(rule: &Rule) -> Status {
 }
 
 /// The status of a call shed for capacity: `UNAVAILABLE`, told apart from
-/// a fail-closed rule's by its ErrorInfo reason.
-pub(crate) fn shed_status(rule: &Rule, wait: Duration) -> Status {
-    let message = "The service is short of capacity. Please retry later.";
+/// a fail-closed rule's by its ErrorInfo reason; its message states the
+/// wait as `retry-after` does (`secs`, the `wait` of its `RetryInfo`
+/// rounded up), in the words of the HTTP answer's.
+pub(crate) fn shed_status(rule: &Rule, wait: Duration, secs: u64) -> Status {
+    let mut buf = itoa::Buffer::new();
+    let message = [
+        "The service is short of capacity. Please retry after ",
+        buf.format(secs),
+        " seconds.",
+    ]
+    .concat();
     let details = ErrorDetails::with_retry_info(Some(wait))
         .set_error_info("TEMPORARY_REDUCED_CAPACITY", ERROR_DOMAIN, dimension(rule))
         .to_owned();

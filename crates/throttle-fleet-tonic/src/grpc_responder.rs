@@ -8,12 +8,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
+use throttle_fleet_core::fields::{reset_epoch_secs, retry_after_secs};
 use throttle_fleet_core::{Decision, Rule};
 use throttle_fleet_tower::HttpResponder;
 use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::headers::{
     SuccessHeaders, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, number,
-    retry_after_secs,
 };
 use throttle_fleet_tower::responder::{Rejection, Responder};
 use tonic::{Code, Status};
@@ -116,7 +116,8 @@ pub fn is_grpc(req: &RequestHead<'_>) -> bool {
 ///   rule's extractor's [`kind`](throttle_fleet_tower::KeyExtractor::kind), or the
 ///   one given with [`key_kind`](Self::key_kind), which overrides it; the
 ///   key itself is never echoed) and whose `description` states the quota
-///   (`ip: 5 per 60s`);
+///   (`ip: 5 per 60s`; a concurrency rule's, the requests it lets in
+///   flight: `pool: 4 in flight`);
 /// - `google.rpc.ErrorInfo`: `reason` `RATE_LIMIT_EXCEEDED`, `domain`
 ///   `throttle`, `metadata` `{"dimension": "ip"}`: the codes of the HTTP
 ///   answer's JSON body, for clients that switch on a reason.
@@ -357,9 +358,7 @@ impl GrpcResponder {
         let retry_after = d.retry_after();
         let secs = retry_after_secs(retry_after);
         let pushback = pushback_ms(retry_after);
-        // Counted from when the backend decided, as for allowed calls.
-        let reset_us = u64::try_from(d.reset().as_micros()).unwrap_or(u64::MAX);
-        let reset = d.at_us().saturating_add(reset_us).div_ceil(1_000_000);
+        let reset = reset_epoch_secs(d);
         let (limit, quota) = (d.limit(rule), d.quota(rule));
         headers.insert(RETRY_AFTER, number(secs));
         let made = self
@@ -443,13 +442,13 @@ impl Responder for GrpcResponder {
             }
             Rejection::Shed { rule, decision } => {
                 let wait = decision.retry_after().max(Duration::from_secs(1));
-                let secs = wait.as_secs_f64().ceil() as u64;
-                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+                let secs = retry_after_secs(wait);
+                headers.insert(RETRY_AFTER, number(secs));
                 headers.insert(
                     GRPC_RETRY_PUSHBACK_MS.clone(),
-                    HeaderValue::from(secs * 1_000),
+                    HeaderValue::from(pushback_ms(wait)),
                 );
-                put_status(headers, &shed_status(rule, wait));
+                put_status(headers, &shed_status(rule, wait, secs));
             }
             // A future rejection we do not know yet: still a gRPC status.
             _ => put_status(
@@ -703,11 +702,45 @@ mod tests {
         assert_eq!(res.headers()["grpc-retry-pushback-ms"], "1000");
         let status = Status::from_header_map(res.headers()).unwrap();
         assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.message(),
+            "The service is short of capacity. Please retry after 1 seconds."
+        );
         let info = status.get_details_error_info().unwrap();
         assert_eq!(info.reason, "TEMPORARY_REDUCED_CAPACITY");
         assert_eq!(
             status.get_details_retry_info().unwrap().retry_delay,
             Some(Duration::from_secs(1))
+        );
+
+        // A longer wait: the message, `retry-after` and `RetryInfo` say it
+        // alike (the message and the header rounded up).
+        let step = throttle_fleet_core::algorithm::Step {
+            retry_after_us: 2_500_000,
+            ..step
+        };
+        let outcome = throttle_fleet_core::backend::Outcome {
+            shed: true,
+            ..throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456)
+        };
+        let longer = Decision::from_outcome(0, &outcome);
+        let res = GrpcResponder::new().reject(
+            &head,
+            Rejection::Shed {
+                decision: &longer,
+                rule: &rule,
+            },
+        );
+        assert_eq!(res.headers()["retry-after"], "3");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "2500");
+        let status = Status::from_header_map(res.headers()).unwrap();
+        assert_eq!(
+            status.message(),
+            "The service is short of capacity. Please retry after 3 seconds."
+        );
+        assert_eq!(
+            status.get_details_retry_info().unwrap().retry_delay,
+            Some(Duration::from_millis(2_500))
         );
 
         let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));

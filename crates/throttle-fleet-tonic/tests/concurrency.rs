@@ -1,8 +1,10 @@
 //! Concurrency rules over gRPC, with a real `tonic::transport::Server` on an
 //! ephemeral port and real tonic clients: a streaming call holds its slot
 //! until its stream ends (read to its end by the client) or the client
-//! drops it, and a call over the limit is `RESOURCE_EXHAUSTED` with a
-//! `RetryInfo` of one second.
+//! drops it, a call over the limit is `RESOURCE_EXHAUSTED` with a
+//! `RetryInfo` of one second and a `QuotaFailure` that counts requests in
+//! flight, and a call shed for capacity is `UNAVAILABLE`, its message
+//! stating its wait.
 //!
 //! The echo service here paces its server streams from the test (each call
 //! hands the test the sender of its stream), so nothing sleeps: each step
@@ -15,7 +17,10 @@ use std::time::Duration;
 use throttle_fleet_test_support::grpc::echo::Tick;
 use throttle_fleet_test_support::grpc::echo::echo_server::{Echo, EchoServer};
 use throttle_fleet_test_support::grpc::{EchoClient, channel, details, expect_code, meta};
-use throttle_fleet_tonic::{GrpcMethod, MemoryBackend, Metadata, Policy, Rule, ThrottleLayer};
+use throttle_fleet_tonic::core::Class;
+use throttle_fleet_tonic::{
+    GrpcMethod, Limit, MemoryBackend, Metadata, Policy, RequestHead, Rule, ThrottleLayer,
+};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -97,8 +102,9 @@ fn of<T>(tenant: &str, message: T) -> Request<T> {
     req
 }
 
-/// Asserts `result` is the concurrency rule's denial: `RESOURCE_EXHAUSTED`
-/// naming `rule`, with a `RetryInfo` of one second.
+/// Asserts `result` is the denial of a concurrency rule of one slot:
+/// `RESOURCE_EXHAUSTED` naming `rule`, with a `RetryInfo` of one second
+/// and a `QuotaFailure` that says one request in flight (not a rate).
 fn assert_denied(result: Result<impl std::fmt::Debug, Status>, rule: &str) {
     let status = expect_code(result, Code::ResourceExhausted);
     assert_eq!(meta(status.metadata(), "retry-after"), Some("1"));
@@ -106,6 +112,8 @@ fn assert_denied(result: Result<impl std::fmt::Debug, Status>, rule: &str) {
     let delay = d.retry.expect("a RetryInfo").retry_delay.unwrap();
     assert_eq!(delay, Duration::from_secs(1));
     assert_eq!(d.info.unwrap().metadata["dimension"], rule);
+    let violations = d.quota.expect("a QuotaFailure").violations;
+    assert_eq!(violations[0].description, format!("{rule}: 1 in flight"));
 }
 
 #[tokio::test]
@@ -204,4 +212,37 @@ async fn a_bidi_stream_holds_its_slot_until_both_sides_have_ended() {
         .into_inner();
     assert_eq!(guard(second.next()).await.unwrap().unwrap().n, 2);
     assert!(guard(second.next()).await.is_none());
+}
+
+/// A shed call's message states the wait its `retry-after` and `RetryInfo`
+/// give, as the HTTP answer's body does.
+#[tokio::test]
+async fn a_shed_call_says_how_long_to_wait() {
+    // Three slots, one kept for each class above sheddable: every call
+    // here is sheddable, so one stream holds its share and the next call
+    // is shed.
+    let rule = Rule::concurrency("pool", 3).reserve(1);
+    let limit =
+        Limit::new(rule, GrpcMethod::full()).class_by(|_: &RequestHead<'_>| Class::Sheddable);
+    let (addr, mut arrived) = serve(Policy::new().limit(limit)).await;
+    let mut echo = EchoClient::new(channel(addr).await);
+
+    let _held = guard(echo.server_stream(Tick { n: 0 })).await.unwrap();
+    let _ticks = guard(arrived.recv()).await.unwrap();
+    let status = expect_code(echo.server_stream(Tick { n: 0 }).await, Code::Unavailable);
+    assert_eq!(meta(status.metadata(), "retry-after"), Some("1"));
+    assert_eq!(
+        meta(status.metadata(), "grpc-retry-pushback-ms"),
+        Some("1000")
+    );
+    let d = details(&status);
+    assert_eq!(d.info.unwrap().reason, "TEMPORARY_REDUCED_CAPACITY");
+    assert_eq!(
+        d.retry.expect("a RetryInfo").retry_delay,
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(
+        status.message(),
+        "The service is short of capacity. Please retry after 1 seconds."
+    );
 }

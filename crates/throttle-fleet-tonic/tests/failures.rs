@@ -111,7 +111,7 @@ async fn an_unreachable_fail_closed_backend_answers_unavailable_with_a_retry_hin
     let status = expect_code(say_hello(&mut client, &[]).await, Code::Unavailable);
     assert_eq!(
         status.message(),
-        "The rate limiter is unavailable. Please retry later."
+        "The rate limiter is unavailable. Please retry after 1 second."
     );
     assert_eq!(meta(status.metadata(), "retry-after"), Some("1"));
     assert_eq!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
-use throttle_fleet_core::clock::unix_now_us;
+use throttle_fleet_core::fields::{reset_epoch_secs, retry_after_secs};
 use throttle_fleet_core::{Decision, Rule};
 
 /// `X-RateLimit-Limit`.
@@ -91,27 +91,29 @@ impl SuccessHeaders {
         Self(SuccessRepr::None)
     }
 
-    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix epoch seconds at
-    /// which `reset` from now has passed).
-    pub fn standard(limit: u64, remaining: u64, reset: Duration) -> Self {
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset`: `reset_epoch` is
+    /// Unix epoch seconds, the decision's as
+    /// [`reset_epoch_secs`]
+    /// gives it (see there why it is not counted from a clock read now).
+    pub fn standard(limit: u64, remaining: u64, reset_epoch: u64) -> Self {
         Self(SuccessRepr::Standard {
             limit,
             remaining: Some(remaining),
-            reset_epoch: reset_epoch_secs(reset),
+            reset_epoch,
         })
     }
 
     /// The `X-RateLimit-*` trio of an allowed decision by `rule` (the
-    /// rule it names), its reset counted from when the backend decided (no
-    /// second clock read). A degraded decision (the backend could not be
-    /// asked) carries no `X-RateLimit-Remaining`: the fleet's count is not
-    /// known.
+    /// rule it names), its reset counted from when the backend decided
+    /// ([`reset_epoch_secs`]).
+    /// A degraded decision (the backend could not be asked) carries no
+    /// `X-RateLimit-Remaining`: the fleet's count is not known.
     #[inline]
     pub fn for_allowed(decision: &Decision, rule: &Rule) -> Self {
         Self(SuccessRepr::Standard {
             limit: decision.limit(rule),
             remaining: (!decision.is_degraded()).then_some(decision.remaining()),
-            reset_epoch: epoch_secs_after(decision.at_us(), decision.reset()),
+            reset_epoch: reset_epoch_secs(decision),
         })
     }
 
@@ -417,31 +419,12 @@ fn recent_number(recent: &mut [[Recent; 2]; RECENT_SETS], n: u64) -> HeaderValue
     v
 }
 
-/// Whole seconds to wait, rounded up, and never 0 for a positive wait (a
-/// `Retry-After: 0` invites an immediate retry storm).
-pub fn retry_after_secs(wait: Duration) -> u64 {
-    let secs = wait
-        .as_secs()
-        .saturating_add(u64::from(wait.subsec_nanos() > 0));
-    secs.max(u64::from(!wait.is_zero()))
-}
-
-/// Unix epoch seconds (rounded up) at which `reset` from now has passed.
-pub fn reset_epoch_secs(reset: Duration) -> u64 {
-    let at_us = unix_now_us() + reset.as_micros() as u64;
-    at_us.div_ceil(1_000_000)
-}
-
-/// Unix epoch seconds (rounded up) at which `after` from `at_us` (a
-/// decision's time, microseconds since the epoch) has passed: no clock read.
-pub fn epoch_secs_after(at_us: u64, after: Duration) -> u64 {
-    let after_us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
-    at_us.saturating_add(after_us).div_ceil(1_000_000)
-}
-
-/// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`.
-pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset: Duration) {
+/// Writes `X-RateLimit-Limit`, `-Remaining` and `-Reset` into `out`;
+/// `reset_epoch` is Unix epoch seconds, the decision's as
+/// [`reset_epoch_secs`]
+/// gives it.
+pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset_epoch: u64) {
     out.push(X_RATELIMIT_LIMIT.clone(), number(limit));
     out.push(X_RATELIMIT_REMAINING.clone(), number(remaining));
-    out.push(X_RATELIMIT_RESET.clone(), number(reset_epoch_secs(reset)));
+    out.push(X_RATELIMIT_RESET.clone(), number(reset_epoch));
 }

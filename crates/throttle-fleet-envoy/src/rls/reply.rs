@@ -10,8 +10,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::google::protobuf::{self as pb, ListValue, Struct, Value, value::Kind};
 use throttle_fleet_core::backend::Outcome;
+use throttle_fleet_core::fields::retry_after_secs;
 use throttle_fleet_core::{Decision, Demand, Quota};
-use throttle_fleet_tower::headers::{ratelimit_field, retry_after_secs};
+use throttle_fleet_tower::headers::ratelimit_field;
 
 use crate::rules::{Loaded, current_limit, policy_text};
 
