@@ -614,6 +614,45 @@ async fn a_body_that_keeps_up_the_rate_is_read_in_full_however_long_it_takes() {
     assert!(start.elapsed() >= Duration::from_secs(118), "{:?}", start.elapsed());
 }
 
+/// The counts of the per-client refusal lines logged so far, in order.
+fn refusal_lines(logs: &Mutex<String>) -> Vec<u64> {
+    let logs = logs.lock().unwrap();
+    logs.lines()
+        .filter(|line| line.contains("connection refused"))
+        .map(|line| {
+            let count = line.split("refused=").nth(1).expect("a refused= field");
+            let digits: String = count.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_that_no_later_refusal_follows_are_reported_when_their_second_is_up() {
+    let logs = capture_logs();
+    let limits = ServeLimits {
+        max_connections_per_client: 1,
+        ..limits()
+    };
+    let server = start(limits, ClientIp::default()).await;
+    let _kept = connect_from("127.0.0.6", server.addr).await;
+    let mut refused = Vec::new();
+    for _ in 0..44 {
+        refused.push(connect_from("127.0.0.6", server.addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(server.stats.refused_per_client(), 44);
+    // The first at once; the 43 after it within the same second wait.
+    assert_eq!(refusal_lines(&logs), [1]);
+    tokio::time::sleep(Duration::from_millis(980)).await;
+    assert_eq!(refusal_lines(&logs), [1], "a line a second at most");
+    // No later refusal comes: the second's end reports them.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(refusal_lines(&logs), [1, 43]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(refusal_lines(&logs), [1, 43], "nothing more to report");
+}
+
 #[tokio::test]
 async fn limits_that_cannot_work_are_refused_naming_the_field() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -53,6 +53,7 @@ mod body;
 mod connection;
 mod deadline;
 mod limits;
+mod log_throttle;
 
 use std::convert::Infallible;
 use std::future::{Future, IntoFuture};
