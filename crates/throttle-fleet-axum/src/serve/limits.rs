@@ -41,24 +41,23 @@ use throttle_fleet_core::ConfigError;
 /// connections full of unread answers gives their memory back within half
 /// a minute.
 ///
-/// A request body is on its own clock, and only while its handler waits
-/// for it (a handler that never reads its body is not timed, nor is the
-/// time a handler spends between reads): one wait may last `body_timeout`,
-/// and all of them together `body_timeout` plus a second for each
-/// `body_min_bytes_per_sec` bytes received, the formula of
-/// [`BodyTimeout`](throttle_fleet_tower::body_timeout::BodyTimeout). Past
-/// either, the body ends in an error, the handler's answer (axum's `Json`
-/// answers a body error with 400) is replaced by `408 Request Timeout`,
-/// and the connection is closed: a request whose client sends its headers
-/// and no body, or trickles it a byte a second, gives back what it holds
-/// (a concurrency rule's slots) after 60 s, or 60.1 s for the trickle,
-/// instead of holding it as long as the client likes. The defaults are
-/// nginx's `client_body_timeout` (60 s between reads) and the minimum
-/// rate of Apache's `RequestReadTimeout` (500 B/s); an upload that keeps
-/// up that rate is never cut, so the time a body can hold a slot is also
-/// bounded by the size the handler accepts (axum's `DefaultBodyLimit`, 2
-/// MB: 70 minutes at 500 B/s). A service whose bodies are small can raise
-/// the rate.
+/// A request body is timed while its handler waits for it, under
+/// `body_timeout` and `body_min_bytes_per_sec` as
+/// [`BodyTimeout`](throttle_fleet_tower::body_timeout::BodyTimeout)
+/// states (a handler that never reads its body is not timed, nor is the
+/// time it spends between reads). Past the bound the body ends in an
+/// error, the handler's answer (axum's `Json` answers a body error with
+/// 400) is replaced by `408 Request Timeout`, and the connection is
+/// closed: a request whose client sends its headers and no body, or
+/// trickles it a byte a second, gives back what it holds (a concurrency
+/// rule's slots) after 60 s, or 60.1 s for the trickle, instead of holding
+/// it as long as the client likes. The defaults are nginx's
+/// `client_body_timeout` and the minimum rate of Apache's
+/// `RequestReadTimeout`. An upload that keeps up the rate is never cut, so
+/// what bounds a slow body's hold on a slot is the rate together with the
+/// body size the handler accepts (axum's `DefaultBodyLimit`, 2 MB: 70
+/// minutes at 500 B/s); a service whose bodies are small can raise the
+/// rate.
 ///
 /// A client that disconnects while one pipelined byte of its next request
 /// is still unread keeps its running request, and so its place under a
