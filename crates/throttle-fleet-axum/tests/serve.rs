@@ -561,7 +561,10 @@ async fn requests_whose_body_trickles_a_byte_a_second_give_their_slots_back() {
         let stream = TcpStream::connect(server.addr).await.unwrap();
         let (read, mut write) = stream.into_split();
         // A megabyte announced: 11 days at this rate.
-        write.write_all(json_head(1_000_000).as_bytes()).await.unwrap();
+        write
+            .write_all(json_head(1_000_000).as_bytes())
+            .await
+            .unwrap();
         tricklers.push(tokio::spawn(async move {
             // JSON's whitespace, a byte a second, for ever.
             loop {
@@ -611,7 +614,11 @@ async fn a_body_that_keeps_up_the_rate_is_read_in_full_however_long_it_takes() {
     }
     let answer = read_response(&mut stream, "parsed").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(start.elapsed() >= Duration::from_secs(118), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_secs(118),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// The counts of the per-client refusal lines logged so far, in order.

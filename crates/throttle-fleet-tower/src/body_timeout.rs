@@ -361,10 +361,7 @@ mod tests {
             .unwrap();
         // 60 / (1 - 1/500) = 60.12 s.
         assert_eq!(cut, 60);
-        assert_eq!(
-            bound.allowance(60, 60 * SECOND),
-            Duration::from_millis(120)
-        );
+        assert_eq!(bound.allowance(60, 60 * SECOND), Duration::from_millis(120));
     }
 
     #[test]
@@ -382,6 +379,9 @@ mod tests {
             zero_rate.allowance(0, Duration::from_secs(3_600)),
             zero_rate.timeout
         );
-        assert_eq!(zero_rate.validate().unwrap_err().field(), "min_bytes_per_sec");
+        assert_eq!(
+            zero_rate.validate().unwrap_err().field(),
+            "min_bytes_per_sec"
+        );
     }
 }

@@ -41,15 +41,12 @@ pub(super) fn request_body(body: Incoming, bound: BodyTimeout, running: &Running
     })
 }
 
-/// The handler's answer, or a 408 if its request's body timed out.
-pub(super) fn answer(response: Response, running: &Running) -> Response {
-    if !running.body_timed_out() {
-        return response;
-    }
+/// The answer to a request whose body timed out, in place of its
+/// handler's (whose drop gives back what the request held, a concurrency
+/// rule's slots): `408 Request Timeout`, and the connection closed.
+#[cold]
+pub(super) fn request_timeout() -> Response {
     tracing::debug!("request body timed out: answered 408 and closing the connection");
-    // The handler's answer is dropped here, and with it what its request
-    // held (a concurrency rule's slots).
-    drop(response);
     let mut timeout = Response::new(Body::from("request body timed out\n"));
     *timeout.status_mut() = StatusCode::REQUEST_TIMEOUT;
     let headers = timeout.headers_mut();

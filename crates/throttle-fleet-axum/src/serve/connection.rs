@@ -21,7 +21,7 @@ use tower_service::Service;
 
 use super::ServeLimits;
 use super::activity::{Activity, Running};
-use super::body::{answer, bound, request_body};
+use super::body::{bound, request_body, request_timeout};
 use super::deadline::Deadlines;
 
 /// Serves one HTTP/1.1 connection with keep-alive: a request's headers
@@ -73,7 +73,10 @@ pub async fn serve_connection<IO, S>(
         let req = req.map(|body| request_body(body, bound, &running));
         let response = service.clone().oneshot(req);
         async move {
-            let response = answer(response.await?, &running);
+            let mut response = response.await?;
+            if running.body_timed_out() {
+                response = request_timeout();
+            }
             Ok::<_, Infallible>(response.map(|body| TrackedBody {
                 body,
                 _running: running,
