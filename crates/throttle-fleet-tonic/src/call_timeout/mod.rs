@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Request;
-use throttle_fleet_tower::body_timeout::BodyTimeout;
 use throttle_fleet_tower::ConfigError;
+use throttle_fleet_tower::body_timeout::BodyTimeout;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -127,10 +127,7 @@ impl BodyTimeoutLayer {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let Whole::Methods(named) = &self.whole else {
-            return Ok(self);
-        };
-        let mut all: Vec<Box<str>> = named.iter().cloned().collect();
+        let mut added = Vec::new();
         for method in methods {
             let method = method.into();
             if split_method(&method).is_none() {
@@ -139,8 +136,13 @@ impl BodyTimeoutLayer {
                     format!("{method:?} is not of the form \"/package.Service/Method\""),
                 ));
             }
-            all.push(method.into_boxed_str());
+            added.push(method.into_boxed_str());
         }
+        let Whole::Methods(named) = &self.whole else {
+            // Every call is timed whole already.
+            return Ok(self);
+        };
+        let mut all: Vec<Box<str>> = named.iter().cloned().chain(added).collect();
         all.sort_unstable();
         all.dedup();
         Ok(Self {
