@@ -31,14 +31,21 @@
 //! An invalid file makes it exit with status 2 and the error (file, line,
 //! column, rule, field); `THROTTLE_LISTEN` still overrides `listen`.
 //! `.ci/tonic-example-contract` checks all of this with Python's `grpcio`.
+//!
+//! A call that sends its headers and then no message, or trickles it, is
+//! answered `DEADLINE_EXCEEDED` after 60 s (`BodyTimeoutLayer`; with a file,
+//! its `[server]` table's `body_timeout_secs` and `body_min_bytes_per_sec`),
+//! so such calls cannot hold what the limiter gave them (a concurrency
+//! rule's slots) for as long as their connection lives.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use throttle_fleet_config::GatewayConfig;
+use throttle_fleet_tonic::body_timeout::BodyTimeout;
 use throttle_fleet_tonic::{
-    MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer, from_config,
+    BodyTimeoutLayer, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer, from_config,
 };
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -64,11 +71,26 @@ fn config_arg() -> Result<Option<PathBuf>, String> {
     Ok(config)
 }
 
-/// The layer and the address: from the file, or the built-in 5 calls a
-/// minute per peer IP.
-async fn layer_and_address(
-    config: Option<PathBuf>,
-) -> Result<(ThrottleLayer, String), Box<dyn std::error::Error>> {
+/// What the server is set up with: the throttle layer, the bound on how
+/// long a call's request may keep it waiting, and the address.
+struct Setup {
+    layer: ThrottleLayer,
+    timeouts: BodyTimeoutLayer,
+    addr: String,
+}
+
+/// The bound on calls' requests. The greeter's one method is unary: every
+/// call is timed to the end of its request. A service with
+/// client-streaming methods would name its unary ones instead
+/// (`whole_request`), leaving its streams' silences between messages
+/// alone.
+fn timeouts(bound: BodyTimeout) -> Result<BodyTimeoutLayer, Box<dyn std::error::Error>> {
+    Ok(BodyTimeoutLayer::new(bound)?.whole_request_always())
+}
+
+/// The setup: from the file, or the built-in 5 calls a minute per peer IP
+/// and the default bound.
+async fn setup(config: Option<PathBuf>) -> Result<Setup, Box<dyn std::error::Error>> {
     let listen = std::env::var("THROTTLE_LISTEN").ok();
     let Some(path) = config else {
         // 5 calls per 60 seconds per peer IP, all 5 available at once.
@@ -76,10 +98,11 @@ async fn layer_and_address(
         let policy = Policy::new().rule(Rule::new("ip", quota).token_bucket(), PeerIp::default());
         // QuotaFailure's subject reads "ip:peer-ip": PeerIp names its kind.
         let layer = ThrottleLayer::new(policy, MemoryBackend::default())?;
-        return Ok((
+        return Ok(Setup {
             layer,
-            listen.unwrap_or_else(|| "127.0.0.1:50051".to_owned()),
-        ));
+            timeouts: timeouts(BodyTimeout::default())?,
+            addr: listen.unwrap_or_else(|| "127.0.0.1:50051".to_owned()),
+        });
     };
     let file = path.display().to_string();
     let config = GatewayConfig::load(&path)?;
@@ -88,14 +111,22 @@ async fn layer_and_address(
     let addr = listen
         .or(config.listen.map(|l| l.to_string()))
         .unwrap_or_else(|| "127.0.0.1:50051".to_owned());
-    Ok((layer, addr))
+    let bound = BodyTimeout {
+        timeout: config.server.body_timeout,
+        min_bytes_per_sec: config.server.body_min_bytes_per_sec,
+    };
+    Ok(Setup {
+        layer,
+        timeouts: timeouts(bound)?,
+        addr,
+    })
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     logs::init();
-    let (layer, addr) = match config_arg() {
-        Ok(config) => match layer_and_address(config).await {
+    let setup = match config_arg() {
+        Ok(config) => match setup(config).await {
             Ok(found) => found,
             Err(e) => {
                 eprintln!("tonic_greeter: {e}");
@@ -107,7 +138,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match serve(layer, &addr).await {
+    match serve(setup).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tonic_greeter: {e}");
@@ -116,14 +147,15 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn serve(layer: ThrottleLayer, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+async fn serve(setup: Setup) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind(&setup.addr).await?;
     println!("listening on {} (gRPC)", listener.local_addr()?);
     // Without TCP_NODELAY, Nagle holds a response's second write until the
     // client's delayed ACK (about 40 ms).
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     Server::builder()
-        .layer(layer)
+        .layer(setup.timeouts)
+        .layer(setup.layer)
         .add_service(GreeterServer::new(MyGreeter))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = tokio::signal::ctrl_c().await;

@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
 use throttle_fleet_axum::serve::{Connections, ServeLimits, serve_connection};
 use throttle_fleet_tls::{Fingerprint, FingerprintAcceptor};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -76,7 +76,7 @@ async fn connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = tower::service_fn(move |mut req: hyper::Request<Incoming>| {
+    let service = tower::service_fn(move |mut req: hyper::Request<Body>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         if let Some(fingerprint) = fingerprint {
             req.extensions_mut().insert(fingerprint);

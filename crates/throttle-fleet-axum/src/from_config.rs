@@ -80,6 +80,7 @@ pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileEr
 ///     max_connections_per_client = 20
 ///     idle_timeout_secs = 30
 ///     write_timeout_secs = 20
+///     body_timeout_secs = 30
 ///     [[rules]]
 ///     name = "ip"
 ///     key = "ip"
@@ -90,6 +91,8 @@ pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileEr
 /// assert_eq!(connections.limits().max_connections_per_client, 20);
 /// assert_eq!(connections.limits().idle_timeout.as_secs(), 30);
 /// assert_eq!(connections.limits().write_timeout.as_secs(), 20);
+/// assert_eq!(connections.limits().body_timeout.as_secs(), 30);
+/// assert_eq!(connections.limits().body_min_bytes_per_sec, 500);
 /// # Ok::<(), throttle_fleet_config::ConfigFileError>(())
 /// ```
 #[cfg(feature = "serve")]
@@ -103,6 +106,8 @@ pub fn connections(
         header_timeout: server.header_timeout,
         idle_timeout: server.idle_timeout,
         write_timeout: server.write_timeout,
+        body_timeout: server.body_timeout,
+        body_min_bytes_per_sec: server.body_min_bytes_per_sec,
     };
     crate::serve::Connections::new(
         limits,

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
-use axum::routing::get;
-use throttle_fleet_axum::ClientIp;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use throttle_fleet_axum::key::Global;
 use throttle_fleet_axum::serve::{ConnectionStats, ServeLimits, serve};
+use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Rule, ThrottleLayer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::time::Instant;
@@ -20,6 +21,10 @@ use tokio::time::Instant;
 const HEADER: Duration = Duration::from_secs(10);
 const IDLE: Duration = Duration::from_secs(60);
 const WRITE: Duration = Duration::from_secs(30);
+const BODY: Duration = Duration::from_secs(60);
+/// The least rate a request body must keep up past `BODY`, in bytes a
+/// second.
+const BODY_RATE: u32 = 500;
 /// How late past its deadline a close may come: the paused clock jumps
 /// straight to the deadline, so only the work after it counts.
 const SLACK: Duration = Duration::from_millis(100);
@@ -79,9 +84,13 @@ async fn start(limits: ServeLimits, clients: ClientIp) -> Server {
 }
 
 fn start_on(listener: TcpListener, limits: ServeLimits, clients: ClientIp) -> Server {
+    start_app(listener, app(), limits, clients)
+}
+
+fn start_app(listener: TcpListener, app: Router, limits: ServeLimits, clients: ClientIp) -> Server {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = serve(listener, app())
+    let server = serve(listener, app)
         .limits(limits)
         .client_ip(clients)
         .drain_timeout(Duration::from_secs(300))
@@ -103,6 +112,8 @@ fn limits() -> ServeLimits {
         header_timeout: HEADER,
         idle_timeout: IDLE,
         write_timeout: WRITE,
+        body_timeout: BODY,
+        body_min_bytes_per_sec: BODY_RATE,
         ..ServeLimits::default()
     }
 }
@@ -472,6 +483,181 @@ async fn a_long_response_read_slowly_but_steadily_is_sent_in_full() {
         .await
         .unwrap();
     read_response(&mut stream, "ok").await;
+}
+
+/// The slots of the body tests' concurrency rule.
+const SLOTS: u64 = 20;
+
+/// `POST /json` reads a JSON body (axum's `Json`, which answers a body
+/// error with 400), `GET /` reads none; both under one global concurrency
+/// rule of `SLOTS`.
+async fn start_held() -> Server {
+    let policy = Policy::new().rule(Rule::concurrency("pool", SLOTS), Global);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route(
+            "/json",
+            post(|Json(_): Json<serde_json::Value>| async { "parsed" }),
+        )
+        .layer(ThrottleLayer::new(policy, MemoryBackend::default()).unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_app(listener, app, limits(), ClientIp::default())
+}
+
+/// The head of a JSON request of `length` bytes whose body is still to
+/// come.
+fn json_head(length: usize) -> String {
+    format!(
+        "POST /json HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\n\r\n"
+    )
+}
+
+/// The status of a `GET /` on a connection of its own.
+async fn status_of_get(addr: SocketAddr) -> u16 {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = String::from_utf8(read_to_close(&mut stream).await).unwrap();
+    answer
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .unwrap_or_else(|| panic!("not an answer: {answer:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_whose_body_never_comes_give_their_slots_back_at_the_body_timeout() {
+    let server = start_held().await;
+    let start = Instant::now();
+    let mut held = Vec::new();
+    for _ in 0..SLOTS {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(json_head(100).as_bytes()).await.unwrap();
+        held.push(stream);
+    }
+    // Their handlers wait for the bodies, holding every slot.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(status_of_get(server.addr).await, 429);
+    for stream in &mut held {
+        let answer = String::from_utf8(read_to_close(stream).await).unwrap();
+        assert_closed_at("a body that never comes", start.elapsed(), BODY);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("connection: close"), "{answer}");
+    }
+    assert_eq!(status_of_get(server.addr).await, 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_whose_body_trickles_a_byte_a_second_give_their_slots_back() {
+    let server = start_held().await;
+    let start = Instant::now();
+    let mut readers = Vec::new();
+    let mut tricklers = Vec::new();
+    for _ in 0..SLOTS {
+        let stream = TcpStream::connect(server.addr).await.unwrap();
+        let (read, mut write) = stream.into_split();
+        // A megabyte announced: 11 days at this rate.
+        write
+            .write_all(json_head(1_000_000).as_bytes())
+            .await
+            .unwrap();
+        tricklers.push(tokio::spawn(async move {
+            // JSON's whitespace, a byte a second, for ever.
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if write.write_all(b" ").await.is_err() {
+                    return;
+                }
+            }
+        }));
+        readers.push(read);
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(status_of_get(server.addr).await, 429);
+    // No byte is ever late by the one-wait bound (1 s against 60 s): the
+    // rate cuts them. 60 bytes in 60 s of waiting earned 60 / 500 s past
+    // the 60 s of grace, so the wait for the 61st ends at 60.12 s.
+    let cut = BODY + Duration::from_secs(60) / BODY_RATE;
+    for read in &mut readers {
+        let answer = String::from_utf8(read_to_close(read).await).unwrap();
+        assert_closed_at("a body a byte a second", start.elapsed(), cut);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    assert_eq!(status_of_get(server.addr).await, 200);
+    for trickler in tricklers {
+        trickler.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_keeps_up_the_rate_is_read_in_full_however_long_it_takes() {
+    let server = start_held().await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    // 60 KB in 118.5 s (500 bytes a second on average), 59 s of it one
+    // pause.
+    let body = format!("[{}0]", "0,".repeat(30_000 - 1));
+    stream
+        .write_all(json_head(body.len()).as_bytes())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let (first, rest) = body.as_bytes().split_at(500);
+    stream.write_all(first).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    for chunk in rest.chunks(500) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stream.write_all(chunk).await.unwrap();
+    }
+    let answer = read_response(&mut stream, "parsed").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        start.elapsed() >= Duration::from_secs(118),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// The counts of the per-client refusal lines logged so far, in order.
+fn refusal_lines(logs: &Mutex<String>) -> Vec<u64> {
+    let logs = logs.lock().unwrap();
+    logs.lines()
+        .filter(|line| line.contains("connection refused"))
+        .map(|line| {
+            let count = line.split("refused=").nth(1).expect("a refused= field");
+            let digits: String = count.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_that_no_later_refusal_follows_are_reported_when_their_second_is_up() {
+    let logs = capture_logs();
+    let limits = ServeLimits {
+        max_connections_per_client: 1,
+        ..limits()
+    };
+    let server = start(limits, ClientIp::default()).await;
+    let _kept = connect_from("127.0.0.6", server.addr).await;
+    let mut refused = Vec::new();
+    for _ in 0..44 {
+        refused.push(connect_from("127.0.0.6", server.addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(server.stats.refused_per_client(), 44);
+    // The first at once; the 43 after it within the same second wait.
+    assert_eq!(refusal_lines(&logs), [1]);
+    tokio::time::sleep(Duration::from_millis(980)).await;
+    assert_eq!(refusal_lines(&logs), [1], "a line a second at most");
+    // No later refusal comes: the second's end reports them.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(refusal_lines(&logs), [1, 43]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(refusal_lines(&logs), [1, 43], "nothing more to report");
 }
 
 #[tokio::test]

@@ -71,6 +71,8 @@ pub(crate) struct Server {
     pub(crate) header_timeout_secs: Option<Spanned<i64>>,
     pub(crate) idle_timeout_secs: Option<Spanned<i64>>,
     pub(crate) write_timeout_secs: Option<Spanned<i64>>,
+    pub(crate) body_timeout_secs: Option<Spanned<i64>>,
+    pub(crate) body_min_bytes_per_sec: Option<Spanned<i64>>,
     pub(crate) max_connections_per_client: Option<Spanned<i64>>,
 }
 

@@ -175,6 +175,14 @@ pub struct ServerConfig {
     /// that stops reading, or pipelines requests and never reads the
     /// answers. A response read slowly but steadily is never cut.
     pub write_timeout: Duration,
+    /// How long a handler may wait for its request body's next bytes, and
+    /// the grace before the minimum rate counts (`body_timeout_secs`,
+    /// default 60): past it the request is answered 408.
+    pub body_timeout: Duration,
+    /// The average rate, in bytes a second, a request body must keep up
+    /// past that grace while its handler waits (`body_min_bytes_per_sec`,
+    /// default 500): a body trickled slower is answered 408.
+    pub body_min_bytes_per_sec: u32,
 }
 
 impl Default for ServerConfig {
@@ -185,6 +193,8 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            body_min_bytes_per_sec: 500,
         }
     }
 }

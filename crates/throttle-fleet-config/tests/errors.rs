@@ -46,6 +46,8 @@ max_connections_per_client = 20
 header_timeout_secs = 3
 idle_timeout_secs = 30
 write_timeout_secs = 15
+body_timeout_secs = 20
+body_min_bytes_per_sec = 2000
 
 [backend]
 kind = "redis-leased"
@@ -103,6 +105,8 @@ failure = "closed"
     assert_eq!(c.server.header_timeout, Duration::from_secs(3));
     assert_eq!(c.server.idle_timeout, Duration::from_secs(30));
     assert_eq!(c.server.write_timeout, Duration::from_secs(15));
+    assert_eq!(c.server.body_timeout, Duration::from_secs(20));
+    assert_eq!(c.server.body_min_bytes_per_sec, 2000);
     assert_eq!(c.server.max_connections_per_client, 20);
     assert_eq!(c.backend.kind, BackendKind::RedisLeased);
     assert_eq!(c.backend.command_timeout, Some(Duration::from_millis(20)));
@@ -248,6 +252,14 @@ fn each_error_names_the_place_rule_and_field() {
         (
             format!("[server]\nwrite_timeout_secs = 0\n{}", rule("")),
             "g.toml:2:22: field \"server.write_timeout_secs\": must be at least 1 (got 0)",
+        ),
+        (
+            format!("[server]\nbody_timeout_secs = 0\n{}", rule("")),
+            "g.toml:2:21: field \"server.body_timeout_secs\": must be at least 1 (got 0)",
+        ),
+        (
+            format!("[server]\nbody_min_bytes_per_sec = 0\n{}", rule("")),
+            "g.toml:2:26: field \"server.body_min_bytes_per_sec\": must be at least 1 (got 0)",
         ),
         (
             format!("[server]\nmax_connections_per_client = 0\n{}", rule("")),

@@ -18,7 +18,7 @@ static WARNED_NO_PEER: AtomicBool = AtomicBool::new(false);
 
 /// Splits a gRPC path `/package.Service/Method` into its service and method;
 /// `None` for anything else.
-fn split_method(path: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_method(path: &str) -> Option<(&str, &str)> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     let ok = !service.is_empty() && !method.is_empty() && !method.contains('/');
     ok.then_some((service, method))

@@ -73,6 +73,13 @@
 //! Streaming calls are limited once, when they start: a denied stream ends
 //! before its first message, an allowed one is never cut off midway.
 //!
+//! A call holds what it was given (a concurrency rule's slots) until its
+//! answer ends, and tonic waits for a unary call's message before calling
+//! its handler: a client that sends headers and no message would hold them
+//! for as long as its connection lives. [`BodyTimeoutLayer`] bounds that
+//! wait (60 s, then a minimum rate); put it on every server that has a
+//! concurrency rule.
+//!
 //! See [`GrpcResponder`] for the exact answers (status mapping, metadata,
 //! gRPC-web). Everything in `throttle-fleet-tower` and `throttle-fleet-core` that a user
 //! needs is re-exported here.
@@ -84,12 +91,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod arena;
+mod call_timeout;
 mod denial;
 mod extract;
 #[cfg(feature = "config")]
 pub mod from_config;
 mod grpc_responder;
 
+pub use call_timeout::{BodyTimeoutLayer, BodyTimeoutService, CallBody};
 pub use extract::{GrpcMethod, GrpcService, Metadata, PeerIp, TonicPeer};
 pub use grpc_responder::GrpcResponder;
 #[cfg(feature = "redis")]

@@ -36,6 +36,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
+pub mod body_timeout;
 mod engine;
 mod extract;
 mod future;
@@ -104,5 +105,5 @@ pub mod integration {
         Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseBodies, ResponseFuture, Rule,
         Throttle, ThrottleBody, Wrap,
     };
-    pub use crate::{core, headers, key, limits, metrics, responder};
+    pub use crate::{body_timeout, core, headers, key, limits, metrics, responder};
 }

@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use throttle_fleet_core::{ConfigError, Key};
@@ -16,12 +16,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::ServeLimits;
+use super::log_throttle::{Count, Flush, LogThrottle};
 use crate::ClientIp;
-
-/// At most one log line per this long for each kind of refusal, with the
-/// count since the last line: a flood of refused connections must not
-/// become a flood of log lines.
-const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The `metrics` names of the counts (with the `metrics` feature).
 #[cfg(feature = "metrics")]
@@ -54,8 +50,10 @@ struct Shared {
     /// Open connections per client key (trusted proxies are not counted).
     hosts: Mutex<HashMap<Key, usize>>,
     stats: ConnectionStats,
-    refusals: Mutex<LogThrottle>,
-    accept_errors: Mutex<LogThrottle>,
+    /// Refusals at the per-client cap, and the latest one's client.
+    refusals: Mutex<LogThrottle<IpAddr>>,
+    /// Failed accepts, and the latest one's error.
+    accept_errors: Mutex<LogThrottle<io::Error>>,
 }
 
 /// Counts of what [`Connections`] let in and refused. Clones share the
@@ -183,7 +181,7 @@ impl Connections {
             let (stream, peer) = match listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    self.shared.accept_failed(&e);
+                    Shared::accept_failed(&self.shared, e);
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
@@ -211,7 +209,7 @@ impl Connections {
             let held = hosts.entry(key).or_insert(0);
             if *held >= shared.limits.max_connections_per_client {
                 drop(hosts);
-                shared.refused(peer);
+                Shared::refused(shared, peer.ip());
                 return None;
             }
             *held += 1;
@@ -246,68 +244,91 @@ impl Shared {
         self.hosts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn refused(&self, peer: SocketAddr) {
-        self.stats
+    fn refused(this: &Arc<Self>, client: IpAddr) {
+        this.stats
             .inner
             .refused_per_client
             .fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
         metrics::counter!(names::REFUSED, "reason" => "per_client").increment(1);
-        let lock = &mut *self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(refused) = lock.count() {
-            tracing::warn!(
-                client = %peer.ip(),
-                refused,
-                max_connections_per_client = self.limits.max_connections_per_client,
-                "connection refused: the client already holds its per-client cap of connections \
-                 ({refused} refused since the last such line)"
-            );
+        let count = this.refusals().count(client, Instant::now());
+        match count {
+            Count::Log(refused, client) => this.log_refused(refused, client),
+            Count::FlushAt(at) => flush_at(this, at, Self::refusals, Self::log_refused),
+            Count::Held => {}
         }
     }
 
-    fn accept_failed(&self, e: &io::Error) {
-        self.stats
+    fn refusals(&self) -> std::sync::MutexGuard<'_, LogThrottle<IpAddr>> {
+        self.refusals.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn log_refused(&self, refused: u64, client: IpAddr) {
+        tracing::warn!(
+            %client,
+            refused,
+            max_connections_per_client = self.limits.max_connections_per_client,
+            "connection refused: the client already holds its per-client cap of connections \
+             ({refused} refused since the last such line, the latest shown)"
+        );
+    }
+
+    fn accept_failed(this: &Arc<Self>, e: io::Error) {
+        this.stats
             .inner
             .accept_errors
             .fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
         metrics::counter!(names::ACCEPT_ERRORS).increment(1);
-        let lock = &mut *self
-            .accept_errors
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(failed) = lock.count() {
-            tracing::warn!(
-                error = %e,
-                failed,
-                "accept failed; retrying in 50 ms ({failed} failures since the last such line)"
-            );
+        let count = this.accept_errors().count(e, Instant::now());
+        match count {
+            Count::Log(failed, e) => this.log_accept_failed(failed, e),
+            Count::FlushAt(at) => flush_at(this, at, Self::accept_errors, Self::log_accept_failed),
+            Count::Held => {}
         }
+    }
+
+    fn accept_errors(&self) -> std::sync::MutexGuard<'_, LogThrottle<io::Error>> {
+        self.accept_errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn log_accept_failed(&self, failed: u64, e: io::Error) {
+        tracing::warn!(
+            error = %e,
+            failed,
+            "accept failed; retrying in 50 ms ({failed} failures since the last such line, \
+             the latest shown)"
+        );
     }
 }
 
-/// Counts events and says when to log them: the first at once, then at
-/// most once per [`LOG_EVERY`], with how many happened since.
-#[derive(Default)]
-struct LogThrottle {
-    last: Option<Instant>,
-    pending: u64,
-}
-
-impl LogThrottle {
-    /// Counts one event; `Some(n)` when a line should be logged now for the
-    /// `n` events since the last line.
-    fn count(&mut self) -> Option<u64> {
-        self.pending += 1;
-        let now = Instant::now();
-        match self.last {
-            Some(last) if now.duration_since(last) < LOG_EVERY => None,
-            _ => {
-                self.last = Some(now);
-                Some(std::mem::take(&mut self.pending))
+/// Logs what `events` holds at `at`, or later if a line went out since
+/// (a task of its own: no later event may come to log it). The task
+/// holds no strong reference: a server gone by then logs nothing.
+fn flush_at<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    at: Instant,
+    events: for<'a> fn(&'a Shared) -> std::sync::MutexGuard<'a, LogThrottle<T>>,
+    log: fn(&Shared, u64, T),
+) {
+    let shared: Weak<Shared> = Arc::downgrade(shared);
+    tokio::spawn(async move {
+        let mut at = at;
+        loop {
+            tokio::time::sleep_until(at).await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let flushed = events(&shared).flush(Instant::now());
+            match flushed {
+                Flush::Log(n, latest) => return log(&shared, n, latest),
+                Flush::Again(later) => at = later,
+                Flush::Done => return,
             }
         }
-    }
+    });
 }
 
 #[cfg(test)]
@@ -417,16 +438,6 @@ mod tests {
         assert_eq!(value(names::ACCEPTED), Some(&DebugValue::Counter(2)));
         assert_eq!(value(names::REFUSED), Some(&DebugValue::Counter(1)));
         assert_eq!(value(names::OPEN), Some(&DebugValue::Gauge(1.0.into())));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn refusals_are_logged_at_most_once_a_second_with_their_count() {
-        let mut log = LogThrottle::default();
-        assert_eq!(log.count(), Some(1));
-        assert_eq!(log.count(), None);
-        assert_eq!(log.count(), None);
-        tokio::time::advance(LOG_EVERY).await;
-        assert_eq!(log.count(), Some(3));
     }
 
     #[test]

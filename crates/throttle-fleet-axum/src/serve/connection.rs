@@ -1,4 +1,5 @@
-//! One HTTP/1.1 connection under the header, idle and write timeouts.
+//! One HTTP/1.1 connection under the header, idle, write and body
+//! timeouts.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,7 +20,9 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use super::ServeLimits;
-use super::deadline::{Activity, Deadlines, Running};
+use super::activity::{Activity, Running};
+use super::body::{bound, request_body, request_timeout};
+use super::deadline::Deadlines;
 
 /// Serves one HTTP/1.1 connection with keep-alive: a request's headers
 /// must arrive within `limits.header_timeout` (from the connection's start
@@ -30,7 +33,15 @@ use super::deadline::{Activity, Deadlines, Running};
 /// as it runs. A connection whose client stops reading is: once the
 /// server's writes have taken no byte for `limits.write_timeout`, the
 /// connection is closed (a response read slowly but steadily is sent in
-/// full; see [`ServeLimits`] for what "steadily" means).
+/// full; see [`ServeLimits`] for what "steadily" means). A request body
+/// whose client stops sending it, or sends it slower than
+/// `limits.body_min_bytes_per_sec`, ends in an error once the handler has
+/// waited past `limits.body_timeout`, and the request is answered `408
+/// Request Timeout` whatever the handler answered, and the connection
+/// closed.
+///
+/// The service gets the body as axum's [`Body`]: a [`Router`](axum::Router)
+/// or any service over it.
 ///
 /// `TCP_NODELAY` is the caller's to set ([`Connections::accept`](super::Connections::accept)
 /// sets it).
@@ -45,7 +56,7 @@ pub async fn serve_connection<IO, S>(
     shutdown: impl Future<Output = ()>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: Service<Request<Incoming>, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: Service<Request<Body>, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
 {
     let activity = Arc::new(Activity::default());
@@ -56,11 +67,16 @@ pub async fn serve_connection<IO, S>(
         limits.idle_timeout,
         limits.write_timeout,
     );
+    let bound = bound(limits);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let running = activity.start();
+        let req = req.map(|body| request_body(body, bound, &running));
         let response = service.clone().oneshot(req);
         async move {
-            let response = response.await?;
+            let mut response = response.await?;
+            if running.body_timed_out() {
+                response = request_timeout();
+            }
             Ok::<_, Infallible>(response.map(|body| TrackedBody {
                 body,
                 _running: running,

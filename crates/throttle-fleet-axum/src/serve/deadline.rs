@@ -15,46 +15,13 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// What the service side of one connection tells its I/O: how many
-/// requests have started, and how many are still running (until their
-/// response body is sent or dropped).
-///
-/// Nothing is woken when the last one ends: its response's last bytes are
-/// written after that (hyper drops a body before it writes the body's
-/// end), and the write that takes them starts the idle clock. A wake-up
-/// here would cost a second poll of the connection's task per request.
-#[derive(Debug, Default)]
-pub(super) struct Activity {
-    started: AtomicU64,
-    running: AtomicUsize,
-}
-
-impl Activity {
-    /// A request's headers were read and its handler called; the returned
-    /// guard marks it running until dropped.
-    pub(super) fn start(self: &Arc<Self>) -> Running {
-        self.started.fetch_add(1, Ordering::Relaxed);
-        self.running.fetch_add(1, Ordering::Relaxed);
-        Running(Arc::clone(self))
-    }
-}
-
-/// A running request; dropped with its response body.
-#[derive(Debug)]
-pub(super) struct Running(Arc<Activity>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+use super::activity::Activity;
 
 /// Where the connection is, as the reader sees it.
 #[derive(Debug, Clone, Copy)]
@@ -137,12 +104,12 @@ impl<IO> Deadlines<IO> {
     /// Brings the phase up to date with the service side, before a read
     /// and after a write that went through.
     fn update(&mut self) {
-        let started = self.activity.started.load(Ordering::Relaxed);
+        let started = self.activity.started();
         if started != self.seen {
             self.seen = started;
             self.phase = Phase::Busy;
         }
-        let running = self.activity.running.load(Ordering::Relaxed);
+        let running = self.activity.running();
         match self.phase {
             _ if running > 0 || self.write.stalled.is_some() => self.phase = Phase::Busy,
             // The last response has gone: the idle wait starts now.

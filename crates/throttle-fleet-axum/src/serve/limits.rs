@@ -16,6 +16,8 @@ use throttle_fleet_core::ConfigError;
 /// | `header_timeout` | 10 s | from a new connection, or from the first byte of a request, until its headers are complete (a slowloris client or a stalled request line) |
 /// | `idle_timeout` | 60 s | how long a keep-alive connection waits for its next request after a response |
 /// | `write_timeout` | 30 s | how long the server's writes to a connection may make no progress: a client that stops reading, or pipelines requests and never reads the answers |
+/// | `body_timeout` | 60 s | how long a handler may wait for the next bytes of its request's body; also the grace before `body_min_bytes_per_sec` counts |
+/// | `body_min_bytes_per_sec` | 500 | the average rate a request body must keep up past that grace, while its handler waits for it |
 ///
 /// A running request is never cut for being slow to produce: a slow
 /// handler or a long streamed body holds its connection as long as it
@@ -38,6 +40,24 @@ use throttle_fleet_core::ConfigError;
 /// short enough that a client holding `max_connections_per_client`
 /// connections full of unread answers gives their memory back within half
 /// a minute.
+///
+/// A request body is timed while its handler waits for it, under
+/// `body_timeout` and `body_min_bytes_per_sec` as
+/// [`BodyTimeout`](throttle_fleet_tower::body_timeout::BodyTimeout)
+/// states (a handler that never reads its body is not timed, nor is the
+/// time it spends between reads). Past the bound the body ends in an
+/// error, the handler's answer (axum's `Json` answers a body error with
+/// 400) is replaced by `408 Request Timeout`, and the connection is
+/// closed: a request whose client sends its headers and no body, or
+/// trickles it a byte a second, gives back what it holds (a concurrency
+/// rule's slots) after 60 s, or 60.1 s for the trickle, instead of holding
+/// it as long as the client likes. The defaults are nginx's
+/// `client_body_timeout` and the minimum rate of Apache's
+/// `RequestReadTimeout`. An upload that keeps up the rate is never cut, so
+/// what bounds a slow body's hold on a slot is the rate together with the
+/// body size the handler accepts (axum's `DefaultBodyLimit`, 2 MB: 70
+/// minutes at 500 B/s); a service whose bodies are small can raise the
+/// rate.
 ///
 /// A client that disconnects while one pipelined byte of its next request
 /// is still unread keeps its running request, and so its place under a
@@ -76,6 +96,12 @@ pub struct ServeLimits {
     /// How long the server's writes to a connection may make no progress
     /// (no byte taken by the socket) before it is closed.
     pub write_timeout: Duration,
+    /// How long a handler may wait for its request body's next bytes, and
+    /// the grace before the minimum rate counts.
+    pub body_timeout: Duration,
+    /// The average rate, in bytes a second, a request body must keep up
+    /// while its handler waits for it, past the grace.
+    pub body_min_bytes_per_sec: u32,
 }
 
 impl Default for ServeLimits {
@@ -86,13 +112,16 @@ impl Default for ServeLimits {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            body_min_bytes_per_sec: 500,
         }
     }
 }
 
 impl ServeLimits {
-    /// Checks that every limit can work: counts of at least 1 and timeouts
-    /// longer than zero. The error names the field (`serve.max_connections_per_client`).
+    /// Checks that every limit can work: counts and the body rate of at
+    /// least 1, timeouts longer than zero. The error names the field
+    /// (`serve.max_connections_per_client`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_connections == 0 {
             return Err(ConfigError::new(
@@ -122,6 +151,18 @@ impl ServeLimits {
             return Err(ConfigError::new(
                 "serve.write_timeout",
                 "must be longer than zero",
+            ));
+        }
+        if self.body_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "serve.body_timeout",
+                "must be longer than zero",
+            ));
+        }
+        if self.body_min_bytes_per_sec == 0 {
+            return Err(ConfigError::new(
+                "serve.body_min_bytes_per_sec",
+                "must be at least 1 (a body needs some rate to keep up)",
             ));
         }
         Ok(())

@@ -1,7 +1,7 @@
 //! Serving an axum app with the connection limits a public service needs:
 //! [`serve`] is `axum::serve` with a connection cap, a cap per client, a
-//! header timeout, an idle keep-alive timeout and a write timeout
-//! ([`ServeLimits`]).
+//! header timeout, an idle keep-alive timeout, a write timeout and a
+//! request body timeout ([`ServeLimits`]).
 //!
 //! The rate limiter only sees complete requests. A client that opens
 //! connections and sends nothing, or sends its headers a line at a time
@@ -9,10 +9,13 @@
 //! file descriptor each and never meets the limiter; with `axum::serve` such
 //! connections stay open as long as the client likes. So does a client
 //! that stops reading, or pipelines requests and never reads the answers,
-//! holding the server's send buffers as well. `serve` closes them after
-//! the documented time, and caps how many one client holds, so one host
-//! cannot take every descriptor. A running request is still never cut for
-//! being slow to produce (a slow handler, a long streamed body).
+//! holding the server's send buffers as well. So does a client that sends
+//! a request's headers and then its body never, or a byte at a time,
+//! holding whatever the request holds (a concurrency rule's slots) while
+//! its handler waits. `serve` closes them after the documented time, and
+//! caps how many one client holds, so one host cannot take every
+//! descriptor. A running request is still never cut for being slow to
+//! produce (a slow handler, a long streamed body).
 //!
 //! ```no_run
 //! use axum::{Router, routing::get};
@@ -44,10 +47,13 @@
 //! A server with its own accept loop (TLS first) uses the parts:
 //! [`Connections::accept`] and [`serve_connection`].
 
+mod activity;
 mod admission;
+mod body;
 mod connection;
 mod deadline;
 mod limits;
+mod log_throttle;
 
 use std::convert::Infallible;
 use std::future::{Future, IntoFuture};
@@ -58,10 +64,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::response::Response;
 use http::Request;
-use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_service::Service;
@@ -196,16 +202,16 @@ struct WithPeer {
     peer: SocketAddr,
 }
 
-impl Service<Request<Incoming>> for WithPeer {
+impl Service<Request<Body>> for WithPeer {
     type Response = Response;
     type Error = Infallible;
-    type Future = <Router as Service<Request<Incoming>>>::Future;
+    type Future = <Router as Service<Request<Body>>>::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Service::<Request<Incoming>>::poll_ready(&mut self.app, cx)
+        Service::<Request<Body>>::poll_ready(&mut self.app, cx)
     }
 
-    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         req.extensions_mut().insert(ConnectInfo(self.peer));
         self.app.call(req)
     }

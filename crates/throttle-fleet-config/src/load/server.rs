@@ -1,5 +1,5 @@
 //! The `[server]` table: the gateway example's own settings (its connection
-//! caps, header, idle and write timeouts), read here so that their errors name the
+//! caps, header, idle, write and body timeouts), read here so that their errors name the
 //! field and its line like every other.
 
 use std::time::Duration;
@@ -25,6 +25,14 @@ impl Loader<'_> {
         if let Some(v) = &table.write_timeout_secs {
             server.write_timeout =
                 Duration::from_secs(self.int("server.write_timeout_secs", v, 1, 3_600)? as u64);
+        }
+        if let Some(v) = &table.body_timeout_secs {
+            server.body_timeout =
+                Duration::from_secs(self.int("server.body_timeout_secs", v, 1, 3_600)? as u64);
+        }
+        if let Some(v) = &table.body_min_bytes_per_sec {
+            server.body_min_bytes_per_sec =
+                self.int("server.body_min_bytes_per_sec", v, 1, 1_000_000_000)? as u32;
         }
         if let Some(v) = &table.max_connections_per_client {
             server.max_connections_per_client =
