@@ -13,7 +13,9 @@
 //! every other instance's entry:
 //!
 //! ```text
-//! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
+//! limit  = MAX - (previous total + unwritten) x the previous interval's weight left
+//!          (sliding; 0 for fixed)
+//! unwritten = per entry of the previous interval, min(its demand, its claim - its count)
 //! pool   = limit - sum of all counts
 //! free   = limit - what the other instances may have admitted - my count - reserve
 //!          (each: the larger of its count and its claim; their sum is the
@@ -32,6 +34,20 @@
 //!
 //! (`pool` and `free` never count the fleet below the count this instance
 //! last heard: should Redis have lost data, that is the better floor.)
+//!
+//! `unwritten` is what the previous interval's total probably lacks early
+//! in an interval: each instance writes its last count of an interval at
+//! its first span-end flush of the next, a fraction of a span after the
+//! boundary (its timers' phase), so the first instances to write in the
+//! new interval read a total without the others' last span. Sized on that
+//! total alone, the room they were granted was the others' too: a client
+//! riding a sliding window near its quota found every other instance with
+//! nothing free, and was denied for the rest of the span (BENCHMARKS.md,
+//! the under-quota matrix). An entry written with the
+//! interval's last count has demand 0 and adds nothing, so the estimate
+//! is gone once every instance has written; its claim bounds it (an
+//! instance admits no more than its claim), so a client over its quota,
+//! whose demand counts its denied requests, does not inflate it.
 //!
 //! and stores `claim` with this instance's entry. An instance admits a key
 //! only up to its claim, which holds for the span it was granted in and the
@@ -317,10 +333,14 @@ fn digits(s: &str) -> Option<i64> {
     s.parse().ok()
 }
 
-/// The previous interval's total of a key: every entry's count (the `~`
-/// entry's is the sum of its members').
+/// The previous interval's total of a key (every entry's count; the `~`
+/// entry's is the sum of its members'), and the part of it probably not
+/// written yet: per entry, the smaller of its demand (a span's requests)
+/// and what its claim leaves beyond its count (its writer may have
+/// admitted up to that since). An entry whose writer wrote the interval's
+/// last count (demand 0) adds nothing.
 #[cfg(test)]
-fn total(previous: &str) -> i64 {
+fn total(previous: &str) -> (i64, i64) {
     previous
         .split(',')
         .filter_map(|entry| {
@@ -328,10 +348,14 @@ fn total(previous: &str) -> i64 {
             let mut it = rest.split(':');
             digits(it.next()?)?;
             let count = digits(it.next()?)?;
-            it.next()?;
-            Some(count)
+            let hold = digits(it.next()?)?;
+            digits(it.next()?)?;
+            let demand = digits(it.next()?)?;
+            Some((count, demand.min((hold - count).max(0))))
         })
-        .sum()
+        .fold((0, 0), |(c, u), (count, unwritten)| {
+            (c + count, u + unwritten)
+        })
 }
 
 /// What the flush script does for one key: the claim granted, the reply,
@@ -415,8 +439,8 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
         .filter(|&(&s, _)| s + 2 >= rel)
         .map(|(_, d)| d)
         .sum::<i64>();
-    let prev = stored.previous.map_or(0, total);
-    let now_limit = limit - (prev * weight_milli).div_euclid(1_000);
+    let (prev, unwritten) = stored.previous.map_or((0, 0), total);
+    let now_limit = limit - ((prev + unwritten) * weight_milli).div_euclid(1_000);
     let reserve = if span <= first + 1 {
         (fleet - 1 - count).max(0) * credit
     } else {

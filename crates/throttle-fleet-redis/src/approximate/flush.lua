@@ -115,11 +115,19 @@ for i = 1, n do
     for s, d in pairs(by_span) do
       if s + 2 >= rel then wanted = wanted + d end
     end
-    local prev = 0
+    -- The previous interval's total, and what it probably lacks: per entry,
+    -- the smaller of its demand and what its claim leaves beyond its count
+    -- (an instance writes an interval's last count a little after the
+    -- next one starts, with demand 0).
+    local prev, unwritten = 0, 0
     if previous[i] then
-      for c in string.gmatch(previous[i], '=%d+:(%d+):') do prev = prev + tonumber(c) end
+      for c, h, d in string.gmatch(previous[i], '=%d+:(%d+):(%d+):%d+:(%d+)') do
+        c = tonumber(c)
+        prev = prev + c
+        unwritten = unwritten + math.min(tonumber(d), math.max(0, tonumber(h) - c))
+      end
     end
-    local now_limit = limit - math.floor(prev * weight / 1000)
+    local now_limit = limit - math.floor((prev + unwritten) * weight / 1000)
     local reserve = 0
     if span <= first + 1 then reserve = math.max(0, fleet - 1 - count) * credit end
     spent = math.max(spent, known)
