@@ -14,6 +14,13 @@
 //! versions run in CI; `THROTTLE_FLEET_LONG=1 cargo test -p throttle-fleet-redis
 //! --test under_quota -- --nocapture --test-threads 1` runs ten intervals
 //! per case and prints the table that BENCHMARKS.md records.
+//!
+//! `UNDER_QUOTA_ROWS` runs only the rows whose label contains one of its
+//! comma-separated parts, each with the seed it has in the whole matrix:
+//! `UNDER_QUOTA_ROWS='1000/10s' cargo test -p throttle-fleet-redis --test
+//! under_quota sliding_counter -- --nocapture` runs the sliding counter's
+//! rows at 1,000 per 10 s (a label reads `sliding counter | uniform | 8 |
+//! 1000/10s`).
 
 use std::time::Duration;
 
@@ -135,7 +142,12 @@ struct Bounds {
     /// window, sticky-and-moving, 4 instances, 50 per minute), since the
     /// fleet runs the production flush schedule (the whole matrix: 137 of
     /// 334,800, against 134 under the driver's own model of it before).
-    /// The code before requests could wait denied 8-31%.
+    /// The code before requests could wait denied 8-31%. Met, and kept,
+    /// for quotas of ten requests or more per instance and span spread
+    /// uniformly or by a Zipf law: the sliding counter's runs at 1,000 per
+    /// 10 s over 4 to 8 instances denied 0.10-0.18% while the first
+    /// instances to write in an interval were granted the room the others'
+    /// unwritten last span had taken (`approximate/claims.rs`, `unwritten`).
     under_denied: f64,
     /// Goal 5%: met for quotas of ten requests or more per instance and
     /// span (1,000 per 10 s here); below that a request to an instance
@@ -151,7 +163,12 @@ struct Bounds {
 fn bounds(case: &Case, sliding: bool) -> Bounds {
     let per_instance_span = case.limit as f64 / (case.instances as f64 * 10.0);
     Bounds {
-        under_denied: 0.01,
+        under_denied: if per_instance_span >= 10.0 && !matches!(case.spread, Spread::Sticky { .. })
+        {
+            0.001
+        } else {
+            0.01
+        },
         waited: (per_instance_span >= 10.0).then_some(0.05),
         over_got: if sliding { 0.90 } else { 0.97 },
     }
@@ -194,21 +211,38 @@ async fn run_case(case: &Case, sliding: bool, seed: u64) -> Row {
     }
     let report = fleet::run(&setup, &[], &merge(streams)).await;
     Row {
-        case: format!(
-            "{} | {} | {} | {}/{}s",
-            if sliding {
-                "sliding counter"
-            } else {
-                "fixed window"
-            },
-            case.spread.name(),
-            case.instances,
-            case.limit,
-            case.interval.as_secs()
-        ),
+        case: label(case, sliding),
         under: report.class(|k| k < OVER_KEYS),
         over: report.class(|k| k >= OVER_KEYS),
         report,
+    }
+}
+
+/// A row's label: its first four columns.
+fn label(case: &Case, sliding: bool) -> String {
+    format!(
+        "{} | {} | {} | {}/{}s",
+        if sliding {
+            "sliding counter"
+        } else {
+            "fixed window"
+        },
+        case.spread.name(),
+        case.instances,
+        case.limit,
+        case.interval.as_secs()
+    )
+}
+
+/// Whether `UNDER_QUOTA_ROWS` (comma-separated parts of labels; unset or
+/// empty: every row) selects the row `label`.
+fn selected(label: &str) -> bool {
+    match std::env::var("UNDER_QUOTA_ROWS") {
+        Ok(rows) if !rows.trim().is_empty() => rows
+            .split(',')
+            .map(str::trim)
+            .any(|part| !part.is_empty() && label.contains(part)),
+        _ => true,
     }
 }
 
@@ -237,6 +271,9 @@ async fn matrix(spread: fn(Duration) -> Spread, sliding: bool) {
     );
     let (mut goals, mut guards) = (Vec::new(), Vec::new());
     for (i, case) in cases(spread).iter().enumerate() {
+        if !selected(&label(case, sliding)) {
+            continue;
+        }
         let row = run_case(case, sliding, 40 + i as u64).await;
         row.print();
         let (g, k) = row.misses(&bounds(case, sliding));
