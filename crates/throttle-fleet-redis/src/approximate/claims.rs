@@ -13,16 +13,16 @@
 //! every other instance's entry:
 //!
 //! ```text
-//! limit  = MAX - (previous total + unwritten) x the previous interval's weight left
-//!          (sliding; 0 for fixed)
-//! unwritten = per entry of the previous interval, min(its demand, its claim - its count)
+//! limit  = MAX - previous interval's total x its remaining weight (sliding; 0 for fixed)
 //! pool   = limit - sum of all counts
 //! free   = limit - what the other instances may have admitted - my count - reserve
 //!          (each: the larger of its count and its claim; their sum is the
 //!          `holds` of the fields below)
 //! share  = pool x my demand / (my demand + the live demands of the others)
-//! spare  = min(free - min(pool, others known + 1), free / 2)   while demand <= 2 x pool
-//!          and another instance is known; free otherwise
+//! likely = free - unwritten x the previous interval's remaining weight (sliding; free for fixed)
+//! unwritten = per entry of the previous interval, min(its demand, its claim - its count)
+//! spare  = min(likely - min(pool, others known + 1), likely / 2)   while demand <= 2 x pool
+//!          and another instance is known; likely otherwise
 //! grant  = min(free, max(need, min(spare, share, 3 x my demand)))
 //!          + overdraft, if need > grant and pool > grant:
 //!            up to max(1, MAX / (8 x N)) per key and interval, fleet-wide
@@ -34,20 +34,6 @@
 //!
 //! (`pool` and `free` never count the fleet below the count this instance
 //! last heard: should Redis have lost data, that is the better floor.)
-//!
-//! `unwritten` is what the previous interval's total probably lacks early
-//! in an interval: each instance writes its last count of an interval at
-//! its first span-end flush of the next, a fraction of a span after the
-//! boundary (its timers' phase), so the first instances to write in the
-//! new interval read a total without the others' last span. Sized on that
-//! total alone, the room they were granted was the others' too: a client
-//! riding a sliding window near its quota found every other instance with
-//! nothing free, and was denied for the rest of the span (BENCHMARKS.md,
-//! the under-quota matrix). An entry written with the
-//! interval's last count has demand 0 and adds nothing, so the estimate
-//! is gone once every instance has written; its claim bounds it (an
-//! instance admits no more than its claim), so a client over its quota,
-//! whose demand counts its denied requests, does not inflate it.
 //!
 //! and stores `claim` with this instance's entry. An instance admits a key
 //! only up to its claim, which holds for the span it was granted in and the
@@ -70,6 +56,24 @@
 //! spans the script reserves a credit for every instance it knows of that
 //! has not written the key yet; after that, an instance that sees the key
 //! for the first time spends a credit no claim covered.
+//!
+//! `unwritten` is what the previous interval's total probably lacks early
+//! in an interval: each instance writes its last count of an interval at
+//! its first span-end flush of the next, a fraction of a span after the
+//! boundary (its timers' phase), so the first instances to write in the
+//! new interval read a total without the others' last span. Sized on that
+//! total alone, their claims took room the others' last span had used: a
+//! client riding a sliding window near its quota then found every other
+//! instance with nothing free, and was denied for the rest of the span
+//! (BENCHMARKS.md, the under-quota matrix). Only the claim beyond the
+//! requests waiting is sized on `likely`: a waiting request is granted on
+//! the counts, as before (for a small quota a recently seen key's demand
+//! stays at one request per span, and an estimate made of such demands
+//! would deny it). An entry written with the interval's last count has
+//! demand 0 and adds nothing, so the estimate is gone once every instance
+//! has written; its claim bounds it (an instance admits no more than its
+//! claim), so a client over its quota, whose demand counts its denied
+//! requests, does not inflate it.
 //!
 //! Worst case per interval (fixed window, clocks within one span of each
 //! other, Redis keeping its data):
@@ -440,7 +444,8 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
         .map(|(_, d)| d)
         .sum::<i64>();
     let (prev, unwritten) = stored.previous.map_or((0, 0), total);
-    let now_limit = limit - ((prev + unwritten) * weight_milli).div_euclid(1_000);
+    let now_limit = limit - (prev * weight_milli).div_euclid(1_000);
+    let unwritten_now = ((prev + unwritten) * weight_milli).div_euclid(1_000) - (limit - now_limit);
     let reserve = if span <= first + 1 {
         (fleet - 1 - count).max(0) * credit
     } else {
@@ -455,10 +460,11 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
         0
     };
     let others_known = (fleet - 1).max(count);
+    let likely = free - unwritten_now;
     let spare = if wanted <= 2 * pool && others_known > 0 {
-        (free - pool.min(others_known + 1)).min(free.div_euclid(2))
+        (likely - pool.min(others_known + 1)).min(likely.div_euclid(2))
     } else {
-        free
+        likely
     };
     let mut grant = free.min(need.max(spare.min(share).min(3 * demand))).max(0);
     if need > grant {

@@ -127,7 +127,9 @@ for i = 1, n do
         unwritten = unwritten + math.min(tonumber(d), math.max(0, tonumber(h) - c))
       end
     end
-    local now_limit = limit - math.floor((prev + unwritten) * weight / 1000)
+    local now_limit = limit - math.floor(prev * weight / 1000)
+    -- (what the previous interval's unwritten part will take of the limit)
+    local unwritten_now = math.floor((prev + unwritten) * weight / 1000) - (limit - now_limit)
     local reserve = 0
     if span <= first + 1 then reserve = math.max(0, fleet - 1 - count) * credit end
     spent = math.max(spent, known)
@@ -135,10 +137,13 @@ for i = 1, n do
     local pool = now_limit - spent
     local share = 0
     if wanted > 0 then share = math.floor(pool * demand / wanted) end
-    local spare = free
+    -- A claim beyond the requests waiting is sized on what is free once
+    -- the previous interval's unwritten part is in.
+    local likely = free - unwritten_now
+    local spare = likely
     local others_known = math.max(fleet - 1, count)
     if wanted <= 2 * pool and others_known > 0 then
-      spare = math.min(free - math.min(pool, others_known + 1), math.floor(free / 2))
+      spare = math.min(likely - math.min(pool, others_known + 1), math.floor(likely / 2))
     end
     local grant = math.max(0, math.min(free, math.max(need, math.min(spare, share, 3 * demand))))
     if need > grant then
