@@ -219,12 +219,20 @@ pub(super) fn apply(
             // nothing more (a sliding window grows its room with
             // time: at the span end). Meanwhile requests this
             // instance has no claim for are denied, not kept
-            // waiting for a Redis call that would deny them.
-            st.quiet_until = match meter.window {
-                Window::Fixed(_) => {
-                    meter.span_end(w.interval, u64::from(st.span)) + meter.span_us() / 5
+            // waiting for a Redis call that would deny them. The
+            // others write at a span end up to a fifth of a span late
+            // (their timers' phase), and may give back what a client
+            // that moved away left them: an answer before then quiets
+            // the key only until then.
+            let span_end = meter.span_end(w.interval, u64::from(st.span));
+            let settled = span_end - meter.span_us() + meter.span_us() / 5;
+            st.quiet_until = if now < settled {
+                settled
+            } else {
+                match meter.window {
+                    Window::Fixed(_) => span_end + meter.span_us() / 5,
+                    Window::Sliding(_) => span_end,
                 }
-                Window::Sliding(_) => meter.span_end(w.interval, u64::from(st.span)),
             };
         }
         // Holding a claim: written again at the span end, to renew
@@ -419,15 +427,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_asked_write_granted_nothing_quiets_the_key_until_past_its_span_end() {
+    /// The quiet time after an asked write that was granted nothing, for
+    /// the ask made at `asked` into the first span and answered 1 ms later.
+    fn quiet_after(asked: u64) -> u64 {
         let m = SpanMeter::for_tests();
         let mut st = admitted(&m, 12);
-        let _ = m.decide(&mut st, T + 20_000, 1, UP, false);
+        let _ = m.decide(&mut st, T + asked, 1, UP, false);
         let mut out = Vec::new();
         let early = Planning {
             early: true,
-            ..span_end(T + 21_000)
+            ..span_end(T + asked + 1_000)
         };
         writes(&m, &Key::new("k"), &mut st, &early, &mut out);
         apply(
@@ -436,10 +445,25 @@ mod tests {
             &out[0],
             &reply(500, 12, 0),
             1,
-            T + 22_000,
+            T + asked + 2_000,
             None,
         );
-        assert_eq!(st.quiet_until, T + SPAN + SPAN / 5);
+        st.quiet_until
+    }
+
+    #[test]
+    fn an_asked_write_granted_nothing_quiets_the_key_until_past_its_span_end() {
+        assert_eq!(quiet_after(SPAN / 2), T + SPAN + SPAN / 5);
+    }
+
+    #[test]
+    fn an_answer_before_the_others_wrote_at_the_span_start_quiets_only_until_they_have() {
+        // The other instances' span-end writes land up to a fifth of a span
+        // late, and may give back claims (a client that moved away): an
+        // instance granted nothing before then asks again once they are in,
+        // not a span later.
+        assert_eq!(quiet_after(20_000), T + SPAN / 5);
+        assert_eq!(quiet_after(SPAN / 5), T + SPAN + SPAN / 5);
     }
 
     #[test]
