@@ -217,7 +217,8 @@ pub(super) fn apply(
             // granted: other instances hold the rest, and asking
             // again before they flush at their span end gives
             // nothing more (a sliding window grows its room with
-            // time: at the span end). Meanwhile requests this
+            // time: until the previous interval's weight has left
+            // room for one more, at most the span end). Meanwhile requests this
             // instance has no claim for are denied, not kept
             // waiting for a Redis call that would deny them. The
             // others write at a span end up to a fifth of a span late
@@ -231,7 +232,12 @@ pub(super) fn apply(
             } else {
                 match meter.window {
                     Window::Fixed(_) => span_end + meter.span_us() / 5,
-                    Window::Sliding(_) => span_end,
+                    // Until the previous interval's weight has left
+                    // room for one more (a fifth of a span at least).
+                    Window::Sliding(_) => {
+                        let grows = meter.interval_us / u64::from(st.prev_fleet).max(1);
+                        span_end.min(now + grows.max(meter.span_us() / 5))
+                    }
                 }
             };
         }
@@ -261,7 +267,8 @@ mod tests {
 
     use super::{Planned, Planning, Write, apply, writes};
     use crate::approximate::claims::Reply;
-    use crate::approximate::meter::{Known, SpanMeter, SpanState, flag};
+    use crate::approximate::meter::{Known, SpanMeter, SpanState, Window, flag};
+    use throttle_fleet_core::algorithm::SlidingWindowCounter;
 
     /// The start of an interval of the tests' rule (10 s, spans of 1 s).
     const T: u64 = 1_800_000_000_000_000;
@@ -430,17 +437,22 @@ mod tests {
     /// The quiet time after an asked write that was granted nothing, for
     /// the ask made at `asked` into the first span and answered 1 ms later.
     fn quiet_after(asked: u64) -> u64 {
-        let m = SpanMeter::for_tests();
-        let mut st = admitted(&m, 12);
+        quiet_of(&SpanMeter::for_tests(), 0, asked)
+    }
+
+    /// The same with the meter `m`, the previous interval's total `prev`.
+    fn quiet_of(m: &SpanMeter, prev: u32, asked: u64) -> u64 {
+        let mut st = admitted(m, 12);
+        st.prev_fleet = prev;
         let _ = m.decide(&mut st, T + asked, 1, UP, false);
         let mut out = Vec::new();
         let early = Planning {
             early: true,
             ..span_end(T + asked + 1_000)
         };
-        writes(&m, &Key::new("k"), &mut st, &early, &mut out);
+        writes(m, &Key::new("k"), &mut st, &early, &mut out);
         apply(
-            &m,
+            m,
             &mut st,
             &out[0],
             &reply(500, 12, 0),
@@ -464,6 +476,25 @@ mod tests {
         // not a span later.
         assert_eq!(quiet_after(20_000), T + SPAN / 5);
         assert_eq!(quiet_after(SPAN / 5), T + SPAN + SPAN / 5);
+    }
+
+    #[test]
+    fn a_sliding_window_quiets_a_key_until_its_room_has_grown_by_one() {
+        let q = throttle_fleet_core::Quota::new(1_000, std::time::Duration::from_secs(10));
+        let m = SpanMeter {
+            window: Window::Sliding(SlidingWindowCounter::new(q).unwrap()),
+            ..SpanMeter::for_tests()
+        };
+        let answered = T + SPAN / 2 + 2_000;
+        // The previous interval's weight leaves room for one more every
+        // interval / 40 = 250 ms.
+        assert_eq!(quiet_of(&m, 40, SPAN / 2), answered + SPAN / 4);
+        // Every 10 ms at 1,000: asked again a fifth of a span later at the
+        // soonest.
+        assert_eq!(quiet_of(&m, 1_000, SPAN / 2), answered + SPAN / 5);
+        // Nothing from the previous interval: no room grows before the
+        // span ends (the others' span-end writes).
+        assert_eq!(quiet_of(&m, 0, SPAN / 2), T + SPAN);
     }
 
     #[test]
