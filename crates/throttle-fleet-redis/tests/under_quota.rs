@@ -137,11 +137,11 @@ struct Bounds {
     /// whose old instance holds a claim for up to a span after the client
     /// left it (the client at the end of an interval, at its quota), and a
     /// few cases of a handful of requests; the long runs also show up to
-    /// 0.5% for small quotas (a few requests of a client at its quota, at
-    /// the end of an interval). The worst case: 6 of 674 (0.89%, fixed
-    /// window, sticky-and-moving, 4 instances, 50 per minute), since the
-    /// fleet runs the production flush schedule (the whole matrix: 137 of
-    /// 334,800, against 134 under the driver's own model of it before).
+    /// 0.3% for small quotas (a few requests of a client at its quota, at
+    /// the end of an interval). The worst case: 2 of 634 (0.32%, fixed
+    /// window, sticky-and-moving, 6 instances, 50 per minute; the whole
+    /// matrix: 74 of 335,407, against 137 before issue 43's changes and
+    /// 134 under the driver's own model of the flush schedule).
     /// The code before requests could wait denied 8-31%. Met, and kept,
     /// for quotas of ten requests or more per instance and span spread
     /// uniformly or by a Zipf law: the sliding counter's runs at 1,000 per
@@ -155,8 +155,12 @@ struct Bounds {
     /// on every instance that saw the key would hold the quota many times
     /// over. `None`: not bounded, printed.
     waited: Option<f64>,
-    /// Goal 0.97: met for the fixed window; the sliding counter's room
-    /// grows between flushes, which size claims at the flush.
+    /// Goal 0.97: met for the fixed window, and for the sliding counter at
+    /// 1,000 per 10 s in the long runs (0.970 at the least) since a key
+    /// granted nothing asks again once the window's room has grown by one
+    /// request (`approximate/plan.rs`; it waited for the span end, and got
+    /// down to 0.905; CI's short run, 0.926); kept at 0.95 there. At 10
+    /// per minute one request of twenty is 0.95.
     over_got: f64,
 }
 
@@ -170,7 +174,11 @@ fn bounds(case: &Case, sliding: bool) -> Bounds {
             0.01
         },
         waited: (per_instance_span >= 10.0).then_some(0.05),
-        over_got: if sliding { 0.90 } else { 0.97 },
+        over_got: match (sliding, per_instance_span >= 10.0) {
+            (false, _) => 0.97,
+            (true, true) => 0.95,
+            (true, false) => 0.90,
+        },
     }
 }
 
