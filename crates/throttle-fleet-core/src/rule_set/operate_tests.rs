@@ -190,3 +190,49 @@ fn a_backend_without_the_operations_still_blocks_in_this_process() {
     assert!(decide(&set, r, Key::new("other")).0);
     assert_eq!(counting.0.load(Ordering::Relaxed), 1);
 }
+
+/// A limiter that denies every request and cannot reset (the default).
+struct Denying;
+
+impl Limiter for Denying {
+    fn acquire(&self, _: &Key, _: u64) -> Answer<Result<Outcome, Unavailable>> {
+        Answer::Ready(Ok(Outcome::new(crate::algorithm::Step::default(), 0)))
+    }
+    fn refund(&self, _: &Key, _: u64, _: &Outcome) {}
+}
+
+impl Backend for Denying {
+    fn limiter(&self, _: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+        Ok(Arc::new(Denying))
+    }
+}
+
+/// A reset the backend could not make changes nothing here either: the
+/// key's denials under the rule's penalty are still counted, so the third
+/// starts a block as it would have without the reset.
+#[test]
+fn a_reset_that_fails_keeps_the_penalty_history() {
+    let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(10));
+    let mut set = RuleSet::new();
+    let r = set
+        .bind(
+            Rule::new("login", Quota::per_minute(5)).penalty(penalty),
+            &Denying,
+        )
+        .unwrap();
+    let key = Key::new("guesser");
+    for _ in 0..2 {
+        assert!(!decide(&set, r, key).0);
+    }
+    assert!(set.blocked(r).is_empty());
+    assert!(matches!(
+        set.reset(r, &key),
+        Answer::Ready(Err(OpError::Unsupported { .. }))
+    ));
+    assert!(!decide(&set, r, key).0);
+    assert_eq!(
+        set.blocked(r).len(),
+        1,
+        "the failed reset forgot two denials"
+    );
+}

@@ -309,7 +309,7 @@ async fn two_changes_to_a_key_end_as_the_one_made_last_in_either_order_of_arriva
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_redis_down_a_reset_says_it_did_not_happen_and_changes_nothing() {
+async fn with_redis_down_a_reset_is_refused() {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
     let fleet = fleet(&server, &time, Mode::Exact, &rule(Mode::Exact)).await;
