@@ -10,36 +10,22 @@ use std::time::Duration;
 use throttle_fleet_core::operate::{KeyState, OpError};
 use throttle_fleet_core::{Answer, Demand, Key, Quota, Rule, RuleSet};
 use throttle_fleet_redis::schedule::TestTime;
-use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
+
+#[path = "support/mode.rs"]
+mod mode;
+
+use mode::{MODES, Mode, backend_of};
 
 const T0: u64 = 1_800_000_000_000_000;
 const LIMIT: u64 = 10;
-
-#[derive(Clone, Copy, Debug)]
-enum Mode {
-    Exact,
-    Approximate,
-    Leased,
-}
-
-const MODES: [Mode; 3] = [Mode::Exact, Mode::Approximate, Mode::Leased];
 
 async fn backend(server: &RedisServer, time: &TestTime, mode: Mode, fleet: u32) -> RedisBackend {
     let config = RedisConfig::standalone(server.url())
         .scheduler(time.scheduler())
         .fleet_size(fleet);
-    match mode {
-        Mode::Exact => RedisBackend::exact(config).await.unwrap().into(),
-        Mode::Approximate => RedisBackend::approximate(config, ApproximateOptions::default())
-            .await
-            .unwrap()
-            .into(),
-        Mode::Leased => RedisBackend::leased(config, LeaseOptions::default())
-            .await
-            .unwrap()
-            .into(),
-    }
+    backend_of(config, mode).await
 }
 
 /// Every algorithm the mode runs, `LIMIT` a minute (the exact mode's

@@ -6,36 +6,22 @@ use std::time::Duration;
 
 use throttle_fleet_core::{Answer, Demand, Key, Quota, Rule, RuleSet};
 use throttle_fleet_redis::schedule::TestTime;
-use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
+use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
+
+use super::mode::backend_of;
+pub(crate) use super::mode::{MODES, Mode};
 
 pub(crate) const T0: u64 = 1_800_000_000_000_000;
 /// How long the backends wait before subscribing again (their probe
 /// interval, on the test time).
 pub(crate) const RETRY: Duration = Duration::from_millis(250);
 
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Mode {
-    Exact,
-    Approximate,
-    Leased,
-}
-
 pub(crate) async fn backend(server: &RedisServer, time: &TestTime, mode: Mode) -> RedisBackend {
     let config = RedisConfig::standalone(server.url())
         .scheduler(time.scheduler())
         .probe_interval(RETRY);
-    match mode {
-        Mode::Exact => RedisBackend::exact(config).await.unwrap().into(),
-        Mode::Approximate => RedisBackend::approximate(config, ApproximateOptions::default())
-            .await
-            .unwrap()
-            .into(),
-        Mode::Leased => RedisBackend::leased(config, LeaseOptions::default())
-            .await
-            .unwrap()
-            .into(),
-    }
+    backend_of(config, mode).await
 }
 
 /// The mode's rule: 5 a minute (a fixed window where the mode counts per

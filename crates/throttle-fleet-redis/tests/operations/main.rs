@@ -14,14 +14,16 @@ use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_test_support::RedisServer;
 
 mod fleet;
+#[path = "../support/mode.rs"]
+mod mode;
 mod outage;
 
 use fleet::{
-    Mode, RETRY, T0, all_list, allowed, backend, fleet, listening, op, rule, settled, until,
+    MODES, Mode, RETRY, T0, all_list, allowed, backend, fleet, listening, op, rule, settled, until,
 };
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
-    for mode in [Mode::Exact, Mode::Approximate, Mode::Leased] {
+    for mode in MODES {
         let server = RedisServer::start();
         let time = TestTime::new(T0);
         let fleet = fleet(&server, &time, mode, &rule(mode)).await;
