@@ -66,24 +66,7 @@ pub(crate) fn degraded(
     cost: u64,
 ) -> Result<Outcome, Unavailable> {
     redis.degraded.fetch_add(1, Ordering::Relaxed);
-    let local_outcome = match local.map(|l| l.acquire(key, cost)) {
-        Some(Answer::Ready(Ok(o))) => Some(o),
-        _ => None,
-    };
-    match (rule.failure_policy(), local_outcome) {
-        (FailurePolicy::FailClosed, _) | (_, None) => Err(redis_unavailable()),
-        (FailurePolicy::LocalFallback, Some(mut o)) => {
-            o.degraded = true;
-            Ok(o)
-        }
-        (_, Some(mut o)) => {
-            // Fail open: allowed whatever the local count says.
-            o.degraded = true;
-            o.step.allowed = true;
-            o.step.retry_after_us = 0;
-            Ok(o)
-        }
-    }
+    by_policy(rule, local.map(|l| l.acquire(key, cost)))
 }
 
 /// An operator's read of `key` while Redis cannot be asked, as a request
@@ -95,19 +78,28 @@ pub(crate) fn degraded_read(
     local: Option<&dyn Limiter>,
     key: &Key,
 ) -> Result<Outcome, OpError> {
-    let local_outcome = match local.map(|l| l.peek(key)) {
+    Ok(by_policy(rule, local.map(|l| l.peek(key)))?)
+}
+
+/// The failure policy's answer from what its local limiter answered
+/// (`None`: the rule has none): a fail-closed rule, or one without a local
+/// answer, unavailable; the local fallback's answer as it is; fail open
+/// allowed whatever the local count says. Marked degraded.
+fn by_policy<E>(
+    rule: &Rule,
+    local: Option<Answer<Result<Outcome, E>>>,
+) -> Result<Outcome, Unavailable> {
+    let local_outcome = match local {
         Some(Answer::Ready(Ok(o))) => Some(o),
         _ => None,
     };
     match (rule.failure_policy(), local_outcome) {
-        (FailurePolicy::FailClosed, _) | (_, None) => Err(redis_unavailable().into()),
+        (FailurePolicy::FailClosed, _) | (_, None) => Err(redis_unavailable()),
         (FailurePolicy::LocalFallback, Some(mut o)) => {
             o.degraded = true;
             Ok(o)
         }
         (_, Some(mut o)) => {
-            // Fail open: a request would be allowed whatever the local
-            // count says.
             o.degraded = true;
             o.step.allowed = true;
             o.step.retry_after_us = 0;
