@@ -120,10 +120,10 @@ pub trait Limiter: Any + Send + Sync + 'static {
     /// this process. Answers how far the change reached: a backend whose
     /// shared store cannot be asked keeps the change and sends it when the
     /// store answers again ([`Reach::Queued`]), so that its fleet does
-    /// not stay split. Default: nothing to tell ([`Reach::Process`]).
+    /// not stay split. Default: nothing to tell ([`Reach::Instance`]).
     fn share_block(&self, key: &Key, block: Option<&Block>) -> Answer<Result<Reach, OpError>> {
         let _ = (key, block);
-        Answer::Ready(Ok(Reach::Process))
+        Answer::Ready(Ok(Reach::Instance))
     }
 
     /// Counts a denial of `key` under the rule's `penalty` in a store the

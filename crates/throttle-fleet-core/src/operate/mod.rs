@@ -57,8 +57,8 @@ pub struct KeyState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reach {
-    /// This process only: the rule's backend keeps no fleet (memory).
-    Process,
+    /// This instance only: the rule's backend keeps no fleet (memory).
+    Instance,
     /// The fleet: the backend's shared store has it, and every instance
     /// holds it once the change's message reaches it.
     Fleet,

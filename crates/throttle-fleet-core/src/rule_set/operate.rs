@@ -39,13 +39,13 @@ impl RuleSet {
     /// let Answer::Ready(Ok(state)) = rules.inspect(ip, &key) else { unreachable!() };
     /// assert_eq!((state.limit, state.remaining, state.blocked_for), (10, 7, None));
     ///
-    /// let Answer::Ready(Ok(Reach::Process)) = rules.block(ip, &key, Duration::from_secs(600), "10.0.0.1") else { unreachable!() };
+    /// let Answer::Ready(Ok(Reach::Instance)) = rules.block(ip, &key, Duration::from_secs(600), "10.0.0.1") else { unreachable!() };
     /// let Answer::Ready(checked) = rules.check(&[Demand::new(ip, key, 1)]) else { unreachable!() };
     /// assert!(checked.decision().is_denied());
     /// assert_eq!(checked.decision().retry_after(), Duration::from_secs(600));
     /// assert_eq!(rules.blocked(ip)[0].1.label.as_ref(), "10.0.0.1");
     ///
-    /// let Answer::Ready(Ok((true, Reach::Process))) = rules.unblock(ip, &key) else { unreachable!() };
+    /// let Answer::Ready(Ok((true, Reach::Instance))) = rules.unblock(ip, &key) else { unreachable!() };
     /// let Answer::Ready(Ok(())) = rules.reset(ip, &key) else { unreachable!() };
     /// let Answer::Ready(Ok(state)) = rules.inspect(ip, &key) else { unreachable!() };
     /// assert_eq!(state.remaining, 10);

@@ -79,7 +79,7 @@ fn a_block_holds_its_retry_after_and_survives_a_reload() {
         .bind(Rule::new("ip", Quota::per_minute(100)), &backend)
         .unwrap();
     let key = Key::new("203.0.113.9");
-    let Answer::Ready(Ok(Reach::Process)) =
+    let Answer::Ready(Ok(Reach::Instance)) =
         set.block(ip, &key, Duration::from_secs(90), "203.0.113.9")
     else {
         panic!()
@@ -170,7 +170,7 @@ fn a_backend_without_the_operations_still_blocks_in_this_process() {
     let key = Key::new("k");
     assert!(matches!(
         set.block(r, &key, Duration::from_secs(5), "k"),
-        Answer::Ready(Ok(Reach::Process))
+        Answer::Ready(Ok(Reach::Instance))
     ));
     for _ in 0..1_000 {
         assert!(!decide(&set, r, key).0);
