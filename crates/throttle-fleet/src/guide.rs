@@ -6,15 +6,16 @@
 //! 2. [Choosing an algorithm](algorithms)
 //! 3. [Keys and client identification](keys)
 //! 4. [The Redis modes and their bounds](redis)
-//! 5. [Failure policies: when Redis is slow or gone](failure)
-//! 6. [HTTP and gRPC contracts](contracts)
-//! 7. [The configuration file and the gateway](configuration)
-//! 8. [Envoy: the rate limit services](envoy)
-//! 9. [Metrics and operations](operations)
-//! 10. [Operating on keys: inspect, reset, block](admin)
-//! 11. [Protecting a backend: classes, a reserve, adaptive concurrency](shedding)
-//! 12. [Capacity: what each mode costs Redis, and what a check costs](capacity)
-//! 13. [Migrating from tower_governor](migrating)
+//! 5. [The Redis you run: TLS, credentials, Cluster, Sentinel, managed services, versions](deployments)
+//! 6. [Failure policies: when Redis is slow or gone](failure)
+//! 7. [HTTP and gRPC contracts](contracts)
+//! 8. [The configuration file and the gateway](configuration)
+//! 9. [Envoy: the rate limit services](envoy)
+//! 10. [Metrics and operations](operations)
+//! 11. [Operating on keys: inspect, reset, block](admin)
+//! 12. [Protecting a backend: classes, a reserve, adaptive concurrency](shedding)
+//! 13. [Capacity: what each mode costs Redis, and what a check costs](capacity)
+//! 14. [Migrating from tower_governor](migrating)
 //!
 //! The guide is built with every feature of this crate (docs.rs builds it
 //! so), and `cargo test --all-features` compiles every Rust example in it.
@@ -30,6 +31,9 @@ pub mod keys {}
 
 #[doc = include_str!("../guide/redis.md")]
 pub mod redis {}
+
+#[doc = include_str!("../guide/deployments.md")]
+pub mod deployments {}
 
 #[doc = include_str!("../guide/failure.md")]
 pub mod failure {}
