@@ -38,6 +38,10 @@ pub struct RedisConfig {
     pub(crate) connections: usize,
     pub(crate) fleet_size: u32,
     pub(crate) scheduler: Scheduler,
+    /// `tls.rs`: the CA and the client certificate of `rediss://` URLs.
+    pub(crate) tls: crate::tls::TlsSettings,
+    /// `credentials.rs`: the ACL user and password of every connection.
+    pub(crate) credentials: crate::credentials::Credentials,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -57,6 +61,8 @@ impl std::fmt::Debug for RedisConfig {
             .field("connections", &self.connections)
             .field("fleet_size", &self.fleet_size)
             .field("scheduler", &self.scheduler)
+            .field("tls", &self.tls)
+            .field("credentials", &self.credentials)
             .finish()
     }
 }
@@ -73,17 +79,28 @@ impl RedisConfig {
             connections: 1,
             fleet_size: 1,
             scheduler: Scheduler::runtime(),
+            tls: Default::default(),
+            credentials: Default::default(),
         }
     }
 
     /// One Redis server: `redis://[user:password@]host:port[/db]`, or
-    /// `rediss://` for TLS when the `redis` crate is built with TLS.
+    /// `rediss://...` for TLS (the `tls` feature; without it such a URL is
+    /// an error naming `redis.url` and the feature). Over TLS the server is
+    /// verified against the platform's roots, or
+    /// [`tls_ca_file`](Self::tls_ca_file), for the URL's host name (also
+    /// sent as SNI); [`tls_client_cert`](Self::tls_client_cert) adds a
+    /// client certificate. [`username`](Self::username) and
+    /// [`password`](Self::password) keep credentials out of the URL.
     pub fn standalone(url: impl Into<String>) -> Self {
         Self::new(Target::Standalone(url.into()))
     }
 
     /// A Redis Cluster, found through any of these seed nodes. `MOVED` and
-    /// `ASK` redirections and slot changes are followed.
+    /// `ASK` redirections and slot changes are followed. Every node the
+    /// Cluster announces is reached as the first seed is: over TLS if it
+    /// is a `rediss://` URL (verified for the address the Cluster
+    /// announces), with the same credentials.
     pub fn cluster<I, S>(nodes: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -209,25 +226,21 @@ impl RedisConfig {
             ));
         }
         match &self.target {
-            Target::Standalone(url) => check_url(url)?,
+            Target::Standalone(url) => check_url(url, "redis.url")?,
             Target::Cluster(nodes) if nodes.is_empty() => {
                 return Err(ConfigError::new(
                     "redis.cluster",
                     "needs at least one seed node",
                 ));
             }
-            Target::Cluster(nodes) => nodes.iter().try_for_each(|n| check_url(n))?,
+            Target::Cluster(nodes) => nodes
+                .iter()
+                .try_for_each(|n| check_url(n, "redis.cluster"))?,
         }
         Ok(())
     }
 }
 
-fn check_url(url: &str) -> Result<(), ConfigError> {
-    redis::Client::open(url).map(drop).map_err(|e| {
-        // The URL may hold a password: report the error kind only.
-        ConfigError::new(
-            "redis.url",
-            format!("is not a usable Redis URL ({:?})", e.kind()),
-        )
-    })
+fn check_url(url: &str, field: &'static str) -> Result<(), ConfigError> {
+    crate::conn::endpoint::parse(url, field).map(drop)
 }

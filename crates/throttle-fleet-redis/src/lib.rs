@@ -76,6 +76,7 @@ mod call_failure;
 mod config;
 mod conn;
 pub mod connection;
+mod credentials;
 mod exact;
 mod failure;
 mod health;
@@ -91,6 +92,7 @@ mod scripts;
 mod shutdown;
 mod slot;
 mod slots;
+mod tls;
 
 pub use approximate::{ApproximateBackend, ApproximateOptions, ApproximateStats};
 pub use backend::RedisBackend;

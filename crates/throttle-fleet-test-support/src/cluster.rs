@@ -26,6 +26,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::redis_server::{RedisServer, Reply, info_field, lock, run_with_timeout, wait_until};
+use crate::redis_tls::ServerTls;
 
 /// How long a fresh cluster may take to become ready.
 const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -146,11 +147,46 @@ impl RedisCluster {
         node_timeout: Duration,
         extra_args: &[&str],
     ) -> Self {
+        Self::start_with(
+            primaries,
+            replicas_per_primary,
+            node_timeout,
+            extra_args,
+            None,
+        )
+    }
+
+    /// Like [`start_with_node_timeout`](Self::start_with_node_timeout),
+    /// every node speaking TLS only: to clients (no plain port), on the
+    /// cluster bus (`tls-cluster yes`) and to its primary
+    /// (`tls-replication yes`). [`nodes`](Self::nodes) are `rediss://`.
+    pub fn start_tls(
+        primaries: usize,
+        replicas_per_primary: usize,
+        node_timeout: Duration,
+        tls: ServerTls,
+    ) -> Self {
+        Self::start_with(
+            primaries,
+            replicas_per_primary,
+            node_timeout,
+            &[],
+            Some(tls),
+        )
+    }
+
+    fn start_with(
+        primaries: usize,
+        replicas_per_primary: usize,
+        node_timeout: Duration,
+        extra_args: &[&str],
+        tls: Option<ServerTls>,
+    ) -> Self {
         assert!(primaries >= 1, "a cluster needs at least one primary");
         let total = primaries * (1 + replicas_per_primary);
         let nodes: Vec<RedisServer> = (0..total)
             .map(|_| {
-                RedisServer::launch(
+                RedisServer::launch_with(
                     true,
                     [
                         "--cluster-enabled",
@@ -169,6 +205,7 @@ impl RedisCluster {
                     .chain(extra_args)
                     .map(|s| s.to_string())
                     .collect(),
+                    tls.clone(),
                 )
             })
             .collect();
@@ -194,6 +231,9 @@ impl RedisCluster {
 
     fn create_with_redis_cli(&self, replicas_per_primary: usize) {
         let mut cmd = Command::new("redis-cli");
+        if let Some(tls) = self.nodes[0].tls() {
+            cmd.args(tls.cli_args());
+        }
         cmd.arg("--cluster").arg("create");
         for node in &self.nodes {
             cmd.arg(format!("127.0.0.1:{}", node.port()));

@@ -5,6 +5,8 @@
 //!   ready.
 //! * [`redis_server`]: real `redis-server` processes on free ports that a
 //!   test starts, stops, kills and restarts ([`RedisServer`]).
+//! * [`redis_tls`]: TLS servers and clusters (a CA made for the test, its
+//!   certificates as PEM files; the certificates need feature `redis-tls`).
 //! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
 //!   waits ([`RedisCluster`]).
 //! * [`proxy`]: a TCP proxy in front of a server that answers one reply in
@@ -36,6 +38,7 @@ pub mod http_faults;
 pub mod leased;
 pub mod proxy;
 pub mod redis_server;
+pub mod redis_tls;
 #[cfg(feature = "tls")]
 pub mod tls;
 
@@ -43,6 +46,7 @@ pub use check::{allowed, check, check_cost, outcome};
 pub use cluster::RedisCluster;
 pub use proxy::DelayingProxy;
 pub use redis_server::RedisServer;
+pub use redis_tls::{ServerTls, TlsFiles};
 
 /// Seconds since the Unix epoch (for checking reset times in headers and
 /// metadata).

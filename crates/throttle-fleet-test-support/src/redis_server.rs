@@ -54,6 +54,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::redis_tls::ServerTls;
+
 /// How long a server may take to answer `PING` after being spawned.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// Default timeout of [`RedisServer::cli`].
@@ -191,7 +193,7 @@ impl Reply {
     }
 }
 
-fn read_reply(reader: &mut impl BufRead) -> io::Result<Reply> {
+pub(crate) fn read_reply(reader: &mut impl BufRead) -> io::Result<Reply> {
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line)?;
     if line.len() < 3 || !line.ends_with(b"\r\n") {
@@ -235,6 +237,17 @@ fn read_reply(reader: &mut impl BufRead) -> io::Result<Reply> {
     })
 }
 
+/// One command as RESP.
+fn request(args: &[&str]) -> Vec<u8> {
+    let mut request = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        request.extend_from_slice(arg.as_bytes());
+        request.extend_from_slice(b"\r\n");
+    }
+    request
+}
+
 /// Sends one command on a fresh connection and reads its reply.
 fn query_port(port: u16, args: &[&str], timeout: Duration) -> io::Result<Reply> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -242,13 +255,7 @@ fn query_port(port: u16, args: &[&str], timeout: Duration) -> io::Result<Reply> 
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     stream.set_nodelay(true)?;
-    let mut request = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        request.extend_from_slice(arg.as_bytes());
-        request.extend_from_slice(b"\r\n");
-    }
-    stream.write_all(&request)?;
+    stream.write_all(&request(args))?;
     read_reply(&mut BufReader::new(stream))
 }
 
@@ -375,6 +382,8 @@ pub struct RedisServer {
     cluster: bool,
     dir: PathBuf,
     extra_args: Vec<String>,
+    /// TLS only (no plain port), when set.
+    tls: Option<ServerTls>,
     state: Mutex<ProcessState>,
 }
 
@@ -399,7 +408,26 @@ impl RedisServer {
         Self::launch(false, extra_args.iter().map(|s| s.to_string()).collect())
     }
 
+    /// Like [`start_with_args`](Self::start_with_args), speaking TLS only
+    /// (`--port 0 --tls-port <port>`): [`url`](Self::url) is `rediss://`,
+    /// and the harness's own queries and `redis-cli` go over TLS.
+    pub fn start_tls(tls: ServerTls, extra_args: &[&str]) -> Self {
+        Self::launch_with(
+            false,
+            extra_args.iter().map(|s| s.to_string()).collect(),
+            Some(tls),
+        )
+    }
+
     pub(crate) fn launch(cluster: bool, extra_args: Vec<String>) -> Self {
+        Self::launch_with(cluster, extra_args, None)
+    }
+
+    pub(crate) fn launch_with(
+        cluster: bool,
+        extra_args: Vec<String>,
+        tls: Option<ServerTls>,
+    ) -> Self {
         remove_stale_dirs();
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
@@ -419,6 +447,7 @@ impl RedisServer {
                 cluster,
                 dir,
                 extra_args: extra_args.clone(),
+                tls: tls.clone(),
                 state: Mutex::new(ProcessState {
                     child: None,
                     pid: 0,
@@ -443,26 +472,29 @@ impl RedisServer {
 
     fn args(&self) -> Vec<String> {
         let dir = self.dir.to_string_lossy().into_owned();
-        let mut args: Vec<String> = [
-            "--port",
-            &self.port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &dir,
-            "--daemonize",
-            "no",
-            // Replicas get their first sync at once instead of after 5 s.
-            "--repl-diskless-sync-delay",
-            "0",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> = match &self.tls {
+            Some(tls) => tls.server_args(self.port, self.cluster),
+            None => vec!["--port".to_owned(), self.port.to_string()],
+        };
+        args.extend(
+            [
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                &dir,
+                "--daemonize",
+                "no",
+                // Replicas get their first sync at once instead of after 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
         args.extend(self.extra_args.iter().cloned());
         args
     }
@@ -529,11 +561,11 @@ impl RedisServer {
     /// of another test that won a port race is never mistaken for ours).
     fn answers_as(&self, pid: u32) -> bool {
         let timeout = Duration::from_millis(500);
-        let pong = query_port(self.port, &["PING"], timeout);
+        let pong = self.query_with(&["PING"], timeout);
         if !matches!(pong, Ok(Reply::Status(ref s)) if s == "PONG") {
             return false;
         }
-        match query_port(self.port, &["INFO", "server"], timeout) {
+        match self.query_with(&["INFO", "server"], timeout) {
             Ok(reply) => reply
                 .as_str()
                 .and_then(|info| info_field(info, "process_id"))
@@ -567,9 +599,41 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`
+    /// `redis://127.0.0.1:<port>`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// How the server speaks TLS, if it does.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
+    }
+
+    /// One command on a fresh connection, over TLS for a TLS server.
+    fn query_with(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+        match &self.tls {
+            Some(tls) => crate::redis_tls::query(tls, self.port, &request(args), timeout),
+            None => query_port(self.port, args, timeout),
+        }
+    }
+
+    /// `redis-cli`'s arguments to reach this server: host, port, and TLS.
+    pub(crate) fn cli_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "-h".to_owned(),
+            "127.0.0.1".to_owned(),
+            "-p".to_owned(),
+            self.port.to_string(),
+        ];
+        if let Some(tls) = &self.tls {
+            args.extend(tls.cli_args());
+        }
+        args
     }
 
     /// The pid of the current (or last) process.
@@ -669,13 +733,13 @@ impl RedisServer {
     /// Whether the server answers `PING` within `timeout` (over a fresh TCP
     /// connection; a stopped server accepts the connection but never answers).
     pub fn ping(&self, timeout: Duration) -> bool {
-        matches!(query_port(self.port, &["PING"], timeout), Ok(Reply::Status(ref s)) if s == "PONG")
+        matches!(self.query_with(&["PING"], timeout), Ok(Reply::Status(ref s)) if s == "PONG")
     }
 
     /// Sends one command over a fresh connection (timeout 2 s per step).
     /// `Err` on I/O errors and on error replies.
     pub fn query(&self, args: &[&str]) -> Result<Reply, String> {
-        match query_port(self.port, args, QUERY_TIMEOUT) {
+        match self.query_with(args, QUERY_TIMEOUT) {
             Ok(Reply::Error(e)) => Err(format!("{args:?} on port {}: {e}", self.port)),
             Ok(reply) => Ok(reply),
             Err(e) => Err(format!("{args:?} on port {}: {e}", self.port)),
@@ -704,8 +768,7 @@ impl RedisServer {
     /// panicking (e.g. to show that a stopped server does not answer).
     pub fn try_cli(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
         let mut cmd = Command::new("redis-cli");
-        cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args);
+        cmd.args(self.cli_args()).args(args);
         let output = run_with_timeout(cmd, timeout)?;
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 use throttle_fleet_core::ConfigError;
 
 use super::node::Node;
@@ -64,10 +64,7 @@ impl Cluster {
     pub(crate) fn new(urls: &[String], config: &RedisConfig) -> Result<Self, ConfigError> {
         let mut seeds = Vec::with_capacity(urls.len());
         for url in urls {
-            let info = url
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| ConfigError::new("redis.cluster", format!("{:?}", e.kind())))?;
+            let info = super::endpoint::connection_info(url, "redis.cluster", config)?;
             let addr = match info.addr() {
                 ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
                 ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
@@ -269,6 +266,18 @@ impl Cluster {
         }
         table.routed = table.slots.iter().filter(|&&i| i != UNROUTED).count();
         (table.routed > 0).then_some(table)
+    }
+
+    /// Whether a seed refuses the configuration (credentials, certificate)
+    /// rather than being out of reach: asked when no seed gave the table
+    /// at startup.
+    pub(crate) async fn refused_at_start(&self, patience: Duration) -> Result<(), ConfigError> {
+        for (info, addr) in &self.seeds {
+            if let Ok(node) = Node::open(info.clone(), addr.clone(), &self.config) {
+                super::refusal::first_ping(&node, patience).await?;
+            }
+        }
+        Ok(())
     }
 
     /// A node for `host:port` with the seeds' credentials and TLS settings.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::{FromRedisValue, IntoConnectionInfo};
+use redis::FromRedisValue;
 use throttle_fleet_core::{Clock, ConfigError};
 
 pub(crate) use crate::call_failure::Failure;
@@ -15,16 +15,18 @@ use crate::metrics::CallMetrics;
 
 mod call;
 mod cluster;
+pub(crate) mod endpoint;
 mod health;
 mod node;
 mod ping;
+mod refusal;
 mod version;
 mod watch;
 
 pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};
 use node::Node;
-use ping::{ping, ping_every};
+use ping::ping_every;
 
 use version::parse_version;
 
@@ -98,7 +100,7 @@ impl Redis {
             Target::Standalone(url) => {
                 let bad =
                     |e: redis::RedisError| ConfigError::new("redis.url", format!("{:?}", e.kind()));
-                let info = url.as_str().into_connection_info().map_err(bad)?;
+                let info = endpoint::connection_info(url, "redis.url", &config)?;
                 // Named by its URL's address (`host:port`, no credentials),
                 // as a cluster names its nodes: in logs, metrics and health.
                 let addr = info.addr().to_string();
@@ -126,7 +128,8 @@ impl Redis {
         let patience = redis.patience();
         match &redis.route {
             Route::Single(node) => {
-                if !ping(node, patience).await {
+                // A refusal (credentials, certificate) is the caller's error.
+                if !refusal::first_ping(node, patience).await? {
                     tracing::warn!(
                         "throttle: Redis does not answer at startup; deciding by failure policy until it does"
                     );
@@ -139,6 +142,7 @@ impl Redis {
             }
             Route::Cluster(cluster) => {
                 if !cluster.refresh(patience).await {
+                    cluster.refused_at_start(patience).await?;
                     tracing::warn!(
                         "throttle: no Redis Cluster node answers at startup; deciding by failure policy until one does"
                     );
