@@ -125,14 +125,11 @@ impl TlsSettings {
     fn certificates(&self, info: ConnectionInfo) -> Result<ConnectionInfo, ConfigError> {
         use redis::{ClientTlsConfig, TlsCertificates};
 
-        if self.ca_file.is_none() && self.client_cert.is_none() {
-            // The platform's roots: the `redis` crate loads them itself.
-            return Ok(info);
-        }
         let root_cert = match &self.ca_file {
-            Some(path) => Some(read_certificates(path, "redis.tls_ca_file")?),
-            None => None,
+            Some(path) => read_certificates(path, "redis.tls_ca_file")?,
+            None => platform_roots()?,
         };
+        let root_cert = Some(root_cert);
         let client_tls = match &self.client_cert {
             Some((cert, key)) => {
                 let client_cert = read_certificates(cert, "redis.tls_cert_file")?;
@@ -160,6 +157,36 @@ impl TlsSettings {
                 ConfigError::new(field, format!("cannot be used ({:?})", e.kind()))
             })
     }
+}
+
+/// The platform's root certificates as PEM, read now: once per backend,
+/// not at every dial (see the `tls` feature in Cargo.toml).
+#[cfg(feature = "tls")]
+fn platform_roots() -> Result<Vec<u8>, ConfigError> {
+    use base64::Engine as _;
+
+    let found = rustls_native_certs::load_native_certs();
+    if found.certs.is_empty() {
+        let why = found
+            .errors
+            .first()
+            .map_or_else(|| "none found".to_owned(), ToString::to_string);
+        return Err(ConfigError::new(
+            "redis.tls_ca_file",
+            format!("is needed: the platform's root certificates cannot be read ({why})"),
+        ));
+    }
+    let mut pem = Vec::with_capacity(found.certs.len() * 2048);
+    for cert in &found.certs {
+        let text = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        pem.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+        for line in text.as_bytes().chunks(64) {
+            pem.extend_from_slice(line);
+            pem.push(b'\n');
+        }
+        pem.extend_from_slice(b"-----END CERTIFICATE-----\n");
+    }
+    Ok(pem)
 }
 
 /// What a `rediss://` URL in a build without TLS is told.
