@@ -80,6 +80,18 @@ impl BackendConfig {
         if let Some(n) = self.fleet_size {
             config = config.fleet_size(n);
         }
+        if let Some(ca) = &self.tls_ca_file {
+            config = config.tls_ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_key_file) {
+            config = config.tls_client_cert(cert, key);
+        }
+        if let Some(user) = &self.username {
+            config = config.username(user.clone());
+        }
+        if let Some(password) = &self.password {
+            config = config.password(password.secret());
+        }
         let built = match self.kind {
             BackendKind::RedisExact => RedisBackend::exact(config).await.map(RedisBackend::from),
             BackendKind::RedisApproximate => {
@@ -103,11 +115,27 @@ impl BackendConfig {
             BackendKind::Memory => unreachable!("handled by build"),
         };
         built.map(BuiltBackend::Redis).map_err(|e| {
-            ConfigFileError::new(
-                file,
-                format!("backend.{}", e.field()),
-                e.reason().to_owned(),
-            )
+            ConfigFileError::new(file, self.field_of(e.field()), e.reason().to_owned())
         })
+    }
+
+    /// The `[backend]` field a Redis setting's error is about: the file's
+    /// own name for what the file set (`backend.password_file`,
+    /// `backend.tls_ca_file`), `backend.<field>` for the rest.
+    #[cfg(feature = "redis")]
+    fn field_of(&self, field: &str) -> String {
+        match field {
+            "redis.password" => match &self.password {
+                Some(p) => p.field().to_owned(),
+                None => "backend.password_file".to_owned(),
+            },
+            "redis.username" => "backend.username".to_owned(),
+            "redis.tls_ca_file" => "backend.tls_ca_file".to_owned(),
+            "redis.tls_cert_file" => "backend.tls_cert_file".to_owned(),
+            "redis.tls_key_file" => "backend.tls_key_file".to_owned(),
+            "redis.url" => "backend.url".to_owned(),
+            "redis.cluster" => "backend.cluster".to_owned(),
+            other => format!("backend.{other}"),
+        }
     }
 }

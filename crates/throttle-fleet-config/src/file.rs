@@ -91,6 +91,17 @@ pub(crate) struct Backend {
     pub(crate) batch: Option<Spanned<i64>>,
     /// Memory: keys tracked per rule.
     pub(crate) max_keys: Option<Spanned<i64>>,
+    /// TLS to Redis (`rediss://`): a CA file, a client certificate and
+    /// its key, relative to the config file.
+    pub(crate) tls_ca_file: Option<Spanned<String>>,
+    pub(crate) tls_cert_file: Option<Spanned<String>>,
+    pub(crate) tls_key_file: Option<Spanned<String>>,
+    /// The ACL user, and where its password is (a file or an environment
+    /// variable; never this file: `password` is read only to refuse it).
+    pub(crate) username: Option<Spanned<String>>,
+    pub(crate) password_file: Option<Spanned<String>>,
+    pub(crate) password_env: Option<Spanned<String>>,
+    pub(crate) password: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -98,8 +98,8 @@ pub use error::ConfigFileError;
 pub use load::not_for_envoy;
 pub use model::{
     AdminConfig, AdminToken, BackendConfig, BackendKind, Cidr, ClassSpec, Descriptor,
-    DescriptorEntry, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec, RlsConfig,
-    RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
+    DescriptorEntry, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec, RedisPassword,
+    RlsConfig, RuleConfig, ServerConfig, TlsConfig, TlsIdentity,
 };
 /// The certificate and key types of [`TlsIdentity`].
 pub use rustls_pki_types as pki_types;

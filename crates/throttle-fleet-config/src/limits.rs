@@ -23,3 +23,6 @@ pub const MIN_ADMIN_TOKEN_LEN: usize = 32;
 
 /// The largest `[admin] token_file` read.
 pub const MAX_ADMIN_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// The largest `[backend] password_file` read, in bytes.
+pub const MAX_PASSWORD_FILE_BYTES: u64 = 4096;

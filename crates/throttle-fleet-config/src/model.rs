@@ -275,6 +275,64 @@ pub struct BackendConfig {
     pub batch: Option<u64>,
     /// Memory: keys tracked per rule (`max_keys`).
     pub max_keys: Option<usize>,
+    /// TLS to Redis: the CA that verifies the servers (`tls_ca_file`,
+    /// instead of the platform's roots), read and checked at load.
+    pub tls_ca_file: Option<PathBuf>,
+    /// TLS to Redis: the client certificate (`tls_cert_file`) shown to
+    /// servers that ask for one, and its key (`tls_key_file`).
+    pub tls_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (`tls_key_file`).
+    pub tls_key_file: Option<PathBuf>,
+    /// The ACL user every connection authenticates as (`username`).
+    pub username: Option<String>,
+    /// Its password, read from `password_file` or `password_env`.
+    pub password: Option<RedisPassword>,
+}
+
+/// A Redis password read from `[backend] password_file` or
+/// `password_env`, its surrounding whitespace trimmed. Its `Debug` never
+/// shows it.
+///
+/// ```
+/// use throttle_fleet_config::RedisPassword;
+///
+/// let password = RedisPassword::new("s3cret\n", "backend.password_file").unwrap();
+/// assert_eq!(password.secret(), "s3cret");
+/// assert!(!format!("{password:?}").contains("s3cret"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisPassword {
+    secret: Arc<str>,
+    field: &'static str,
+}
+
+impl RedisPassword {
+    /// The password in `text` (trimmed), read from `field` (what errors
+    /// about it name); `None` if it is empty.
+    pub fn new(text: &str, field: &'static str) -> Option<Self> {
+        let text = text.trim();
+        (!text.is_empty()).then(|| Self {
+            secret: Arc::from(text),
+            field,
+        })
+    }
+
+    /// The password itself.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// Where it was read from: `backend.password_file` or
+    /// `backend.password_env`.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+}
+
+impl std::fmt::Debug for RedisPassword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RedisPassword(<redacted>, from {})", self.field)
+    }
 }
 
 impl Default for BackendConfig {
@@ -289,6 +347,11 @@ impl Default for BackendConfig {
             spans: None,
             batch: None,
             max_keys: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            username: None,
+            password: None,
         }
     }
 }

@@ -160,3 +160,42 @@ async fn watch_reports_and_stops() {
         .unwrap()
         .unwrap();
 }
+
+/// A password rotated in its file is read again by the next reload, which
+/// reports that the backend takes it on restart (a reload rebuilds the
+/// rules, not the backend).
+#[test]
+fn a_rotated_password_file_is_reported_as_needing_a_restart() {
+    let path = scratch("password");
+    let dir = path.parent().unwrap().to_owned();
+    std::fs::write(dir.join("redis.password"), "old-password\n").unwrap();
+    let text = format!(
+        "[backend]\nkind = \"redis-exact\"\nurl = \"redis://127.0.0.1:1\"\n\
+         username = \"throttle\"\npassword_file = \"redis.password\"\n{}",
+        rules("5")
+    );
+    write(&path, &text, 1_000);
+    let config = GatewayConfig::load(&path).unwrap();
+    let backend = MemoryBackend::default();
+    let layer =
+        throttle_fleet_config::build::layer(&config, "gateway.toml", backend.clone(), &Plain)
+            .unwrap();
+    let mut reloader = Reloader::new(&path, config, layer, backend, Plain);
+
+    std::fs::write(dir.join("redis.password"), "new-password\n").unwrap();
+    write(&path, &text, 2_000);
+    let events = reloader.check();
+    assert!(
+        matches!(
+            &events[..],
+            [
+                ReloadEvent::NeedsRestart { .. },
+                ReloadEvent::Reloaded { .. }
+            ]
+        ),
+        "{events:?}"
+    );
+    let running = reloader.running().backend.password.as_ref().unwrap();
+    assert_eq!(running.secret(), "new-password");
+    assert!(!format!("{events:?}").contains("password\""), "{events:?}");
+}

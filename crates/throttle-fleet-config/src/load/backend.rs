@@ -47,6 +47,7 @@ impl Loader<'_> {
                     "must start with redis:// or rediss://",
                 ));
             }
+            self.tls_available("backend.url", v.get_ref(), v.span())?;
         }
         if let Some(v) = &raw.cluster {
             only("cluster", v.span(), redis, "Redis backends")?;
@@ -59,6 +60,9 @@ impl Loader<'_> {
                     v.span(),
                     "give either url (one Redis) or cluster (seed nodes), not both",
                 ));
+            }
+            for node in v.get_ref() {
+                self.tls_available("backend.cluster", node, v.span())?;
             }
         }
         if redis && raw.url.is_none() && raw.cluster.is_none() {
@@ -113,6 +117,7 @@ impl Loader<'_> {
             only("max_keys", v.span(), kind == BackendKind::Memory, "memory")?;
             config.max_keys = Some(self.int("backend.max_keys", v, 1, 1 << 32)? as usize);
         }
+        self.backend_access(raw, redis, &mut config)?;
         Ok(config)
     }
 }

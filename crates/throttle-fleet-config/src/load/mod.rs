@@ -5,6 +5,7 @@
 
 mod admin;
 mod backend;
+mod backend_access;
 mod rule;
 mod shedding;
 
