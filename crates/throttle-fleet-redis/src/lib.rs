@@ -31,7 +31,12 @@
 //! Standalone Redis and Redis Cluster are both supported: every key of a
 //! check shares one hash tag (`<prefix>:{<rule>:<key>}:<suffix>`), and client
 //! input is hex-encoded inside it, so it can neither choose the slot nor
-//! collide with another key.
+//! collide with another key. TLS (`rediss://`, feature `tls`:
+//! [`tls_ca_file`](RedisConfig::tls_ca_file),
+//! [`tls_client_cert`](RedisConfig::tls_client_cert)) and ACL credentials
+//! ([`username`](RedisConfig::username),
+//! [`password`](RedisConfig::password)) apply to every node the backend
+//! opens, a Cluster's discovered nodes included.
 //!
 //! ## When Redis is slow or gone
 //!
@@ -50,7 +55,9 @@
 //!   [`fleet_size`](RedisConfig::fleet_size).
 //!
 //! Starting never fails because Redis is down: the backend starts with its
-//! breaker open and probes until Redis answers.
+//! breaker open and probes until Redis answers. Redis refusing the
+//! credentials or the backend refusing its certificate is a configuration
+//! error, naming the setting.
 //!
 //! ```no_run
 //! use throttle_fleet_core::{MemoryBackend, Quota, Rule, RuleSet};

@@ -42,6 +42,7 @@
 //! | `axum` (default) | [`axum`](mod@axum) | `throttle-fleet-axum` | the axum layer, `serve` (axum's server with connection limits), `ClientIp` and `Route` keys |
 //! | `tonic` | [`tonic`](mod@tonic) | `throttle-fleet-tonic` | the tonic layer, gRPC `RESOURCE_EXHAUSTED` answers, peer, method and metadata keys |
 //! | `redis` | [`redis`](mod@redis) | `throttle-fleet-redis` | the Redis backends: exact, approximate and leased, standalone or Cluster |
+//! | `redis-tls` | in [`redis`](mod@redis) | `throttle-fleet-redis` (`tls`) | TLS to Redis: `rediss://`, a CA file, client certificates, on rustls with ring (brings `redis`; with `config`, `[backend]`'s TLS files) |
 //! | `config` | [`config`](mod@config) | `throttle-fleet-config` | the configuration file, validated whole, and its reload; `from_config` on the layers |
 //! | `envoy` | [`envoy`](mod@envoy) | `throttle-fleet-envoy` | Envoy's rate limit services, RLS v3 and RLQS |
 //! | `tls` | [`tls`](mod@tls) | `throttle-fleet-tls` | TLS ClientHello fingerprints (JA4) and the acceptor that reads them |
