@@ -119,23 +119,11 @@ async fn exact_quota_through_a_failover_of_a_cluster_over_tls() {
             .probe_interval(PROBE);
         let backend = RedisBackend::exact(config).await.unwrap();
         let mut checked = vec![
-            (
-                "open",
-                backend.limiter(&open_rule).unwrap(),
-                open_key.clone(),
-            ),
-            (
-                "closed",
-                backend.limiter(&closed_rule).unwrap(),
-                closed_key.clone(),
-            ),
+            ("open", backend.limiter(&open_rule).unwrap(), open_key),
+            ("closed", backend.limiter(&closed_rule).unwrap(), closed_key),
         ];
         if limiters.is_empty() {
-            checked.push((
-                "probe",
-                backend.limiter(&probe_rule).unwrap(),
-                probe_key.clone(),
-            ));
+            checked.push(("probe", backend.limiter(&probe_rule).unwrap(), probe_key));
         }
         limiters.push(checked);
         backends.push(backend);
