@@ -373,6 +373,9 @@ struct ProcessState {
 pub struct RedisServer {
     port: u16,
     cluster: bool,
+    /// Runs as a sentinel (`--sentinel`, on a config file of its own in
+    /// `dir`, which Sentinel rewrites with what it learns).
+    sentinel: bool,
     dir: PathBuf,
     extra_args: Vec<String>,
     state: Mutex<ProcessState>,
@@ -400,6 +403,16 @@ impl RedisServer {
     }
 
     pub(crate) fn launch(cluster: bool, extra_args: Vec<String>) -> Self {
+        Self::launch_as(cluster, false, extra_args)
+    }
+
+    /// A sentinel (`redis-server <dir>/sentinel.conf --sentinel`), its
+    /// `sentinel monitor ...` and other settings in `extra_args`.
+    pub(crate) fn launch_sentinel(extra_args: Vec<String>) -> Self {
+        Self::launch_as(false, true, extra_args)
+    }
+
+    fn launch_as(cluster: bool, sentinel: bool, extra_args: Vec<String>) -> Self {
         remove_stale_dirs();
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
@@ -417,6 +430,7 @@ impl RedisServer {
             let server = RedisServer {
                 port,
                 cluster,
+                sentinel,
                 dir,
                 extra_args: extra_args.clone(),
                 state: Mutex::new(ProcessState {
@@ -443,32 +457,49 @@ impl RedisServer {
 
     fn args(&self) -> Vec<String> {
         let dir = self.dir.to_string_lossy().into_owned();
-        let mut args: Vec<String> = [
-            "--port",
-            &self.port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &dir,
-            "--daemonize",
-            "no",
-            // Replicas get their first sync at once instead of after 5 s.
-            "--repl-diskless-sync-delay",
-            "0",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> = Vec::new();
+        if self.sentinel {
+            let conf = self.dir.join("sentinel.conf");
+            args.push(conf.to_string_lossy().into_owned());
+            args.push("--sentinel".to_owned());
+        }
+        args.extend(
+            [
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                &dir,
+                "--daemonize",
+                "no",
+                // Replicas get their first sync at once instead of after 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
         args.extend(self.extra_args.iter().cloned());
         args
     }
 
     /// Spawns the process and waits until it answers `PING` as itself.
     fn spawn_and_wait(&self) -> Result<(), SpawnError> {
+        if self.sentinel {
+            // Sentinel needs a config file it can rewrite; kept across
+            // restarts (it holds what the sentinel learnt).
+            let conf = self.dir.join("sentinel.conf");
+            if !conf.exists() {
+                fs::write(&conf, "").map_err(|e| {
+                    SpawnError::Fatal(format!("cannot write {}: {e}", conf.display()))
+                })?;
+            }
+        }
         let log_path = self.log_path();
         let log_offset = fs::metadata(&log_path).map_or(0, |m| m.len());
         let log = OpenOptions::new()
