@@ -13,6 +13,21 @@ pub const MAX_PREFIX_LEN: usize = 64;
 pub(crate) enum Target {
     Standalone(String),
     Cluster(Vec<String>),
+    /// The sentinels' URLs and the service (master) name they know the
+    /// primary by (`conn/sentinel.rs`).
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+        node: Option<NodeCredentials>,
+    },
+}
+
+/// The data nodes' credentials where their URLs are not given (the
+/// primary a Sentinel names).
+#[derive(Clone)]
+pub(crate) struct NodeCredentials {
+    pub(crate) username: Option<String>,
+    pub(crate) password: String,
 }
 
 /// How to reach Redis and how long to wait for it, shared by every mode.
@@ -25,7 +40,8 @@ pub(crate) enum Target {
 ///     .command_timeout(Duration::from_millis(20))
 ///     .key_prefix("myapp:rl");
 /// let cluster = RedisConfig::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
-/// # let _ = (config, cluster);
+/// let sentinel = RedisConfig::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "mymaster");
+/// # let _ = (config, cluster, sentinel);
 /// ```
 #[derive(Clone)]
 pub struct RedisConfig {
@@ -38,6 +54,9 @@ pub struct RedisConfig {
     pub(crate) connections: usize,
     pub(crate) fleet_size: u32,
     pub(crate) scheduler: Scheduler,
+    /// [`node_credentials`](Self::node_credentials) was given for a target
+    /// that is not a Sentinel's.
+    misplaced_credentials: bool,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -45,6 +64,7 @@ impl std::fmt::Debug for RedisConfig {
         let target = match &self.target {
             Target::Standalone(_) => "standalone",
             Target::Cluster(_) => "cluster",
+            Target::Sentinel { .. } => "sentinel",
         };
         // URLs may hold passwords: never printed.
         f.debug_struct("RedisConfig")
@@ -73,6 +93,7 @@ impl RedisConfig {
             connections: 1,
             fleet_size: 1,
             scheduler: Scheduler::runtime(),
+            misplaced_credentials: false,
         }
     }
 
@@ -90,6 +111,64 @@ impl RedisConfig {
         S: Into<String>,
     {
         Self::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// A primary and its replicas watched by Redis Sentinel: the sentinels'
+    /// URLs (`redis://[:password@]host:26379`, the password being the
+    /// sentinels' own `requirepass`) and the name they know the primary by
+    /// (`sentinel monitor <service> ...`, the master name). Commands go to
+    /// the primary the sentinels name, once it says it is one (`ROLE`);
+    /// after a failover the breaker's probe asks the sentinels again and
+    /// follows the promoted replica, while each rule's failure policy
+    /// decides. The data nodes' own credentials, if they need any, are
+    /// given with [`node_credentials`](Self::node_credentials).
+    ///
+    /// ```
+    /// use throttle_fleet_redis::RedisConfig;
+    ///
+    /// let config = RedisConfig::sentinel(
+    ///     ["redis://:sentinel-secret@10.0.0.1:26379", "redis://:sentinel-secret@10.0.0.2:26379"],
+    ///     "mymaster",
+    /// )
+    /// .node_credentials(None, "data-secret");
+    /// # let _ = config;
+    /// ```
+    pub fn sentinel<I, S>(sentinels: I, service: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            service: service.into(),
+            node: None,
+        })
+    }
+
+    /// The credentials of the data nodes a Sentinel names (an ACL user, or
+    /// `None` for the default one, and its password), which may differ from
+    /// the sentinels' own (given in their URLs). Only for
+    /// [`sentinel`](Self::sentinel): a standalone or cluster node's are in
+    /// its URL. Never printed.
+    ///
+    /// ```
+    /// use throttle_fleet_redis::RedisConfig;
+    ///
+    /// let config = RedisConfig::sentinel(["redis://10.0.0.1:26379"], "mymaster")
+    ///     .node_credentials(Some("limiter"), "data-secret");
+    /// # let _ = config;
+    /// ```
+    #[must_use]
+    pub fn node_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        let credentials = NodeCredentials {
+            username: username.map(str::to_owned),
+            password: password.to_owned(),
+        };
+        match &mut self.target {
+            Target::Sentinel { node, .. } => *node = Some(credentials),
+            _ => self.misplaced_credentials = true,
+        }
+        self
     }
 
     /// Prefix of every key (default `rl`): keys are
@@ -217,6 +296,32 @@ impl RedisConfig {
                 ));
             }
             Target::Cluster(nodes) => nodes.iter().try_for_each(|n| check_url(n))?,
+            Target::Sentinel { sentinels, .. } if sentinels.is_empty() => {
+                return Err(ConfigError::new(
+                    "redis.sentinel",
+                    "needs at least one sentinel",
+                ));
+            }
+            Target::Sentinel { service, .. } if service.is_empty() => {
+                return Err(ConfigError::new(
+                    "redis.sentinel.service",
+                    "needs the name the sentinels know the primary by (got an empty one)",
+                ));
+            }
+            Target::Sentinel { sentinels, .. } => sentinels.iter().try_for_each(|n| {
+                check_url(n).map_err(|_| {
+                    ConfigError::new(
+                        "redis.sentinel",
+                        "holds a URL that is not a usable Redis URL",
+                    )
+                })
+            })?,
+        }
+        if self.misplaced_credentials {
+            return Err(ConfigError::new(
+                "redis.node_credentials",
+                "applies only to a Sentinel's data nodes (a standalone or cluster node's credentials are in its URL)",
+            ));
         }
         Ok(())
     }

@@ -18,6 +18,8 @@ mod cluster;
 mod health;
 mod node;
 mod ping;
+mod role;
+mod sentinel;
 mod version;
 mod watch;
 
@@ -25,6 +27,7 @@ pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};
 use node::Node;
 use ping::{ping, ping_every};
+use sentinel::Sentinel;
 
 use version::parse_version;
 
@@ -49,11 +52,12 @@ pub struct RedisStats {
     pub denied_locally: u64,
 }
 
-/// Where commands go: the one node of a standalone Redis, or the primary
-/// of each slot of a cluster.
+/// Where commands go: the one node of a standalone Redis, the primary
+/// of each slot of a cluster, or the primary a Sentinel names.
 enum Route {
     Single(Arc<Node>),
     Cluster(Box<Cluster>),
+    Sentinel(Box<Sentinel>),
 }
 
 pub(crate) struct Redis {
@@ -105,6 +109,16 @@ impl Redis {
                 Route::Single(Arc::new(Node::open(info, addr, &config).map_err(bad)?))
             }
             Target::Cluster(nodes) => Route::Cluster(Box::new(Cluster::new(nodes, &config)?)),
+            Target::Sentinel {
+                sentinels,
+                service,
+                node,
+            } => Route::Sentinel(Box::new(Sentinel::new(
+                sentinels,
+                service,
+                node.as_ref(),
+                &config,
+            )?)),
         };
         let clock = config.scheduler.clock();
         let redis = Arc::new(Self {
@@ -144,6 +158,14 @@ impl Redis {
                     );
                 }
                 if !cluster.is_complete() {
+                    Self::discover(&redis);
+                }
+            }
+            Route::Sentinel(sentinel) => {
+                if !sentinel.resolve(patience).await {
+                    tracing::warn!(
+                        "throttle: no sentinel names a primary that answers as one at startup; deciding by failure policy until one does"
+                    );
                     Self::discover(&redis);
                 }
             }
@@ -187,7 +209,7 @@ impl Redis {
         key: &throttle_fleet_core::Key,
     ) -> u16 {
         match self.route {
-            Route::Single(_) => 0,
+            Route::Single(_) | Route::Sentinel(_) => 0,
             Route::Cluster(_) => keys.slot(key),
         }
     }
@@ -199,6 +221,7 @@ impl Redis {
         match &self.route {
             Route::Single(node) => Some(node.client.clone()),
             Route::Cluster(cluster) => cluster.node_for(slot).map(|n| n.client.clone()),
+            Route::Sentinel(sentinel) => sentinel.primary().map(|n| n.client.clone()),
         }
     }
 
@@ -209,6 +232,7 @@ impl Redis {
         match &self.route {
             Route::Single(node) => node.breaker.is_open(),
             Route::Cluster(cluster) => cluster.is_open(slot),
+            Route::Sentinel(sentinel) => sentinel.primary().is_none_or(|n| n.breaker.is_open()),
         }
     }
 
@@ -281,6 +305,15 @@ impl Redis {
                     _ => (node, first),
                 }
             }
+            Route::Sentinel(sentinel) => {
+                let Some(node) = sentinel.primary() else {
+                    Self::discover(self);
+                    self.metrics.failed(&Failure::Unrouted);
+                    return Err(Failure::Unrouted);
+                };
+                let result = invoke(&node, inv, deadline, false, !report).await;
+                (node, result)
+            }
         };
         match &result {
             Ok(_) if report => node.breaker.success(),
@@ -291,6 +324,11 @@ impl Redis {
                     Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
                     _ => self.errors.fetch_add(1, Ordering::Relaxed),
                 };
+                if let Failure::Error(e) = failure
+                    && role::is_not_writable(e)
+                {
+                    self.not_writable(&node);
+                }
                 if report {
                     self.failed(failure, &node);
                 } else {
@@ -352,6 +390,10 @@ impl Redis {
                 Some(node) => ping_every(&node, patience).await,
                 None => cluster.refresh(patience).await && cluster.node_for(slot).is_some(),
             },
+            Route::Sentinel(sentinel) => match sentinel.primary() {
+                Some(node) => ping_every(&node, patience).await,
+                None => sentinel.resolve(patience).await,
+            },
         }
     }
 
@@ -361,6 +403,7 @@ impl Redis {
         let node = match &self.route {
             Route::Single(node) => node.clone(),
             Route::Cluster(cluster) => cluster.nodes().into_iter().next()?,
+            Route::Sentinel(sentinel) => sentinel.primary()?,
         };
         let mut conn = node.conn();
         let cmd = redis::cmd("INFO").arg("server").to_owned();
@@ -385,6 +428,7 @@ impl Redis {
             Route::Cluster(cluster) => {
                 cluster.is_unrouted() || cluster.nodes().iter().any(|n| n.breaker.is_open())
             }
+            Route::Sentinel(sentinel) => sentinel.primary().is_none_or(|n| n.breaker.is_open()),
         };
         RedisStats {
             calls: self.calls.load(Ordering::Relaxed),
