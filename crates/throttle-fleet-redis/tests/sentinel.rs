@@ -177,3 +177,55 @@ async fn a_killed_primary_is_followed_to_the_promoted_replica_and_exact_counting
     let promoted = set.data_node_at(promoted).unwrap();
     assert!(promoted.command_count("evalsha") > 0);
 }
+
+/// The sentinels' own password (`requirepass`, here the default user's)
+/// and the data nodes' differ: each is sent where it belongs, the
+/// sentinels' from their URLs, the data nodes' from `node_credentials`.
+/// Without the data nodes' password no primary is taken (it cannot be
+/// asked its role) and a fail-closed rule refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinels_and_the_data_nodes_have_passwords_of_their_own() {
+    let set = tokio::task::spawn_blocking(|| RedisSentinel::start(SentinelSettings::default()))
+        .await
+        .unwrap();
+    for node in set.data_nodes() {
+        node.query(&["CONFIG", "SET", "masterauth", "data-secret"])
+            .unwrap();
+        node.query(&["CONFIG", "SET", "requirepass", "data-secret"])
+            .unwrap();
+    }
+    for sentinel in set.sentinels() {
+        sentinel
+            .query(&["SENTINEL", "SET", set.service(), "auth-pass", "data-secret"])
+            .unwrap();
+        sentinel
+            .query(&["ACL", "SETUSER", "default", "resetpass", ">sentinel-secret"])
+            .unwrap();
+    }
+    let urls: Vec<String> = set
+        .sentinels()
+        .iter()
+        .map(|s| format!("redis://:sentinel-secret@127.0.0.1:{}", s.port()))
+        .collect();
+    let rule = Rule::new("sentinel-auth", Quota::per_second(100)).fail_closed();
+    let key = Key::new("tenant-1");
+
+    let config = RedisConfig::sentinel(urls.clone(), set.service())
+        .command_timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
+        .node_credentials(None, "data-secret");
+    let backend = RedisBackend::exact(config).await.unwrap();
+    let limiter = backend.exact_limiter(&rule).unwrap();
+    let (r, asked) = check(&limiter, &key).await;
+    let o = r.expect("with both passwords Redis decides");
+    assert!(asked && !o.degraded && o.step.allowed, "{o:?}");
+
+    let config = RedisConfig::sentinel(urls, set.service())
+        .command_timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT);
+    let backend = RedisBackend::exact(config).await.unwrap();
+    assert!(backend.stats().breaker_open, "{:?}", backend.stats());
+    let limiter = backend.exact_limiter(&rule).unwrap();
+    let (r, _) = check(&limiter, &key).await;
+    assert!(r.is_err(), "without the data nodes' password: {r:?}");
+}
