@@ -82,6 +82,25 @@ async fn client(exact: Arc<dyn Limiter>, open: Arc<dyn Limiter>, done: Arc<Atomi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_followed_to_the_promoted_replica_and_exact_counting_resumes() {
+    the_primary_fails(Fault::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_primary_is_followed_to_the_promoted_replica_and_exact_counting_resumes() {
+    the_primary_fails(Fault::Hung).await;
+}
+
+/// How the primary fails.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// `SIGKILL`: its connections refused at once.
+    Killed,
+    /// `SIGSTOP`: its connections open, nothing answered; calls wait for
+    /// the command timeout until the breaker opens.
+    Hung,
+}
+
+async fn the_primary_fails(fault: Fault) {
     let set = Arc::new(
         tokio::task::spawn_blocking(|| RedisSentinel::start(SentinelSettings::default()))
             .await
@@ -113,7 +132,11 @@ async fn a_killed_primary_is_followed_to_the_promoted_replica_and_exact_counting
     let promoted = {
         let set = set.clone();
         tokio::task::spawn_blocking(move || {
-            set.data_node_at(old).unwrap().kill();
+            let primary = set.data_node_at(old).unwrap();
+            match fault {
+                Fault::Killed => primary.kill(),
+                Fault::Hung => primary.stop(),
+            }
             set.wait_failover(old, Duration::from_secs(30))
         })
         .await
@@ -139,7 +162,7 @@ async fn a_killed_primary_is_followed_to_the_promoted_replica_and_exact_counting
         all.slowest = all.slowest.max(seen.slowest);
     }
     println!(
-        "failover from port {old} to {promoted} seen {failover:?} after the kill; slowest check {:?}; \
+        "{fault:?}: failover from port {old} to {promoted} seen {failover:?} after the kill; slowest check {:?}; \
          {} refusals (fail-closed), {} allowed by policy (fail-open); allowed per window: {:?}",
         all.slowest, all.refused, all.opened, all.allowed
     );
