@@ -82,6 +82,7 @@ pub(crate) struct Backend {
     pub(crate) kind: Spanned<String>,
     pub(crate) url: Option<Spanned<String>>,
     pub(crate) cluster: Option<Spanned<Vec<String>>>,
+    pub(crate) sentinel: Option<Spanned<Sentinel>>,
     pub(crate) key_prefix: Option<Spanned<String>>,
     pub(crate) command_timeout_ms: Option<Spanned<i64>>,
     pub(crate) fleet_size: Option<Spanned<i64>>,
@@ -91,6 +92,14 @@ pub(crate) struct Backend {
     pub(crate) batch: Option<Spanned<i64>>,
     /// Memory: keys tracked per rule.
     pub(crate) max_keys: Option<Spanned<i64>>,
+}
+
+/// `[backend] sentinel = { nodes = [...], service = "..." }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Sentinel {
+    pub(crate) nodes: Spanned<Vec<String>>,
+    pub(crate) service: Spanned<String>,
 }
 
 #[derive(Debug, Deserialize)]
