@@ -155,6 +155,9 @@ impl Redis {
             }
             Route::Sentinel(sentinel) => {
                 sentinel.resolve(patience).await;
+                if sentinel.serves(node) && sentinel.current_refused() {
+                    return false;
+                }
                 !sentinel.serves(node)
             }
         };
@@ -162,7 +165,6 @@ impl Redis {
             node.probing.store(false, Ordering::Release);
             node.breaker.close();
             self.publish_health();
-            Self::discover(self);
             match &self.route {
                 Route::Sentinel(_) => {
                     self.last_recovery
@@ -171,7 +173,8 @@ impl Redis {
                     tracing::info!(node = %node.addr, "throttle: the sentinels name another primary; commands go there");
                 }
                 _ => {
-                    tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another")
+                    Self::discover(self);
+                    tracing::info!(node = %node.addr, "throttle: Redis Cluster node serves no slots any more; its keys went to another");
                 }
             }
             return true;

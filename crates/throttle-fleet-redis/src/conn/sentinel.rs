@@ -54,6 +54,9 @@ pub(crate) struct Sentinel {
     resolving: tokio::sync::Mutex<()>,
     /// Whether the discovery runs (no primary known).
     pub(crate) discovering: AtomicBool,
+    /// Whether the last round found the primary commands go to silent or
+    /// no longer a primary (named by a sentinel all the same).
+    current_refused: AtomicBool,
     /// When (µs after `started`) the sentinels were last asked in the
     /// background, or [`NEVER`].
     last_asked_us: AtomicU64,
@@ -108,6 +111,7 @@ impl Sentinel {
             primary: ArcSwapOption::empty(),
             resolving: tokio::sync::Mutex::new(()),
             discovering: AtomicBool::new(false),
+            current_refused: AtomicBool::new(false),
             last_asked_us: AtomicU64::new(NEVER),
             started: std::time::Instant::now(),
         })
@@ -125,6 +129,14 @@ impl Sentinel {
             .load()
             .as_ref()
             .is_some_and(|p| Arc::ptr_eq(p, node))
+    }
+
+    /// Whether the last round of [`resolve`](Self::resolve) found the
+    /// primary commands go to silent or not a primary: its probe need not
+    /// ping it again in that round (a hung node would hold the round for
+    /// another patience).
+    pub(crate) fn current_refused(&self) -> bool {
+        self.current_refused.load(Ordering::Relaxed)
     }
 
     /// Whether the sentinels may be asked in the background now: at most
@@ -148,6 +160,7 @@ impl Sentinel {
             let _wait = self.resolving.lock().await;
             return self.primary().is_some_and(|p| !p.breaker.is_open());
         };
+        self.current_refused.store(false, Ordering::Relaxed);
         let n = self.sentinels.len();
         let first = self.first.load(Ordering::Relaxed);
         // Addresses found not to be a writable primary in this round: the
@@ -171,6 +184,9 @@ impl Sentinel {
                 },
             };
             if role(&node, patience).await != Role::Primary {
+                if current.as_ref().is_some_and(|p| Arc::ptr_eq(p, &node)) {
+                    self.current_refused.store(true, Ordering::Relaxed);
+                }
                 refused.push(addr);
                 continue;
             }
