@@ -52,7 +52,16 @@ pub(crate) fn is_not_writable(error: &redis::RedisError) -> bool {
 pub(crate) async fn role(node: &Node, patience: Duration) -> Role {
     let mut conn = node.conn();
     let ask = async {
-        match redis::cmd("ROLE").query_async::<Value>(&mut conn).await {
+        // A connection lost earlier is dialled again by the command that
+        // finds it lost, which fails at once: that one is sent once more.
+        let first = redis::cmd("ROLE").query_async::<Value>(&mut conn).await;
+        let reply = match first {
+            Err(e) if e.kind() != ErrorKind::Server(ServerErrorKind::NoPerm) && !e.is_timeout() => {
+                redis::cmd("ROLE").query_async::<Value>(&mut conn).await
+            }
+            r => r,
+        };
+        match reply {
             Ok(reply) => Ok(role_of_reply(&reply)),
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) => {
                 let info = redis::cmd("INFO")

@@ -212,10 +212,15 @@ impl Sentinel {
             .arg("get-master-addr-by-name")
             .arg(&self.service)
             .to_owned();
-        let reply = tokio::time::timeout(
-            patience,
-            cmd.query_async::<Option<(String, String)>>(&mut conn),
-        )
+        // A connection lost earlier is dialled again by the command that
+        // finds it lost, which fails at once: that one is sent once more
+        // (as a `PING` of the probe is).
+        let reply = tokio::time::timeout(patience, async {
+            match cmd.query_async::<Option<(String, String)>>(&mut conn).await {
+                Err(e) if !e.is_timeout() => cmd.query_async(&mut conn).await,
+                r => r,
+            }
+        })
         .await;
         match reply {
             Ok(Ok(Some((host, port)))) => Some((host, port.parse().ok()?)),
