@@ -252,3 +252,46 @@ async fn the_sentinels_and_the_data_nodes_have_passwords_of_their_own() {
     let (r, _) = check(&limiter, &key).await;
     assert!(r.is_err(), "without the data nodes' password: {r:?}");
 }
+
+/// With no sentinel answering at start, the backend starts all the same
+/// (the breaker open, the policies deciding) and its discovery, a job of
+/// the backend's scheduler, finds the primary once a sentinel answers:
+/// under test time, at the first round the test lets run, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_is_discovered_by_a_scheduler_job_once_a_sentinel_answers() {
+    use throttle_fleet_redis::schedule::TestTime;
+
+    let set = tokio::task::spawn_blocking(|| RedisSentinel::start(SentinelSettings::default()))
+        .await
+        .unwrap();
+    for sentinel in set.sentinels() {
+        sentinel.kill();
+    }
+    let time = TestTime::new(1_700_000_000_000_000);
+    let interval = Duration::from_millis(100);
+    let backend = RedisBackend::exact(config(&set).scheduler(time.scheduler()))
+        .await
+        .unwrap();
+    assert!(backend.stats().breaker_open, "{:?}", backend.stats());
+    time.advance(interval).await;
+    assert!(backend.stats().breaker_open, "no sentinel answers yet");
+
+    let set = tokio::task::spawn_blocking(move || {
+        set.sentinels()[1].restart();
+        set
+    })
+    .await
+    .unwrap();
+    // Wall time passes; the discovery waits for the test's time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(backend.stats().breaker_open, "discovered off the scheduler");
+    time.advance(interval).await;
+    let stats = backend.stats();
+    assert!(!stats.breaker_open, "{stats:?}");
+    let limiter = backend
+        .exact_limiter(&Rule::new("discovered", Quota::per_second(10)).fail_closed())
+        .unwrap();
+    let (r, asked) = check(&limiter, &Key::new("k")).await;
+    assert!(asked && r.is_ok_and(|o| !o.degraded), "Redis decides");
+    drop(set);
+}

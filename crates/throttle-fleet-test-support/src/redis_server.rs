@@ -484,7 +484,14 @@ impl RedisServer {
             .iter()
             .map(|s| s.to_string()),
         );
-        args.extend(self.extra_args.iter().cloned());
+        // A sentinel restarted keeps what it learnt in its config file,
+        // `monitor` lines included: given again, they would be refused as
+        // duplicates.
+        let learnt = self.sentinel
+            && fs::metadata(self.dir.join("sentinel.conf")).is_ok_and(|m| m.len() > 0);
+        if !learnt {
+            args.extend(self.extra_args.iter().cloned());
+        }
         args
     }
 

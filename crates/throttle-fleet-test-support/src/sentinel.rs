@@ -177,7 +177,7 @@ impl RedisSentinel {
         self.sentinels
             .iter()
             .filter(|s| s.is_live())
-            .find_map(|s| named_primary(s))
+            .find_map(named_primary)
     }
 
     /// Waits (up to `timeout`) until every live sentinel names a primary
