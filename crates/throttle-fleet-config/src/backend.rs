@@ -66,7 +66,9 @@ impl BackendConfig {
     #[cfg(feature = "redis")]
     async fn redis(&self, file: &str) -> Result<BuiltBackend, ConfigFileError> {
         use throttle_fleet_redis::{ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig};
-        let mut config = if self.cluster.is_empty() {
+        let mut config = if let Some(sentinel) = &self.sentinel {
+            RedisConfig::sentinel(sentinel.nodes.clone(), sentinel.service.clone())
+        } else if self.cluster.is_empty() {
             RedisConfig::standalone(self.url.clone().unwrap_or_default())
         } else {
             RedisConfig::cluster(self.cluster.clone())

@@ -82,6 +82,7 @@ pub(crate) struct Backend {
     pub(crate) kind: Spanned<String>,
     pub(crate) url: Option<Spanned<String>>,
     pub(crate) cluster: Option<Spanned<Vec<String>>>,
+    pub(crate) sentinel: Option<Spanned<Sentinel>>,
     pub(crate) key_prefix: Option<Spanned<String>>,
     pub(crate) command_timeout_ms: Option<Spanned<i64>>,
     pub(crate) fleet_size: Option<Spanned<i64>>,
@@ -102,6 +103,14 @@ pub(crate) struct Backend {
     pub(crate) password_file: Option<Spanned<String>>,
     pub(crate) password_env: Option<Spanned<String>>,
     pub(crate) password: Option<Spanned<String>>,
+}
+
+/// `[backend] sentinel = { nodes = [...], service = "..." }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Sentinel {
+    pub(crate) nodes: Spanned<Vec<String>>,
+    pub(crate) service: Spanned<String>,
 }
 
 #[derive(Debug, Deserialize)]

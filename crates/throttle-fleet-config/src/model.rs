@@ -263,6 +263,9 @@ pub struct BackendConfig {
     pub url: Option<String>,
     /// Redis Cluster seed nodes (`cluster`); used instead of `url` if set.
     pub cluster: Vec<String>,
+    /// Redis Sentinel (`sentinel = { nodes, service }`); exclusive with
+    /// `url` and `cluster`.
+    pub sentinel: Option<SentinelConfig>,
     /// Prefix of every Redis key (`key_prefix`).
     pub key_prefix: Option<String>,
     /// How long a check may wait for Redis (`command_timeout_ms`).
@@ -341,6 +344,7 @@ impl Default for BackendConfig {
             kind: BackendKind::Memory,
             url: None,
             cluster: Vec::new(),
+            sentinel: None,
             key_prefix: None,
             command_timeout: None,
             fleet_size: None,
@@ -353,6 +357,26 @@ impl Default for BackendConfig {
             username: None,
             password: None,
         }
+    }
+}
+
+/// `[backend] sentinel`: the sentinels and the name they know the primary
+/// by. The nodes' URLs may hold the sentinels' password: never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelConfig {
+    /// The sentinels' URLs (`nodes`).
+    pub nodes: Vec<String>,
+    /// The primary's name as the sentinels know it (`service`, Sentinel's
+    /// master name).
+    pub service: String,
+}
+
+impl std::fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelConfig")
+            .field("nodes", &self.nodes.len())
+            .field("service", &self.service)
+            .finish()
     }
 }
 

@@ -272,7 +272,7 @@ fn each_error_names_the_place_rule_and_field() {
         ),
         (
             format!("[backend]\nkind = \"redis-exact\"\n{}", rule("")),
-            "field \"backend.url\": a Redis backend needs url (or cluster)",
+            "field \"backend.url\": a Redis backend needs url (or cluster, or sentinel)",
         ),
         (
             format!(
@@ -308,6 +308,41 @@ fn each_error_names_the_place_rule_and_field() {
                 rule("")
             ),
             "field \"backend.cluster\": give either url",
+        ),
+        (
+            format!(
+                "[backend]\nkind = \"redis-exact\"\nurl = \"redis://x\"\nsentinel = {{ nodes = [\"redis://y:26379\"], service = \"m\" }}\n{}",
+                rule("")
+            ),
+            "g.toml:4:12: field \"backend.sentinel\": give one of url (one Redis), cluster (seed nodes) or sentinel",
+        ),
+        (
+            format!(
+                "[backend]\nkind = \"memory\"\nsentinel = {{ nodes = [\"redis://y:26379\"], service = \"m\" }}\n{}",
+                rule("")
+            ),
+            "field \"backend.sentinel\": applies only to Redis backends, not to memory",
+        ),
+        (
+            format!(
+                "[backend]\nkind = \"redis-exact\"\nsentinel = {{ nodes = [], service = \"m\" }}\n{}",
+                rule("")
+            ),
+            "field \"backend.sentinel.nodes\": needs at least one sentinel URL",
+        ),
+        (
+            format!(
+                "[backend]\nkind = \"redis-exact\"\nsentinel = {{ nodes = [\"redis://y:26379\", \"y:26379\"], service = \"m\" }}\n{}",
+                rule("")
+            ),
+            "field \"backend.sentinel.nodes\": each must start with redis:// or rediss:// (entry 1 does not)",
+        ),
+        (
+            format!(
+                "[backend]\nkind = \"redis-exact\"\nsentinel = {{ nodes = [\"redis://y:26379\"], service = \"\" }}\n{}",
+                rule("")
+            ),
+            "field \"backend.sentinel.service\": needs the name the sentinels know the primary by",
         ),
         (
             format!(

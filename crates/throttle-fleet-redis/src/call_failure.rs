@@ -15,7 +15,7 @@ impl std::fmt::Display for Failure {
         match self {
             Self::Timeout => f.write_str("redis command timed out"),
             Self::Error(e) => write!(f, "redis error: {e}"),
-            Self::Unrouted => f.write_str("no known cluster primary serves the slot"),
+            Self::Unrouted => f.write_str("no known primary serves the slot (a Cluster's table or a Sentinel's answer is awaited)"),
         }
     }
 }

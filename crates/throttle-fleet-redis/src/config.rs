@@ -13,6 +13,12 @@ pub const MAX_PREFIX_LEN: usize = 64;
 pub(crate) enum Target {
     Standalone(String),
     Cluster(Vec<String>),
+    /// The sentinels' URLs and the service (master) name they know the
+    /// primary by (`conn/sentinel.rs`).
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
 }
 
 /// How to reach Redis and how long to wait for it, shared by every mode.
@@ -25,7 +31,8 @@ pub(crate) enum Target {
 ///     .command_timeout(Duration::from_millis(20))
 ///     .key_prefix("myapp:rl");
 /// let cluster = RedisConfig::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
-/// # let _ = (config, cluster);
+/// let sentinel = RedisConfig::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "mymaster");
+/// # let _ = (config, cluster, sentinel);
 /// ```
 #[derive(Clone)]
 pub struct RedisConfig {
@@ -49,6 +56,7 @@ impl std::fmt::Debug for RedisConfig {
         let target = match &self.target {
             Target::Standalone(_) => "standalone",
             Target::Cluster(_) => "cluster",
+            Target::Sentinel { .. } => "sentinel",
         };
         // URLs may hold passwords: never printed.
         f.debug_struct("RedisConfig")
@@ -107,6 +115,40 @@ impl RedisConfig {
         S: Into<String>,
     {
         Self::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// A primary and its replicas watched by Redis Sentinel: the sentinels'
+    /// URLs (`redis://[:password@]host:26379`, the password being the
+    /// sentinels' own `requirepass`) and the name they know the primary by
+    /// (`sentinel monitor <service> ...`, the master name). Commands go to
+    /// the primary the sentinels name, once it says it is one (`ROLE`);
+    /// after a failover the breaker's probe asks the sentinels again and
+    /// follows the promoted replica, while each rule's failure policy
+    /// decides. The data nodes' own credentials, if they need any, are
+    /// [`username`](Self::username) and [`password`](Self::password); the
+    /// sentinels' are in their URLs. A `rediss://` sentinel URL makes the
+    /// data nodes' connections TLS too, with the same CA and client
+    /// certificate.
+    ///
+    /// ```
+    /// use throttle_fleet_redis::RedisConfig;
+    ///
+    /// let config = RedisConfig::sentinel(
+    ///     ["redis://:sentinel-secret@10.0.0.1:26379", "redis://:sentinel-secret@10.0.0.2:26379"],
+    ///     "mymaster",
+    /// )
+    /// .password("data-secret");
+    /// # let _ = config;
+    /// ```
+    pub fn sentinel<I, S>(sentinels: I, service: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            service: service.into(),
+        })
     }
 
     /// Prefix of every key (default `rl`): keys are
@@ -236,6 +278,21 @@ impl RedisConfig {
             Target::Cluster(nodes) => nodes
                 .iter()
                 .try_for_each(|n| check_url(n, "redis.cluster"))?,
+            Target::Sentinel { sentinels, .. } if sentinels.is_empty() => {
+                return Err(ConfigError::new(
+                    "redis.sentinel",
+                    "needs at least one sentinel",
+                ));
+            }
+            Target::Sentinel { service, .. } if service.is_empty() => {
+                return Err(ConfigError::new(
+                    "redis.sentinel.service",
+                    "needs the name the sentinels know the primary by (got an empty one)",
+                ));
+            }
+            Target::Sentinel { sentinels, .. } => sentinels
+                .iter()
+                .try_for_each(|n| check_url(n, "redis.sentinel"))?,
         }
         Ok(())
     }

@@ -188,6 +188,7 @@ impl RedisCluster {
             .map(|_| {
                 RedisServer::launch_with(
                     true,
+                    false,
                     [
                         "--cluster-enabled",
                         "yes",

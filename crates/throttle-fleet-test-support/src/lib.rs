@@ -10,7 +10,10 @@
 //! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
 //!   waits ([`RedisCluster`]).
 //! * [`proxy`]: a TCP proxy in front of a server that answers one reply in
-//!   `n` late, or nothing at all ([`DelayingProxy`]).
+//!   `n` late, or nothing at all, or moves to another server
+//!   ([`DelayingProxy`]).
+//! * [`sentinel`]: a primary, its replicas and Redis Sentinels watching
+//!   them ([`RedisSentinel`]).
 //! * `http` (feature `http`): axum apps served on free ports and a real
 //!   HTTP/1.1 client.
 //! * `grpc` (feature `grpc`): the tonic tests' services behind a
@@ -39,6 +42,7 @@ pub mod leased;
 pub mod proxy;
 pub mod redis_server;
 pub mod redis_tls;
+pub mod sentinel;
 #[cfg(feature = "tls")]
 pub mod tls;
 
@@ -47,6 +51,7 @@ pub use cluster::RedisCluster;
 pub use proxy::DelayingProxy;
 pub use redis_server::RedisServer;
 pub use redis_tls::{ServerTls, TlsFiles};
+pub use sentinel::{RedisSentinel, SentinelSettings};
 
 /// Seconds since the Unix epoch (for checking reset times in headers and
 /// metadata).

@@ -15,6 +15,10 @@
 //!   nothing is forwarded either way (connections stay open, new ones are
 //!   accepted), as with a `SIGSTOP`ped server; on resume what was held goes
 //!   through in order.
+//! * [`DelayingProxy::redirect`]`(port, cut)`: new connections go to
+//!   another server from now on, as a managed service's endpoint name moves
+//!   to a promoted replica; the open ones are cut (`cut`) or stay with the
+//!   server they reached (a move does not always close them).
 //!
 //! A chunk is what one `read` returned: with one request in flight per
 //! connection (a `PING` every probe interval) it is one reply; replies the
@@ -55,7 +59,8 @@ pub struct DelayingProxy {
 }
 
 struct Shared {
-    upstream: SocketAddr,
+    /// Where new connections go.
+    upstream: Mutex<SocketAddr>,
     /// Every `n`th chunk from the server is late (0: none).
     every: AtomicU64,
     /// By how long, in microseconds.
@@ -76,7 +81,7 @@ impl std::fmt::Debug for DelayingProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DelayingProxy")
             .field("port", &self.port)
-            .field("upstream", &self.shared.upstream)
+            .field("upstream", &*lock(&self.shared.upstream))
             .finish_non_exhaustive()
     }
 }
@@ -88,7 +93,7 @@ impl DelayingProxy {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("proxy: bind");
         let port = listener.local_addr().expect("proxy: local address").port();
         let shared = Arc::new(Shared {
-            upstream: SocketAddr::from((Ipv4Addr::LOCALHOST, upstream_port)),
+            upstream: Mutex::new(SocketAddr::from((Ipv4Addr::LOCALHOST, upstream_port))),
             every: AtomicU64::new(0),
             delay_us: AtomicU64::new(0),
             chunks: AtomicU64::new(0),
@@ -121,6 +126,18 @@ impl DelayingProxy {
     pub fn resume(&self) {
         *lock(&self.shared.hung) = false;
         self.shared.resumed.notify_all();
+    }
+
+    /// From now on, new connections are forwarded to `upstream_port` on
+    /// 127.0.0.1. The open ones are shut down (both ends) if `cut`, else
+    /// they stay with the server they reached.
+    pub fn redirect(&self, upstream_port: u16, cut: bool) {
+        *lock(&self.shared.upstream) = SocketAddr::from((Ipv4Addr::LOCALHOST, upstream_port));
+        if cut {
+            for socket in lock(&self.shared.sockets).drain(..) {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+        }
     }
 
     /// Chunks read from the server side since the last
@@ -164,7 +181,8 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             return;
         }
         let Ok(client) = client else { continue };
-        let Ok(server) = TcpStream::connect(shared.upstream) else {
+        let upstream = *lock(&shared.upstream);
+        let Ok(server) = TcpStream::connect(upstream) else {
             // The server is down: the client sees its connection closed.
             continue;
         };

@@ -380,6 +380,9 @@ struct ProcessState {
 pub struct RedisServer {
     port: u16,
     cluster: bool,
+    /// Runs as a sentinel (`--sentinel`, on a config file of its own in
+    /// `dir`, which Sentinel rewrites with what it learns).
+    sentinel: bool,
     dir: PathBuf,
     extra_args: Vec<String>,
     /// TLS only (no plain port), when set.
@@ -414,17 +417,26 @@ impl RedisServer {
     pub fn start_tls(tls: ServerTls, extra_args: &[&str]) -> Self {
         Self::launch_with(
             false,
+            false,
             extra_args.iter().map(|s| s.to_string()).collect(),
             Some(tls),
         )
     }
 
     pub(crate) fn launch(cluster: bool, extra_args: Vec<String>) -> Self {
-        Self::launch_with(cluster, extra_args, None)
+        Self::launch_with(cluster, false, extra_args, None)
+    }
+
+    /// A sentinel (`redis-server <dir>/sentinel.conf --sentinel`), its
+    /// `sentinel monitor ...` and other settings in `extra_args`; over TLS
+    /// only when `tls` is given.
+    pub(crate) fn launch_sentinel(extra_args: Vec<String>, tls: Option<ServerTls>) -> Self {
+        Self::launch_with(false, true, extra_args, tls)
     }
 
     pub(crate) fn launch_with(
         cluster: bool,
+        sentinel: bool,
         extra_args: Vec<String>,
         tls: Option<ServerTls>,
     ) -> Self {
@@ -445,6 +457,7 @@ impl RedisServer {
             let server = RedisServer {
                 port,
                 cluster,
+                sentinel,
                 dir,
                 extra_args: extra_args.clone(),
                 tls: tls.clone(),
@@ -472,10 +485,16 @@ impl RedisServer {
 
     fn args(&self) -> Vec<String> {
         let dir = self.dir.to_string_lossy().into_owned();
-        let mut args: Vec<String> = match &self.tls {
+        let mut args: Vec<String> = Vec::new();
+        if self.sentinel {
+            let conf = self.dir.join("sentinel.conf");
+            args.push(conf.to_string_lossy().into_owned());
+            args.push("--sentinel".to_owned());
+        }
+        args.extend(match &self.tls {
             Some(tls) => tls.server_args(self.port, self.cluster),
             None => vec!["--port".to_owned(), self.port.to_string()],
-        };
+        });
         args.extend(
             [
                 "--bind",
@@ -495,12 +514,29 @@ impl RedisServer {
             .iter()
             .map(|s| s.to_string()),
         );
-        args.extend(self.extra_args.iter().cloned());
+        // A sentinel restarted keeps what it learnt in its config file,
+        // `monitor` lines included: given again, they would be refused as
+        // duplicates.
+        let learnt = self.sentinel
+            && fs::metadata(self.dir.join("sentinel.conf")).is_ok_and(|m| m.len() > 0);
+        if !learnt {
+            args.extend(self.extra_args.iter().cloned());
+        }
         args
     }
 
     /// Spawns the process and waits until it answers `PING` as itself.
     fn spawn_and_wait(&self) -> Result<(), SpawnError> {
+        if self.sentinel {
+            // Sentinel needs a config file it can rewrite; kept across
+            // restarts (it holds what the sentinel learnt).
+            let conf = self.dir.join("sentinel.conf");
+            if !conf.exists() {
+                fs::write(&conf, "").map_err(|e| {
+                    SpawnError::Fatal(format!("cannot write {}: {e}", conf.display()))
+                })?;
+            }
+        }
         let log_path = self.log_path();
         let log_offset = fs::metadata(&log_path).map_or(0, |m| m.len());
         let log = OpenOptions::new()

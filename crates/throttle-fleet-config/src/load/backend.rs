@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Loader, Result};
 use crate::file;
-use crate::model::{BackendConfig, BackendKind};
+use crate::model::{BackendConfig, BackendKind, SentinelConfig};
 
 impl Loader<'_> {
     pub(super) fn backend(&self, raw: &file::Backend) -> Result<BackendConfig> {
@@ -65,11 +65,25 @@ impl Loader<'_> {
                 self.tls_available("backend.cluster", node, v.span())?;
             }
         }
-        if redis && raw.url.is_none() && raw.cluster.is_none() {
+        let sentinel = match &raw.sentinel {
+            Some(v) => {
+                only("sentinel", v.span(), redis, "Redis backends")?;
+                if raw.url.is_some() || raw.cluster.is_some() {
+                    return Err(self.err(
+                        "backend.sentinel",
+                        v.span(),
+                        "give one of url (one Redis), cluster (seed nodes) or sentinel, not several",
+                    ));
+                }
+                Some(self.sentinel(v.get_ref())?)
+            }
+            None => None,
+        };
+        if redis && raw.url.is_none() && raw.cluster.is_none() && sentinel.is_none() {
             return Err(self.err(
                 "backend.url",
                 raw.kind.span(),
-                "a Redis backend needs url (or cluster)",
+                "a Redis backend needs url (or cluster, or sentinel)",
             ));
         }
         let mut config = BackendConfig {
@@ -80,6 +94,7 @@ impl Loader<'_> {
                 .as_ref()
                 .map(|v| v.get_ref().clone())
                 .unwrap_or_default(),
+            sentinel,
             ..BackendConfig::default()
         };
         if let Some(v) = &raw.key_prefix {
@@ -119,5 +134,38 @@ impl Loader<'_> {
         }
         self.backend_access(raw, redis, &mut config)?;
         Ok(config)
+    }
+
+    /// `sentinel = { nodes = [...], service = "..." }`.
+    fn sentinel(&self, raw: &file::Sentinel) -> Result<SentinelConfig> {
+        let nodes = raw.nodes.get_ref();
+        if nodes.is_empty() {
+            return Err(self.err(
+                "backend.sentinel.nodes",
+                raw.nodes.span(),
+                "needs at least one sentinel URL",
+            ));
+        }
+        if let Some(i) = nodes
+            .iter()
+            .position(|n| !n.starts_with("redis://") && !n.starts_with("rediss://"))
+        {
+            return Err(self.err(
+                "backend.sentinel.nodes",
+                raw.nodes.span(),
+                format!("each must start with redis:// or rediss:// (entry {i} does not)"),
+            ));
+        }
+        if raw.service.get_ref().trim().is_empty() {
+            return Err(self.err(
+                "backend.sentinel.service",
+                raw.service.span(),
+                "needs the name the sentinels know the primary by (their master name)",
+            ));
+        }
+        Ok(SentinelConfig {
+            nodes: nodes.clone(),
+            service: raw.service.get_ref().clone(),
+        })
     }
 }

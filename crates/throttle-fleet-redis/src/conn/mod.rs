@@ -20,6 +20,8 @@ mod health;
 mod node;
 mod ping;
 mod refusal;
+mod role;
+mod sentinel;
 mod version;
 mod watch;
 
@@ -27,6 +29,7 @@ pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};
 use node::Node;
 use ping::ping_every;
+use sentinel::Sentinel;
 
 use version::parse_version;
 
@@ -51,11 +54,12 @@ pub struct RedisStats {
     pub denied_locally: u64,
 }
 
-/// Where commands go: the one node of a standalone Redis, or the primary
-/// of each slot of a cluster.
+/// Where commands go: the one node of a standalone Redis, the primary
+/// of each slot of a cluster, or the primary a Sentinel names.
 enum Route {
     Single(Arc<Node>),
     Cluster(Box<Cluster>),
+    Sentinel(Box<Sentinel>),
 }
 
 pub(crate) struct Redis {
@@ -107,6 +111,9 @@ impl Redis {
                 Route::Single(Arc::new(Node::open(info, addr, &config).map_err(bad)?))
             }
             Target::Cluster(nodes) => Route::Cluster(Box::new(Cluster::new(nodes, &config)?)),
+            Target::Sentinel { sentinels, service } => {
+                Route::Sentinel(Box::new(Sentinel::new(sentinels, service, &config)?))
+            }
         };
         let clock = config.scheduler.clock();
         let redis = Arc::new(Self {
@@ -151,6 +158,15 @@ impl Redis {
                     Self::discover(&redis);
                 }
             }
+            Route::Sentinel(sentinel) => {
+                if !sentinel.resolve(patience).await {
+                    sentinel.refused_at_start(patience).await?;
+                    tracing::warn!(
+                        "throttle: no sentinel names a primary that answers as one at startup; deciding by failure policy until one does"
+                    );
+                    Self::discover(&redis);
+                }
+            }
         }
         Ok(redis)
     }
@@ -191,7 +207,7 @@ impl Redis {
         key: &throttle_fleet_core::Key,
     ) -> u16 {
         match self.route {
-            Route::Single(_) => 0,
+            Route::Single(_) | Route::Sentinel(_) => 0,
             Route::Cluster(_) => keys.slot(key),
         }
     }
@@ -203,6 +219,7 @@ impl Redis {
         match &self.route {
             Route::Single(node) => Some(node.client.clone()),
             Route::Cluster(cluster) => cluster.node_for(slot).map(|n| n.client.clone()),
+            Route::Sentinel(sentinel) => sentinel.primary().map(|n| n.client.clone()),
         }
     }
 
@@ -213,6 +230,7 @@ impl Redis {
         match &self.route {
             Route::Single(node) => node.breaker.is_open(),
             Route::Cluster(cluster) => cluster.is_open(slot),
+            Route::Sentinel(sentinel) => sentinel.primary().is_none_or(|n| n.breaker.is_open()),
         }
     }
 
@@ -285,6 +303,15 @@ impl Redis {
                     _ => (node, first),
                 }
             }
+            Route::Sentinel(sentinel) => {
+                let Some(node) = sentinel.primary() else {
+                    Self::discover(self);
+                    self.metrics.failed(&Failure::Unrouted);
+                    return Err(Failure::Unrouted);
+                };
+                let result = invoke(&node, inv, deadline, false, !report).await;
+                (node, result)
+            }
         };
         match &result {
             Ok(_) if report => node.breaker.success(),
@@ -295,6 +322,11 @@ impl Redis {
                     Failure::Timeout => self.timeouts.fetch_add(1, Ordering::Relaxed),
                     _ => self.errors.fetch_add(1, Ordering::Relaxed),
                 };
+                if let Failure::Error(e) = failure
+                    && role::is_not_writable(e)
+                {
+                    self.not_writable(&node);
+                }
                 if report {
                     self.failed(failure, &node);
                 } else {
@@ -356,6 +388,10 @@ impl Redis {
                 Some(node) => ping_every(&node, patience).await,
                 None => cluster.refresh(patience).await && cluster.node_for(slot).is_some(),
             },
+            Route::Sentinel(sentinel) => match sentinel.primary() {
+                Some(node) => ping_every(&node, patience).await,
+                None => sentinel.resolve(patience).await,
+            },
         }
     }
 
@@ -365,6 +401,7 @@ impl Redis {
         let node = match &self.route {
             Route::Single(node) => node.clone(),
             Route::Cluster(cluster) => cluster.nodes().into_iter().next()?,
+            Route::Sentinel(sentinel) => sentinel.primary()?,
         };
         let mut conn = node.conn();
         let cmd = redis::cmd("INFO").arg("server").to_owned();
@@ -389,6 +426,7 @@ impl Redis {
             Route::Cluster(cluster) => {
                 cluster.is_unrouted() || cluster.nodes().iter().any(|n| n.breaker.is_open())
             }
+            Route::Sentinel(sentinel) => sentinel.primary().is_none_or(|n| n.breaker.is_open()),
         };
         RedisStats {
             calls: self.calls.load(Ordering::Relaxed),

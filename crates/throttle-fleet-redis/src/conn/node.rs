@@ -2,8 +2,9 @@
 //! breaker. A standalone Redis is one node; a cluster has one per primary,
 //! so a hung or dead primary delays and breaks only the slots it serves.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use arc_swap::ArcSwap;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionInfo, RedisResult};
 
@@ -19,10 +20,17 @@ pub(crate) struct Node {
     /// (without its credentials). What the route table, the logs, the
     /// metrics and the published [`Health`](crate::health::Health) call it.
     pub(crate) addr: String,
-    conns: Box<[ConnectionManager]>,
+    /// Replaced whole by [`redial`](Self::redial).
+    conns: Box<[ArcSwap<ConnectionManager>]>,
     next: AtomicUsize,
     /// The connection of flushes and their probes.
-    off_path: ConnectionManager,
+    off_path: ArcSwap<ConnectionManager>,
+    /// How the connections are made, for [`redial`](Self::redial).
+    dial: ConnectionManagerConfig,
+    /// When (µs since `opened`) the connections were last replaced, or
+    /// [`NEVER`].
+    redialed_us: AtomicU64,
+    opened: std::time::Instant,
     pub(crate) breaker: Breaker,
     /// Whether a probe is running for this node's open breaker.
     pub(crate) probing: AtomicBool,
@@ -56,21 +64,18 @@ impl Node {
             .set_response_timeout(None)
             .set_number_of_retries(0);
         let conns = (0..config.connections.max(1))
-            .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), cfg.clone()))
+            .map(|_| lazy(&client, &cfg))
             .collect::<RedisResult<Vec<_>>>()?;
-        // Flushes get a connection of their own: they neither queue with
-        // the request path's calls nor are cut short at the command timeout
-        // (their callers bound them by the flush timeout).
-        let off_path = ConnectionManager::new_lazy_with_config(
-            client.clone(),
-            cfg.set_response_timeout(Some(OFF_PATH_RESPONSE_TIMEOUT)),
-        )?;
+        let off_path = lazy_off_path(&client, &cfg)?;
         Ok(Self {
             breaker: Breaker::new(config.breaker_threshold, &addr),
             addr,
-            off_path,
-            conns: conns.into(),
+            off_path: ArcSwap::from_pointee(off_path),
+            conns: conns.into_iter().map(ArcSwap::from_pointee).collect(),
             next: AtomicUsize::new(0),
+            dial: cfg,
+            redialed_us: AtomicU64::new(NEVER),
+            opened: std::time::Instant::now(),
             probing: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             client,
@@ -79,7 +84,7 @@ impl Node {
 
     /// The connection for calls off the request path.
     pub(crate) fn off_path(&self) -> ConnectionManager {
-        self.off_path.clone()
+        (**self.off_path.load()).clone()
     }
 
     /// Every connection of the node: the request path's, then the
@@ -88,7 +93,38 @@ impl Node {
         self.conns
             .iter()
             .chain(std::iter::once(&self.off_path))
-            .cloned()
+            .map(|conn| (**conn.load()).clone())
+    }
+
+    /// Replaces every connection with a new lazy one, dialled (its host
+    /// name resolved again) by its first command; calls in flight finish
+    /// on the old ones. For a node that answered as no longer a writable
+    /// primary: a name that moved to another server (a managed service's
+    /// failover) is followed only by a new dial, since a connection stays
+    /// with the server it reached. At most once per `spacing` (the calls
+    /// sent on the old connections before the first such answer fail the
+    /// same way, and must not redial again); returns whether this redialled.
+    pub(crate) fn redial(&self, spacing: std::time::Duration) -> bool {
+        let now_us = self.opened.elapsed().as_micros() as u64;
+        let last = self.redialed_us.load(Ordering::Relaxed);
+        let due = last == NEVER || now_us.saturating_sub(last) >= spacing.as_micros() as u64;
+        if !due
+            || self
+                .redialed_us
+                .compare_exchange(last, now_us, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        for conn in &*self.conns {
+            if let Ok(new) = lazy(&self.client, &self.dial) {
+                conn.store(new.into());
+            }
+        }
+        if let Ok(new) = lazy_off_path(&self.client, &self.dial) {
+            self.off_path.store(new.into());
+        }
+        true
     }
 
     /// One of the node's request-path connections, round robin.
@@ -98,6 +134,27 @@ impl Node {
         } else {
             self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len()
         };
-        self.conns[i].clone()
+        (**self.conns[i].load()).clone()
     }
+}
+
+/// [`Node::redial`] has not run yet.
+const NEVER: u64 = u64::MAX;
+
+/// A request-path connection, dialled by its first command.
+fn lazy(client: &redis::Client, cfg: &ConnectionManagerConfig) -> RedisResult<ConnectionManager> {
+    ConnectionManager::new_lazy_with_config(client.clone(), cfg.clone())
+}
+
+/// The off-path connection: flushes get a connection of their own, so they
+/// neither queue with the request path's calls nor are cut short at the
+/// command timeout (their callers bound them by the flush timeout).
+fn lazy_off_path(
+    client: &redis::Client,
+    cfg: &ConnectionManagerConfig,
+) -> RedisResult<ConnectionManager> {
+    let cfg = cfg
+        .clone()
+        .set_response_timeout(Some(OFF_PATH_RESPONSE_TIMEOUT));
+    ConnectionManager::new_lazy_with_config(client.clone(), cfg)
 }

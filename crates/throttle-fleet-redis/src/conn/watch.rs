@@ -29,6 +29,7 @@
 //! | loses its connection (killed, restarted, dropped) | at once (the subscription ends) |
 //! | hangs (stopped, connections open, nothing answered) | within **two command timeouts plus one probe interval** (a round starts at most one probe interval after the hang; its two `PING`s wait one command timeout each) |
 //! | answers one `PING` late, the next in time | never |
+//! | answers, as a replica (demoted in a failover) | at the next round (its `ROLE`, asked after the `PING`; its connections are dialled again) |
 //!
 //! What remains: a node whose two `PING`s in a row, on two connections,
 //! are both later than the command timeout is taken for hung until the
@@ -43,6 +44,7 @@ use futures_util::StreamExt;
 
 use super::node::Node;
 use super::ping::{ping, ping_on};
+use super::role::{Role, role};
 use super::{Redis, Route};
 use crate::schedule::{Every, Going};
 
@@ -83,7 +85,16 @@ impl Redis {
         }
         let patience = self.config.command_timeout;
         let pings = nodes.iter().map(|node| async move {
-            if node.breaker.is_open() || ping(node, patience).await {
+            if node.breaker.is_open() {
+                return;
+            }
+            if ping(node, patience).await {
+                // It answers; but a replica answers too. A late `ROLE` is
+                // not taken for anything (the `PING` was in time).
+                if role(node, patience).await == Role::Other {
+                    node.redial(self.config.command_timeout);
+                    self.lost(node, "it answers as a replica, no longer a writable primary");
+                }
                 return;
             }
             if ping_on(node.off_path(), patience).await {
@@ -103,6 +114,7 @@ impl Redis {
         match &self.route {
             Route::Single(node) => vec![node.clone()],
             Route::Cluster(cluster) => cluster.nodes(),
+            Route::Sentinel(sentinel) => sentinel.primary().into_iter().collect(),
         }
     }
 
@@ -113,6 +125,13 @@ impl Redis {
         tokio::spawn(async move {
             loop {
                 let Some(redis) = weak.upgrade() else { return };
+                if !redis.nodes().iter().any(|n| Arc::ptr_eq(n, &node)) {
+                    // No longer a node commands go to (a Sentinel named
+                    // another, a Cluster's table dropped it): the heartbeat
+                    // subscribes again if it comes back.
+                    node.watched.store(false, Ordering::Release);
+                    return;
+                }
                 let patience = redis.config.connect_timeout + redis.config.command_timeout;
                 let interval = redis.config.probe_interval;
                 let scheduler = redis.config.scheduler.clone();
