@@ -5,6 +5,8 @@
 //!   ready.
 //! * [`redis_server`]: real `redis-server` processes on free ports that a
 //!   test starts, stops, kills and restarts ([`RedisServer`]).
+//! * [`server_binary`]: which server those are (`redis-server`, or the
+//!   binary `THROTTLE_REDIS_SERVER` names: Valkey, an older Redis).
 //! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
 //!   waits ([`RedisCluster`]).
 //! * [`proxy`]: a TCP proxy in front of a server that answers one reply in
@@ -36,6 +38,7 @@ pub mod http_faults;
 pub mod leased;
 pub mod proxy;
 pub mod redis_server;
+pub mod server_binary;
 #[cfg(feature = "tls")]
 pub mod tls;
 

@@ -36,6 +36,10 @@
 //! assert_eq!(redis.command_count("evalsha"), 1);
 //! ```
 //!
+//! The binary is `redis-server`, or the one `THROTTLE_REDIS_SERVER` names
+//! (a `valkey-server`, an older Redis): see
+//! [`server_binary`](crate::server_binary).
+//!
 //! Signals go through the `kill` command (the workspace forbids `unsafe`).
 //! Every wait has a deadline and panics with the server's log tail.
 //! Everything is synchronous std code; async tests may call it directly (it
@@ -479,7 +483,7 @@ impl RedisServer {
         let log_err = log
             .try_clone()
             .map_err(|e| SpawnError::Fatal(format!("cannot clone log handle: {e}")))?;
-        let child = Command::new("redis-server")
+        let child = crate::server_binary::server()
             .args(self.args())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
@@ -703,7 +707,7 @@ impl RedisServer {
     /// Like [`cli`](Self::cli) with a timeout, returning `Err` instead of
     /// panicking (e.g. to show that a stopped server does not answer).
     pub fn try_cli(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
-        let mut cmd = Command::new("redis-cli");
+        let mut cmd = crate::server_binary::cli();
         cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args(args);
         let output = run_with_timeout(cmd, timeout)?;
