@@ -16,6 +16,7 @@ use crate::metrics::CallMetrics;
 mod call;
 mod cluster;
 mod health;
+mod lua;
 mod node;
 mod ping;
 mod version;
