@@ -86,9 +86,9 @@ async fn one_seed_finds_every_primary_and_outlives_its_own_node() {
     // The seed's node dies; its replica takes over. Everything is found
     // again without it: the table is read from the primaries known.
     cluster.node_by_port(seed).kill();
-    let cluster = tokio::task::spawn_blocking(move || {
-        cluster.wait_for_failover(seed);
-        cluster
+    let (cluster, promoted) = tokio::task::spawn_blocking(move || {
+        let promoted = cluster.wait_for_failover(seed).port();
+        (cluster, promoted)
     })
     .await
     .unwrap();
@@ -102,6 +102,22 @@ async fn one_seed_finds_every_primary_and_outlives_its_own_node() {
     let serving: Vec<u16> = cluster.primaries().iter().map(|p| p.port()).collect();
     assert!(!serving.contains(&seed), "{serving:?}");
     assert_eq!(primaries_with_keys(&cluster), 3);
+
+    // The promoted replica never ran the scripts (the cache is not
+    // replicated): its first calls met NOSCRIPT, each sent again once,
+    // whole, with EVAL; none loaded with SCRIPT LOAD.
+    let node = cluster.node_by_port(promoted);
+    let noscript = node
+        .info("errorstats")
+        .lines()
+        .find_map(|l| l.strip_prefix("errorstat_NOSCRIPT:count="))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let evals = node.command_count("eval");
+    eprintln!("promoted replica: {noscript} NOSCRIPT, {evals} EVAL");
+    assert!(noscript >= 1, "the promoted replica's cache was empty");
+    assert_eq!(evals, noscript, "one EVAL per NOSCRIPT");
+    assert_eq!(node.command_count("script|load"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,7 +51,7 @@ fn noscript_answers(server: &RedisServer) -> u64 {
 
 /// One check of rule `rule` (index in `rules`) on `key`: whether allowed.
 async fn checked(time: &TestTime, rules: &RuleSet, rule: usize, key: &Key) -> bool {
-    let demands = [Demand::new(rule, key.clone(), 1)];
+    let demands = [Demand::new(rule, *key, 1)];
     // Concurrency slots are held with the answer and given back here.
     wait(time, rules.check(&demands))
         .await
