@@ -757,17 +757,19 @@ impl RedisServer {
     /// Waits (at most 5 s) until `instances` Redis backends built on this
     /// server have made their first read of the operations' log (a script
     /// call each, made in the background once subscribed; the first one
-    /// answered `NOSCRIPT` and sent again) and no script call has come for
+    /// answered `NOSCRIPT` and sent again whole, with `EVAL`) and no
+    /// script call (`EVALSHA` or `EVAL`) has come for
     /// 50 ms: calls a test that counts its own must not count (on a loaded
     /// machine they land after the test's `CONFIG RESETSTAT`). It blocks
     /// its thread: call it from a multi-threaded runtime, whose other
     /// workers make the reads.
     pub fn first_reads(&self, instances: u64) {
         let start = Instant::now();
-        let (mut last, mut since) = (self.command_count("evalsha"), Instant::now());
+        let calls = || self.command_count("evalsha") + self.command_count("eval");
+        let (mut last, mut since) = (calls(), Instant::now());
         while start.elapsed() < Duration::from_secs(5) {
             thread::sleep(Duration::from_millis(5));
-            let now = self.command_count("evalsha");
+            let now = calls();
             if now != last {
                 (last, since) = (now, Instant::now());
             } else if now > instances && since.elapsed() >= Duration::from_millis(50) {
