@@ -25,7 +25,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use crate::conn::LuaScript;
 
 /// `now`: the caller's, or Redis `TIME`.
 pub(crate) const NOW: &str = r#"
@@ -381,33 +381,33 @@ return {0, total, now, last, fit}
 "#;
 
 /// A script that reads "now" first.
-fn script(body: &str) -> Script {
-    Script::new(&[NOW, body].concat())
+fn script(body: &str) -> LuaScript {
+    LuaScript::new(&[NOW, body].concat())
 }
 
 /// A script that takes no "now" (the refunds).
-fn refund(body: &str) -> Script {
-    Script::new(body)
+fn refund(body: &str) -> LuaScript {
+    LuaScript::new(body)
 }
 
-pub(crate) static FIXED_WINDOW_REFUND_SCRIPT: LazyLock<Script> =
+pub(crate) static FIXED_WINDOW_REFUND_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| refund(FIXED_WINDOW_REFUND));
-pub(crate) static SLIDING_COUNTER_REFUND_SCRIPT: LazyLock<Script> =
+pub(crate) static SLIDING_COUNTER_REFUND_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| refund(SLIDING_COUNTER_REFUND));
-pub(crate) static FIXED_WINDOW_BATCH_SCRIPT: LazyLock<Script> =
+pub(crate) static FIXED_WINDOW_BATCH_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| script(FIXED_WINDOW_BATCH));
-pub(crate) static SLIDING_COUNTER_BATCH_SCRIPT: LazyLock<Script> =
+pub(crate) static SLIDING_COUNTER_BATCH_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| script(SLIDING_COUNTER_BATCH));
-pub(crate) static GCRA_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_BATCH));
-pub(crate) static GCRA_LEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_LEASE));
-pub(crate) static GCRA_REFUND_SCRIPT: LazyLock<Script> = LazyLock::new(|| refund(GCRA_REFUND));
-pub(crate) static SLIDING_LOG_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(SLIDING_LOG));
-pub(crate) static SLIDING_LOG_REFUND_SCRIPT: LazyLock<Script> =
+pub(crate) static GCRA_BATCH_SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| script(GCRA_BATCH));
+pub(crate) static GCRA_LEASE_SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| script(GCRA_LEASE));
+pub(crate) static GCRA_REFUND_SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| refund(GCRA_REFUND));
+pub(crate) static SLIDING_LOG_SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| script(SLIDING_LOG));
+pub(crate) static SLIDING_LOG_REFUND_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| refund(SLIDING_LOG_REFUND));
-pub(crate) static FIXED_WINDOW_READ_SCRIPT: LazyLock<Script> =
+pub(crate) static FIXED_WINDOW_READ_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| script(FIXED_WINDOW_READ));
-pub(crate) static SLIDING_COUNTER_READ_SCRIPT: LazyLock<Script> =
+pub(crate) static SLIDING_COUNTER_READ_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| script(SLIDING_COUNTER_READ));
-pub(crate) static GCRA_READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| script(GCRA_READ));
-pub(crate) static SLIDING_LOG_READ_SCRIPT: LazyLock<Script> =
+pub(crate) static GCRA_READ_SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| script(GCRA_READ));
+pub(crate) static SLIDING_LOG_READ_SCRIPT: LazyLock<LuaScript> =
     LazyLock::new(|| script(SLIDING_LOG_READ));

@@ -20,7 +20,6 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::process::Command;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -231,7 +230,7 @@ impl RedisCluster {
     }
 
     fn create_with_redis_cli(&self, replicas_per_primary: usize) {
-        let mut cmd = Command::new("redis-cli");
+        let mut cmd = crate::server_binary::cli();
         if let Some(tls) = self.nodes[0].tls() {
             cmd.args(tls.cli_args());
         }
@@ -275,13 +274,12 @@ impl RedisCluster {
             };
             node.query(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()])
                 .unwrap_or_else(|e| fail(e));
-            node.query(&[
-                "CLUSTER",
-                "ADDSLOTSRANGE",
-                &start.to_string(),
-                &end.to_string(),
-            ])
-            .unwrap_or_else(|e| fail(e));
+            // `ADDSLOTS` with every slot, not `ADDSLOTSRANGE`: Redis 6.2
+            // does not have it.
+            let slots: Vec<String> = (start..=end).map(|s| s.to_string()).collect();
+            let mut args = vec!["CLUSTER", "ADDSLOTS"];
+            args.extend(slots.iter().map(String::as_str));
+            node.query(&args).unwrap_or_else(|e| fail(e));
         }
         for node in &self.nodes[1..] {
             self.nodes[0]

@@ -7,6 +7,8 @@
 //!   test starts, stops, kills and restarts ([`RedisServer`]).
 //! * [`redis_tls`]: TLS servers and clusters (a CA made for the test, its
 //!   certificates as PEM files; the certificates need feature `redis-tls`).
+//! * [`server_binary`]: which server those are (`redis-server`, or the
+//!   binary `THROTTLE_REDIS_SERVER` names: Valkey, an older Redis).
 //! * [`cluster`]: Redis Cluster nodes joined into a cluster, with failover
 //!   waits ([`RedisCluster`]).
 //! * [`proxy`]: a TCP proxy in front of a server that answers one reply in
@@ -43,6 +45,7 @@ pub mod proxy;
 pub mod redis_server;
 pub mod redis_tls;
 pub mod sentinel;
+pub mod server_binary;
 #[cfg(feature = "tls")]
 pub mod tls;
 

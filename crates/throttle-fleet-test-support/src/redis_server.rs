@@ -36,6 +36,10 @@
 //! assert_eq!(redis.command_count("evalsha"), 1);
 //! ```
 //!
+//! The binary is `redis-server`, or the one `THROTTLE_REDIS_SERVER` names
+//! (a `valkey-server`, an older Redis): see
+//! [`server_binary`](crate::server_binary).
+//!
 //! Signals go through the `kill` command (the workspace forbids `unsafe`).
 //! Every wait has a deadline and panics with the server's log tail.
 //! Everything is synchronous std code; async tests may call it directly (it
@@ -547,7 +551,7 @@ impl RedisServer {
         let log_err = log
             .try_clone()
             .map_err(|e| SpawnError::Fatal(format!("cannot clone log handle: {e}")))?;
-        let child = Command::new("redis-server")
+        let child = crate::server_binary::server()
             .args(self.args())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
@@ -803,7 +807,7 @@ impl RedisServer {
     /// Like [`cli`](Self::cli) with a timeout, returning `Err` instead of
     /// panicking (e.g. to show that a stopped server does not answer).
     pub fn try_cli(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
-        let mut cmd = Command::new("redis-cli");
+        let mut cmd = crate::server_binary::cli();
         cmd.args(self.cli_args()).args(args);
         let output = run_with_timeout(cmd, timeout)?;
         if output.status.success() {
@@ -852,17 +856,19 @@ impl RedisServer {
     /// Waits (at most 5 s) until `instances` Redis backends built on this
     /// server have made their first read of the operations' log (a script
     /// call each, made in the background once subscribed; the first one
-    /// answered `NOSCRIPT` and sent again) and no script call has come for
+    /// answered `NOSCRIPT` and sent again whole, with `EVAL`) and no
+    /// script call (`EVALSHA` or `EVAL`) has come for
     /// 50 ms: calls a test that counts its own must not count (on a loaded
     /// machine they land after the test's `CONFIG RESETSTAT`). It blocks
     /// its thread: call it from a multi-threaded runtime, whose other
     /// workers make the reads.
     pub fn first_reads(&self, instances: u64) {
         let start = Instant::now();
-        let (mut last, mut since) = (self.command_count("evalsha"), Instant::now());
+        let calls = || self.command_count("evalsha") + self.command_count("eval");
+        let (mut last, mut since) = (calls(), Instant::now());
         while start.elapsed() < Duration::from_secs(5) {
             thread::sleep(Duration::from_millis(5));
-            let now = self.command_count("evalsha");
+            let now = calls();
             if now != last {
                 (last, since) = (now, Instant::now());
             } else if now > instances && since.elapsed() >= Duration::from_millis(50) {

@@ -48,9 +48,6 @@ impl ApproximateBackend {
     ) -> Result<Self, ConfigError> {
         options.validate()?;
         let redis = Redis::connect(config).await?;
-        if let Some(version) = redis.server_version().await {
-            super::check_version(version)?;
-        }
         // Nothing on the request path would tell a local decision that a
         // node is gone: it is watched.
         Redis::watch(&redis);

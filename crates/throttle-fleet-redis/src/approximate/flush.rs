@@ -7,14 +7,13 @@ use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use redis::Script;
-
 use super::buckets::{Buckets, each};
 use super::claims::Reply;
 use super::limiter::ApproxRule;
 use super::meter::{Window, flag};
 use super::plan::{self, Planning, Write};
 use super::view::View;
+use crate::conn::{Eval, LuaScript};
 
 /// The buckets a flush call is out to, marked for as long as it is (a
 /// dropped call unmarks them too).
@@ -59,7 +58,8 @@ struct Part {
 }
 
 /// The flush script (see `flush.lua`).
-static FLUSH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("flush.lua")));
+static FLUSH_SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("flush.lua")));
 
 /// The most keys one flush call carries.
 pub(super) const FLUSH_CHUNK: usize = 1_000;
@@ -231,9 +231,14 @@ impl ApproxRule {
                     .min(1_000)
             }
         };
-        let mut inv = FLUSH_SCRIPT.prepare_invoke();
-        inv.key(self.layout.hash(bucket, interval))
-            .key(self.layout.hash(bucket, interval.saturating_sub(1)))
+        let mut inv = Eval::new(
+            &FLUSH_SCRIPT,
+            2,
+            10 + 6 * writes.len(),
+            200 + 80 * writes.len(),
+        );
+        inv.arg(self.layout.hash(bucket, interval))
+            .arg(self.layout.hash(bucket, interval.saturating_sub(1)))
             .arg(&self.instance)
             .arg(ttl_ms)
             .arg(self.limit)

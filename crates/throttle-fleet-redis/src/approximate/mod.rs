@@ -51,33 +51,3 @@ mod view;
 pub use backend::ApproximateBackend;
 pub use options::ApproximateOptions;
 pub use stats::ApproximateStats;
-
-/// The oldest Redis the flush script runs on (multi-field `HSET`, `HMGET`,
-/// Lua 5.1); checked when the backend starts and Redis answers.
-pub(crate) const MIN_REDIS: (u32, u32) = (6, 0);
-
-/// Refuses a Redis older than [`MIN_REDIS`], naming the versions.
-pub(crate) fn check_version(version: (u32, u32)) -> Result<(), throttle_fleet_core::ConfigError> {
-    if version < MIN_REDIS {
-        return Err(throttle_fleet_core::ConfigError::new(
-            "redis.version",
-            format!(
-                "Redis {}.{} is older than {}.{}, the oldest the approximate mode's flush script runs on",
-                version.0, version.1, MIN_REDIS.0, MIN_REDIS.1
-            ),
-        ));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn an_old_redis_is_refused_by_name() {
-        let err = super::check_version((5, 0)).unwrap_err();
-        assert_eq!(err.field(), "redis.version");
-        assert!(err.to_string().contains("5.0"), "{err}");
-        assert!(super::check_version((6, 0)).is_ok());
-        assert!(super::check_version((7, 2)).is_ok());
-    }
-}

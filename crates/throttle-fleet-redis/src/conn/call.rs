@@ -1,12 +1,15 @@
 //! Script calls as the connection sends them: a `redis::ScriptInvocation`,
 //! or an [`Eval`], an `EVALSHA` written straight into one command buffer
 //! (no per-argument vectors, no copy into a second command) whose reply is
-//! read as it arrives.
+//! read as it arrives. A script the server's cache has lost (`NOSCRIPT`)
+//! is sent again whole: one round trip more, never a failure.
 
 use std::future::Future;
 
 use redis::aio::ConnectionManager;
-use redis::{Cmd, Pipeline, RedisResult, Script, ScriptInvocation, ToRedisArgs, Value};
+use redis::{Arg, Cmd, RedisResult, ScriptInvocation, ToRedisArgs, Value};
+
+use super::LuaScript;
 
 /// A script call that can be sent on a connection.
 pub(crate) trait Call: Sync {
@@ -24,33 +27,36 @@ fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
-/// `ASKING`, then the call `fill` adds, in one pipeline; the script is
-/// loaded with `load` if Redis does not know it.
-async fn asking(
-    conn: &mut ConnectionManager,
-    fill: impl FnOnce(&mut Pipeline),
-    load: &ScriptInvocation<'_>,
-) -> RedisResult<Value> {
-    let mut pipe = redis::pipe();
-    fill(pipe.cmd("ASKING").ignore());
-    match pipe.query_async::<(Value,)>(conn).await {
-        Err(e) if is_noscript(&e) => {
-            load.load_async(conn).await?;
-            pipe.query_async::<(Value,)>(conn).await.map(|(v,)| v)
-        }
-        r => r.map(|(v,)| v),
-    }
-}
+/// How many times a [`ScriptInvocation`] is sent (each a load and a call
+/// again after `NOSCRIPT`) before its `NOSCRIPT` is the answer.
+const INVOCATION_TRIES: usize = 3;
 
+/// A `redis::ScriptInvocation` (the public connection's calls): its body is
+/// not to be had, so after `NOSCRIPT` it is loaded (`SCRIPT LOAD`) and sent
+/// again by hash, as redis-rs does; a cache emptied again in between (a
+/// `SCRIPT FLUSH`, a proxy that sent the load to another backend) is met
+/// by trying again, [`INVOCATION_TRIES`] times in all.
 impl Call for ScriptInvocation<'_> {
     async fn send(&self, conn: &mut ConnectionManager, ask: bool) -> RedisResult<Value> {
-        if ask {
-            let fill = |p: &mut Pipeline| {
-                p.invoke_script(self);
+        let mut tries = 1;
+        loop {
+            let reply = if ask {
+                let mut pipe = redis::pipe();
+                pipe.cmd("ASKING").ignore().invoke_script(self);
+                match pipe.query_async::<(Value,)>(conn).await {
+                    Err(e) if is_noscript(&e) => {
+                        self.load_async(conn).await?;
+                        pipe.query_async::<(Value,)>(conn).await.map(|(v,)| v)
+                    }
+                    r => r.map(|(v,)| v),
+                }
+            } else {
+                self.invoke_async(conn).await
             };
-            asking(conn, fill, self).await
-        } else {
-            self.invoke_async(conn).await
+            match reply {
+                Err(e) if is_noscript(&e) && tries < INVOCATION_TRIES => tries += 1,
+                r => return r,
+            }
         }
     }
 }
@@ -74,13 +80,13 @@ impl Call for Cmd {
 /// command as they are added.
 pub(crate) struct Eval {
     cmd: Cmd,
-    script: &'static Script,
+    script: &'static LuaScript,
 }
 
 impl Eval {
     /// A call of `script` with `keys` keys (to be added first, then the
     /// arguments), with room for `args` more arguments of `bytes` bytes.
-    pub(crate) fn new(script: &'static Script, keys: usize, args: usize, bytes: usize) -> Self {
+    pub(crate) fn new(script: &'static LuaScript, keys: usize, args: usize, bytes: usize) -> Self {
         let mut cmd = Cmd::with_capacity(3 + args, 64 + bytes);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
         Self { cmd, script }
@@ -92,29 +98,63 @@ impl Eval {
         self.cmd.arg(arg);
         self
     }
+
+    /// The same call with the script's body in place of its hash: `EVAL`
+    /// runs it and caches it, in one round trip.
+    fn whole(&self) -> Cmd {
+        let args = self.cmd.args_iter();
+        let mut cmd = Cmd::with_capacity(args.len(), self.script.body().len() + 256);
+        cmd.arg("EVAL").arg(self.script.body());
+        for arg in args.skip(2) {
+            if let Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        cmd
+    }
 }
 
+/// `EVALSHA`, and after `NOSCRIPT` the same call with `EVAL` (the script's
+/// body): one round trip more, and no second `NOSCRIPT` to meet, since the
+/// `EVAL` carries what it runs.
 impl Call for Eval {
     async fn send(&self, conn: &mut ConnectionManager, ask: bool) -> RedisResult<Value> {
-        if ask {
-            let call = self.cmd.clone();
-            let fill = |p: &mut Pipeline| {
-                p.add_command(call);
-            };
-            return asking(conn, fill, &self.script.prepare_invoke()).await;
-        }
-        match conn
-            .send_packed_command(&self.cmd)
-            .await
-            .and_then(Value::extract_error)
-        {
-            Err(e) if is_noscript(&e) => {
-                self.script.prepare_invoke().load_async(conn).await?;
-                conn.send_packed_command(&self.cmd)
-                    .await
-                    .and_then(Value::extract_error)
-            }
+        match self.cmd.send(conn, ask).await {
+            Err(e) if is_noscript(&e) => self.whole().send(conn, ask).await,
             r => r,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::LazyLock;
+
+    use super::*;
+
+    static SCRIPT: LazyLock<LuaScript> =
+        LazyLock::new(|| LuaScript::new("return {KEYS[1], ARGV[1], ARGV[2]}"));
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_sent_whole_carries_the_body_and_the_same_keys_and_arguments() {
+        let mut eval = Eval::new(&SCRIPT, 1, 2, 16);
+        eval.arg("rl:{a}:k").arg(7).arg("x y");
+        assert_eq!(
+            words(&eval.cmd),
+            ["EVALSHA", SCRIPT.get_hash(), "1", "rl:{a}:k", "7", "x y"]
+        );
+        assert_eq!(
+            words(&eval.whole()),
+            ["EVAL", SCRIPT.body(), "1", "rl:{a}:k", "7", "x y"]
+        );
     }
 }

@@ -232,9 +232,14 @@ impl Cluster {
             let host = match host {
                 Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
                 Value::SimpleString(s) => s.clone(),
+                // `cluster-preferred-endpoint-type unknown-endpoint`: a
+                // NULL endpoint, the node asked at the port given.
+                Value::Nil => String::new(),
                 _ => continue,
             };
-            // An empty or unknown host means the node that answered.
+            // An empty or unknown host means the node that answered. A
+            // host name (`cluster-preferred-endpoint-type hostname`) is
+            // kept as it is: the node is reached by that name.
             let host = if host.is_empty() || host == "?" {
                 asked_host.to_owned()
             } else {

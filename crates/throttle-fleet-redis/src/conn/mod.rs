@@ -17,6 +17,7 @@ mod call;
 mod cluster;
 pub(crate) mod endpoint;
 mod health;
+mod lua;
 mod node;
 mod ping;
 mod refusal;
@@ -27,11 +28,10 @@ mod watch;
 
 pub(crate) use call::{Call, Eval};
 use cluster::{Cluster, Redirect, redirect};
+pub(crate) use lua::LuaScript;
 use node::Node;
 use ping::ping_every;
 use sentinel::Sentinel;
-
-use version::parse_version;
 
 /// Counters of a Redis backend, for dashboards and for trusting it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -168,6 +168,7 @@ impl Redis {
                 }
             }
         }
+        redis.check_server().await?;
         Ok(redis)
     }
 
@@ -393,31 +394,6 @@ impl Redis {
                 None => sentinel.resolve(patience).await,
             },
         }
-    }
-
-    /// The server's version (`INFO server`), if it answers; for a cluster,
-    /// that of one primary.
-    pub(crate) async fn server_version(&self) -> Option<(u32, u32)> {
-        let node = match &self.route {
-            Route::Single(node) => node.clone(),
-            Route::Cluster(cluster) => cluster.nodes().into_iter().next()?,
-            Route::Sentinel(sentinel) => sentinel.primary()?,
-        };
-        let mut conn = node.conn();
-        let cmd = redis::cmd("INFO").arg("server").to_owned();
-        let info =
-            match tokio::time::timeout(self.patience(), cmd.query_async::<redis::Value>(&mut conn))
-                .await
-            {
-                Ok(Ok(v)) => v,
-                _ => return None,
-            };
-        let text = match info {
-            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-            redis::Value::VerbatimString { text, .. } => text,
-            _ => return None,
-        };
-        parse_version(&text)
     }
 
     pub(crate) fn stats(&self) -> RedisStats {

@@ -1,7 +1,7 @@
 //! A rule's algorithm compiled for the exact mode's scripts: the keys it
 //! touches, the arguments it sends and how its replies read.
 
-use redis::Script;
+use crate::conn::LuaScript;
 use throttle_fleet_core::algorithm::Step;
 use throttle_fleet_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, Meter, SlidingWindowCounter,
@@ -80,7 +80,7 @@ impl Compiled {
 
     /// The script that runs many checks of this rule in one call, for
     /// every algorithm but the log (whose checks each walk a sorted set).
-    pub(super) fn batch_script(&self) -> Option<&'static Script> {
+    pub(super) fn batch_script(&self) -> Option<&'static LuaScript> {
         match self {
             Self::Fixed(_) => Some(&FIXED_WINDOW_BATCH_SCRIPT),
             Self::Counter(_) => Some(&SLIDING_COUNTER_BATCH_SCRIPT),
@@ -190,7 +190,7 @@ impl Compiled {
 
     /// The script that reads a key's state as a check of cost 0 would
     /// find it, writing nothing.
-    pub(super) fn read_script(&self) -> &'static Script {
+    pub(super) fn read_script(&self) -> &'static LuaScript {
         match self {
             Self::Fixed(_) => &FIXED_WINDOW_READ_SCRIPT,
             Self::Counter(_) => &SLIDING_COUNTER_READ_SCRIPT,
@@ -216,7 +216,7 @@ impl Compiled {
         }
     }
 
-    pub(super) fn refund_script(&self) -> &'static Script {
+    pub(super) fn refund_script(&self) -> &'static LuaScript {
         match self {
             Self::Fixed(_) => &FIXED_WINDOW_REFUND_SCRIPT,
             Self::Counter(_) => &SLIDING_COUNTER_REFUND_SCRIPT,

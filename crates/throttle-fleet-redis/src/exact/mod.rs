@@ -18,7 +18,7 @@ pub use backend::ExactBackend;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use redis::Script;
+use crate::conn::LuaScript;
 use throttle_fleet_core::algorithm::SlidingWindowLog;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::OpError;
@@ -92,7 +92,7 @@ impl Inner {
 
     /// A call of `script` for `key`'s checks: its keys written, room for
     /// `args` arguments.
-    fn invocation(&self, script: &'static Script, key: &Key, args: usize) -> Eval {
+    fn invocation(&self, script: &'static LuaScript, key: &Key, args: usize) -> Eval {
         let suffixes = self.compiled.suffixes();
         let mut inv = Eval::new(script, suffixes.len(), args, 20 * args);
         for suffix in suffixes {

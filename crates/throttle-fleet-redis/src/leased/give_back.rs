@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::conn::Eval;
 use crate::scripts::GCRA_REFUND_SCRIPT;
 
 use super::limiter::LeaseRule;
@@ -58,9 +59,9 @@ impl LeaseRule {
             }
         });
         let returns = back.iter().map(|&(key, tokens)| async move {
-            let mut inv = GCRA_REFUND_SCRIPT.prepare_invoke();
+            let mut inv = Eval::new(&GCRA_REFUND_SCRIPT, 1, 3, 64);
             let (inc_us, inc_rem) = self.gcra.increment(tokens);
-            inv.key(self.keys.key(&key, "gcra"))
+            inv.arg(self.keys.key(&key, "gcra"))
                 .arg(self.gcra.limit())
                 .arg(inc_us)
                 .arg(inc_rem);

@@ -57,12 +57,12 @@ use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redis::{Script, Value};
+use redis::Value;
 use throttle_fleet_core::backend::Unavailable;
 use throttle_fleet_core::operate::{Block, OpError};
 use throttle_fleet_core::{Clock, Key};
 
-use crate::conn::{Eval, Redis};
+use crate::conn::{Eval, LuaScript, Redis};
 use crate::schedule::micros;
 pub(crate) use limiter::{FleetOps, fleet_operations};
 pub(crate) use tables::RuleOps;
@@ -81,15 +81,15 @@ const RESET_HOLD: Duration = Duration::from_secs(86_400);
 /// (`outbox.rs`), since nothing could order it any more.
 const ORDER_HOLD: Duration = Duration::from_secs(86_400);
 
-static OP: LazyLock<Script> =
-    LazyLock::new(|| Script::new(concat!(include_str!("sweep.lua"), include_str!("op.lua"))));
-static PENALTY: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static OP: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(concat!(include_str!("sweep.lua"), include_str!("op.lua"))));
+static PENALTY: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
         include_str!("sweep.lua"),
         include_str!("penalty.lua")
     ))
 });
-static POLL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("poll.lua")));
+static POLL: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str!("poll.lua")));
 
 /// The backend's operations: the rules' tables and the log's reader.
 pub(crate) struct Operations {

@@ -14,7 +14,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use crate::conn::LuaScript;
 
 use crate::scripts::NOW;
 
@@ -94,8 +94,8 @@ end
 return string.format('%d %d %d', ok, held, now)
 "#;
 
-pub(crate) static SLOTS_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{NOW}{SLOTS}")));
+pub(crate) static SLOTS_SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(&format!("{NOW}{SLOTS}")));
 
 /// `now` for a release, which reads no clock: any value but 0 spares the
 /// script a `TIME` call.
