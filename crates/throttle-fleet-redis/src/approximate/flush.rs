@@ -4,7 +4,7 @@
 //! bound are in `claims.rs`, next to the Rust mirror of `flush.lua`.
 
 use std::sync::LazyLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use redis::Script;
@@ -50,6 +50,27 @@ impl Drop for Answered<'_> {
     }
 }
 
+/// A bucket's flushes: the one out holds `lock`; `waiting` says one
+/// waits for it (at most one does), and `full` that a flush which left
+/// its keys to that one was a span end's, not an early one (the one
+/// waiting then writes every listed key, not only those that asked).
+#[derive(Default)]
+pub(super) struct Turns {
+    lock: tokio::sync::Mutex<()>,
+    waiting: AtomicBool,
+    full: AtomicBool,
+}
+
+/// Lowers a bucket's `waiting` when the flush waiting takes its turn, or
+/// is dropped before it.
+struct Queued<'a>(&'a AtomicBool);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// What the flush of one bucket did.
 struct Part {
     /// Entries written.
@@ -87,13 +108,11 @@ impl ApproxRule {
     /// bucket whose node hangs delays only its own keys and the requests
     /// waiting for them.
     async fn write_buckets(&self, buckets: Buckets, early: bool) -> bool {
-        let now = self.redis.local_now();
         let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let started = Instant::now();
-        let parts = futures_util::future::join_all(
-            each(buckets).map(|b| self.write_bucket(b, now, seq, early)),
-        )
-        .await;
+        let parts =
+            futures_util::future::join_all(each(buckets).map(|b| self.write_bucket(b, seq, early)))
+                .await;
         let written: usize = parts.iter().map(|p| p.written).sum();
         let ok = parts.iter().all(|p| p.ok);
         let c = &self.shared.counters;
@@ -119,12 +138,44 @@ impl ApproxRule {
 
     /// Writes the listed keys of one bucket and applies the answers; then
     /// the requests waiting for them decide again (also if it failed).
-    async fn write_bucket(&self, bucket: u64, now: u64, seq: u32, early: bool) -> Part {
+    ///
+    /// One flush of a bucket is out at a time, and at most one waits for
+    /// it: a flush that finds one waiting leaves its keys to it (that one
+    /// takes the list when its turn comes, so it writes what this one would
+    /// have) and only waits for its answer. So however long a node hangs,
+    /// and however many flushes are tried meanwhile (every probe interval
+    /// while the bucket is down, each span end), once it answers the bucket
+    /// is written twice at most, and an early flush asked then waits behind
+    /// those two, not behind a queue as long as the hang. And a flush reads
+    /// the time once its turn has come: the counts it writes and the span
+    /// its claim is granted for are those of now, not of when it was tried.
+    async fn write_bucket(&self, bucket: u64, seq: u32, early: bool) -> Part {
+        let b = bucket as usize;
+        let bit: Buckets = 1 << bucket;
+        let turn = &self.turns[b];
+        // Read before `waiting`: the flush waiting now takes a number above it.
+        let taken = self.taken[b].load(Ordering::SeqCst);
+        if !early {
+            // Before `waiting`: the flush waiting now writes every listed key.
+            turn.full.store(true, Ordering::SeqCst);
+        }
+        if turn.waiting.swap(true, Ordering::SeqCst) {
+            self.answered_after(bucket, taken).await;
+            return Part {
+                written: 0,
+                ok: self.view.redis_down.load(Ordering::Relaxed) & bit == 0,
+            };
+        }
         // One flush of a bucket at a time, and its list taken under it: a
         // shutdown that finds it empty waits for the flush that took it,
         // and a flush dropped while waiting takes nothing.
-        let _one = self.flushing[bucket as usize].lock().await;
-        let number = self.taken[bucket as usize].fetch_add(1, Ordering::SeqCst) + 1;
+        let queued = Queued(&turn.waiting);
+        let _one = turn.lock.lock().await;
+        // Its turn (or dropped while waiting): the next flush tried waits.
+        drop(queued);
+        let early = early && !turn.full.swap(false, Ordering::SeqCst);
+        let now = self.redis.local_now();
+        let number = self.taken[b].fetch_add(1, Ordering::SeqCst) + 1;
         let keys = self.take_listed(1 << bucket);
         // Answered however the write ends (a flush dropped midway too).
         let _answered = Answered {
@@ -157,7 +208,6 @@ impl ApproxRule {
             .counters
             .dropped
             .fetch_add(dropped, Ordering::Relaxed);
-        let bit: Buckets = 1 << bucket;
         let ok = if writes.is_empty() {
             if self.view.redis_down.load(Ordering::Relaxed) & bit == 0 {
                 return Part {
@@ -334,7 +384,88 @@ fn replies_of(reply: &str) -> impl Iterator<Item = &str> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use throttle_fleet_core::{Key, Quota, Rule};
+    use throttle_fleet_test_support::{DelayingProxy, RedisServer};
+
+    use super::super::limiter::ApproxLimiter;
+    use super::super::options::ApproximateOptions;
+    use super::super::shared::Shared;
     use super::replies_of;
+    use crate::RedisConfig;
+    use crate::conn::Redis;
+
+    /// The flushes tried while a bucket's flush waits for a hung node (a
+    /// retry every probe interval, a span end) do not queue one behind the
+    /// other: one waits and takes the list when its turn comes, the others
+    /// leave their keys to it. Once the node answers the bucket takes two
+    /// turns (the flush that was out, the one that waited), not one per
+    /// flush tried, each a round trip with the time it was tried at: an
+    /// early flush asked after the node came back waited behind all of
+    /// them. The flushes are called here as the schedule calls them; the
+    /// count of turns is exact (red without the waiting flag: 11 turns).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn flushes_tried_while_one_waits_for_a_hung_node_take_one_turn() {
+        let redis = RedisServer::start();
+        let proxy = DelayingProxy::start(redis.port());
+        let config = RedisConfig::standalone(proxy.url());
+        let redis_conn = Redis::connect(config).await.unwrap();
+        // The flush out waits for the node as long as the test needs.
+        let options = ApproximateOptions::default()
+            .spans(2)
+            .flush_timeout(Duration::from_secs(30));
+        let shared = Arc::new(Shared::new(options));
+        let rule =
+            Rule::new("ip", Quota::new(1_000_000, Duration::from_secs(7_200))).fixed_window();
+        let limiter = ApproxLimiter::new(redis_conn, shared, Arc::default(), &rule).unwrap();
+        let rule = limiter.rule().clone();
+        let key = Key::from(7u64);
+        let bucket = rule.layout.bucket_of(&key) as usize;
+        assert!(matches!(
+            rule.decide(&key, 1),
+            throttle_fleet_core::Answer::Ready(Ok(o)) if o.step.allowed
+        ));
+        assert!(rule.flush().await, "Redis answers before the hang");
+        let before = rule.taken[bucket].load(Ordering::SeqCst);
+
+        proxy.hang();
+        let _ = rule.decide(&key, 1);
+        let out = tokio::spawn({
+            let rule = rule.clone();
+            async move { rule.flush().await }
+        });
+        while rule.taken[bucket].load(Ordering::SeqCst) == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Ten more tried while it is out (ten probe intervals, say).
+        let tried: Vec<_> = (0..10)
+            .map(|_| {
+                let rule = rule.clone();
+                tokio::spawn(async move { rule.flush().await })
+            })
+            .collect();
+        // Each has found the one waiting by then (a spawned task is polled
+        // within a millisecond or so, on a loaded machine within tens).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        proxy.resume();
+        assert!(
+            out.await.unwrap(),
+            "the flush out failed once the node answered"
+        );
+        for flush in tried {
+            assert!(flush.await.unwrap(), "a flush tried during the hang failed");
+        }
+        let turns = rule.taken[bucket].load(Ordering::SeqCst) - before;
+        assert!(
+            turns <= 2,
+            "the bucket took {turns} turns for 11 flushes tried while its node hung (at most \
+             the one out and one waiting)"
+        );
+        assert_eq!(rule.unwritten(), 0, "a count was left unwritten");
+    }
 
     #[test]
     fn a_flush_answer_is_one_reply_per_key() {
