@@ -233,20 +233,12 @@ async fn exact_mode_through_a_cluster_primary_hung_and_killed() {
     suite(Mode::Exact).await;
 }
 
-/// Still fails now and then (about 1 run in 10 to 17 here, after the two
-/// causes found were mended: the suite no longer starts a phase before the
-/// resumed primary's breaker has closed, and one late heartbeat no longer
-/// opens a breaker): once a single 429 to a client beside the killed
-/// primary, once a request that took 2.96 s while the primary was killed;
-/// neither is understood yet. Until they are, the suite runs once more on a
-/// fresh cluster when the first run fails, and prints that failure, so that
-/// a regression that fails every time still goes red.
+/// Run 50 times in a row before a change to the approximate mode's flushes
+/// or to the Cluster routing is merged (the guide's failure chapter has the
+/// loop): a defect of either showed here once in a dozen runs or so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approximate_mode_through_a_cluster_primary_hung_and_killed() {
-    if let Err(first) = tokio::spawn(suite(Mode::Approximate)).await {
-        eprintln!("approximate cluster suite, first run failed (known, see above): {first}");
-        suite(Mode::Approximate).await;
-    }
+    suite(Mode::Approximate).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
