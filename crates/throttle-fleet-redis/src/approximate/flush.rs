@@ -388,10 +388,10 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    use throttle_fleet_core::{Key, Quota, Rule};
+    use throttle_fleet_core::{Answer, Key, Quota, Rule};
     use throttle_fleet_test_support::{DelayingProxy, RedisServer};
 
-    use super::super::limiter::ApproxLimiter;
+    use super::super::limiter::{ApproxLimiter, ApproxRule};
     use super::super::options::ApproximateOptions;
     use super::super::shared::Shared;
     use super::replies_of;
@@ -403,36 +403,24 @@ mod tests {
     /// other: one waits and takes the list when its turn comes, the others
     /// leave their keys to it. Once the node answers the bucket takes two
     /// turns (the flush that was out, the one that waited), not one per
-    /// flush tried, each a round trip with the time it was tried at: an
-    /// early flush asked after the node came back waited behind all of
-    /// them. The flushes are called here as the schedule calls them; the
-    /// count of turns is exact (red without the waiting flag: 11 turns).
+    /// flush tried, each a round trip; an early flush asked after the node
+    /// came back waited behind all of them. The flushes are called here as
+    /// the schedule calls them; the count of turns is exact (red without
+    /// the waiting flag: 11 turns).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn flushes_tried_while_one_waits_for_a_hung_node_take_one_turn() {
         let redis = RedisServer::start();
         let proxy = DelayingProxy::start(redis.port());
-        let config = RedisConfig::standalone(proxy.url());
-        let redis_conn = Redis::connect(config).await.unwrap();
-        // The flush out waits for the node as long as the test needs.
-        let options = ApproximateOptions::default()
-            .spans(2)
-            .flush_timeout(Duration::from_secs(30));
-        let shared = Arc::new(Shared::new(options));
-        let rule =
-            Rule::new("ip", Quota::new(1_000_000, Duration::from_secs(7_200))).fixed_window();
-        let limiter = ApproxLimiter::new(redis_conn, shared, Arc::default(), &rule).unwrap();
-        let rule = limiter.rule().clone();
+        let (rule, _limiter) = rule(proxy.url(), 2, Duration::from_secs(3_600)).await;
         let key = Key::from(7u64);
         let bucket = rule.layout.bucket_of(&key) as usize;
-        assert!(matches!(
-            rule.decide(&key, 1),
-            throttle_fleet_core::Answer::Ready(Ok(o)) if o.step.allowed
-        ));
+        for _ in 0..20 {
+            assert!(allowed(&rule, &key), "a new key within its credit");
+        }
         assert!(rule.flush().await, "Redis answers before the hang");
         let before = rule.taken[bucket].load(Ordering::SeqCst);
 
         proxy.hang();
-        let _ = rule.decide(&key, 1);
         let out = tokio::spawn({
             let rule = rule.clone();
             async move { rule.flush().await }
@@ -465,6 +453,89 @@ mod tests {
              the one out and one waiting)"
         );
         assert_eq!(rule.unwritten(), 0, "a count was left unwritten");
+    }
+
+    /// A flush that waited for its turn (behind one out to a hung node)
+    /// writes with the time of its turn: written with the time it was
+    /// asked at, spans before, its claim was granted for a span already
+    /// over, and the request waiting for its answer was denied (a lone 429
+    /// to a client of a Cluster primary hung, then resumed, in
+    /// `http_cluster_faults`). Here the flush out is the test holding the
+    /// bucket's turn for three spans; red with the time read when the
+    /// flush is asked for (the request denied).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flush_that_waited_for_its_turn_grants_for_the_span_it_writes_in() {
+        const SPAN: Duration = Duration::from_millis(400);
+        let redis = RedisServer::start();
+        // 1,000 spans of 400 ms: no credit (a new key's first request
+        // waits for a claim).
+        let (rule, _limiter) = rule(redis.url(), 1_000, SPAN).await;
+        let key = Key::from(7u64);
+        let bucket = rule.layout.bucket_of(&key) as usize;
+        // Not near an interval's end (the counts start over there).
+        let into = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            % (1_000 * SPAN.as_micros());
+        let left = (1_000 * SPAN.as_micros() - into) as u64;
+        if left < 10_000_000 {
+            tokio::time::sleep(Duration::from_micros(left + 10_000)).await;
+        }
+
+        let out = rule.turns[bucket].lock.lock().await;
+        // Asks for a claim (no credit: it would wait for one).
+        let first = rule.decide(&key, 1);
+        assert!(matches!(first, Answer::Pending(_)), "no credit: it waits");
+        drop(first);
+        let asked = tokio::spawn({
+            let rule = rule.clone();
+            async move { rule.flush_asked().await }
+        });
+        tokio::time::sleep(3 * SPAN).await;
+        // Three spans on, a request waits for that flush's answer.
+        let Answer::Pending(waiting) = rule.decide(&key, 1) else {
+            panic!("the key's request was decided without its claim");
+        };
+        let waiting = tokio::spawn(waiting);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(out);
+        assert!(asked.await.unwrap(), "the early flush failed");
+        let decided = waiting.await.unwrap().unwrap();
+        assert!(
+            decided.step.allowed && !decided.degraded,
+            "the request that waited for the claim was {}: the claim was granted for the span \
+             the flush was asked in, three spans before it was written",
+            if decided.step.allowed {
+                "decided by the failure policy"
+            } else {
+                "denied"
+            }
+        );
+        assert!(allowed(&rule, &key), "the next request waits again");
+    }
+
+    /// A fail-open rule of 1,000 per `spans` x `span` on `url`, and its
+    /// limiter (kept: dropping it retires the rule).
+    async fn rule(url: String, spans: u32, span: Duration) -> (Arc<ApproxRule>, ApproxLimiter) {
+        // A request waits up to a second for a claim.
+        let config = RedisConfig::standalone(url).command_timeout(Duration::from_secs(1));
+        let redis = Redis::connect(config).await.unwrap();
+        // The flush out waits for the node as long as a test needs.
+        let options = ApproximateOptions::default()
+            .spans(spans)
+            .flush_timeout(Duration::from_secs(30));
+        let shared = Arc::new(Shared::new(options));
+        let period = span * spans;
+        let rule = Rule::new("ip", Quota::new(1_000, period))
+            .fixed_window()
+            .fail_open();
+        let limiter = ApproxLimiter::new(redis, shared, Arc::default(), &rule).unwrap();
+        (limiter.rule().clone(), limiter)
+    }
+
+    fn allowed(rule: &Arc<ApproxRule>, key: &Key) -> bool {
+        matches!(rule.decide(key, 1), Answer::Ready(Ok(o)) if o.step.allowed)
     }
 
     #[test]
