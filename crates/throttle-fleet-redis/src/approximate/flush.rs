@@ -472,16 +472,7 @@ mod tests {
         let (rule, _limiter) = rule(redis.url(), 1_000, SPAN).await;
         let key = Key::from(7u64);
         let bucket = rule.layout.bucket_of(&key) as usize;
-        // Not near an interval's end (the counts start over there).
-        let into = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % (1_000 * SPAN.as_micros());
-        let left = (1_000 * SPAN.as_micros() - into) as u64;
-        if left < 10_000_000 {
-            tokio::time::sleep(Duration::from_micros(left + 10_000)).await;
-        }
+        away_from_interval_end(1_000 * SPAN).await;
 
         let out = rule.turns[bucket].lock.lock().await;
         // Asks for a claim (no credit: it would wait for one).
@@ -513,6 +504,75 @@ mod tests {
             }
         );
         assert!(allowed(&rule, &key), "the next request waits again");
+    }
+
+    /// A request waiting for a claim waits for the flush that took its key,
+    /// not for any flush numbered after it: here one that took the list
+    /// just before the key was listed (nothing written) is over, and the
+    /// one that took the key is out to a hung node when something wakes
+    /// the request (another bucket's answer). Red with the wait ended on
+    /// the first: the request decided before its claim came, and denied
+    /// (a lone 429 beside a hung Cluster primary, whose retries every
+    /// probe interval make such flushes overlap).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_waits_for_the_flush_that_took_its_key() {
+        const SPAN: Duration = Duration::from_millis(400);
+        let redis = RedisServer::start();
+        let proxy = DelayingProxy::start(redis.port());
+        let (rule, _limiter) = rule(proxy.url(), 1_000, SPAN).await;
+        let key = Key::from(7u64);
+        let bucket = rule.layout.bucket_of(&key);
+        let b = bucket as usize;
+        away_from_interval_end(1_000 * SPAN).await;
+        // Every connection dialled before the hang.
+        assert!(rule.redis.ping_slot(rule.layout.slot(bucket)).await);
+
+        let Answer::Pending(waiting) = rule.decide(&key, 1) else {
+            panic!("no credit: the first request waits for a claim");
+        };
+        // A flush that took the list before the key was listed, and is over.
+        let empty = rule.taken[b].fetch_add(1, Ordering::SeqCst) + 1;
+        rule.answered(bucket, empty);
+        let waiting = tokio::spawn(waiting);
+        proxy.hang();
+        let asked = tokio::spawn({
+            let rule = rule.clone();
+            async move { rule.flush_asked().await }
+        });
+        while rule.taken[b].load(Ordering::SeqCst) == empty {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Another bucket's answer wakes every waiting request.
+        rule.answers.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxy.resume();
+        assert!(asked.await.unwrap(), "the early flush failed");
+        let decided = waiting.await.unwrap().unwrap();
+        assert!(
+            decided.step.allowed && !decided.degraded,
+            "the request that waited for a claim was {} before the flush that took its key \
+             answered",
+            if decided.step.allowed {
+                "decided by the failure policy"
+            } else {
+                "denied"
+            }
+        );
+    }
+
+    /// Sleeps past the end of the interval of `period` if it is less than
+    /// 10 s away (the counts start over there).
+    async fn away_from_interval_end(period: Duration) {
+        let into = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            % period.as_micros();
+        let left = (period.as_micros() - into) as u64;
+        if left < 10_000_000 {
+            tokio::time::sleep(Duration::from_micros(left + 10_000)).await;
+        }
     }
 
     /// A fail-open rule of 1,000 per `spans` x `span` on `url`, and its

@@ -375,9 +375,7 @@ impl ApproxRule {
                 let notified = self.answers.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                if self.answered[bucket as usize].load(Ordering::SeqCst) > after
-                    && !self.asking(&key)
-                {
+                if !self.asking(&key) && self.all_answered(bucket, after) {
                     return;
                 }
                 notified.await;
@@ -411,6 +409,21 @@ impl ApproxRule {
             }
             notified.await;
         }
+    }
+
+    /// Whether a flush of `bucket` numbered above `after` is over, and no
+    /// flush of it is out. Read after the key was found taken (no longer
+    /// asking): the flush that took it is then over too. One flush of a
+    /// bucket is out at a time (`flush.rs`), so `taken` is at most one above
+    /// `answered`. Without the second half, an earlier flush's answer (one
+    /// that took the list before the key was listed) ended the wait while
+    /// the flush that took the key was still out, and the request was
+    /// decided on a claim that did not cover it yet: denied.
+    fn all_answered(&self, bucket: u64, after: u64) -> bool {
+        let b = bucket as usize;
+        let taken = self.taken[b].load(Ordering::SeqCst);
+        let answered = self.answered[b].load(Ordering::SeqCst);
+        answered > after && answered >= taken
     }
 
     /// Whether `key` still asks for a write (no flush has taken it since).
