@@ -233,16 +233,24 @@ async fn exact_mode_through_a_cluster_primary_hung_and_killed() {
     suite(Mode::Exact).await;
 }
 
-/// Still fails now and then (about 1 run in 10 to 17 here, after the two
-/// causes found were mended: the suite no longer starts a phase before the
-/// resumed primary's breaker has closed, and one late heartbeat no longer
-/// opens a breaker): once a single 429 to a client beside the killed
-/// primary, once a request that took 2.96 s while the primary was killed;
-/// neither is understood yet. Until they are, the suite runs once more on a
-/// fresh cluster when the first run fails, and prints that failure, so that
-/// a regression that fails every time still goes red.
+/// Run 50 times in a row before a change to the approximate mode's flushes
+/// or to the Cluster routing is merged (the guide's failure chapter has the
+/// loop): a defect of either showed here once in a dozen runs or so.
+///
+/// The lone 429 beside the hung primary is found and mended (a request's
+/// wait for a claim ended at another flush's answer; flushes queued behind
+/// a hung node granted for the span they were asked in). One failure is
+/// left, about one run in 16 here: a request that takes seconds (5.1 s,
+/// near the cluster's node timeout) while the primary is hung, not
+/// understood yet. Until it is, the suite runs once more on a fresh
+/// cluster when the first run fails, and prints that failure, so that a
+/// regression that fails every time still goes red; `THROTTLE_NO_RERUN=1`
+/// (the guide's loop) runs it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approximate_mode_through_a_cluster_primary_hung_and_killed() {
+    if std::env::var_os("THROTTLE_NO_RERUN").is_some() {
+        return suite(Mode::Approximate).await;
+    }
     if let Err(first) = tokio::spawn(suite(Mode::Approximate)).await {
         eprintln!("approximate cluster suite, first run failed (known, see above): {first}");
         suite(Mode::Approximate).await;

@@ -16,6 +16,7 @@ use throttle_fleet_core::{
 };
 
 use super::buckets::{AtomicBuckets, Buckets, Layout, each};
+use super::flush::Turns;
 use super::meter::{Asks, Known, SpanMeter, SpanState, Window};
 use super::shared::Shared;
 use super::view::View;
@@ -59,8 +60,8 @@ pub(super) struct ApproxRule {
     /// the rule's number in it, so that two layers (or a new router next to
     /// a retired one) never write each other's entries.
     pub(super) instance: String,
-    /// Held by the flush in progress, per bucket.
-    pub(super) flushing: Box<[tokio::sync::Mutex<()>]>,
+    /// Per bucket, the flush out and the one waiting for it (`flush.rs`).
+    pub(super) turns: Box<[Turns]>,
     /// Per bucket, the number of the last flush that took its list, and of
     /// the last whose answer is applied (or that failed): a request that
     /// waits for a claim waits for a flush that took the list after it was
@@ -205,7 +206,7 @@ impl ApproxLimiter {
                 shared.instance,
                 shared.next_rule.fetch_add(1, Ordering::Relaxed)
             ),
-            flushing: per_bucket(count),
+            turns: per_bucket(count),
             taken: per_bucket(count),
             answered: per_bucket(count),
             answers: Notify::new(),
@@ -374,9 +375,7 @@ impl ApproxRule {
                 let notified = self.answers.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                if self.answered[bucket as usize].load(Ordering::SeqCst) > after
-                    && !self.asking(&key)
-                {
+                if !self.asking(&key) && self.all_answered(bucket, after) {
                     return;
                 }
                 notified.await;
@@ -397,6 +396,34 @@ impl ApproxRule {
             });
         }
         self.decide_now(&key, bucket, cost, true, in_time).0
+    }
+
+    /// Completes once a flush of `bucket` numbered above `taken` is over.
+    pub(super) async fn answered_after(&self, bucket: u64, taken: u64) {
+        loop {
+            let notified = self.answers.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.answered[bucket as usize].load(Ordering::SeqCst) > taken {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether a flush of `bucket` numbered above `after` is over, and no
+    /// flush of it is out. Read after the key was found taken (no longer
+    /// asking): the flush that took it is then over too. One flush of a
+    /// bucket is out at a time (`flush.rs`), so `taken` is at most one above
+    /// `answered`. Without the second half, an earlier flush's answer (one
+    /// that took the list before the key was listed) ended the wait while
+    /// the flush that took the key was still out, and the request was
+    /// decided on a claim that did not cover it yet: denied.
+    fn all_answered(&self, bucket: u64, after: u64) -> bool {
+        let b = bucket as usize;
+        let taken = self.taken[b].load(Ordering::SeqCst);
+        let answered = self.answered[b].load(Ordering::SeqCst);
+        answered > after && answered >= taken
     }
 
     /// Whether `key` still asks for a write (no flush has taken it since).

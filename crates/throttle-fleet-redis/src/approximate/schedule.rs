@@ -12,7 +12,9 @@
 //!   once when a breaker closes.
 //!
 //! Every flush runs detached: a bucket whose node hangs holds up no early
-//! flush of another.
+//! flush of another. The flushes of one bucket tried while its node hangs
+//! (a retry every probe interval) do not queue up: one waits for the flush
+//! out and writes for all of them (`flush.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
