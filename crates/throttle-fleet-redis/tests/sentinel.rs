@@ -82,12 +82,24 @@ async fn client(exact: Arc<dyn Limiter>, open: Arc<dyn Limiter>, done: Arc<Atomi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_followed_to_the_promoted_replica_and_exact_counting_resumes() {
-    the_primary_fails(Fault::Killed).await;
+    the_primary_fails(Fault::Killed, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_primary_is_followed_to_the_promoted_replica_and_exact_counting_resumes() {
-    the_primary_fails(Fault::Hung).await;
+    the_primary_fails(Fault::Hung, None).await;
+}
+
+/// The same over TLS everywhere: the sentinels, the data nodes, the
+/// replication and the sentinels' own links speak TLS only; the backend
+/// knows the CA and reaches the primary the sentinels name with the
+/// sentinels' TLS settings.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_killed_primary_is_followed_to_the_promoted_replica_and_exact_counting_resumes()
+{
+    let files = throttle_fleet_test_support::TlsFiles::generate();
+    the_primary_fails(Fault::Killed, Some(files)).await;
 }
 
 /// How the primary fails.
@@ -100,12 +112,26 @@ enum Fault {
     Hung,
 }
 
-async fn the_primary_fails(fault: Fault) {
+async fn the_primary_fails(fault: Fault, tls: Option<Arc<throttle_fleet_test_support::TlsFiles>>) {
+    let settings = SentinelSettings {
+        tls: tls
+            .as_ref()
+            .map(throttle_fleet_test_support::ServerTls::new),
+        ..SentinelSettings::default()
+    };
     let set = Arc::new(
-        tokio::task::spawn_blocking(|| RedisSentinel::start(SentinelSettings::default()))
+        tokio::task::spawn_blocking(move || RedisSentinel::start(settings))
             .await
             .unwrap(),
     );
+    let config = |set: &RedisSentinel| {
+        let config = config(set);
+        #[cfg(feature = "tls")]
+        if let Some(files) = &tls {
+            return config.tls_ca_file(&files.ca);
+        }
+        config
+    };
     let exact = Rule::new("sentinel-exact", Quota::per_second(QUOTA))
         .fixed_window()
         .fail_closed();

@@ -24,6 +24,7 @@
 use std::time::{Duration, Instant};
 
 use crate::redis_server::{RedisServer, Reply, info_field, wait_until};
+use crate::redis_tls::ServerTls;
 
 /// How a [`RedisSentinel`] is set up.
 #[derive(Debug, Clone)]
@@ -37,6 +38,9 @@ pub struct SentinelSettings {
     pub down_after: Duration,
     /// `failover-timeout`.
     pub failover_timeout: Duration,
+    /// TLS only, everywhere (clients, replication, the sentinels' own
+    /// links), when set.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for SentinelSettings {
@@ -46,6 +50,7 @@ impl Default for SentinelSettings {
             sentinels: 3,
             down_after: Duration::from_millis(500),
             failover_timeout: Duration::from_secs(2),
+            tls: None,
         }
     }
 }
@@ -66,15 +71,19 @@ impl RedisSentinel {
     /// Starts everything and waits (up to 30 s) until every sentinel knows
     /// every replica and every other sentinel.
     pub fn start(settings: SentinelSettings) -> Self {
-        let primary = RedisServer::start();
+        // Over TLS, replicas reach their primary and sentinels every node
+        // over TLS too (`tls-replication`).
+        let start = |args: &[&str]| match &settings.tls {
+            Some(tls) => {
+                RedisServer::start_tls(tls.clone(), &[args, &["--tls-replication", "yes"]].concat())
+            }
+            None => RedisServer::start_with_args(args),
+        };
+        let primary = start(&[]);
         let port = primary.port().to_string();
         let mut data = vec![primary];
         for _ in 0..settings.replicas {
-            data.push(RedisServer::start_with_args(&[
-                "--replicaof",
-                "127.0.0.1",
-                &port,
-            ]));
+            data.push(start(&["--replicaof", "127.0.0.1", &port]));
         }
         let quorum = (settings.sentinels / 2 + 1).to_string();
         let down = settings.down_after.as_millis().to_string();
@@ -93,12 +102,17 @@ impl RedisSentinel {
                     .as_slice(),
                     &["--sentinel", "down-after-milliseconds", SERVICE, &down],
                     &["--sentinel", "failover-timeout", SERVICE, &failover],
+                    if settings.tls.is_some() {
+                        &["--tls-replication", "yes"]
+                    } else {
+                        &[]
+                    },
                 ]
                 .concat()
                 .into_iter()
                 .map(str::to_owned)
                 .collect();
-                RedisServer::launch_sentinel(args, None)
+                RedisServer::launch_sentinel(args, settings.tls.clone())
             })
             .collect();
         let set = Self {
@@ -152,7 +166,7 @@ impl RedisSentinel {
         SERVICE
     }
 
-    /// `redis://127.0.0.1:<port>` of every sentinel.
+    /// `redis://127.0.0.1:<port>` of every sentinel (`rediss://` over TLS).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
     }

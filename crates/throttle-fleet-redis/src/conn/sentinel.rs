@@ -33,9 +33,9 @@ use arc_swap::ArcSwapOption;
 use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo};
 use throttle_fleet_core::ConfigError;
 
+use super::endpoint;
 use super::node::Node;
 use super::role::{Role, role};
-use super::endpoint;
 use crate::config::RedisConfig;
 
 pub(crate) struct Sentinel {
