@@ -272,7 +272,9 @@ async fn the_sentinels_and_the_data_nodes_have_passwords_of_their_own() {
     let config = RedisConfig::sentinel(urls, set.service())
         .command_timeout(TIMEOUT)
         .connect_timeout(TIMEOUT);
-    let err = RedisBackend::exact(config).await.err().expect("refused");
+    let Err(err) = RedisBackend::exact(config).await else {
+        panic!("the backend started with credentials Redis refuses")
+    };
     assert_eq!(err.field(), "redis.password", "{err}");
 
     let wrong: Vec<String> = set
@@ -284,7 +286,9 @@ async fn the_sentinels_and_the_data_nodes_have_passwords_of_their_own() {
         .command_timeout(TIMEOUT)
         .connect_timeout(TIMEOUT)
         .password("data-secret");
-    let err = RedisBackend::exact(config).await.err().expect("refused");
+    let Err(err) = RedisBackend::exact(config).await else {
+        panic!("the backend started with credentials Redis refuses")
+    };
     assert_eq!(err.field(), "redis.sentinel", "{err}");
     assert!(!format!("{err}").contains("not-it"), "{err}");
 }

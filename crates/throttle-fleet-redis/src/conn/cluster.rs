@@ -5,7 +5,7 @@
 //! for a full refresh.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -13,6 +13,7 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 use throttle_fleet_core::ConfigError;
 
 use super::node::Node;
+use super::spacing::Spacing;
 use crate::config::RedisConfig;
 use crate::slot::SLOTS;
 
@@ -52,13 +53,9 @@ pub(crate) struct Cluster {
     refreshing: tokio::sync::Mutex<()>,
     /// Whether the background discovery loop runs (no route known yet).
     pub(crate) discovering: AtomicBool,
-    /// When (µs after `started`) a refresh was last asked for in the
-    /// background, or [`NEVER`].
-    last_asked_us: AtomicU64,
-    started: std::time::Instant,
+    /// A refresh asked for in the background: at most one per interval.
+    asked: Spacing,
 }
-
-const NEVER: u64 = u64::MAX;
 
 impl Cluster {
     pub(crate) fn new(urls: &[String], config: &RedisConfig) -> Result<Self, ConfigError> {
@@ -83,8 +80,7 @@ impl Cluster {
             topology: ArcSwap::from_pointee(Topology::empty()),
             refreshing: tokio::sync::Mutex::new(()),
             discovering: AtomicBool::new(false),
-            last_asked_us: AtomicU64::new(NEVER),
-            started: std::time::Instant::now(),
+            asked: Spacing::new(),
         })
     }
 
@@ -169,13 +165,7 @@ impl Cluster {
     /// `every` (of wall time: it bounds the I/O a run of `MOVED` replies
     /// starts, which is real in the tests too).
     pub(crate) fn refresh_due(&self, every: Duration) -> bool {
-        let now_us = self.started.elapsed().as_micros() as u64;
-        let last = self.last_asked_us.load(Ordering::Relaxed);
-        (last == NEVER || now_us.saturating_sub(last) >= every.as_micros() as u64)
-            && self
-                .last_asked_us
-                .compare_exchange(last, now_us, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        self.asked.take(every)
     }
 
     /// Reads `CLUSTER SLOTS` from the first node that answers within
@@ -288,25 +278,8 @@ impl Cluster {
     /// A node for `host:port` with the seeds' credentials and TLS settings.
     fn open(&self, host: &str, port: u16) -> Option<Node> {
         let (template, _) = self.seeds.first()?;
-        let addr = match template.addr() {
-            ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => ConnectionAddr::TcpTls {
-                host: host.to_owned(),
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => ConnectionAddr::Tcp(host.to_owned(), port),
-        };
-        Node::open(
-            template.clone().set_addr(addr),
-            format!("{host}:{port}"),
-            &self.config,
-        )
-        .ok()
+        let info = super::endpoint::at(template, host, port);
+        Node::open(info, format!("{host}:{port}"), &self.config).ok()
     }
 }
 

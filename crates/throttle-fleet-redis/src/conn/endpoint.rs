@@ -4,7 +4,7 @@
 //! server, a Cluster's seeds, and through the seeds' template every node a
 //! Cluster announces), so one setting applies to all of them.
 
-use redis::{ConnectionInfo, IntoConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use throttle_fleet_core::ConfigError;
 
 use crate::RedisConfig;
@@ -39,4 +39,24 @@ pub(crate) fn parse(url: &str, field: &'static str) -> Result<ConnectionInfo, Co
     }
     url.into_connection_info()
         .map_err(|e| ConfigError::new(field, format!("is not a usable Redis URL ({:?})", e.kind())))
+}
+
+/// `template`'s settings (credentials, TLS or not and with what) for the
+/// node at `host:port`: a node a Cluster announces, the primary a Sentinel
+/// names. Over TLS that node is verified for `host`, also sent as SNI.
+pub(crate) fn at(template: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
+    let addr = match template.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    template.clone().set_addr(addr)
 }

@@ -23,6 +23,7 @@ mod ping;
 mod refusal;
 mod role;
 mod sentinel;
+mod spacing;
 mod version;
 mod watch;
 

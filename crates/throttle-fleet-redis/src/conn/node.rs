@@ -2,12 +2,13 @@
 //! breaker. A standalone Redis is one node; a cluster has one per primary,
 //! so a hung or dead primary delays and breaks only the slots it serves.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use arc_swap::ArcSwap;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionInfo, RedisResult};
 
+use super::spacing::Spacing;
 use crate::breaker::Breaker;
 
 /// The longest an off-path call waits for a reply on its connection (its
@@ -27,10 +28,8 @@ pub(crate) struct Node {
     off_path: ArcSwap<ConnectionManager>,
     /// How the connections are made, for [`redial`](Self::redial).
     dial: ConnectionManagerConfig,
-    /// When (µs since `opened`) the connections were last replaced, or
-    /// [`NEVER`].
-    redialed_us: AtomicU64,
-    opened: std::time::Instant,
+    /// The connections replaced: at most once per interval.
+    redialed: Spacing,
     pub(crate) breaker: Breaker,
     /// Whether a probe is running for this node's open breaker.
     pub(crate) probing: AtomicBool,
@@ -74,8 +73,7 @@ impl Node {
             conns: conns.into_iter().map(ArcSwap::from_pointee).collect(),
             next: AtomicUsize::new(0),
             dial: cfg,
-            redialed_us: AtomicU64::new(NEVER),
-            opened: std::time::Instant::now(),
+            redialed: Spacing::new(),
             probing: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             client,
@@ -105,15 +103,7 @@ impl Node {
     /// sent on the old connections before the first such answer fail the
     /// same way, and must not redial again); returns whether this redialled.
     pub(crate) fn redial(&self, spacing: std::time::Duration) -> bool {
-        let now_us = self.opened.elapsed().as_micros() as u64;
-        let last = self.redialed_us.load(Ordering::Relaxed);
-        let due = last == NEVER || now_us.saturating_sub(last) >= spacing.as_micros() as u64;
-        if !due
-            || self
-                .redialed_us
-                .compare_exchange(last, now_us, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-        {
+        if !self.redialed.take(spacing) {
             return false;
         }
         for conn in &*self.conns {
@@ -137,9 +127,6 @@ impl Node {
         (**self.conns[i].load()).clone()
     }
 }
-
-/// [`Node::redial`] has not run yet.
-const NEVER: u64 = u64::MAX;
 
 /// A request-path connection, dialled by its first command.
 fn lazy(client: &redis::Client, cfg: &ConnectionManagerConfig) -> RedisResult<ConnectionManager> {

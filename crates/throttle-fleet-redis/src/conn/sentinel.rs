@@ -26,7 +26,7 @@
 //! primary's connections, breaker and probe are the standalone node's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -36,6 +36,7 @@ use throttle_fleet_core::ConfigError;
 use super::endpoint;
 use super::node::Node;
 use super::role::{Role, role};
+use super::spacing::Spacing;
 use crate::config::RedisConfig;
 
 pub(crate) struct Sentinel {
@@ -58,13 +59,9 @@ pub(crate) struct Sentinel {
     /// Whether the last round found the primary commands go to silent or
     /// no longer a primary (named by a sentinel all the same).
     current_refused: AtomicBool,
-    /// When (µs after `started`) the sentinels were last asked in the
-    /// background, or [`NEVER`].
-    last_asked_us: AtomicU64,
-    started: std::time::Instant,
+    /// The sentinels asked in the background: at most once per interval.
+    asked: Spacing,
 }
-
-const NEVER: u64 = u64::MAX;
 
 impl Sentinel {
     pub(crate) fn new(
@@ -110,8 +107,7 @@ impl Sentinel {
             resolving: tokio::sync::Mutex::new(()),
             discovering: AtomicBool::new(false),
             current_refused: AtomicBool::new(false),
-            last_asked_us: AtomicU64::new(NEVER),
-            started: std::time::Instant::now(),
+            asked: Spacing::new(),
         })
     }
 
@@ -140,13 +136,7 @@ impl Sentinel {
     /// Whether the sentinels may be asked in the background now: at most
     /// once per `every`.
     pub(crate) fn ask_due(&self, every: Duration) -> bool {
-        let now_us = self.started.elapsed().as_micros() as u64;
-        let last = self.last_asked_us.load(Ordering::Relaxed);
-        (last == NEVER || now_us.saturating_sub(last) >= every.as_micros() as u64)
-            && self
-                .last_asked_us
-                .compare_exchange(last, now_us, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        self.asked.take(every)
     }
 
     /// Asks the sentinels in turn for the service's primary, each within
@@ -255,27 +245,9 @@ impl Sentinel {
     /// A data node at `host:port`, with the sentinels' transport and the
     /// data nodes' credentials.
     fn open(&self, host: &str, port: u16) -> Option<Node> {
-        let info = info_at(&self.template, host, port);
+        let info = endpoint::at(&self.template, host, port);
         Node::open(info, format!("{host}:{port}"), &self.config).ok()
     }
-}
-
-/// `template` (credentials, TLS settings) at another `host:port`.
-fn info_at(template: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
-    let addr = match template.addr() {
-        ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => ConnectionAddr::TcpTls {
-            host: host.to_owned(),
-            port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => ConnectionAddr::Tcp(host.to_owned(), port),
-    };
-    template.clone().set_addr(addr)
 }
 
 /// The host and port of a TCP address.
