@@ -254,8 +254,20 @@ pub enum BackendKind {
     RedisLeased,
 }
 
-/// The `[backend]` table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The `[backend]` table. Its `Debug` prints the URLs without their
+/// passwords.
+///
+/// ```
+/// use throttle_fleet_config::BackendConfig;
+///
+/// let config = BackendConfig {
+///     url: Some("redis://throttle:s3cret@redis.internal:6379".to_owned()),
+///     ..BackendConfig::default()
+/// };
+/// let printed = format!("{config:?}");
+/// assert!(!printed.contains("s3cret") && printed.contains("throttle:<redacted>@redis.internal"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
 pub struct BackendConfig {
     /// Which backend.
     pub kind: BackendKind,
@@ -290,6 +302,63 @@ pub struct BackendConfig {
     pub username: Option<String>,
     /// Its password, read from `password_file` or `password_env`.
     pub password: Option<RedisPassword>,
+}
+
+impl std::fmt::Debug for BackendConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            kind,
+            url,
+            cluster,
+            sentinel,
+            key_prefix,
+            command_timeout,
+            fleet_size,
+            spans,
+            batch,
+            max_keys,
+            tls_ca_file,
+            tls_cert_file,
+            tls_key_file,
+            username,
+            password,
+        } = self;
+        let cluster: Vec<String> = cluster.iter().map(|u| without_password(u)).collect();
+        f.debug_struct("BackendConfig")
+            .field("kind", kind)
+            .field("url", &url.as_deref().map(without_password))
+            .field("cluster", &cluster)
+            .field("sentinel", sentinel)
+            .field("key_prefix", key_prefix)
+            .field("command_timeout", command_timeout)
+            .field("fleet_size", fleet_size)
+            .field("spans", spans)
+            .field("batch", batch)
+            .field("max_keys", max_keys)
+            .field("tls_ca_file", tls_ca_file)
+            .field("tls_cert_file", tls_cert_file)
+            .field("tls_key_file", tls_key_file)
+            .field("username", username)
+            .field("password", password)
+            .finish()
+    }
+}
+
+/// `url` with the password of its user part (`user:password@`) replaced
+/// by `<redacted>`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let name = user.split_once(':').map_or(user, |(name, _)| name);
+            format!("{scheme}://{name}:<redacted>@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// A Redis password read from `[backend] password_file` or
