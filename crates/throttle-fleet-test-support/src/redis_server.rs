@@ -830,8 +830,9 @@ impl RedisServer {
     }
 
     /// Commands executed since the last `CONFIG RESETSTAT`, those run inside
-    /// scripts included, not counting the harness's own (`INFO`, `CONFIG`,
-    /// `PING`).
+    /// scripts included, not counting the harness's own (`INFO`, `CONFIG`)
+    /// nor the backends' heartbeats (`PING`, `ROLE`: one per probe interval
+    /// and node, whatever the traffic).
     pub fn commands(&self) -> u64 {
         self.info("commandstats")
             .lines()
@@ -840,6 +841,7 @@ impl RedisServer {
                     && !l.starts_with("cmdstat_info")
                     && !l.starts_with("cmdstat_config")
                     && !l.starts_with("cmdstat_ping")
+                    && !l.starts_with("cmdstat_role")
                     && !l.starts_with("cmdstat_subscribe")
             })
             .filter_map(|l| {

@@ -1,14 +1,8 @@
-//! `PING`s: what the heartbeat, the probe and the check at start send.
+//! `PING`s: what the probe sends, and the heartbeat when its `ROLE` was late.
 
 use std::time::Duration;
 
 use super::node::Node;
-
-/// One `PING` to `node`, on one of its request-path connections, within
-/// `patience` (the heartbeat and the check at start).
-pub(super) async fn ping(node: &Node, patience: Duration) -> bool {
-    ping_on(node.conn(), patience).await
-}
 
 /// Whether `node` answers on every connection it has, the request path's
 /// and the off-path one, each within `patience`. A breaker closes, and an

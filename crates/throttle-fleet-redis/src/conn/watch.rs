@@ -5,10 +5,13 @@
 //! Per node, a subscription on a connection of its own: Redis pushes
 //! nothing on it, and its stream ends when the connection is lost (the
 //! process died, the node was restarted, the network dropped it), so a
-//! lost node opens its breaker at once. And per node a heartbeat: a `PING`
+//! lost node opens its breaker at once. And per node a heartbeat: a `ROLE`
 //! every probe interval on a request-path connection, bounded by the
-//! command timeout. One late answer is not taken for a hung node: a `PING`
-//! that is late (or fails) is followed at once by a second one on the
+//! command timeout (it answers whether the node is alive and whether it is
+//! still a writable primary: a node answering as a replica has its breaker
+//! opened and its connections dialled again). One late answer is not taken
+//! for a hung node: a heartbeat that is late (or fails) is followed at once
+//! by a `PING` on the
 //! node's other connection (the off-path one), bounded by the command
 //! timeout too, and only when that one is late (or fails) as well is the
 //! breaker opened. The breaker's probe closes it again once the node
@@ -43,7 +46,7 @@ use std::sync::{Arc, Weak};
 use futures_util::StreamExt;
 
 use super::node::Node;
-use super::ping::{ping, ping_on};
+use super::ping::ping_on;
 use super::role::{Role, role};
 use super::{Redis, Route};
 use crate::schedule::{Every, Going};
@@ -88,14 +91,17 @@ impl Redis {
             if node.breaker.is_open() {
                 return;
             }
-            if ping(node, patience).await {
-                // It answers; but a replica answers too. A late `ROLE` is
-                // not taken for anything (the `PING` was in time).
-                if role(node, patience).await == Role::Other {
+            // `ROLE`, not `PING`: one command says both that the node
+            // answers and that it is still a writable primary (a replica
+            // answers a `PING` too), at the cost the `PING` had.
+            match role(node, patience).await {
+                Role::Primary => return,
+                Role::Other => {
                     node.redial(self.config.command_timeout);
                     self.lost(node, "it answers as a replica, no longer a writable primary");
+                    return;
                 }
-                return;
+                Role::Silent => {}
             }
             if ping_on(node.off_path(), patience).await {
                 tracing::debug!(node = %node.addr, "throttle: a heartbeat was late; the next, on another connection, was answered");
