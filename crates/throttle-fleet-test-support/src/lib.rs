@@ -44,6 +44,7 @@ pub mod leased;
 pub mod proxy;
 pub mod redis_server;
 pub mod redis_tls;
+mod resp;
 pub mod sentinel;
 pub mod server_binary;
 #[cfg(feature = "tls")]

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::redis_server::Reply;
+use crate::resp::Reply;
 
 /// PEM files for a TLS Redis, in a temp dir removed on drop.
 #[derive(Debug)]
@@ -197,7 +197,7 @@ pub(crate) fn query(
     let mut stream = rustls::StreamOwned::new(conn, tcp);
     stream.write_all(request)?;
     stream.flush()?;
-    crate::redis_server::read_reply(&mut BufReader::new(stream))
+    crate::resp::read_reply(&mut BufReader::new(stream))
 }
 
 #[cfg(not(feature = "redis-tls"))]

@@ -4,7 +4,7 @@
 //! bound are in `claims.rs`, next to the Rust mirror of `flush.lua`.
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::buckets::{Buckets, each};
@@ -12,6 +12,7 @@ use super::claims::Reply;
 use super::limiter::ApproxRule;
 use super::meter::{Window, flag};
 use super::plan::{self, Planning, Write};
+use super::turns::Queued;
 use super::view::View;
 use crate::conn::{Eval, LuaScript};
 
@@ -46,27 +47,6 @@ struct Answered<'a> {
 impl Drop for Answered<'_> {
     fn drop(&mut self) {
         self.rule.answered(self.bucket, self.number);
-    }
-}
-
-/// A bucket's flushes: the one out holds `lock`; `waiting` says one
-/// waits for it (at most one does), and `full` that a flush which left
-/// its keys to that one was a span end's, not an early one (the one
-/// waiting then writes every listed key, not only those that asked).
-#[derive(Default)]
-pub(super) struct Turns {
-    lock: tokio::sync::Mutex<()>,
-    waiting: AtomicBool,
-    full: AtomicBool,
-}
-
-/// Lowers a bucket's `waiting` when the flush waiting takes its turn, or
-/// is dropped before it.
-struct Queued<'a>(&'a AtomicBool);
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
     }
 }
 

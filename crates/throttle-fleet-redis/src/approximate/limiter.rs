@@ -16,9 +16,9 @@ use throttle_fleet_core::{
 };
 
 use super::buckets::{AtomicBuckets, Buckets, Layout, each};
-use super::flush::Turns;
 use super::meter::{Asks, Known, SpanMeter, SpanState, Window};
 use super::shared::Shared;
+use super::turns::Turns;
 use super::view::View;
 use crate::conn::Redis;
 use crate::keys::KeyBase;

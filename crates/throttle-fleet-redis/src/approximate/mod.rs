@@ -46,6 +46,7 @@ mod plan;
 mod schedule;
 mod shared;
 mod stats;
+mod turns;
 mod view;
 
 pub use backend::ApproximateBackend;
