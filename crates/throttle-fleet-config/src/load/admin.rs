@@ -72,24 +72,8 @@ impl Loader<'_> {
     }
 
     fn token_file(&self, written: &Spanned<String>) -> Result<AdminToken> {
-        let path = self.path(written.get_ref());
         let field = "admin.token_file";
-        let unreadable = |why: String| {
-            self.err(
-                field,
-                written.span(),
-                format!("{:?} cannot be read: {why}", written.get_ref()),
-            )
-        };
-        let len = std::fs::metadata(&path)
-            .map_err(|e| unreadable(e.to_string()))?
-            .len();
-        if len > MAX_ADMIN_TOKEN_FILE_BYTES {
-            return Err(unreadable(format!(
-                "it is larger than {MAX_ADMIN_TOKEN_FILE_BYTES} bytes"
-            )));
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| unreadable(e.to_string()))?;
+        let text = self.secret_file(written, field, MAX_ADMIN_TOKEN_FILE_BYTES)?;
         AdminToken::new(&text).ok_or_else(|| {
             self.err(
                 field,

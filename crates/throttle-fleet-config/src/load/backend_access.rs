@@ -195,24 +195,14 @@ impl Loader<'_> {
 
     fn password_file(&self, written: &Spanned<String>) -> Result<RedisPassword> {
         let field = "backend.password_file";
-        let path = self.path(written.get_ref());
-        let unreadable = |why: String| {
+        let text = self.secret_file(written, field, MAX_PASSWORD_FILE_BYTES)?;
+        RedisPassword::new(&text, field).ok_or_else(|| {
             self.err(
                 field,
                 written.span(),
-                format!("{:?} cannot be read: {why}", written.get_ref()),
+                format!("{:?} cannot be read: it is empty", written.get_ref()),
             )
-        };
-        let len = std::fs::metadata(&path)
-            .map_err(|e| unreadable(e.to_string()))?
-            .len();
-        if len > MAX_PASSWORD_FILE_BYTES {
-            return Err(unreadable(format!(
-                "it is larger than {MAX_PASSWORD_FILE_BYTES} bytes"
-            )));
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| unreadable(e.to_string()))?;
-        RedisPassword::new(&text, field).ok_or_else(|| unreadable("it is empty".to_owned()))
+        })
     }
 
     fn password_env(&self, var: &Spanned<String>) -> Result<RedisPassword> {

@@ -169,3 +169,32 @@ impl Loader<'_> {
         })
     }
 }
+
+impl Loader<'_> {
+    /// The text of the secret file `written` names (relative to the
+    /// configuration file), for `field`: an error naming it when the file
+    /// cannot be read or holds more than `max_bytes`. The text is never
+    /// quoted in an error.
+    pub(super) fn secret_file(
+        &self,
+        written: &Spanned<String>,
+        field: &str,
+        max_bytes: u64,
+    ) -> Result<String> {
+        let path = self.path(written.get_ref());
+        let unreadable = |why: String| {
+            self.err(
+                field,
+                written.span(),
+                format!("{:?} cannot be read: {why}", written.get_ref()),
+            )
+        };
+        let len = std::fs::metadata(&path)
+            .map_err(|e| unreadable(e.to_string()))?
+            .len();
+        if len > max_bytes {
+            return Err(unreadable(format!("it is larger than {max_bytes} bytes")));
+        }
+        std::fs::read_to_string(&path).map_err(|e| unreadable(e.to_string()))
+    }
+}
