@@ -20,25 +20,6 @@ use throttle_fleet_test_support::RedisServer;
 
 const T0: u64 = 1_800_000_000_000_000;
 
-/// The calls of `INFO commandstats` whose command starts with `prefix`
-/// (`cmdstat_script` is every `SCRIPT` subcommand on Redis 6.2, one line
-/// per subcommand from 7.0 on).
-fn calls_starting(server: &RedisServer, prefix: &str) -> u64 {
-    server
-        .info("commandstats")
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// How many `NOSCRIPT` errors the server answered (`INFO errorstats`).
 fn noscript_answers(server: &RedisServer) -> u64 {
     server
@@ -183,9 +164,9 @@ async fn an_emptied_script_cache_costs_one_round_trip_and_decides_nothing_by_pol
         assert_eq!(stats.errors, 0, "{mode}: calls failed: {stats:?}");
     }
     let noscript = noscript_answers(&server);
-    let evals = calls_starting(&server, "cmdstat_eval:");
-    let evalshas = calls_starting(&server, "cmdstat_evalsha:");
-    let script_commands = calls_starting(&server, "cmdstat_script");
+    let evals = server.command_count("eval");
+    let evalshas = server.command_count("evalsha");
+    let script_commands = server.commands_starting("cmdstat_script");
     let flushes = flushes.load(Ordering::Relaxed);
     eprintln!(
         "{flushes} SCRIPT FLUSH, {evalshas} EVALSHA, {noscript} NOSCRIPT, {evals} EVAL \

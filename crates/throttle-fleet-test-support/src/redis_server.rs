@@ -746,16 +746,27 @@ impl RedisServer {
     /// nor the backends' heartbeats (`PING`, `ROLE`: one per probe interval
     /// and node, whatever the traffic).
     pub fn commands(&self) -> u64 {
+        self.calls_where(|l| {
+            !l.starts_with("cmdstat_info")
+                && !l.starts_with("cmdstat_config")
+                && !l.starts_with("cmdstat_ping")
+                && !l.starts_with("cmdstat_role")
+                && !l.starts_with("cmdstat_subscribe")
+        })
+    }
+
+    /// Calls of every command whose `INFO commandstats` line starts with
+    /// `prefix` (`"cmdstat_script"`: the command and, from Redis 7.0 on,
+    /// each of its subcommands), since the last `CONFIG RESETSTAT`.
+    pub fn commands_starting(&self, prefix: &str) -> u64 {
+        self.calls_where(|l| l.starts_with(prefix))
+    }
+
+    /// The calls of the `INFO commandstats` lines `keep` keeps.
+    fn calls_where(&self, keep: impl Fn(&str) -> bool) -> u64 {
         self.info("commandstats")
             .lines()
-            .filter(|l| {
-                l.starts_with("cmdstat_")
-                    && !l.starts_with("cmdstat_info")
-                    && !l.starts_with("cmdstat_config")
-                    && !l.starts_with("cmdstat_ping")
-                    && !l.starts_with("cmdstat_role")
-                    && !l.starts_with("cmdstat_subscribe")
-            })
+            .filter(|l| l.starts_with("cmdstat_") && keep(l))
             .filter_map(|l| {
                 l.split("calls=")
                     .nth(1)?

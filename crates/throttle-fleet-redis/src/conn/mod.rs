@@ -232,7 +232,7 @@ impl Redis {
         match &self.route {
             Route::Single(node) => node.breaker.is_open(),
             Route::Cluster(cluster) => cluster.is_open(slot),
-            Route::Sentinel(sentinel) => sentinel.primary().is_none_or(|n| n.breaker.is_open()),
+            Route::Sentinel(sentinel) => sentinel.is_open(),
         }
     }
 
@@ -403,7 +403,7 @@ impl Redis {
             Route::Cluster(cluster) => {
                 cluster.is_unrouted() || cluster.nodes().iter().any(|n| n.breaker.is_open())
             }
-            Route::Sentinel(sentinel) => sentinel.primary().is_none_or(|n| n.breaker.is_open()),
+            Route::Sentinel(sentinel) => sentinel.is_open(),
         };
         RedisStats {
             calls: self.calls.load(Ordering::Relaxed),

@@ -117,6 +117,16 @@ impl Sentinel {
         self.primary.load_full()
     }
 
+    /// Whether no primary is known or its breaker is open: read on every
+    /// check, without taking a reference to the node.
+    #[inline]
+    pub(crate) fn is_open(&self) -> bool {
+        self.primary
+            .load()
+            .as_ref()
+            .is_none_or(|p| p.breaker.is_open())
+    }
+
     /// Whether `node` is the primary commands go to now.
     pub(crate) fn serves(&self, node: &Arc<Node>) -> bool {
         self.primary
