@@ -111,7 +111,7 @@ async fn a_guesser_is_blocked_longer_each_time_and_its_neighbour_never_is() {
         tokio::time::sleep(Duration::from_millis(1)).await;
         // Seen from the first instance (it learns of a block the other
         // started within one read of the log: 250 ms of a 10 s block).
-        let listed = gateways[0].1.rules().blocked(0);
+        let listed = gateways[0].1.rules().operate().blocked(0);
         if let Some((_, _, left)) = listed.first()
             && !was_blocked
         {

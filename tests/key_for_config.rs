@@ -153,7 +153,15 @@ async fn every_key_kind_of_the_file_derives_the_key_its_requests_get() {
         let index = rules.index_of(name).unwrap();
         let remaining = |key: Key| {
             let rules = rules.clone();
-            async move { rules.inspect(index, &key).wait().await.unwrap().remaining }
+            async move {
+                rules
+                    .operate()
+                    .inspect(index, &key)
+                    .wait()
+                    .await
+                    .unwrap()
+                    .remaining
+            }
         };
         let key = layer.key_for(name, &the_client).unwrap().unwrap();
         assert_eq!(

@@ -488,7 +488,7 @@ async fn rules(State(admin): State<Admin>) -> Response {
                     "memory_secs": p.memory_window().as_secs_f64(),
                 })
             });
-            let stats = rules.block_stats(i);
+            let stats = rules.operate().block_stats(i);
             json!({
                 "name": rule.name(),
                 "algorithm": algorithm.name(),
@@ -515,6 +515,7 @@ async fn blocked(State(admin): State<Admin>, Path(name): Path<String>) -> Respon
         );
     };
     let list: Vec<Value> = rules
+        .operate()
         .blocked(index)
         .into_iter()
         .map(|(_, block, left)| {
@@ -537,18 +538,20 @@ async fn blocked(State(admin): State<Admin>, Path(name): Path<String>) -> Respon
 async fn inspect(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
     let body = body_object(req.into_body()).await?;
     let t = target(&admin, &body, &[])?;
-    Ok(match t.rules.inspect(t.index, &t.key).wait().await {
-        Ok(state) => ok(json!({
-            "rule": t.name,
-            "key": t.label,
-            "limit": state.limit,
-            "remaining": state.remaining,
-            "reset_after_secs": secs_up(state.reset_after),
-            "blocked_for_secs": state.blocked_for.map(secs_up),
-            "degraded": state.degraded,
-        })),
-        Err(e) => op_error(&e),
-    })
+    Ok(
+        match t.rules.operate().inspect(t.index, &t.key).wait().await {
+            Ok(state) => ok(json!({
+                "rule": t.name,
+                "key": t.label,
+                "limit": state.limit,
+                "remaining": state.remaining,
+                "reset_after_secs": secs_up(state.reset_after),
+                "blocked_for_secs": state.blocked_for.map(secs_up),
+                "degraded": state.degraded,
+            })),
+            Err(e) => op_error(&e),
+        },
+    )
 }
 
 /// Logs a change: who, what, which rule, the key's label.
@@ -596,7 +599,7 @@ fn done(
 async fn reset(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
     let peer = peer_of(&req);
     let (t, _) = changing(&admin, req, &[]).await?;
-    let result = t.rules.reset(t.index, &t.key).wait().await;
+    let result = t.rules.operate().reset(t.index, &t.key).wait().await;
     let body = json!({ "rule": t.name, "key": t.label, "reset": true });
     Ok(done(&peer, "reset", &t, "", result.map(|()| body)))
 }
@@ -624,6 +627,7 @@ async fn block(State(admin): State<Admin>, req: Request) -> Result<Response, Ref
     let duration = Duration::from_secs_f64(seconds);
     let result = t
         .rules
+        .operate()
         .block(t.index, &t.key, duration, &t.label)
         .wait()
         .await;
@@ -646,7 +650,7 @@ async fn block(State(admin): State<Admin>, req: Request) -> Result<Response, Ref
 async fn unblock(State(admin): State<Admin>, req: Request) -> Result<Response, Refused> {
     let peer = peer_of(&req);
     let (t, _) = changing(&admin, req, &[]).await?;
-    let result = t.rules.unblock(t.index, &t.key).wait().await;
+    let result = t.rules.operate().unblock(t.index, &t.key).wait().await;
     Ok(match result {
         Ok((was, reach)) => {
             let detail = if was { "" } else { "(was not blocked)" };
@@ -717,7 +721,12 @@ async fn penalize(State(admin): State<Admin>, req: Request) -> Result<Response, 
     let peer = peer_of(&req);
     let (t, body) = changing(&admin, req, &["units"]).await?;
     let units = units(&body)?;
-    let result = t.rules.penalize(t.index, &t.key, units).wait().await;
+    let result = t
+        .rules
+        .operate()
+        .penalize(t.index, &t.key, units)
+        .wait()
+        .await;
     let detail = match &result {
         Ok(taken) => format!("{taken} of {units} units taken"),
         Err(_) => String::new(),
@@ -731,7 +740,12 @@ async fn reward(State(admin): State<Admin>, req: Request) -> Result<Response, Re
     let peer = peer_of(&req);
     let (t, body) = changing(&admin, req, &["units"]).await?;
     let units = units(&body)?;
-    let result = t.rules.reward(t.index, &t.key, units).wait().await;
+    let result = t
+        .rules
+        .operate()
+        .reward(t.index, &t.key, units)
+        .wait()
+        .await;
     let answer = json!({ "rule": t.name, "key": t.label, "given": units });
     let detail = format!("{units} units given back");
     Ok(done(&peer, "reward", &t, &detail, result.map(|()| answer)))

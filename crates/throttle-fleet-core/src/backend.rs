@@ -30,44 +30,92 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
     }
 }
 
-/// One rule bound to a backend: checks and takes cost for a key.
+/// One rule bound to a backend: the request path. It checks and takes
+/// cost for a key ([`acquire`](Self::acquire)) and gives it back
+/// ([`refund`](Self::refund)); everything else has a default. An operator's
+/// work on keys (read, reset, blocks shared by a fleet, penalties) is
+/// apart, behind [`ops`](Self::ops).
+///
+/// A backend written outside this project implements `acquire` and
+/// `refund`, and says [`is_remote`](Self::is_remote) when `acquire` may
+/// wait:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+/// use throttle_fleet_core::algorithm::Step;
+/// use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+/// use throttle_fleet_core::{Answer, Backend, ConfigError, Demand, Key, Quota, Rule, RuleSet};
+///
+/// /// Counts each key's requests, forever, up to the rule's limit.
+/// struct Tally { limit: u64, used: Mutex<HashMap<Key, u64>> }
+///
+/// impl Limiter for Tally {
+///     fn acquire(&self, key: &Key, cost: u64, limit: u64) -> Answer<Result<Outcome, Unavailable>> {
+///         let limit = limit.min(self.limit);
+///         let mut used = self.used.lock().unwrap();
+///         let used = used.entry(*key).or_default();
+///         let allowed = *used + cost <= limit;
+///         if allowed {
+///             *used += cost;
+///         }
+///         let step = Step { allowed, remaining: limit - *used, ..Step::default() };
+///         Answer::Ready(Ok(Outcome::new(step, 0)))
+///     }
+///
+///     fn refund(&self, key: &Key, cost: u64, _: &Outcome) {
+///         if let Some(used) = self.used.lock().unwrap().get_mut(key) {
+///             *used = used.saturating_sub(cost);
+///         }
+///     }
+/// }
+///
+/// struct Tallies;
+///
+/// impl Backend for Tallies {
+///     fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+///         Ok(Arc::new(Tally { limit: rule.quota().limit(), used: Mutex::default() }))
+///     }
+/// }
+///
+/// let mut rules = RuleSet::new();
+/// let ip = rules.bind(Rule::new("ip", Quota::per_minute(1)), &Tallies)?;
+/// let demand = [Demand::new(ip, Key::new("10.0.0.1"), 1)];
+/// let Answer::Ready(first) = rules.check(&demand) else { unreachable!() };
+/// let Answer::Ready(second) = rules.check(&demand) else { unreachable!() };
+/// assert!(first.decision().is_allowed() && second.decision().is_denied());
+/// # Ok::<(), ConfigError>(())
+/// ```
 ///
 /// (`Any`, which every `'static` type is, lets a [`RuleSet`](crate::RuleSet)
 /// recognise the memory backend's own limiters and call them directly.)
 pub trait Limiter: Any + Send + Sync + 'static {
     /// Checks `cost` for `key` and takes it when it fits.
     ///
+    /// `limit` is what the key may fill when less than the rule's own: a
+    /// concurrency rule's request of a lower class (its reserve), or one
+    /// under the rule's adaptive limit; `u64::MAX` when nothing lowers it.
+    /// A concurrency limiter holds the key to the lesser of `limit` and
+    /// its own; a rate limiter, whose rules have neither, may ignore it.
+    ///
     /// A local backend answers [`Answer::Ready`] without awaiting or
     /// allocating; a remote one may answer [`Answer::Pending`].
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>>;
+    fn acquire(&self, key: &Key, cost: u64, limit: u64) -> Answer<Result<Outcome, Unavailable>>;
 
-    /// [`acquire`](Self::acquire) under `limit` instead of the rule's own
-    /// (at most that): a concurrency rule's share for a request's class,
-    /// or its adaptive limit. Asked only when
-    /// [`takes_a_limit`](Self::takes_a_limit) says so; the default ignores
-    /// `limit`.
-    fn acquire_under(
-        &self,
-        key: &Key,
-        cost: u64,
-        limit: u64,
-    ) -> Answer<Result<Outcome, Unavailable>> {
-        let _ = limit;
-        self.acquire(key, cost)
-    }
+    /// Gives back `cost` that an allowed `acquire` took (its `outcome`):
+    /// another rule of the same request denied it, a concurrency rule's
+    /// request ended, or a charge settled by the response went back. Best
+    /// effort and never blocking.
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome);
 
-    /// Whether [`acquire_under`](Self::acquire_under) applies its limit
-    /// (default: no). A rule with a reserve or an adaptive limit binds
-    /// only to a limiter that does: anything else would let every class
-    /// use every slot, unnoticed.
-    fn takes_a_limit(&self) -> bool {
+    /// Whether `acquire` may need a round trip (default: no). A
+    /// [`RuleSet`](crate::RuleSet) asks the local rules of a request first,
+    /// so a request one of them denies costs no round trip and no refund;
+    /// an adaptive limit, which is this process's own, binds only to a
+    /// limiter that is not remote.
+    fn is_remote(&self) -> bool {
         false
     }
-
-    /// Gives back `cost` that an allowed `acquire` took (its `outcome`),
-    /// because another rule of the same request denied it. Best effort and
-    /// never blocking.
-    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome);
 
     /// A limiter for `rule` (this one's rule reloaded with another quota,
     /// cost or failure policy, same name and algorithm) that keeps this
@@ -79,23 +127,24 @@ pub trait Limiter: Any + Send + Sync + 'static {
         None
     }
 
-    /// Whether `acquire` may need a round trip (default: no). A
-    /// [`RuleSet`](crate::RuleSet) asks the local rules of a request first,
-    /// so a request one of them denies costs no round trip and no refund.
-    fn is_remote(&self) -> bool {
-        false
+    /// The operations on this limiter's keys, if it has any of its own
+    /// (default: none). Without them a [`RuleSet`](crate::RuleSet) reads a
+    /// key with a check of cost 0, keeps the rule's blocks and penalties
+    /// in this process, and refuses a reset.
+    fn ops(&self) -> Option<&dyn KeyOps> {
+        None
     }
+}
 
+/// What a backend does for an operator on one rule's keys, beside the
+/// request path ([`Limiter::ops`]): read a key, reset it, and share blocks
+/// and penalties with the rest of a fleet.
+pub trait KeyOps: Send + Sync {
     /// `key`'s state, taking nothing and writing nothing (an operator's
-    /// inspect). Default: a check of cost 0, which every algorithm answers
-    /// with what is left without taking anything; a backend whose check
-    /// writes even at cost 0 (a remote store that saves the key's state
-    /// and its expiry) overrides it with a read. While the backend cannot
-    /// be asked, the answer is what its failure policy would admit, marked
+    /// inspect). While the backend cannot be asked, the answer is what
+    /// its failure policy would admit, marked
     /// [`degraded`](Outcome::degraded).
-    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
-        self.acquire(key, 0).map(|r| r.map_err(OpError::from))
-    }
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>>;
 
     /// Forgets `key`'s counts: its next request finds a fresh key. A
     /// fleet-wide backend does it for every instance (caches of the key's
@@ -108,7 +157,7 @@ pub trait Limiter: Any + Send + Sync + 'static {
         )))
     }
 
-    /// The table of the rule's blocked keys that this limiter fills from
+    /// The table of the rule's blocked keys that this backend fills from
     /// what its fleet shares, asked once when the rule is bound. Default:
     /// none; the rule set then keeps a table of its own, in this process.
     fn blocks(&self) -> Option<Arc<Blocks>> {
@@ -134,6 +183,18 @@ pub trait Limiter: Any + Send + Sync + 'static {
     fn violated(&self, key: &Key, penalty: &Penalty) -> bool {
         let _ = (key, penalty);
         false
+    }
+}
+
+/// `key`'s state under `limiter`, taking nothing: its own read when it has
+/// [`KeyOps`], a check of cost 0 otherwise (which every algorithm answers
+/// with what is left, without taking anything).
+pub(crate) fn peek(limiter: &dyn Limiter, key: &Key) -> Answer<Result<Outcome, OpError>> {
+    match limiter.ops() {
+        Some(ops) => ops.peek(key),
+        None => limiter
+            .acquire(key, 0, u64::MAX)
+            .map(|r| r.map_err(OpError::from)),
     }
 }
 

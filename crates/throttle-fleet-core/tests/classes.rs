@@ -103,44 +103,47 @@ fn an_adaptive_limit_grows_while_latency_holds_and_its_refusals_are_shed() {
     assert!(settled < grown && settled <= 16, "{grown} then {settled}");
 }
 
-/// A limiter that knows nothing of classes.
-struct Plain(Arc<dyn Limiter>);
+/// A limiter outside the memory backend that records the limit each
+/// request is handed, and counts under it.
+struct Recording(Arc<dyn Limiter>, Arc<std::sync::Mutex<Vec<u64>>>);
 
-impl Limiter for Plain {
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        self.0.acquire(key, cost)
+impl Limiter for Recording {
+    fn acquire(&self, key: &Key, cost: u64, limit: u64) -> Answer<Result<Outcome, Unavailable>> {
+        self.1.lock().unwrap().push(limit);
+        self.0.acquire(key, cost, limit)
     }
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
         self.0.refund(key, cost, outcome);
     }
 }
 
-struct PlainBackend;
+struct RecordingBackend(Arc<std::sync::Mutex<Vec<u64>>>);
 
-impl Backend for PlainBackend {
+impl Backend for RecordingBackend {
     fn limiter(&self, rule: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
-        Ok(Arc::new(Plain(MemoryBackend::default().limiter(rule)?)))
+        let inner = MemoryBackend::default().limiter(rule)?;
+        Ok(Arc::new(Recording(inner, self.0.clone())))
     }
 }
 
 #[test]
-fn a_backend_that_would_ignore_the_reserve_is_refused_when_the_rule_is_bound() {
+fn a_backend_outside_the_memory_one_is_handed_the_limit_of_each_class() {
+    let limits = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut rules = RuleSet::new();
-    let e = rules
-        .bind(Rule::concurrency("backend", 10).reserve(2), &PlainBackend)
-        .unwrap_err();
-    assert_eq!((e.field(), e.rule()), ("reserve", Some("backend")));
-    let e = rules
+    let r = rules
         .bind(
-            Rule::concurrency("backend", 10).adaptive(Vegas::new().initial(5)),
-            &PlainBackend,
+            Rule::concurrency("backend", 10).reserve(2),
+            &RecordingBackend(limits.clone()),
         )
-        .unwrap_err();
-    assert_eq!(e.field(), "adaptive");
-    // Without either, it binds.
-    rules
-        .bind(Rule::concurrency("backend", 10), &PlainBackend)
         .unwrap();
+    let d = |class| Demand::new(r, Key::global(), 1).class(class);
+    let held: Vec<_> = [Class::Critical, Class::Default, Class::Sheddable]
+        .into_iter()
+        .map(|class| check(&rules, d(class)))
+        .collect();
+    assert!(held.iter().all(|c| c.decision().is_allowed()));
+    // n, n - reserve, n - 2 x reserve.
+    assert_eq!(*limits.lock().unwrap(), [10, 8, 6]);
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use throttle_fleet_core::decision::{Kind, ShadowDenials};
 use throttle_fleet_core::limits::MAX_TIER_QUOTAS;
+use throttle_fleet_core::rule_set::Binding;
 use throttle_fleet_core::{
     Answer, Decision, Demand, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet,
 };
@@ -184,11 +185,9 @@ fn an_enforced_denial_gives_the_shadow_rule_its_cost_back() {
 fn charges_come_back_through_release_in_their_tier() {
     let mut rules = RuleSet::new();
     let rule = Rule::new("t", Quota::per_minute(2)).tiers([("vip", Quota::per_minute(3))]);
+    let rule = Binding::from(rule).settle_by(std::sync::Arc::new(|status| status >= 500));
     let t = rules.bind(rule, &backend()).unwrap();
     let d = [Demand::new(t, Key::new("vip"), 1)];
-    rules
-        .settle_by(t, std::sync::Arc::new(|status| status >= 500))
-        .unwrap();
     for _ in 0..10 {
         let Answer::Ready(checked) = rules.check(&d) else {
             panic!()

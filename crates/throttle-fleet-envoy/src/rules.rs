@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::RateLim
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use throttle_fleet_config::reload::ReloadTarget;
 use throttle_fleet_config::{ConfigFileError, GatewayConfig, KeySpec, RuleConfig};
-use throttle_fleet_core::rule_set::Carried;
+use throttle_fleet_core::rule_set::{Binding, Carried};
 use throttle_fleet_core::{Backend, Key, Quota, Rule, RuleSet};
 use throttle_fleet_tower::Reloaded;
 use throttle_fleet_tower::headers::policy_value;
@@ -133,8 +133,8 @@ impl EnvoyRules {
     }
 
     /// The rules as they are now, for operations on their keys
-    /// ([`RuleSet::inspect`], [`block`](RuleSet::block), [`reset`](RuleSet::reset),
-    /// ...): take them afresh for each operation, a reload replaces them.
+    /// ([`RuleSet::operate`]: `inspect`, `block`, `reset`, ...): take them
+    /// afresh for each operation, a reload replaces them.
     /// With a Redis backend the operations hold for every instance of the
     /// service, and for the layers on the same Redis.
     ///
@@ -158,8 +158,8 @@ impl EnvoyRules {
     /// // The key a descriptor `user_id = alice` is counted under.
     /// let key = envoy.key_for("per-user", &[("user_id", "alice")]).unwrap();
     /// assert!(envoy.key_for("per-user", &[("tenant", "alice")]).is_none());
-    /// let _ = rules.block(rule, &key, Duration::from_secs(60), "user_id=alice");
-    /// assert_eq!(rules.blocked(rule).len(), 1);
+    /// let _ = rules.operate().block(rule, &key, Duration::from_secs(60), "user_id=alice");
+    /// assert_eq!(rules.operate().blocked(rule).len(), 1);
     /// # Ok::<(), throttle_fleet_config::ConfigFileError>(())
     /// ```
     pub fn rules(&self) -> RuleSet {
@@ -214,22 +214,19 @@ fn load(
         let rule = served_rule(rc, file)?;
         let name = rule.name().to_owned();
         facts.push(Facts::of(&rule));
-        let (index, how) = match previous {
-            Some(previous) => rules.bind_after(rule, backend, previous),
-            None => rules.bind(rule, backend).map(|i| (i, Carried::Fresh)),
-        }
-        .map_err(|e| ConfigFileError::from_rule_error(file, &e))?;
+        let observer = throttle_fleet_tower::metrics::rule_observer(&rule);
         // Each descriptor is answered with its own rule's figures, and a
         // later round's denial gives back what earlier rounds took: checks
         // keep every charge.
-        rules
-            .keep(index)
-            .map_err(|e| ConfigFileError::from_rule_error(file, &e))?;
-        if let Some(observer) = throttle_fleet_tower::metrics::rule_observer(rules.rule(index)) {
-            rules
-                .observe(index, observer)
-                .map_err(|e| ConfigFileError::from_rule_error(file, &e))?;
+        let mut binding = Binding::from(rule).keep();
+        if let Some(observer) = observer {
+            binding = binding.observe(observer);
         }
+        let (_, how) = match previous {
+            Some(previous) => rules.bind_after(binding, backend, previous),
+            None => rules.bind(binding, backend).map(|i| (i, Carried::Fresh)),
+        }
+        .map_err(|e| ConfigFileError::from_rule_error(file, &e))?;
         carried.push((name, how));
     }
     let catalog = Catalog::new(&config.rules);

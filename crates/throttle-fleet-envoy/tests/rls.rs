@@ -490,15 +490,16 @@ async fn a_block_made_on_one_replica_is_enforced_by_the_other() {
         .unwrap();
     let set = first.rules();
     let rule = set.index_of("per-user").unwrap();
-    set.block(
-        rule,
-        &key,
-        std::time::Duration::from_secs(60),
-        "user_id=mallory",
-    )
-    .wait()
-    .await
-    .unwrap();
+    set.operate()
+        .block(
+            rule,
+            &key,
+            std::time::Duration::from_secs(60),
+            "user_id=mallory",
+        )
+        .wait()
+        .await
+        .unwrap();
     assert!(
         until(&mut other, &req, Code::OverLimit).await,
         "the other replica never enforced the block"
@@ -509,7 +510,7 @@ async fn a_block_made_on_one_replica_is_enforced_by_the_other() {
     // Another user is apart.
     let bob = request(&[&[("user_id", "bob")]], 0);
     assert_eq!(ask(&mut other, &bob).await.overall_code, Code::Ok as i32);
-    assert!(set.unblock(rule, &key).wait().await.unwrap().0);
+    assert!(set.operate().unblock(rule, &key).wait().await.unwrap().0);
     assert!(
         until(&mut other, &req, Code::Ok).await,
         "the other replica never lifted the block"

@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
-                match limiter.acquire(&key, 1) {
+                match limiter.acquire(&key, 1, u64::MAX) {
                     Answer::Ready(_) => {}
                     Answer::Pending(f) => {
                         let _ = f.await;

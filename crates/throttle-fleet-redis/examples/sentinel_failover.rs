@@ -44,7 +44,7 @@ async fn client(
     let mut first = None;
     while !done.load(Ordering::Relaxed) {
         let started = Instant::now();
-        let decided = match limiter.acquire(&key, 1) {
+        let decided = match limiter.acquire(&key, 1, u64::MAX) {
             Answer::Ready(_) => false,
             Answer::Pending(f) => f.await.is_ok_and(|o| !o.degraded),
         };

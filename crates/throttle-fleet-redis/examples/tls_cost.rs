@@ -43,7 +43,7 @@ fn rule() -> Rule {
 
 /// One check: whether Redis decided it.
 async fn exact(limiter: &dyn Limiter, key: &Key) -> bool {
-    let result = match limiter.acquire(key, 1) {
+    let result = match limiter.acquire(key, 1, u64::MAX) {
         Answer::Ready(r) => r,
         Answer::Pending(f) => f.await,
     };

@@ -66,7 +66,7 @@ pub(crate) fn degraded(
     cost: u64,
 ) -> Result<Outcome, Unavailable> {
     redis.degraded.fetch_add(1, Ordering::Relaxed);
-    by_policy(rule, local.map(|l| l.acquire(key, cost)))
+    by_policy(rule, local.map(|l| l.acquire(key, cost, u64::MAX)))
 }
 
 /// An operator's read of `key` while Redis cannot be asked, as a request
@@ -78,7 +78,10 @@ pub(crate) fn degraded_read(
     local: Option<&dyn Limiter>,
     key: &Key,
 ) -> Result<Outcome, OpError> {
-    Ok(by_policy(rule, local.map(|l| l.peek(key)))?)
+    Ok(by_policy(
+        rule,
+        local.and_then(|l| l.ops()).map(|o| o.peek(key)),
+    )?)
 }
 
 /// The failure policy's answer from what its local limiter answered

@@ -50,7 +50,7 @@ async fn instance(
 /// waits for the early flush it asked for: its schedule runs it now, then
 /// the request is decided.
 async fn allowed(inst: &Instance, key: &Key) -> bool {
-    match inst.limiter.acquire(key, 1) {
+    match inst.limiter.acquire(key, 1, u64::MAX) {
         Answer::Ready(Ok(o)) => o.step.allowed,
         Answer::Pending(mut waiting) => {
             inst.time.advance(Duration::ZERO).await;
@@ -533,7 +533,8 @@ async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() 
     assert!(allowed(&inst, &key).await);
     assert!(inst.backend.flush().await);
     let mut spent = 0;
-    while matches!(inst.limiter.acquire(&key, 1), Answer::Ready(Ok(o)) if o.step.allowed) {
+    while matches!(inst.limiter.acquire(&key, 1, u64::MAX), Answer::Ready(Ok(o)) if o.step.allowed)
+    {
         spent += 1;
         assert!(spent < 600, "the claim never ran out");
     }
@@ -550,11 +551,11 @@ async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() 
     let clock = time.clock();
     clock.advance(Duration::from_millis(10));
     assert!(
-        matches!(inst.limiter.acquire(&key, 1), Answer::Pending(_)),
+        matches!(inst.limiter.acquire(&key, 1, u64::MAX), Answer::Pending(_)),
         "within a command timeout: waits for a claim"
     );
     clock.advance(Duration::from_millis(60));
-    match inst.limiter.acquire(&key, 1) {
+    match inst.limiter.acquire(&key, 1, u64::MAX) {
         Answer::Ready(Ok(o)) => assert_eq!(
             (o.step.allowed, o.degraded),
             (true, true),

@@ -336,7 +336,7 @@ async fn a_request_cancelled_while_its_acquire_is_on_its_way_leaves_no_slot() {
 
 /// What an operator's inspect answers for a key of a concurrency rule.
 async fn inspect(inst: &Instance, key: &str) -> (u64, u64) {
-    let state = match inst.rules.inspect(0, &Key::new(key)) {
+    let state = match inst.rules.operate().inspect(0, &Key::new(key)) {
         Answer::Ready(r) => r,
         Answer::Pending(f) => f.await,
     }

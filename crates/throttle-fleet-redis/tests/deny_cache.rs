@@ -13,7 +13,7 @@ use throttle_fleet_test_support::RedisServer;
 const T0: u64 = 1_800_000_000_000_000;
 
 async fn allowed(limiter: &dyn Limiter, key: &Key) -> bool {
-    match limiter.acquire(key, 1) {
+    match limiter.acquire(key, 1, u64::MAX) {
         Answer::Pending(f) => f.await.expect("redis answered").step.allowed,
         Answer::Ready(r) => {
             let o = r.expect("decided");

@@ -99,7 +99,7 @@ where
         clock.set(now);
         let cost = 1 + rng.below(3);
         let expected = meter.acquire(&mut state, now, cost);
-        let outcome = match limiter.acquire(&key, cost) {
+        let outcome = match limiter.acquire(&key, cost, u64::MAX) {
             Answer::Pending(f) => f.await.expect("redis answered"),
             // The deny cache answering for a key Redis showed over its
             // limit: held to the same model.
@@ -134,7 +134,11 @@ where
             read_at = at;
             read_clock.set(at);
             let expected = meter.acquire(&mut state.clone(), at, 0);
-            let outcome = match reader.peek(&key) {
+            let outcome = match reader
+                .ops()
+                .expect("a Redis mode reads its keys")
+                .peek(&key)
+            {
                 Answer::Pending(f) => f.await,
                 Answer::Ready(r) => r,
             }
@@ -303,7 +307,7 @@ async fn concurrent_checks_are_batched_and_still_exact() {
         let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
         let calls_before = server.command_count("evalsha");
         let checks: Vec<_> = (0..500)
-            .map(|_| match limiter.acquire(&Key::new("hot"), 1) {
+            .map(|_| match limiter.acquire(&Key::new("hot"), 1, u64::MAX) {
                 Answer::Pending(f) => f,
                 Answer::Ready(r) => panic!("{r:?}"),
             })

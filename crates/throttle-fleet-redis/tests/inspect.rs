@@ -63,7 +63,7 @@ async fn answer<T: Send + 'static>(time: &TestTime, answer: Answer<T>) -> T {
 }
 
 async fn inspect(time: &TestTime, rules: &RuleSet, rule: usize, key: &str) -> KeyState {
-    let state = answer(time, rules.inspect(rule, &Key::new(key))).await;
+    let state = answer(time, rules.operate().inspect(rule, &Key::new(key))).await;
     state.unwrap_or_else(|e| panic!("inspect of {key} under rule {rule}: {e}"))
 }
 
@@ -283,7 +283,7 @@ async fn with_redis_down_an_inspect_is_degraded_and_says_what_this_instance_admi
             server.kill();
             breaker_opens(&time, &backend, &rules, mode).await;
             for key in ["seen", "never"] {
-                let down = answer(&time, rules.inspect(0, &Key::new(key))).await;
+                let down = answer(&time, rules.operate().inspect(0, &Key::new(key))).await;
                 if closed && matches!(mode, Mode::Exact) {
                     assert!(
                         matches!(down, Err(OpError::Unavailable(_))),

@@ -51,7 +51,7 @@ async fn hostile_keys_stay_apart_and_inside_their_hash_tag() {
     for m in &materials {
         let key = Key::new(m);
         for attempt in 0..2 {
-            let o = match limiter.acquire(&key, 1) {
+            let o = match limiter.acquire(&key, 1, u64::MAX) {
                 Answer::Pending(f) => f.await.unwrap(),
                 Answer::Ready(r) => panic!("{r:?}"),
             };

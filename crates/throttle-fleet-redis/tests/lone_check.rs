@@ -33,7 +33,7 @@ async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
     let (_server, backend, limiter) = exact_token_bucket().await;
     let key = Key::new("198.51.100.7");
 
-    let Answer::Pending(mut lone) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(mut lone) = limiter.acquire(&key, 1, u64::MAX) else {
         panic!("an exact check waits for Redis");
     };
     // Polled once, the lone check has sent its call and waits for the reply.
@@ -45,7 +45,7 @@ async fn a_lone_check_dropped_mid_call_hands_the_queued_checks_on() {
     })
     .await;
     // Its call is out: this one queues for the next.
-    let Answer::Pending(queued) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(queued) = limiter.acquire(&key, 1, u64::MAX) else {
         panic!("an exact check waits for Redis");
     };
     drop(lone);
@@ -68,12 +68,12 @@ async fn a_lone_check_dropped_before_its_first_poll_gives_the_role_back() {
     let (_server, backend, limiter) = exact_token_bucket().await;
     let key = Key::new("198.51.100.8");
 
-    let Answer::Pending(never_polled) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(never_polled) = limiter.acquire(&key, 1, u64::MAX) else {
         panic!("an exact check waits for Redis");
     };
     drop(never_polled);
 
-    let Answer::Pending(next) = limiter.acquire(&key, 1) else {
+    let Answer::Pending(next) = limiter.acquire(&key, 1, u64::MAX) else {
         panic!("an exact check waits for Redis");
     };
     let outcome = tokio::time::timeout(Duration::from_secs(30), next)

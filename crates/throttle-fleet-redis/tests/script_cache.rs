@@ -130,12 +130,16 @@ async fn an_emptied_script_cache_costs_one_round_trip_and_decides_nothing_by_pol
             for rules in [&exact_rules, &approximate_rules, &leased_rules] {
                 wait(
                     &time,
-                    rules.block(0, &blocked, Duration::from_secs(60), "test"),
+                    rules
+                        .operate()
+                        .block(0, &blocked, Duration::from_secs(60), "test"),
                 )
                 .await
                 .unwrap();
-                wait(&time, rules.inspect(0, &key)).await.unwrap();
-                wait(&time, rules.unblock(0, &blocked)).await.unwrap();
+                wait(&time, rules.operate().inspect(0, &key)).await.unwrap();
+                wait(&time, rules.operate().unblock(0, &blocked))
+                    .await
+                    .unwrap();
             }
         }
         // Spans end (the approximate mode flushes), leases run out.

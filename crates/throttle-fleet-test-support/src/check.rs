@@ -22,7 +22,7 @@ pub async fn check_cost(
     key: &Key,
     cost: u64,
 ) -> (Result<Outcome, Unavailable>, bool) {
-    match limiter.acquire(key, cost) {
+    match limiter.acquire(key, cost, u64::MAX) {
         Answer::Ready(r) => (r, false),
         Answer::Pending(f) => (f.await, true),
     }

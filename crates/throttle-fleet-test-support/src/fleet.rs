@@ -447,7 +447,7 @@ enum Reply {
 }
 
 fn ask(limiter: &dyn Limiter, key: &Key) -> Reply {
-    match limiter.acquire(key, 1) {
+    match limiter.acquire(key, 1, u64::MAX) {
         Answer::Ready(Ok(o)) => Reply::Now(o.step.allowed),
         Answer::Ready(Err(_)) => Reply::Now(false),
         Answer::Pending(answer) => Reply::Wait(answer),

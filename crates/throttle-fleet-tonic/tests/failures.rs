@@ -91,7 +91,7 @@ impl Backend for Down {
 }
 
 impl Limiter for Down {
-    fn acquire(&self, _key: &Key, _cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, _key: &Key, _cost: u64, _limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         Answer::Ready(Err(Unavailable::new("connection refused")))
     }
 

@@ -143,7 +143,7 @@ impl<R: Responder, W> ThrottleLayer<R, W> {
     /// The key rule `rule` gives a request from a client with `inputs`,
     /// byte for byte as its extractor derives it from a request (see
     /// [`KeyExtractor::key_for`](crate::KeyExtractor::key_for)): what an
-    /// operator passes to [`RuleSet::inspect`], [`RuleSet::block`], ...
+    /// operator passes to [`RuleSet::operate`]'s `inspect`, `block`, ...
     /// `None` when no rule has that name or its extractor cannot derive
     /// keys from inputs; `Err` names the input missing or malformed.
     ///

@@ -49,7 +49,7 @@ pub const ADAPTIVE_LIMIT: &str = "throttle_adaptive_limit";
 
 /// Sets the metrics no request records, in the recorder installed now:
 /// the block metrics from every rule's
-/// [`block_stats`](throttle_fleet_core::RuleSet::block_stats), and each
+/// [`block_stats`](throttle_fleet_core::rule_set::Operator::block_stats), and each
 /// adaptive rule's [limit](throttle_fleet_core::RuleSet::adaptive_limit).
 /// Call it when the metrics are scraped (or periodically), with the rules
 /// as they are then ([`ThrottleLayer::rules`](crate::ThrottleLayer::rules)).
@@ -62,7 +62,7 @@ pub fn report_state(rules: &throttle_fleet_core::RuleSet) {
         if let Some(limit) = rules.adaptive_limit(i) {
             metrics::gauge!(ADAPTIVE_LIMIT, "rule" => name.clone()).set(limit as f64);
         }
-        let stats = rules.block_stats(i);
+        let stats = rules.operate().block_stats(i);
         metrics::counter!(BLOCKS_STARTED, "rule" => name.clone()).absolute(stats.started);
         metrics::gauge!(BLOCKED_KEYS, "rule" => name.clone()).set(stats.blocked_now as f64);
         metrics::counter!(BLOCKED_DENIALS, "rule" => name).absolute(stats.denied);
@@ -216,7 +216,7 @@ impl RuleMetrics {
 }
 
 /// The rule set shows each rule's own answers to its [`RuleMetrics`]
-/// ([`RuleSet::observe`](throttle_fleet_core::RuleSet::observe)): counted
+/// ([`Binding::observe`](throttle_fleet_core::rule_set::Binding::observe)): counted
 /// where the rule set gets them, so it sees each rule's outcome, not only
 /// the combined decision, and the rule's limiter is not wrapped (the
 /// memory backend's direct call still applies).

@@ -35,11 +35,11 @@ impl Backend for Deferred {
 }
 
 impl Limiter for DeferredLimiter {
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, key: &Key, cost: u64, limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         let (inner, key) = (self.0.clone(), *key);
         Answer::Pending(Box::pin(async move {
             tokio::task::yield_now().await;
-            match inner.acquire(&key, cost) {
+            match inner.acquire(&key, cost, limit) {
                 Answer::Ready(r) => r,
                 Answer::Pending(f) => f.await,
             }

@@ -189,7 +189,7 @@ impl Backend for Down {
 }
 
 impl Limiter for DownLimiter {
-    fn acquire(&self, _key: &Key, _cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, _key: &Key, _cost: u64, _limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         let open = self.0;
         Answer::Pending(Box::pin(async move {
             tokio::task::yield_now().await;
@@ -296,12 +296,14 @@ fn report_state_sets_each_rule_s_blocks_started_and_keys_blocked_now() {
     let tenant = rules.index_of("tenant").unwrap();
     for key in ["a", "b"] {
         let Answer::Ready(Ok(_)) =
-            rules.block(tenant, &Key::new(key), Duration::from_secs(60), key)
+            rules
+                .operate()
+                .block(tenant, &Key::new(key), Duration::from_secs(60), key)
         else {
             panic!("not blocked")
         };
     }
-    let Answer::Ready(Ok((true, _))) = rules.unblock(tenant, &Key::new("a")) else {
+    let Answer::Ready(Ok((true, _))) = rules.operate().unblock(tenant, &Key::new("a")) else {
         panic!("not unblocked")
     };
     let recorder = DebuggingRecorder::new();

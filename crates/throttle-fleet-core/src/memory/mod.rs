@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::Answer;
 use crate::algorithm::Meter;
 use crate::algorithm::Step;
-use crate::backend::{Backend, Limiter, Outcome, Unavailable};
+use crate::backend::{Backend, KeyOps, Limiter, Outcome, Unavailable};
 use crate::operate::{Blocks, OpError};
 use crate::rule::MeterVisitor;
 use crate::{Clock, ConfigError, Key, Rule, SystemClock};
@@ -182,20 +182,10 @@ impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
 
 impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
     #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        Answer::Ready(Ok(self.check(key, cost)))
-    }
-
-    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
-        self.store.refund(key, outcome.at_us, cost);
-    }
-
-    fn acquire_under(
-        &self,
-        key: &Key,
-        cost: u64,
-        limit: u64,
-    ) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, key: &Key, cost: u64, limit: u64) -> Answer<Result<Outcome, Unavailable>> {
+        if !M::TAKES_A_LIMIT {
+            return Answer::Ready(Ok(self.check(key, cost)));
+        }
         let now = self.clock.now_us();
         let meter = self.store.meter();
         let step = self
@@ -204,10 +194,35 @@ impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
         Answer::Ready(Ok(Outcome::new(step, now)))
     }
 
-    fn takes_a_limit(&self) -> bool {
-        M::TAKES_A_LIMIT
+    fn refund(&self, key: &Key, cost: u64, outcome: &Outcome) {
+        self.store.refund(key, outcome.at_us, cost);
     }
 
+    fn ops(&self) -> Option<&dyn KeyOps> {
+        Some(self)
+    }
+
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        struct Same<'a, M: Meter, C>(&'a MemoryLimiter<M, C>);
+        impl<M: Meter, C: Clock + Clone> MeterVisitor for Same<'_, M, C> {
+            type Output = Option<Arc<dyn Limiter>>;
+            fn visit<N: Meter>(self, meter: N) -> Self::Output {
+                // The same algorithm builds the same meter type: the table
+                // carries over; another algorithm cannot read its states.
+                let meter: Box<dyn std::any::Any> = Box::new(meter);
+                let meter = *meter.downcast::<M>().ok()?;
+                Some(Arc::new(MemoryLimiter {
+                    store: self.0.store.with_meter(meter),
+                    blocks: self.0.blocks.clone(),
+                    clock: self.0.clock.clone(),
+                }))
+            }
+        }
+        rule.with_meter(Same(self)).ok().flatten()
+    }
+}
+
+impl<M: Meter, C: Clock + Clone> KeyOps for MemoryLimiter<M, C> {
     /// A key not tracked is a fresh one: reading it tracks nothing.
     fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
         let now = self.clock.now_us();
@@ -230,24 +245,5 @@ impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
 
     fn blocks(&self) -> Option<Arc<Blocks>> {
         Some(self.blocks.clone())
-    }
-
-    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
-        struct Same<'a, M: Meter, C>(&'a MemoryLimiter<M, C>);
-        impl<M: Meter, C: Clock + Clone> MeterVisitor for Same<'_, M, C> {
-            type Output = Option<Arc<dyn Limiter>>;
-            fn visit<N: Meter>(self, meter: N) -> Self::Output {
-                // The same algorithm builds the same meter type: the table
-                // carries over; another algorithm cannot read its states.
-                let meter: Box<dyn std::any::Any> = Box::new(meter);
-                let meter = *meter.downcast::<M>().ok()?;
-                Some(Arc::new(MemoryLimiter {
-                    store: self.0.store.with_meter(meter),
-                    blocks: self.0.blocks.clone(),
-                    clock: self.0.clock.clone(),
-                }))
-            }
-        }
-        rule.with_meter(Same(self)).ok().flatten()
     }
 }

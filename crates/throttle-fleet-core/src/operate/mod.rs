@@ -2,18 +2,19 @@
 //! resetting it, blocking it for a while, taking or giving back units, and
 //! penalties that block a key which keeps being denied, longer each time.
 //!
-//! The operations are methods of [`RuleSet`](crate::RuleSet)
-//! ([`inspect`](crate::RuleSet::inspect), [`reset`](crate::RuleSet::reset),
-//! [`block`](crate::RuleSet::block), [`unblock`](crate::RuleSet::unblock),
-//! [`blocked`](crate::RuleSet::blocked), [`penalize`](crate::RuleSet::penalize),
-//! [`reward`](crate::RuleSet::reward)). A backend shares them with the
-//! other instances of a fleet through the [`Limiter`](crate::backend::Limiter)
-//! methods that have defaults ([`reset`](crate::backend::Limiter::reset),
-//! [`blocks`](crate::backend::Limiter::blocks),
-//! [`share_block`](crate::backend::Limiter::share_block),
-//! [`violated`](crate::backend::Limiter::violated)): a backend written
-//! before them still builds, and its blocks and penalties then hold in this
-//! process only.
+//! The operations are methods of a rule set's
+//! [`Operator`](crate::rule_set::Operator) ([`RuleSet::operate`](crate::RuleSet::operate):
+//! [`inspect`](crate::rule_set::Operator::inspect), [`reset`](crate::rule_set::Operator::reset),
+//! [`block`](crate::rule_set::Operator::block), [`unblock`](crate::rule_set::Operator::unblock),
+//! [`blocked`](crate::rule_set::Operator::blocked), [`penalize`](crate::rule_set::Operator::penalize),
+//! [`reward`](crate::rule_set::Operator::reward)). A backend shares them with the
+//! other instances of a fleet through its [`KeyOps`](crate::backend::KeyOps)
+//! ([`reset`](crate::backend::KeyOps::reset),
+//! [`blocks`](crate::backend::KeyOps::blocks),
+//! [`share_block`](crate::backend::KeyOps::share_block),
+//! [`violated`](crate::backend::KeyOps::violated)): a backend without them
+//! still builds, and its blocks and penalties then hold in this process
+//! only.
 //!
 //! A blocked key is denied before its rule's backend is asked: its
 //! requests cost no round trip, and are answered with `Retry-After` equal
@@ -32,7 +33,7 @@ pub use penalty::{Escalation, MAX_TRACKED_KEYS, Penalty, PenaltyState};
 use crate::unavailable::Unavailable;
 
 /// A key's state under one rule, read without spending from it
-/// ([`RuleSet::inspect`](crate::RuleSet::inspect)).
+/// ([`Operator::inspect`](crate::rule_set::Operator::inspect)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeyState {
@@ -51,8 +52,8 @@ pub struct KeyState {
 }
 
 /// How far a block or an unblock had reached when it was answered
-/// ([`RuleSet::block`](crate::RuleSet::block),
-/// [`RuleSet::unblock`](crate::RuleSet::unblock)). It holds on this
+/// ([`Operator::block`](crate::rule_set::Operator::block),
+/// [`Operator::unblock`](crate::rule_set::Operator::unblock)). It holds on this
 /// instance at once in every case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -29,18 +29,18 @@ pub(super) struct Bound {
     /// One limiter per distinct tier quota, in `rule.tier_set()` order
     /// (the default limiter again where a tier's quota is the rule's).
     pub(super) tiers: Option<TierLimiters>,
-    /// Sees each of the rule's answers ([`RuleSet::observe`]).
+    /// Sees each of the rule's answers ([`Binding::observe`](crate::rule_set::Binding::observe)).
     pub(super) observer: Option<Arc<dyn Observer>>,
     /// Whether a check keeps what this rule took in its answer's
     /// [`Held`](super::Held): a concurrency rule, or one that settles by
     /// response.
     pub(super) keep: bool,
-    /// [`RuleSet::settle_by`].
+    /// [`Binding::settle_by`](crate::rule_set::Binding::settle_by).
     pub(super) settle: Option<RefundFn>,
     /// The rule's blocked keys, looked in before the backend is asked.
     pub(super) blocks: Arc<Blocks>,
     /// The rule's penalty counted in this process, for a backend that
-    /// does not count it itself ([`Limiter::violated`]).
+    /// does not count it itself ([`KeyOps::violated`](crate::backend::KeyOps::violated)).
     pub(super) escalation: Option<Arc<Escalation>>,
     /// The rule's reserve and adaptive limit, if it has either.
     pub(super) shedding: Option<Arc<Shedding>>,
@@ -133,7 +133,9 @@ impl Bound {
         else {
             return None;
         };
-        if self.blocks.remaining_us(key).is_some() || self.limiter.violated(key, penalty) {
+        if self.blocks.remaining_us(key).is_some()
+            || self.limiter.ops().is_some_and(|o| o.violated(key, penalty))
+        {
             return None;
         }
         let now = self.blocks.now_us();
@@ -179,7 +181,7 @@ impl Bound {
     #[inline]
     pub(super) fn ask(&self, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
         match &self.shedding {
-            None => self.limiter(&d.key).acquire(&d.key, d.cost),
+            None => self.limiter(&d.key).acquire(&d.key, d.cost, u64::MAX),
             Some(s) => self.with_shedding(s, d),
         }
     }
@@ -219,6 +221,95 @@ pub enum Carried {
     Fresh,
 }
 
+/// A rule and what its binding adds to it: who watches its answers, and
+/// whether a check keeps what it takes. A rule binds as it is
+/// (`Binding::from(rule)`, which [`RuleSet::bind`] does for a bare
+/// [`Rule`]); a reload binds the same `Binding` again, so nothing set here
+/// is lost with the old rule set.
+///
+/// ```
+/// use std::sync::Arc;
+/// use throttle_fleet_core::rule_set::Binding;
+/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+///
+/// let mut rules = RuleSet::new();
+/// // Server errors (5xx) do not count against the client.
+/// let rule = Rule::new("ip", Quota::per_minute(10));
+/// let ip = rules.bind(Binding::from(rule).settle_by(Arc::new(|status| status >= 500)), &MemoryBackend::default())?;
+/// let demand = [Demand::new(ip, Key::new("10.0.0.1"), 1)];
+/// let Answer::Ready(checked) = rules.check(&demand) else { unreachable!() };
+/// let (_, held) = checked.into_parts();
+/// held.expect("the rule keeps its charge").settle(503); // given back
+/// let Answer::Ready(Ok(state)) = rules.operate().inspect(ip, &demand[0].key) else { unreachable!() };
+/// assert_eq!(state.remaining, 10);
+/// # Ok::<(), throttle_fleet_core::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Binding {
+    rule: Rule,
+    observer: Option<Arc<dyn Observer>>,
+    keep: bool,
+    settle: Option<RefundFn>,
+}
+
+impl From<Rule> for Binding {
+    fn from(rule: Rule) -> Self {
+        Self {
+            rule,
+            observer: None,
+            keep: false,
+            settle: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binding")
+            .field("rule", &self.rule)
+            .field("observed", &self.observer.is_some())
+            .field("keep", &self.keep)
+            .field("settled", &self.settle.is_some())
+            .finish()
+    }
+}
+
+impl Binding {
+    /// Shows each of the rule's answers to `observer`. Rules without an
+    /// observer pay one branch per check.
+    pub fn observe(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Makes checks keep what the rule takes in their answer's
+    /// [`Held`](super::Held), to read ([`Held::taken`](super::Held::taken))
+    /// or refund ([`Held::refund`](super::Held::refund)): a service that
+    /// answers per demand (Envoy's RLS answers each descriptor). A kept
+    /// cost nobody refunds stays taken.
+    pub fn keep(mut self) -> Self {
+        self.keep = true;
+        self
+    }
+
+    /// Keeps what the rule takes, so that
+    /// [`Held::settle`](super::Held::settle) decides from the response's
+    /// status code whether it goes back (`refund` says `true`): costs that
+    /// depend on how the request went, such as not counting a request the
+    /// server failed. Refused, when the rule is bound, for a concurrency
+    /// rule, whose slots always come back when the request ends.
+    pub fn settle_by(mut self, refund: RefundFn) -> Self {
+        self.keep = true;
+        self.settle = Some(refund);
+        self
+    }
+
+    /// The rule.
+    pub fn rule(&self) -> &Rule {
+        &self.rule
+    }
+}
+
 impl RuleSet {
     /// An empty rule set.
     pub fn new() -> Self {
@@ -227,12 +318,18 @@ impl RuleSet {
 
     /// Validates `rule`, binds it to `backend` and appends it; returns its
     /// index. Rule names must be unique within a set.
-    pub fn bind(&mut self, rule: Rule, backend: &dyn Backend) -> Result<usize, ConfigError> {
+    pub fn bind(
+        &mut self,
+        binding: impl Into<Binding>,
+        backend: &dyn Backend,
+    ) -> Result<usize, ConfigError> {
+        let binding = binding.into();
+        let rule = &binding.rule;
         rule.validate()?;
-        self.check_unique(&rule)?;
-        let limiter = backend.limiter(&rule)?;
-        let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
-        self.push(rule, limiter, tiers, None)
+        self.check_unique(rule)?;
+        let limiter = backend.limiter(rule)?;
+        let tiers = Self::tier_limiters(rule, &limiter, backend)?;
+        self.push(binding, limiter, tiers, None)
     }
 
     fn check_unique(&self, rule: &Rule) -> Result<(), ConfigError> {
@@ -286,12 +383,25 @@ impl RuleSet {
     /// before a reload, whose blocks and penalty histories carry over.
     fn push(
         &mut self,
-        rule: Rule,
+        binding: Binding,
         limiter: Arc<dyn Limiter>,
         tiers: Option<TierLimiters>,
         previous: Option<&Bound>,
     ) -> Result<usize, ConfigError> {
+        let Binding {
+            rule,
+            observer,
+            keep,
+            settle,
+        } = binding;
         self.check_unique(&rule)?;
+        if settle.is_some() && rule.algorithm().is_concurrency() {
+            return Err(ConfigError::new(
+                "settle_by",
+                "does not apply to a concurrency rule: its slots always come back when the request ends",
+            )
+            .in_rule(rule.name()));
+        }
         if rule.is_shadow() && self.rules.len() >= ShadowDenials::MAX_RULES {
             return Err(ConfigError::new(
                 "shadow",
@@ -312,7 +422,7 @@ impl RuleSet {
         let concurrency = rule.algorithm().is_concurrency();
         let blocks = previous
             .map(|b| b.blocks.clone())
-            .or_else(|| limiter.blocks())
+            .or_else(|| limiter.ops().and_then(|o| o.blocks()))
             .unwrap_or_else(|| Arc::new(Blocks::new(Arc::new(SystemClock::new()))));
         let escalation = rule.penalty_policy().map(|p| {
             previous
@@ -330,8 +440,8 @@ impl RuleSet {
         let mut rules: Vec<Bound> = self.rules.to_vec();
         rules.push(Bound {
             shedding,
-            keep: concurrency,
-            settle: None,
+            keep: concurrency || keep,
+            settle,
             remote: limiter.is_remote(),
             shadow: rule.is_shadow(),
             quota: rule.quota(),
@@ -340,7 +450,7 @@ impl RuleSet {
             direct: Direct::new(&limiter),
             limiter,
             tiers,
-            observer: None,
+            observer,
             blocks,
             escalation,
         });
@@ -358,31 +468,33 @@ impl RuleSet {
     /// afresh. A kept rule keeps its previous backend: pass the same one.
     pub fn bind_after(
         &mut self,
-        rule: Rule,
+        binding: impl Into<Binding>,
         backend: &dyn Backend,
         previous: &RuleSet,
     ) -> Result<(usize, Carried), ConfigError> {
+        let binding = binding.into();
+        let rule = &binding.rule;
         rule.validate()?;
         let old = previous
             .rules
             .iter()
             .find(|b| b.rule.name() == rule.name() && b.rule.algorithm() == rule.algorithm());
         if let Some(b) = old
-            && *b.rule == rule
+            && *b.rule == *rule
         {
             let (limiter, tiers) = (b.limiter.clone(), b.tiers.clone());
-            return Ok((self.push(rule, limiter, tiers, Some(b))?, Carried::Same));
+            return Ok((self.push(binding, limiter, tiers, Some(b))?, Carried::Same));
         }
         // (Tier limiters are bound afresh: a tier's counts carry over only
         // while the rule stays the same.)
-        let (limiter, carried) = match old.and_then(|b| b.limiter.requota(&rule)) {
+        let (limiter, carried) = match old.and_then(|b| b.limiter.requota(rule)) {
             Some(limiter) => (limiter, Carried::Requoted),
-            None => (backend.limiter(&rule)?, Carried::Fresh),
+            None => (backend.limiter(rule)?, Carried::Fresh),
         };
-        let tiers = Self::tier_limiters(&rule, &limiter, backend)?;
+        let tiers = Self::tier_limiters(rule, &limiter, backend)?;
         // Blocks and penalty histories carry over whenever the name does.
         let same_name = previous.rules.iter().find(|b| b.rule.name() == rule.name());
-        let index = self.push(rule, limiter, tiers, same_name)?;
+        let index = self.push(binding, limiter, tiers, same_name)?;
         Ok((index, carried))
     }
 }

@@ -18,7 +18,7 @@ impl RuleSet {
     /// The answer owns what an allowed request holds ([`Checked::held`]):
     /// slots under concurrency rules, given back when it is dropped, and
     /// the charges of rules whose cost depends on the response
-    /// ([`settle_by`](Self::settle_by)), given back or kept by
+    /// ([`Binding::settle_by`](super::Binding::settle_by)), given back or kept by
     /// [`Held::settle`](super::Held::settle). A request that holds nothing
     /// costs no allocation.
     #[inline]

@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::ConfigError;
 use crate::backend::Outcome;
 use crate::decision::{Decision, Demand};
 
 use super::RuleSet;
 
 /// Whether the cost a request took under a rule is refunded, given the
-/// status code of its response ([`RuleSet::settle_by`];
+/// status code of its response ([`Binding::settle_by`](super::Binding::settle_by);
 /// `throttle_fleet_tower::Limit::refund_when` makes one).
 pub type RefundFn = Arc<dyn Fn(u16) -> bool + Send + Sync>;
 
@@ -43,7 +42,7 @@ impl Checked {
 
     /// What the allowed request holds (`None` when it holds nothing: no
     /// concurrency rule took a slot and no rule kept its cost
-    /// ([`RuleSet::keep`], [`RuleSet::settle_by`]), or it was not
+    /// ([`Binding::keep`](crate::rule_set::Binding::keep), [`Binding::settle_by`](crate::rule_set::Binding::settle_by)), or it was not
     /// allowed).
     pub fn held(&self) -> Option<&Held> {
         self.held.as_deref()
@@ -64,8 +63,8 @@ impl Checked {
 
 /// What one admitted request holds until it ends: its slots under
 /// concurrency rules ([`Rule::concurrency`](crate::Rule::concurrency)),
-/// and the cost it took under rules that keep it ([`RuleSet::keep`],
-/// [`RuleSet::settle_by`]).
+/// and the cost it took under rules that keep it ([`Binding::keep`](crate::rule_set::Binding::keep),
+/// [`Binding::settle_by`](crate::rule_set::Binding::settle_by)).
 ///
 /// [`settle`](Self::settle), once the response's status is known, refunds
 /// the costs whose rule says so and forgets the other costs. Dropping it
@@ -136,9 +135,9 @@ impl fmt::Debug for Held {
 
 impl Held {
     /// Settles the costs it holds, given the response's status code: a
-    /// cost under a rule bound with [`RuleSet::settle_by`] is refunded if
+    /// cost under a rule bound with [`Binding::settle_by`](super::Binding::settle_by) is refunded if
     /// its [`RefundFn`] says so; every cost (those kept by
-    /// [`RuleSet::keep`] too) is forgotten either way, so a later
+    /// [`Binding::keep`](super::Binding::keep) too) is forgotten either way, so a later
     /// [`refund`](Self::refund) gives back only the slots. The slots stay
     /// held.
     pub fn settle(&mut self, status: u16) {
@@ -196,62 +195,9 @@ impl Drop for Held {
 }
 
 impl RuleSet {
-    /// Makes checks keep what the rule at `index` takes in their answer's
-    /// [`Held`], to read ([`Held::taken`]) or refund
-    /// ([`Held::refund`]): a service that answers per demand (Envoy's
-    /// RLS answers each descriptor). A kept cost nobody refunds stays
-    /// taken. Like [`observe`](Self::observe), it is set on this rule set
-    /// only: a reload ([`bind_after`](Self::bind_after)) makes a new set,
-    /// on which it is set again.
-    pub fn keep(&mut self, index: usize) -> Result<(), ConfigError> {
-        self.set_kept(index, "keep", None)
-    }
-
-    /// Makes checks keep what the rule at `index` takes, so that
-    /// [`Held::settle`] decides from the response's status code whether
-    /// it goes back (`refund`): costs that depend on how the request
-    /// went, such as not counting a request the server failed. Set again
-    /// after a reload, as [`keep`](Self::keep) is.
-    pub fn settle_by(&mut self, index: usize, refund: RefundFn) -> Result<(), ConfigError> {
-        if self
-            .rules
-            .get(index)
-            .is_some_and(|b| b.rule.algorithm().is_concurrency())
-        {
-            return Err(ConfigError::new(
-                "settle_by",
-                "does not apply to a concurrency rule: its slots always come back when the request ends",
-            )
-            .in_rule(self.rules[index].rule.name()));
-        }
-        self.set_kept(index, "settle_by", Some(refund))
-    }
-
-    fn set_kept(
-        &mut self,
-        index: usize,
-        field: &'static str,
-        settle: Option<RefundFn>,
-    ) -> Result<(), ConfigError> {
-        if index >= self.rules.len() {
-            return Err(ConfigError::new(
-                field,
-                format!("no rule at index {index} ({} rules)", self.rules.len()),
-            ));
-        }
-        let mut rules = self.rules.to_vec();
-        if settle.is_some() {
-            rules[index].settle = settle;
-        }
-        rules[index].keep = true;
-        self.keeps = true;
-        self.rules = rules.into();
-        Ok(())
-    }
-
     /// Whether a check may answer something held: a rule is a concurrency
-    /// rule or keeps its cost ([`keep`](Self::keep),
-    /// [`settle_by`](Self::settle_by)).
+    /// rule or keeps its cost ([`Binding::keep`](super::Binding::keep),
+    /// [`Binding::settle_by`](super::Binding::settle_by)).
     pub fn holds(&self) -> bool {
         self.keeps
     }
@@ -281,6 +227,7 @@ impl RuleSet {
 
 #[cfg(test)]
 mod tests {
+    use crate::rule_set::Binding;
     use crate::{Answer, Demand, Key, MemoryBackend, Rule, RuleSet};
 
     use super::Checked;
@@ -321,12 +268,9 @@ mod tests {
     fn a_settled_cost_goes_back_only_when_its_rule_says_so() {
         let mut rules = RuleSet::new();
         let backend = MemoryBackend::default();
-        let r = rules
-            .bind(Rule::new("r", crate::Quota::per_minute(1)), &backend)
-            .unwrap();
-        rules
-            .settle_by(r, std::sync::Arc::new(|status| status >= 500))
-            .unwrap();
+        let rule = Rule::new("r", crate::Quota::per_minute(1));
+        let settled = Binding::from(rule).settle_by(std::sync::Arc::new(|status| status >= 500));
+        let r = rules.bind(settled, &backend).unwrap();
         let demands = [Demand::new(r, Key::new("k"), 1)];
         let (_, held) = check(&rules, &demands).into_parts();
         let mut held = held.expect("a settling rule keeps its charge");

@@ -22,10 +22,10 @@ use crate::Decision;
 use crate::Rule;
 
 use bind::Bound;
-pub use bind::Carried;
+pub use bind::{Binding, Carried};
 pub use held::{Checked, Held, RefundFn};
 pub use observe::Observer;
-pub use operate::MAX_BLOCK;
+pub use operate::{MAX_BLOCK, Operator};
 
 /// The ordered rules a request must all pass, each bound to its backend.
 ///

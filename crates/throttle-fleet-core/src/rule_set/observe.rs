@@ -2,41 +2,15 @@
 //! counts decisions (metrics) without wrapping the rule's limiter, so the
 //! memory backend's direct call still applies.
 
-use std::sync::Arc;
-
-use crate::ConfigError;
 use crate::backend::{Outcome, Unavailable};
-
-use super::RuleSet;
 
 /// Sees every answer of one rule's limiter: allowed or not, degraded, or
 /// unavailable (before the rule set combines the rules into one decision,
 /// so a request that a later rule denies is still seen as allowed by an
-/// earlier one). Called on the checking thread, once per rule asked, after
+/// earlier one). Set with [`Binding::observe`](super::Binding::observe). Called on the checking thread, once per rule asked, after
 /// a remote backend's wait when there is one; it must be cheap and must
 /// not block.
 pub trait Observer: Send + Sync + 'static {
     /// One answer of the rule this observer is set on.
     fn observe(&self, result: &Result<Outcome, Unavailable>);
-}
-
-impl RuleSet {
-    /// Sets the observer of the rule at `index` (replacing any earlier
-    /// one). Rules without an observer pay one branch per check.
-    pub fn observe(
-        &mut self,
-        index: usize,
-        observer: Arc<dyn Observer>,
-    ) -> Result<(), ConfigError> {
-        if index >= self.rules.len() {
-            return Err(ConfigError::new(
-                "observer",
-                format!("no rule at index {index} ({} rules)", self.rules.len()),
-            ));
-        }
-        let mut rules = self.rules.to_vec();
-        rules[index].observer = Some(observer);
-        self.rules = rules.into();
-        Ok(())
-    }
 }

@@ -49,7 +49,7 @@ fn blocks_grow_twofold_up_to_the_maximum_and_spare_other_keys() {
     for tick in 0..(20 * 400) {
         clock.advance(Duration::from_millis(50));
         let (_, wait) = decide(&set, login, bot);
-        let listed = set.blocked(login);
+        let listed = set.operate().blocked(login);
         if let [(key, _, length)] = listed.as_slice() {
             assert_eq!(*key, bot);
             if !was_blocked {
@@ -67,7 +67,10 @@ fn blocks_grow_twofold_up_to_the_maximum_and_spare_other_keys() {
     }
     assert_eq!(&blocks[..5], [10, 20, 40, 40, 40]);
     assert_eq!(neighbour_denied, 0);
-    assert_eq!(set.block_stats(login).started as usize, blocks.len());
+    assert_eq!(
+        set.operate().block_stats(login).started as usize,
+        blocks.len()
+    );
 }
 
 #[test]
@@ -80,7 +83,8 @@ fn a_block_holds_its_retry_after_and_survives_a_reload() {
         .unwrap();
     let key = Key::new("203.0.113.9");
     let Answer::Ready(Ok(Reach::Instance)) =
-        set.block(ip, &key, Duration::from_secs(90), "203.0.113.9")
+        set.operate()
+            .block(ip, &key, Duration::from_secs(90), "203.0.113.9")
     else {
         panic!()
     };
@@ -91,14 +95,14 @@ fn a_block_holds_its_retry_after_and_survives_a_reload() {
         .bind_after(Rule::new("ip", Quota::per_minute(50)), &backend, &set)
         .unwrap();
     assert_eq!(decide(&reloaded, 0, key), (false, Duration::from_secs(60)));
-    let (_, block, _) = &reloaded.blocked(0)[0];
+    let (_, block, _) = &reloaded.operate().blocked(0)[0];
     assert_eq!(
         (block.label.as_ref(), block.cause),
         ("203.0.113.9", BlockCause::Operator)
     );
     clock.advance(Duration::from_secs(60));
     assert!(decide(&reloaded, 0, key).0);
-    assert!(reloaded.blocked(0).is_empty());
+    assert!(reloaded.operate().blocked(0).is_empty());
 }
 
 #[test]
@@ -112,21 +116,33 @@ fn penalize_takes_what_is_left_and_reward_gives_it_back() {
         )
         .unwrap();
     let key = Key::new("tenant-1");
-    let remaining = |set: &RuleSet| match set.inspect(r, &key) {
+    let remaining = |set: &RuleSet| match set.operate().inspect(r, &key) {
         Answer::Ready(Ok(s)) => s.remaining,
         other => panic!("{other:?}"),
     };
     assert_eq!(remaining(&set), 10);
-    assert!(matches!(set.penalize(r, &key, 4), Answer::Ready(Ok(4))));
+    assert!(matches!(
+        set.operate().penalize(r, &key, 4),
+        Answer::Ready(Ok(4))
+    ));
     assert_eq!(remaining(&set), 6);
-    assert!(matches!(set.penalize(r, &key, 50), Answer::Ready(Ok(6))));
+    assert!(matches!(
+        set.operate().penalize(r, &key, 50),
+        Answer::Ready(Ok(6))
+    ));
     assert_eq!(remaining(&set), 0);
-    assert!(matches!(set.reward(r, &key, 3), Answer::Ready(Ok(()))));
+    assert!(matches!(
+        set.operate().reward(r, &key, 3),
+        Answer::Ready(Ok(()))
+    ));
     assert_eq!(remaining(&set), 3);
-    assert!(matches!(set.reset(r, &key), Answer::Ready(Ok(()))));
+    assert!(matches!(
+        set.operate().reset(r, &key),
+        Answer::Ready(Ok(()))
+    ));
     assert_eq!(remaining(&set), 10);
     assert!(matches!(
-        set.block(r, &key, Duration::ZERO, ""),
+        set.operate().block(r, &key, Duration::ZERO, ""),
         Answer::Ready(Err(OpError::Invalid(_)))
     ));
 }
@@ -135,7 +151,7 @@ fn penalize_takes_what_is_left_and_reward_gives_it_back() {
 struct Counting(AtomicU64);
 
 impl Limiter for Counting {
-    fn acquire(&self, _: &Key, _: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, _: &Key, _: u64, _limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         self.0.fetch_add(1, Ordering::Relaxed);
         Answer::Ready(Ok(Outcome::new(
             crate::algorithm::Step {
@@ -169,7 +185,7 @@ fn a_backend_without_the_operations_still_blocks_in_this_process() {
         .unwrap();
     let key = Key::new("k");
     assert!(matches!(
-        set.block(r, &key, Duration::from_secs(5), "k"),
+        set.operate().block(r, &key, Duration::from_secs(5), "k"),
         Answer::Ready(Ok(Reach::Instance))
     ));
     for _ in 0..1_000 {
@@ -181,7 +197,7 @@ fn a_backend_without_the_operations_still_blocks_in_this_process() {
         "a blocked key asks nothing"
     );
     assert!(matches!(
-        set.reset(r, &key),
+        set.operate().reset(r, &key),
         Answer::Ready(Err(OpError::Unsupported {
             operation: "reset",
             ..
@@ -195,7 +211,7 @@ fn a_backend_without_the_operations_still_blocks_in_this_process() {
 struct Denying;
 
 impl Limiter for Denying {
-    fn acquire(&self, _: &Key, _: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, _: &Key, _: u64, _limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         Answer::Ready(Ok(Outcome::new(crate::algorithm::Step::default(), 0)))
     }
     fn refund(&self, _: &Key, _: u64, _: &Outcome) {}
@@ -224,14 +240,14 @@ fn a_reset_that_fails_keeps_the_penalty_history() {
     for _ in 0..2 {
         assert!(!decide(&set, r, key).0);
     }
-    assert!(set.blocked(r).is_empty());
+    assert!(set.operate().blocked(r).is_empty());
     assert!(matches!(
-        set.reset(r, &key),
+        set.operate().reset(r, &key),
         Answer::Ready(Err(OpError::Unsupported { .. }))
     ));
     assert!(!decide(&set, r, key).0);
     assert_eq!(
-        set.blocked(r).len(),
+        set.operate().blocked(r).len(),
         1,
         "the failed reset forgot two denials"
     );

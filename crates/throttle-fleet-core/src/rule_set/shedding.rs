@@ -1,6 +1,6 @@
 //! Rules that weigh a request's class: a concurrency rule's reserve, and
 //! its adaptive limit. The limit a request may fill is worked out here and
-//! handed to the backend ([`Limiter::acquire_under`]); the backend only
+//! handed to the backend ([`Limiter::acquire`]); the backend only
 //! counts.
 
 use std::sync::Arc;
@@ -22,24 +22,12 @@ pub(super) struct Shedding {
 
 impl Shedding {
     /// The shedding of `rule` bound to `limiter`, or `None` when the rule
-    /// has neither a reserve nor an adaptive limit. Refuses a limiter that
-    /// would ignore the limit it is given, and an adaptive limit on a
-    /// limiter that asks a remote store (the limit is this process's).
+    /// has neither a reserve nor an adaptive limit. Refuses an adaptive
+    /// limit on a limiter that asks a remote store (the limit is this
+    /// process's).
     pub(super) fn of(rule: &Rule, limiter: &dyn Limiter) -> Result<Option<Self>, ConfigError> {
         if !rule.sheds() {
             return Ok(None);
-        }
-        let field = if rule.adaptive_limit().is_some() {
-            "adaptive"
-        } else {
-            "reserve"
-        };
-        if !limiter.takes_a_limit() {
-            return Err(ConfigError::new(
-                field,
-                "the rule's backend cannot hold a request to a limit below the rule's own",
-            )
-            .in_rule(rule.name()));
         }
         if rule.adaptive_limit().is_some() && limiter.is_remote() {
             return Err(ConfigError::new(
@@ -75,7 +63,7 @@ impl Shedding {
         let limit = rule.limit_for(d.class, self.limit());
         let shed = limit < self.n;
         let cost = d.cost;
-        match limiter.acquire_under(&d.key, cost, limit) {
+        match limiter.acquire(&d.key, cost, limit) {
             // A local limiter (every adaptive rule's) answers at once: no
             // clone of the rule's state or clock for a later answer.
             Answer::Ready(r) => Answer::Ready(r.map(|o| self.marked(o, shed, cost, clock))),

@@ -106,8 +106,8 @@ fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
 struct Later(Arc<dyn Limiter>);
 
 impl Limiter for Later {
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        let Answer::Ready(result) = self.0.acquire(key, cost) else {
+    fn acquire(&self, key: &Key, cost: u64, limit: u64) -> Answer<Result<Outcome, Unavailable>> {
+        let Answer::Ready(result) = self.0.acquire(key, cost, limit) else {
             unreachable!("a memory limiter decides at once")
         };
         Answer::Pending(Box::pin(std::future::ready(result)))

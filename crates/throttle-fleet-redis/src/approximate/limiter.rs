@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use throttle_fleet_core::algorithm::{FixedWindow, SlidingWindowCounter};
-use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
 use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{
@@ -442,14 +442,18 @@ impl ApproxRule {
 }
 
 impl ApproxLimiter {
-    fn ops(&self) -> &FleetOps {
+    fn fleet(&self) -> &FleetOps {
         &self.0.ops
     }
 }
 
 impl Limiter for ApproxLimiter {
+    fn ops(&self) -> Option<&dyn KeyOps> {
+        Some(self)
+    }
+
     #[inline]
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, key: &Key, cost: u64, _limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         let renamed = self.0.ops.renamed(key);
         ApproxRule::decide(&self.0, renamed.as_ref().unwrap_or(key), cost)
     }
@@ -464,7 +468,9 @@ impl Limiter for ApproxLimiter {
         let key = renamed.as_ref().unwrap_or(key);
         self.0.store.refund(key, cost, outcome);
     }
+}
 
+impl KeyOps for ApproxLimiter {
     /// What this instance's decision would say for a cost of 0, found on a
     /// copy of the key's state: a read lists nothing to flush and asks for
     /// no claim (a check of cost 0 would, and the claims it shaped made

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 
 use crate::conn::LuaScript;
 use throttle_fleet_core::algorithm::SlidingWindowLog;
-use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::OpError;
 
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
@@ -160,13 +160,17 @@ fn unexpected_reply() -> Failure {
 }
 
 impl ExactLimiter {
-    fn ops(&self) -> &FleetOps {
+    fn fleet(&self) -> &FleetOps {
         &self.0.ops
     }
 }
 
 impl Limiter for ExactLimiter {
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn ops(&self) -> Option<&dyn KeyOps> {
+        Some(self)
+    }
+
+    fn acquire(&self, key: &Key, cost: u64, _limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         let renamed = self.0.ops.renamed(key);
         let key = renamed.as_ref().unwrap_or(key);
         if let Some((step, now)) = self.0.deny.check(key, cost) {
@@ -185,22 +189,6 @@ impl Limiter for ExactLimiter {
     fn is_remote(&self) -> bool {
         true
     }
-
-    /// The key's state in Redis, read by the rule's read script: what a
-    /// check of cost 0 would find, with no key written (a check of cost 0
-    /// writes the key's state and its expiry, or creates it). While the
-    /// breaker of the key's node is open, or if Redis does not answer, the
-    /// failure policy's read: its local counts, marked degraded (a
-    /// fail-closed rule: unavailable).
-    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
-        let key = self.0.ops.renamed(key).unwrap_or(*key);
-        if self.0.redis.is_open(self.0.group(&key)) {
-            return Answer::Ready(degraded_read(&self.0.rule, self.0.local.as_deref(), &key));
-        }
-        Answer::Pending(Box::pin(self.0.clone().read(key)))
-    }
-
-    crate::ops::fleet_operations!();
 
     /// The counts are Redis's, under the rule's name: a limiter for the new
     /// quota reads them as they are (with a deny cache of its own: denials
@@ -224,4 +212,22 @@ impl Limiter for ExactLimiter {
         self.0.compiled.refund_args(&mut inv, outcome.at_us, cost);
         self.0.redis.spawn_eval(inv, self.0.group(key));
     }
+}
+
+impl KeyOps for ExactLimiter {
+    /// The key's state in Redis, read by the rule's read script: what a
+    /// check of cost 0 would find, with no key written (a check of cost 0
+    /// writes the key's state and its expiry, or creates it). While the
+    /// breaker of the key's node is open, or if Redis does not answer, the
+    /// failure policy's read: its local counts, marked degraded (a
+    /// fail-closed rule: unavailable).
+    fn peek(&self, key: &Key) -> Answer<Result<Outcome, OpError>> {
+        let key = self.0.ops.renamed(key).unwrap_or(*key);
+        if self.0.redis.is_open(self.0.group(&key)) {
+            return Answer::Ready(degraded_read(&self.0.rule, self.0.local.as_deref(), &key));
+        }
+        Answer::Pending(Box::pin(self.0.clone().read(key)))
+    }
+
+    crate::ops::fleet_operations!();
 }

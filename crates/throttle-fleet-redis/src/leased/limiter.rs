@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter, Step};
-use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
 use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{Algorithm, Answer, Clock, ConfigError, Key, MemoryBackend, Rule};
@@ -334,13 +334,17 @@ impl LeaseRule {
 }
 
 impl LeaseLimiter {
-    fn ops(&self) -> &FleetOps {
+    fn fleet(&self) -> &FleetOps {
         &self.0.ops
     }
 }
 
 impl Limiter for LeaseLimiter {
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
+    fn ops(&self) -> Option<&dyn KeyOps> {
+        Some(self)
+    }
+
+    fn acquire(&self, key: &Key, cost: u64, _limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         let rule = &self.0;
         let renamed = rule.ops.renamed(key);
         let key = renamed.as_ref().unwrap_or(key);
@@ -428,7 +432,9 @@ impl Limiter for LeaseLimiter {
         // Spent tokens go back to the local batch.
         self.0.store.update(key, |st| st.tokens += cost);
     }
+}
 
+impl KeyOps for LeaseLimiter {
     /// What this instance can admit for the key now, leasing nothing (a
     /// check of cost 0 could take a batch from the fleet's bucket): the
     /// tokens it holds plus what it would lease, which is what the bucket
@@ -443,7 +449,12 @@ impl Limiter for LeaseLimiter {
         let key = rule.ops.renamed(key).unwrap_or(*key);
         let now = rule.redis.local_now();
         let down = rule.redis.is_open(rule.group(&key));
-        let policy_left = || match rule.local.as_deref().map(|l| l.peek(&key)) {
+        let policy_left = || match rule
+            .local
+            .as_deref()
+            .and_then(|l| l.ops())
+            .map(|o| o.peek(&key))
+        {
             Some(Answer::Ready(Ok(o))) => o.step.remaining,
             _ => 0,
         };

@@ -1,5 +1,5 @@
-//! What each mode's limiter delegates the operations of `Limiter` to: a
-//! rule's part in the fleet's operations.
+//! What each mode's limiter delegates its `KeyOps` to: a rule's part in
+//! the fleet's operations.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,19 +12,19 @@ use super::{LOG_LEN, ORDER_HOLD, Operations, PENALTY, RESET_HOLD, RuleOps, wire}
 use crate::conn::{Eval, Redis};
 use crate::schedule::micros;
 
-/// The operations' methods of `Limiter` for a mode's limiter that has a
-/// method `ops(&self) -> &FleetOps`: each delegates to it.
+/// The methods of `KeyOps` but `peek` for a mode's limiter that has a
+/// method `fleet(&self) -> &FleetOps`: each delegates to it.
 macro_rules! fleet_operations {
     () => {
         fn reset(
             &self,
             key: &throttle_fleet_core::Key,
         ) -> throttle_fleet_core::Answer<Result<(), throttle_fleet_core::OpError>> {
-            self.ops().reset(key)
+            self.fleet().reset(key)
         }
 
         fn blocks(&self) -> Option<std::sync::Arc<throttle_fleet_core::operate::Blocks>> {
-            self.ops().blocks()
+            self.fleet().blocks()
         }
 
         fn share_block(
@@ -34,7 +34,7 @@ macro_rules! fleet_operations {
         ) -> throttle_fleet_core::Answer<
             Result<throttle_fleet_core::Reach, throttle_fleet_core::OpError>,
         > {
-            self.ops().share_block(key, block)
+            self.fleet().share_block(key, block)
         }
 
         fn violated(
@@ -42,7 +42,7 @@ macro_rules! fleet_operations {
             key: &throttle_fleet_core::Key,
             penalty: &throttle_fleet_core::Penalty,
         ) -> bool {
-            self.ops().violated(key, penalty)
+            self.fleet().violated(key, penalty)
         }
     };
 }

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use throttle_fleet_core::algorithm::Concurrency;
-use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::{Block, Blocks, OpError};
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
@@ -377,28 +377,19 @@ impl Drop for Unanswered<'_> {
 }
 
 impl Limiter for SlotLimiter {
-    fn acquire(&self, key: &Key, cost: u64) -> Answer<Result<Outcome, Unavailable>> {
-        self.acquire_under(key, cost, self.0.meter_limit())
+    fn ops(&self) -> Option<&dyn KeyOps> {
+        Some(self)
     }
 
     /// The script compares what the fleet holds with `limit`, so a class's
     /// share holds fleet-wide. While Redis cannot be asked, the rule's
     /// failure policy decides without classes.
-    fn acquire_under(
-        &self,
-        key: &Key,
-        cost: u64,
-        limit: u64,
-    ) -> Answer<Result<Outcome, Unavailable>> {
+    fn acquire(&self, key: &Key, cost: u64, limit: u64) -> Answer<Result<Outcome, Unavailable>> {
         if self.0.redis.is_open(self.0.group(key)) {
             return Answer::Ready(self.0.degraded(key, cost));
         }
         self.0.start_renewing();
         Answer::Pending(Box::pin(self.0.clone().acquire(*key, cost, limit)))
-    }
-
-    fn takes_a_limit(&self) -> bool {
-        true
     }
 
     /// The request ended: its slot goes back, off the response path.
@@ -422,6 +413,18 @@ impl Limiter for SlotLimiter {
         true
     }
 
+    /// Slots live in Redis under the rule's name: a limiter for the new
+    /// limit reads them as they are. (The old limiter keeps renewing the
+    /// slots of the requests it admitted, and gives them back, until the
+    /// last of them ends.)
+    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
+        Some(Arc::new(
+            SlotLimiter::new(self.0.redis.clone(), self.0.shared.clone(), rule).ok()?,
+        ))
+    }
+}
+
+impl KeyOps for SlotLimiter {
     /// What the fleet holds for `key` (the slots whose time has not
     /// passed), read by the script without taking a slot or dropping one.
     /// As in memory, a key at its limit reads as allowed with nothing
@@ -447,15 +450,5 @@ impl Limiter for SlotLimiter {
         block: Option<&Block>,
     ) -> Answer<Result<throttle_fleet_core::Reach, OpError>> {
         self.0.ops.share_block(key, block)
-    }
-
-    /// Slots live in Redis under the rule's name: a limiter for the new
-    /// limit reads them as they are. (The old limiter keeps renewing the
-    /// slots of the requests it admitted, and gives them back, until the
-    /// last of them ends.)
-    fn requota(&self, rule: &Rule) -> Option<Arc<dyn Limiter>> {
-        Some(Arc::new(
-            SlotLimiter::new(self.0.redis.clone(), self.0.shared.clone(), rule).ok()?,
-        ))
     }
 }

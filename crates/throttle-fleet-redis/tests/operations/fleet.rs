@@ -98,7 +98,7 @@ pub(crate) async fn settled(server: &RedisServer, time: &TestTime) {
 pub(crate) async fn all_list(fleet: &[(RedisBackend, RuleSet)], n: usize) {
     until(
         &format!("{n} blocked on every instance"),
-        move || async move { fleet.iter().all(|(_, r)| r.blocked(0).len() == n) },
+        move || async move { fleet.iter().all(|(_, r)| r.operate().blocked(0).len() == n) },
     )
     .await;
 }

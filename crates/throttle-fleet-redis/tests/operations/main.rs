@@ -33,6 +33,7 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
         // told.
         fleet[0]
             .1
+            .operate()
             .block(0, &key, Duration::from_secs(60), "203.0.113.7")
             .wait()
             .await
@@ -46,10 +47,10 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
                 wait > Duration::from_secs(59) && wait <= Duration::from_secs(60),
                 "{mode:?}: {wait:?}"
             );
-            let state = op(&time, rules.inspect(0, &key)).await.unwrap();
+            let state = op(&time, rules.operate().inspect(0, &key)).await.unwrap();
             assert_eq!(state.remaining, 0, "{mode:?}");
             assert!(state.blocked_for.is_some(), "{mode:?}");
-            let listed = rules.blocked(0);
+            let listed = rules.operate().blocked(0);
             assert_eq!(listed.len(), 1, "{mode:?}");
             assert_eq!(
                 (&*listed[0].1.label, listed[0].1.cause),
@@ -58,12 +59,20 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
         }
 
         // Unblocked through instance 2.
-        assert!(op(&time, fleet[2].1.unblock(0, &key)).await.unwrap().0);
+        assert!(
+            op(&time, fleet[2].1.operate().unblock(0, &key))
+                .await
+                .unwrap()
+                .0
+        );
         all_list(&fleet, 0).await;
         for (i, (_, rules)) in fleet.iter().enumerate() {
-            assert!(rules.blocked(0).is_empty(), "{mode:?}: instance {i}");
             assert!(
-                op(&time, rules.inspect(0, &key))
+                rules.operate().blocked(0).is_empty(),
+                "{mode:?}: instance {i}"
+            );
+            assert!(
+                op(&time, rules.operate().inspect(0, &key))
                     .await
                     .unwrap()
                     .blocked_for
@@ -74,7 +83,7 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
         // Spent through instance 0 (a penalty takes what is left), then
         // reset through instance 1: every instance finds a fresh key.
         let spender = Key::new("tenant-9");
-        op(&time, fleet[0].1.penalize(0, &spender, 5))
+        op(&time, fleet[0].1.operate().penalize(0, &spender, 5))
             .await
             .unwrap();
         if matches!(mode, Mode::Exact) {
@@ -89,13 +98,20 @@ async fn a_block_an_unblock_and_a_reset_reach_every_instance_in_every_mode() {
             !allowed(&time, &fleet[0].1, spender).await.0,
             "{mode:?}: spent where it was spent"
         );
-        op(&time, fleet[1].1.reset(0, &spender)).await.unwrap();
+        op(&time, fleet[1].1.operate().reset(0, &spender))
+            .await
+            .unwrap();
         let (f, t) = (&fleet, &time);
         until(
             "a fresh key on every instance after the reset",
             move || async move {
                 for (_, rules) in f {
-                    if op(t, rules.inspect(0, &spender)).await.unwrap().remaining != 5 {
+                    if op(t, rules.operate().inspect(0, &spender))
+                        .await
+                        .unwrap()
+                        .remaining
+                        != 5
+                    {
                         return false;
                     }
                 }
@@ -119,6 +135,7 @@ async fn an_instance_that_starts_later_loads_the_blocks_that_hold() {
     let key = Key::new("bot");
     first[0]
         .1
+        .operate()
         .block(0, &key, Duration::from_secs(30), "bot")
         .wait()
         .await
@@ -128,7 +145,7 @@ async fn an_instance_that_starts_later_loads_the_blocks_that_hold() {
     rules.bind(rule.clone(), &late).unwrap();
     let r = &rules;
     until("the late instance loads the block", move || async move {
-        r.blocked(0).len() == 1
+        r.operate().blocked(0).len() == 1
     })
     .await;
     assert!(!allowed(&time, &rules, key).await.0);
@@ -148,17 +165,22 @@ async fn a_change_made_while_an_instance_was_not_listening_reaches_it_when_it_li
     let key = Key::new("while-away");
     op(
         &time,
-        fleet[0].1.block(0, &key, Duration::from_secs(60), ""),
+        fleet[0]
+            .1
+            .operate()
+            .block(0, &key, Duration::from_secs(60), ""),
     )
     .await
     .unwrap();
     // Nobody listened: the others do not know yet...
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(fleet[1].1.blocked(0).is_empty() && fleet[2].1.blocked(0).is_empty());
+    assert!(
+        fleet[1].1.operate().blocked(0).is_empty() && fleet[2].1.operate().blocked(0).is_empty()
+    );
     // ...until they subscribe again and read what they missed.
     time.advance(RETRY).await;
     until("the block after subscribing again", move || async move {
-        f.iter().all(|(_, r)| r.blocked(0).len() == 1)
+        f.iter().all(|(_, r)| r.operate().blocked(0).len() == 1)
     })
     .await;
 }
@@ -190,6 +212,7 @@ async fn a_blocked_key_costs_redis_no_call() {
     allowed(&time, rules, Key::new("someone else")).await;
     assert!(server.command_count("evalsha") > before);
     rules
+        .operate()
         .block(0, &key, Duration::from_secs(60), "")
         .wait()
         .await
@@ -202,7 +225,7 @@ async fn a_blocked_key_costs_redis_no_call() {
         assert!(!allowed(&time, rules, key).await.0);
     }
     assert_eq!(server.command_count("evalsha"), before);
-    assert_eq!(rules.block_stats(0).denied, 10_000);
+    assert_eq!(rules.operate().block_stats(0).denied, 10_000);
 }
 
 /// 20 requests a second from one key against 5 a minute, spread over the
@@ -226,7 +249,7 @@ async fn penalties_escalate_across_the_fleet_and_spare_a_neighbour() {
         allowed(&time, rules, bot).await;
         // The penalty's script runs in the background: let it land.
         tokio::time::sleep(Duration::from_millis(1)).await;
-        let listed = fleet[0].1.blocked(0);
+        let listed = fleet[0].1.operate().blocked(0);
         if let Some((_, _, left)) = listed.first()
             && !was_blocked
         {
@@ -267,7 +290,7 @@ async fn an_operators_read_asks_redis_nothing_and_denies_no_one() {
         settled(&server, &time).await;
         let before = server.command_count("evalsha");
         for (_, rules) in &fleet {
-            let state = op(&time, rules.inspect(0, &key)).await.unwrap();
+            let state = op(&time, rules.operate().inspect(0, &key)).await.unwrap();
             assert_eq!(state.remaining, 30, "{mode:?}");
         }
         assert_eq!(
@@ -295,16 +318,22 @@ async fn ended_blocks_leave_the_table_a_few_at_each_write() {
     let rules = &fleet[0].1;
     for i in 0..200 {
         let key = Key::new(format!("short-{i}"));
-        op(&time, rules.block(0, &key, Duration::from_secs(1), ""))
-            .await
-            .unwrap();
+        op(
+            &time,
+            rules.operate().block(0, &key, Duration::from_secs(1), ""),
+        )
+        .await
+        .unwrap();
     }
     time.advance(Duration::from_secs(2)).await;
     for i in 0..200 {
         let key = Key::new(format!("long-{i}"));
-        op(&time, rules.block(0, &key, Duration::from_secs(60), ""))
-            .await
-            .unwrap();
+        op(
+            &time,
+            rules.operate().block(0, &key, Duration::from_secs(60), ""),
+        )
+        .await
+        .unwrap();
     }
     let held: u64 = server
         .cli(&["HLEN", "rl:{throttle-ops}:blocks"])
@@ -326,7 +355,9 @@ async fn a_reset_forgets_the_denials_a_penalty_counted() {
     let fleet = fleet(&server, &time, Mode::Exact, &rule).await;
     let (rules, key) = (&fleet[0].1, Key::new("guesser"));
     let two_denials = || async {
-        op(&time, rules.penalize(0, &key, 5)).await.unwrap();
+        op(&time, rules.operate().penalize(0, &key, 5))
+            .await
+            .unwrap();
         for _ in 0..2 {
             assert!(!allowed(&time, rules, key).await.0);
             // The penalty's script runs in the background: let it land.
@@ -334,11 +365,15 @@ async fn a_reset_forgets_the_denials_a_penalty_counted() {
         }
     };
     two_denials().await;
-    op(&time, rules.reset(0, &key)).await.unwrap();
+    op(&time, rules.operate().reset(0, &key)).await.unwrap();
     two_denials().await;
-    assert!(rules.blocked(0).is_empty(), "{:?}", rules.blocked(0));
+    assert!(
+        rules.operate().blocked(0).is_empty(),
+        "{:?}",
+        rules.operate().blocked(0)
+    );
     // A third denial does start one: the count is real.
     assert!(!allowed(&time, rules, key).await.0);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(rules.blocked(0).len(), 1);
+    assert_eq!(rules.operate().blocked(0).len(), 1);
 }

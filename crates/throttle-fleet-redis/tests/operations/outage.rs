@@ -46,7 +46,7 @@ async fn test_time_until<F: Future<Output = bool>>(
 /// Whether `rules` holds `key` blocked (its table, which a request looks
 /// in first).
 fn holds(rules: &RuleSet, key: &Key) -> bool {
-    rules.blocked(0).iter().any(|(k, _, _)| k == key)
+    rules.operate().blocked(0).iter().any(|(k, _, _)| k == key)
 }
 
 /// Whether a request for `key` is denied by `rules` for a block (its wait
@@ -93,6 +93,7 @@ async fn a_block_made_while_redis_is_down_reaches_every_instance_within_a_second
             &time,
             fleet[0]
                 .1
+                .operate()
                 .block(0, &key, Duration::from_secs(60), "203.0.113.7"),
         )
         .await;
@@ -101,7 +102,7 @@ async fn a_block_made_while_redis_is_down_reaches_every_instance_within_a_second
             denies_for_a_block(&time, &fleet[0].1, key).await,
             "{mode:?}: held here"
         );
-        assert!(fleet[1].1.blocked(0).is_empty(), "{mode:?}");
+        assert!(fleet[1].1.operate().blocked(0).is_empty(), "{mode:?}");
 
         if killed {
             server.restart();
@@ -150,7 +151,10 @@ async fn a_block_redis_lost_holds_on_an_instance_started_after_the_loss() {
         let key = Key::new("bot");
         let reach = op(
             &time,
-            fleet[0].1.block(0, &key, Duration::from_secs(600), "bot"),
+            fleet[0]
+                .1
+                .operate()
+                .block(0, &key, Duration::from_secs(600), "bot"),
         )
         .await;
         assert_eq!(reach, Ok(Reach::Fleet));
@@ -174,9 +178,14 @@ async fn a_block_redis_lost_holds_on_an_instance_started_after_the_loss() {
         let mut rules = RuleSet::new();
         rules.bind(rule.clone(), &late).unwrap();
         let other = Key::new("other");
-        op(&time, rules.block(0, &other, Duration::from_secs(60), ""))
-            .await
-            .unwrap();
+        op(
+            &time,
+            rules
+                .operate()
+                .block(0, &other, Duration::from_secs(60), ""),
+        )
+        .await
+        .unwrap();
         let r = &rules;
         let what = format!("{loss:?}: the late instance holds the block");
         let took = test_time_until(&time, &what, move || async move { holds(r, &key) }).await;
@@ -205,7 +214,10 @@ async fn an_unblock_made_while_redis_is_down_is_not_undone_by_its_return() {
         let key = Key::new("k");
         op(
             &time,
-            fleet[0].1.block(0, &key, Duration::from_secs(60), "k"),
+            fleet[0]
+                .1
+                .operate()
+                .block(0, &key, Duration::from_secs(60), "k"),
         )
         .await
         .unwrap();
@@ -216,7 +228,7 @@ async fn an_unblock_made_while_redis_is_down_is_not_undone_by_its_return() {
         } else {
             server.stop();
         }
-        let unblocked = op(&time, fleet[2].1.unblock(0, &key)).await;
+        let unblocked = op(&time, fleet[2].1.operate().unblock(0, &key)).await;
         assert_eq!(unblocked, Ok((true, Reach::Queued)), "killed: {killed}");
         assert!(!holds(&fleet[2].1, &key) && holds(&fleet[0].1, &key));
         if killed {
@@ -227,7 +239,7 @@ async fn an_unblock_made_while_redis_is_down_is_not_undone_by_its_return() {
 
         let f = &fleet;
         let took = test_time_until(&time, "unblocked everywhere", move || async move {
-            f.iter().all(|(_, r)| r.blocked(0).is_empty())
+            f.iter().all(|(_, r)| r.operate().blocked(0).is_empty())
         })
         .await;
         assert!(took <= BOUND, "killed: {killed}: {took:?}");
@@ -266,23 +278,29 @@ async fn two_changes_to_a_key_end_as_the_one_made_last_in_either_order_of_arriva
             server.stop();
             let reach = op(
                 &time,
-                fleet[0].1.block(0, &key, Duration::from_secs(60), ""),
+                fleet[0]
+                    .1
+                    .operate()
+                    .block(0, &key, Duration::from_secs(60), ""),
             )
             .await;
             assert_eq!(reach, Ok(Reach::Queued));
             server.resume();
             time.advance(Duration::from_millis(10)).await;
             // Made later, sent at once.
-            let reach = op(&time, fleet[1].1.unblock(0, &key)).await;
+            let reach = op(&time, fleet[1].1.operate().unblock(0, &key)).await;
             assert_eq!(reach.map(|(_, r)| r), Ok(Reach::Fleet));
         } else {
-            let reach = op(&time, fleet[1].1.unblock(0, &key)).await;
+            let reach = op(&time, fleet[1].1.operate().unblock(0, &key)).await;
             assert_eq!(reach.map(|(_, r)| r), Ok(Reach::Fleet));
             server.stop();
             time.advance(Duration::from_millis(10)).await;
             let reach = op(
                 &time,
-                fleet[0].1.block(0, &key, Duration::from_secs(60), ""),
+                fleet[0]
+                    .1
+                    .operate()
+                    .block(0, &key, Duration::from_secs(60), ""),
             )
             .await;
             assert_eq!(reach, Ok(Reach::Queued));
@@ -320,6 +338,6 @@ async fn with_redis_down_a_reset_is_refused() {
     for _ in 0..5 {
         allowed(&time, rules, Key::new("probe")).await;
     }
-    let reset = rules.reset(0, &key).wait().await;
+    let reset = rules.operate().reset(0, &key).wait().await;
     assert!(matches!(reset, Err(OpError::Unavailable(_))), "{reset:?}");
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use throttle_fleet_core::rule_set::Carried;
+use throttle_fleet_core::rule_set::{Binding, Carried};
 use throttle_fleet_core::{Backend, ConfigError, RuleSet};
 
 use super::{BoundLimit, Engine};
@@ -60,18 +60,19 @@ impl<R> Engine<R> {
             // on every build, so a reload's new capacity reaches the gauge.
             let metrics =
                 cfg!(feature = "metrics").then(|| RuleMetrics::new(&limit.rule, enforcement));
-            let (index, how) = match previous {
-                Some(previous) => rules.bind_after(limit.rule, &**own, previous)?,
-                None => (rules.bind(limit.rule, &**own)?, Carried::Fresh),
-            };
+            let mut binding = Binding::from(limit.rule);
             // Each rule's decisions are counted as the rule set gets them.
             if let Some(metrics) = metrics {
-                rules.observe(index, Arc::new(metrics))?;
+                binding = binding.observe(Arc::new(metrics));
             }
             // A response-aware limit settles its cost from the status.
             if let Some(refund) = limit.refund {
-                rules.settle_by(index, refund)?;
+                binding = binding.settle_by(refund);
             }
+            let (index, how) = match previous {
+                Some(previous) => rules.bind_after(binding, &**own, previous)?,
+                None => (rules.bind(binding, &**own)?, Carried::Fresh),
+            };
             carried.push((name, how));
             limits.push(BoundLimit {
                 index,
