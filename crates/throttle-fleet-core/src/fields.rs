@@ -1,9 +1,11 @@
-//! The times every answer states in whole seconds, computed once for every
-//! protocol: `Retry-After` (HTTP, gRPC metadata, Envoy's
+//! What every answer states, computed once for every protocol: the times in
+//! whole seconds, `Retry-After` (HTTP, gRPC metadata, Envoy's
 //! `response_headers_to_add`, the seconds of a message) and
-//! `X-RateLimit-Reset` (HTTP headers, gRPC metadata). Text both protocols
-//! share lives here, below the HTTP layer, so that no answer rounds or
-//! dates a figure its own way.
+//! `X-RateLimit-Reset` (HTTP headers, gRPC metadata); and the text of the
+//! IETF fields `RateLimit-Policy` and `RateLimit`
+//! (draft-ietf-httpapi-ratelimit-headers), which the HTTP layer and
+//! Envoy's RLS write alike. Text both protocols share lives here, below
+//! them, so that no answer rounds, dates or spells a figure its own way.
 
 use std::time::Duration;
 
@@ -65,11 +67,104 @@ pub fn reset_epoch_secs(decision: &Decision) -> u64 {
         .div_ceil(1_000_000)
 }
 
+/// The quota unit of a concurrency rule's `RateLimit-Policy` item: its
+/// quota is requests in flight, not requests per window.
+pub const IN_FLIGHT_UNIT: &str = ";qu=\"concurrent-requests\"";
+
+/// `RateLimit-Policy`'s item for the rate rule named `name`:
+/// `"name";q=limit;w=window`, the window in whole seconds, rounded up.
+///
+/// ```
+/// use std::time::Duration;
+/// use throttle_fleet_core::fields::{policy_item, ratelimit_item};
+///
+/// assert_eq!(policy_item("per-user", 10, Duration::from_secs(60)), "\"per-user\";q=10;w=60");
+/// assert_eq!(ratelimit_item("per-user", 3, 42), "\"per-user\";r=3;t=42");
+/// ```
+pub fn policy_item(name: &str, limit: u64, window: Duration) -> String {
+    item(
+        name,
+        &[(";q=", limit), (";w=", retry_after_secs(window))],
+        "",
+    )
+}
+
+/// `RateLimit-Policy`'s item for the concurrency rule named `name`:
+/// `"name";q=limit;qu="concurrent-requests"`, with no window (the rule
+/// has none).
+pub fn in_flight_policy_item(name: &str, limit: u64) -> String {
+    item(name, &[(";q=", limit)], IN_FLIGHT_UNIT)
+}
+
+/// `RateLimit`'s item for the rate rule named `name`:
+/// `"name";r=remaining;t=t`, `t` the seconds until the quota is whole
+/// again.
+pub fn ratelimit_item(name: &str, remaining: u64, t: u64) -> String {
+    item(name, &[(";r=", remaining), (";t=", t)], "")
+}
+
+/// `RateLimit`'s item for the concurrency rule named `name`:
+/// `"name";r=remaining`, with no `t`, since nothing resets with time (a
+/// slot comes back when a request ends).
+pub fn in_flight_ratelimit_item(name: &str, remaining: u64) -> String {
+    item(name, &[(";r=", remaining)], "")
+}
+
+/// `"name"` followed by each `{key}{value}` of `params` and then `tail`,
+/// in a `String` exactly its length (whose bytes become a header value's
+/// without a second allocation). Rule names are restricted to
+/// `[A-Za-z0-9_.-]`, so the text is always a valid header value.
+fn item(name: &str, params: &[(&str, u64)], tail: &str) -> String {
+    let mut numbers = [itoa::Buffer::new(), itoa::Buffer::new()];
+    let params = &params[..params.len().min(2)];
+    let mut rendered: [&str; 2] = [""; 2];
+    for ((_, value), (buf, out)) in params.iter().zip(numbers.iter_mut().zip(&mut rendered)) {
+        *out = buf.format(*value);
+    }
+    let len = name.len()
+        + 2
+        + params.iter().map(|(k, _)| k.len()).sum::<usize>()
+        + rendered.iter().map(|r| r.len()).sum::<usize>()
+        + tail.len();
+    let mut text = String::with_capacity(len);
+    text.push('"');
+    text.push_str(name);
+    text.push('"');
+    for ((key, _), value) in params.iter().zip(rendered) {
+        text.push_str(key);
+        text.push_str(value);
+    }
+    text.push_str(tail);
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algorithm::Step;
     use crate::backend::Outcome;
+
+    #[test]
+    fn items_are_exactly_their_length_in_every_form() {
+        for (text, expected) in [
+            (
+                policy_item("a", 10, Duration::from_millis(1_500)),
+                "\"a\";q=10;w=2",
+            ),
+            (
+                in_flight_policy_item("b.c", 64),
+                "\"b.c\";q=64;qu=\"concurrent-requests\"",
+            ),
+            (
+                ratelimit_item("a", 0, u64::MAX),
+                "\"a\";r=0;t=18446744073709551615",
+            ),
+            (in_flight_ratelimit_item("b.c", 7), "\"b.c\";r=7"),
+        ] {
+            assert_eq!(text, expected);
+            assert_eq!(text.capacity(), text.len(), "{text}");
+        }
+    }
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero_for_a_wait() {

@@ -3,8 +3,11 @@
 
 pub use crate::key::MAX_KEY_LEN;
 pub use crate::memory::DEFAULT_MAX_KEYS;
+pub use crate::operate::blocks::MAX_BLOCKED_KEYS;
+pub use crate::operate::penalty::MAX_TRACKED_KEYS;
 pub use crate::quota::{MAX_LIMIT, MAX_PERIOD, MIN_PERIOD};
 pub use crate::rule::{DEFAULT_SLOT_TTL, MAX_RULE_NAME_LEN, MAX_SLOT_TTL, MIN_SLOT_TTL};
+pub use crate::rule_set::operate::MAX_BLOCK;
 pub use crate::tier::MAX_TIER_QUOTAS;
 
 /// How many rules of a policy may be shadow rules (the first ones).

@@ -13,7 +13,6 @@ use throttle_fleet_config::{ConfigFileError, GatewayConfig, KeySpec, RuleConfig}
 use throttle_fleet_core::rule_set::{Binding, Carried};
 use throttle_fleet_core::{Backend, Key, Quota, Rule, RuleSet};
 use throttle_fleet_tower::Reloaded;
-use throttle_fleet_tower::headers::policy_value;
 
 use crate::catalog::Catalog;
 
@@ -81,10 +80,7 @@ impl Facts {
 /// `RateLimit-Policy`'s value for a rule with `quota` (its capacity
 /// `limit`), as the layer writes it.
 pub(crate) fn policy_text(name: &str, quota: Quota, limit: u64) -> String {
-    policy_value(name, limit, quota.period())
-        .to_str()
-        .unwrap_or_default()
-        .to_owned()
+    throttle_fleet_core::fields::policy_item(name, limit, quota.period())
 }
 
 /// `current_limit` for `quota`: its limit per second, minute, hour, day or

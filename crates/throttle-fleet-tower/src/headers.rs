@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
-use throttle_fleet_core::fields::{reset_epoch_secs, retry_after_secs};
+use throttle_fleet_core::fields::{self, reset_epoch_secs, retry_after_secs};
 use throttle_fleet_core::{Decision, Rule};
 
 /// `X-RateLimit-Limit`.
@@ -229,113 +229,78 @@ thread_local! {
         const { std::cell::RefCell::new([const { None }; 8]) };
 }
 
-/// `"name"` followed by each `{key}{value}` of `params` (one or two, keys
-/// such as `;q=`) and then `tail`, as a header value (rule names are restricted to
-/// `[A-Za-z0-9_.-]`, so it is always valid).
-fn draft_item(name: &[u8], params: &[(&[u8], u64)], tail: &[u8]) -> Option<HeaderValue> {
-    let mut numbers = [itoa::Buffer::new(), itoa::Buffer::new()];
-    let params = &params[..params.len().min(2)];
-    let mut rendered: [&[u8]; 2] = [b""; 2];
-    for ((_, value), (buf, out)) in params.iter().zip(numbers.iter_mut().zip(&mut rendered)) {
-        *out = buf.format(*value).as_bytes();
-    }
-    let len = name.len()
-        + 2
-        + params.iter().map(|(k, _)| k.len()).sum::<usize>()
-        + rendered.iter().map(|r| r.len()).sum::<usize>()
-        + tail.len();
-    // Exactly its length: a `Vec` whose length is its capacity becomes
-    // `Bytes` without a second allocation.
-    let mut text = Vec::with_capacity(len);
-    text.push(b'"');
-    text.extend_from_slice(name);
-    text.push(b'"');
-    for ((key, _), value) in params.iter().zip(rendered) {
-        text.extend_from_slice(key);
-        text.extend_from_slice(value);
-    }
-    text.extend_from_slice(tail);
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
+/// An IETF item made by [`throttle_fleet_core::fields`] as a header value,
+/// its bytes taken over without a copy.
+fn header(item: String) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(item.into_bytes())).ok()
 }
 
 /// The rule name a [`policy_value`] starts with (quoted).
-fn policy_name(policy: &HeaderValue) -> Option<&[u8]> {
+fn policy_name(policy: &HeaderValue) -> Option<&str> {
     let bytes = policy.as_bytes();
     let end = 1 + bytes.get(1..)?.iter().position(|&b| b == b'"')?;
-    Some(&bytes[1..end])
+    std::str::from_utf8(&bytes[1..end]).ok()
 }
 
 /// Whether a kept IETF value is `name`'s: it starts with `"name";`.
-fn names(value: &[u8], name: &[u8]) -> bool {
+fn names(value: &[u8], name: &str) -> bool {
+    let name = name.as_bytes();
     value.first() == Some(&b'"')
         && value.get(1..=name.len()) == Some(name)
         && value.get(name.len() + 1..name.len() + 3) == Some(b"\";")
 }
 
-/// `RateLimit-Policy`'s value, `"name";q=limit;w=window` (the window in
-/// whole seconds, rounded up), for the rule named `name`: the same for
-/// every answer under that rule and quota, so recent ones are cloned.
+/// `RateLimit-Policy`'s value for the rule named `name`
+/// ([`fields::policy_item`]): the same for every answer under that rule
+/// and quota, so recent ones are cloned.
 ///
-/// ```
-/// use std::time::Duration;
-/// use throttle_fleet_tower::headers::{policy_value, ratelimit_field};
-///
-/// let policy = policy_value("per-user", 10, Duration::from_secs(60));
-/// assert_eq!(policy, "\"per-user\";q=10;w=60");
-/// assert_eq!(ratelimit_field(&policy, 3, 42).unwrap(), "\"per-user\";r=3;t=42");
-/// ```
-pub fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderValue {
-    let (w, name) = (retry_after_secs(window), name.as_bytes());
+pub(crate) fn policy_value(name: &str, limit: u64, window: Duration) -> HeaderValue {
+    let w = retry_after_secs(window);
     kept_or_render(
         &POLICIES,
         (limit, w, name.len()),
         |value| names(value, name),
-        || draft_item(name, &[(b";q=", limit), (b";w=", w)], b""),
+        || header(fields::policy_item(name, limit, window)),
     )
     .unwrap_or_else(|| HeaderValue::from_static("\"\""))
 }
 
-/// `RateLimit-Policy`'s value for a concurrency rule:
-/// `"name";q=limit;qu="concurrent-requests"`, with no window (the rule has
-/// none). Kept apart from the rate rules' values in the same cache: no
-/// window is `u64::MAX` seconds long.
+/// `RateLimit-Policy`'s value for a concurrency rule
+/// ([`fields::in_flight_policy_item`]). Kept apart from the rate rules'
+/// values in the same cache: no window is `u64::MAX` seconds long.
 pub(crate) fn in_flight_policy_value(name: &str, limit: u64) -> HeaderValue {
-    let name = name.as_bytes();
     kept_or_render(
         &POLICIES,
         (limit, u64::MAX, name.len()),
-        |value| names(value, name) && value.ends_with(IN_FLIGHT_UNIT),
-        || draft_item(name, &[(b";q=", limit)], IN_FLIGHT_UNIT),
+        |value| names(value, name) && value.ends_with(fields::IN_FLIGHT_UNIT.as_bytes()),
+        || header(fields::in_flight_policy_item(name, limit)),
     )
     .unwrap_or_else(|| HeaderValue::from_static("\"\""))
 }
 
-/// The quota unit of a concurrency rule's `RateLimit-Policy`.
-const IN_FLIGHT_UNIT: &[u8] = b";qu=\"concurrent-requests\"";
-
-/// `RateLimit: "name";r=remaining` for a concurrency rule: no `t`, since
-/// nothing resets with time (a slot comes back when a request ends).
+/// `RateLimit` for a concurrency rule ([`fields::in_flight_ratelimit_item`]),
+/// the quoted name being the start of `policy`.
 pub(crate) fn in_flight_field(policy: &HeaderValue, remaining: u64) -> Option<HeaderValue> {
     let name = policy_name(policy)?;
     kept_or_render(
         &FIELDS,
         (remaining, u64::MAX, name.len()),
         |value| names(value, name) && !value.windows(3).any(|w| w == b";t="),
-        || draft_item(name, &[(b";r=", remaining)], b""),
+        || header(fields::in_flight_ratelimit_item(name, remaining)),
     )
 }
 
-/// `RateLimit: "name";r=remaining;t=t`, the quoted name being the start of
-/// `policy` (a [`policy_value`]). Recent ones are cloned, as rendered
-/// numbers are: a key far from its limit, or answers within one second of
-/// each other at a full bucket, repeat the same field.
-pub fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
+/// `RateLimit` for a rate rule ([`fields::ratelimit_item`]), the quoted
+/// name being the start of `policy` (a [`policy_value`]). Recent ones are
+/// cloned, as rendered numbers are: a key far from its limit, or answers
+/// within one second of each other at a full bucket, repeat the same field.
+pub(crate) fn ratelimit_field(policy: &HeaderValue, remaining: u64, t: u64) -> Option<HeaderValue> {
     let name = policy_name(policy)?;
     kept_or_render(
         &FIELDS,
         (remaining, t, name.len()),
         |value| names(value, name),
-        || draft_item(name, &[(b";r=", remaining), (b";t=", t)], b""),
+        || header(fields::ratelimit_item(name, remaining, t)),
     )
 }
 

@@ -20,15 +20,15 @@
 //! requests cost no round trip, and are answered with `Retry-After` equal
 //! to what is left of the block.
 
-mod blocks;
-mod penalty;
+pub(crate) mod blocks;
+pub(crate) mod penalty;
 mod room;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use blocks::{Block, BlockCause, BlockStats, Blocks, MAX_BLOCKED_KEYS};
-pub use penalty::{Escalation, MAX_TRACKED_KEYS, Penalty, PenaltyState};
+pub use blocks::{Block, BlockCause, BlockStats, Blocks};
+pub use penalty::{Escalation, Penalty, PenaltyState};
 
 use crate::unavailable::Unavailable;
 

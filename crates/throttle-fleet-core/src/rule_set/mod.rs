@@ -7,7 +7,7 @@ mod check;
 mod combine;
 mod held;
 mod observe;
-mod operate;
+pub(crate) mod operate;
 #[cfg(test)]
 mod operate_tests;
 mod shedding;
@@ -25,7 +25,7 @@ use bind::Bound;
 pub use bind::{Binding, Carried};
 pub use held::{Checked, Held, RefundFn};
 pub use observe::Observer;
-pub use operate::{MAX_BLOCK, Operator};
+pub use operate::Operator;
 
 /// The ordered rules a request must all pass, each bound to its backend.
 ///

@@ -10,9 +10,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::google::protobuf::{self as pb, ListValue, Struct, Value, value::Kind};
 use throttle_fleet_core::backend::Outcome;
-use throttle_fleet_core::fields::retry_after_secs;
+use throttle_fleet_core::fields::{ratelimit_item, retry_after_secs};
 use throttle_fleet_core::{Decision, Demand, Quota};
-use throttle_fleet_tower::headers::ratelimit_field;
 
 use crate::rules::{Loaded, current_limit, policy_text};
 
@@ -222,14 +221,9 @@ fn headers(loaded: &Loaded, a: &Asked) -> Vec<HeaderValue> {
         policy_text(rule.name(), a.quota, a.limit)
     };
     let mut out = Vec::with_capacity(3);
-    let field = http::HeaderValue::from_str(&policy)
-        .ok()
-        .and_then(|p| ratelimit_field(&p, a.remaining, retry_after_secs(a.reset)))
-        .and_then(|v| v.to_str().ok().map(str::to_owned));
+    let field = ratelimit_item(rule.name(), a.remaining, retry_after_secs(a.reset));
     out.push(header("ratelimit-policy", policy));
-    if let Some(field) = field {
-        out.push(header("ratelimit", field));
-    }
+    out.push(header("ratelimit", field));
     if let Some(wait) = a.retry_after {
         out.push(header("retry-after", retry_after_secs(wait).to_string()));
     }
