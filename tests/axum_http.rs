@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use throttle_fleet_axum::core::ManualClock;
+use throttle_fleet_axum::core::clock::ManualClock;
 use throttle_fleet_axum::key::Header;
 use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Route, Rule, ThrottleLayer};
 use throttle_fleet_test_support::http::{client, client_from, serve};

@@ -20,7 +20,8 @@ use throttle_fleet::axum::{Limit, Policy, ThrottleLayer};
 use throttle_fleet::core::algorithm::Step;
 use throttle_fleet::core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet::core::{
-    Answer, Backend, Class, ConfigError, Demand, Key, Quota, Reach, Rule, RuleSet,
+    Answer, Class, ConfigError, Key, Quota, Rule, backend::Backend, decision::Demand,
+    operate::Reach, rule_set::RuleSet,
 };
 use throttle_fleet_test_support::http::{client, serve};
 

@@ -52,7 +52,7 @@ async fn instance(server: &RedisServer, time: &TestTime) -> (SocketAddr, Throttl
         .scheduler(time.scheduler())
         .command_timeout(Duration::from_secs(2));
     let backend = RedisBackend::exact(config).await.unwrap();
-    let penalty = throttle_fleet_axum::core::Penalty::new(
+    let penalty = throttle_fleet_axum::core::operate::Penalty::new(
         5,
         Duration::from_secs(60),
         Duration::from_secs(10),

@@ -20,7 +20,7 @@ use http::StatusCode;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use throttle_fleet_axum::core::ManualClock;
+use throttle_fleet_axum::core::clock::ManualClock;
 use throttle_fleet_axum::key::{Global, Header};
 use throttle_fleet_axum::responder::HttpResponder;
 use throttle_fleet_axum::{MemoryBackend, Policy, Quota, Rule, ThrottleLayer};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use http::{HeaderMap, StatusCode};
-use throttle_fleet_axum::core::Backend;
+use throttle_fleet_axum::core::backend::Backend;
 use throttle_fleet_axum::key::Header;
 use throttle_fleet_axum::{Limit, MemoryBackend, Policy, Quota, Rule};
 use throttle_fleet_redis::schedule::TestTime;

@@ -9,7 +9,7 @@ use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use throttle_fleet_axum::core::ManualClock;
+use throttle_fleet_axum::core::clock::ManualClock;
 use throttle_fleet_axum::key::Global;
 use throttle_fleet_axum::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
 use throttle_fleet_axum::{ClientIp, MemoryBackend, Policy, Quota, Rule, ThrottleLayer};

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use throttle_fleet_axum::core::Backend;
+use throttle_fleet_axum::core::backend::Backend;
 use throttle_fleet_axum::core::rule_set::Carried;
 use throttle_fleet_axum::key::Global;
 use throttle_fleet_axum::{MemoryBackend, Policy, Quota, Rule, ThrottleLayer};

@@ -21,7 +21,7 @@ use tonic::{Code, Request, Response, Status};
 use helloworld::greeter_client::GreeterClient;
 use helloworld::greeter_server::{Greeter, GreeterServer};
 use helloworld::{HelloReply, HelloRequest};
-use throttle_fleet_tonic::core::ManualClock;
+use throttle_fleet_tonic::core::clock::ManualClock;
 
 /// A memory backend on a clock that does not move: these tests count with
 /// fixed windows, and a window aligned to the wall clock's minute could roll

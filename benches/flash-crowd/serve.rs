@@ -26,7 +26,7 @@ use throttle_fleet_axum::{
     ClientIp, KeyExtractor, Limit, MissingKey, Policy, Quota, RequestHead, Rule, ThrottleLayer,
 };
 use throttle_fleet_core::adaptive::Vegas;
-use throttle_fleet_core::{Class, MemoryBackend};
+use throttle_fleet_core::{Class, memory::MemoryBackend};
 use tokio::sync::Semaphore;
 use tower::{BoxError, ServiceBuilder};
 

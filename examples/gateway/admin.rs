@@ -34,7 +34,7 @@ use serde_json::{Map, Value, json};
 use subtle::ConstantTimeEq;
 use throttle_fleet_axum::core::limits::MAX_BLOCK;
 use throttle_fleet_axum::core::operate::BlockCause;
-use throttle_fleet_axum::core::{Key, OpError, Reach, RuleSet};
+use throttle_fleet_axum::core::{Key, operate::OpError, operate::Reach, rule_set::RuleSet};
 use throttle_fleet_axum::key::KeyInputs;
 use throttle_fleet_axum::serve::{Connections, ServeLimits};
 use throttle_fleet_axum::{ClientIp, ThrottleLayer};

@@ -1,7 +1,7 @@
 //! One scenario against all five algorithms, and the same run as JSON.
 
 use serde_json::{Value, json};
-use throttle_fleet_core::Algorithm;
+use throttle_fleet_core::algorithm::Algorithm;
 use throttle_fleet_core::sim::{self, Simulation};
 
 use crate::params::{BadParam, Scenario};

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use throttle_fleet_core::Algorithm;
+use throttle_fleet_core::algorithm::Algorithm;
 
 use crate::simulation::{Lab, capacity, label};
 

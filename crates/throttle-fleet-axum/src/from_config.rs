@@ -3,7 +3,7 @@
 //! from `MatchedPath`, denials as HTTP 429).
 
 use throttle_fleet_config::{ConfigFileError, GatewayConfig, Integration};
-use throttle_fleet_core::Backend;
+use throttle_fleet_core::backend::Backend;
 use throttle_fleet_tower::{HttpResponder, KeyExtractor, Policy};
 
 use crate::{ConnectInfoPeer, Route, ThrottleLayer};

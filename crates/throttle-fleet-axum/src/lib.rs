@@ -57,14 +57,15 @@ use throttle_fleet_tower::HttpResponder;
 pub use throttle_fleet_tower::integration::*;
 
 /// What a policy is written with, for `use throttle_fleet_axum::prelude::*`:
-/// the quick start's names ([`throttle_fleet_tower::prelude`], the layer,
+/// the quick start's names (`Policy`, `Rule`, `Quota`, `MemoryBackend`, `Key`,
+/// `KeyExtractor`, `KeyExtractorExt`, `MissingKey`, `ConfigError`, the layer,
 /// [`ClientIp`], [`Route`] and [`key::Header`]). The rest by module path:
 /// [`key`] for the other extractors, [`core`] for decisions, algorithms,
 /// tiers and failure policies.
 pub mod prelude {
     pub use crate::key::Header;
     pub use crate::{ClientIp, Route, ThrottleLayer};
-    pub use throttle_fleet_tower::prelude::*;
+    pub use throttle_fleet_tower::integration::prelude::*;
 }
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use throttle_fleet_core::{Backend, MemoryBackend};
+use throttle_fleet_core::{backend::Backend, memory::MemoryBackend};
 
 use crate::error::ConfigFileError;
 use crate::model::{BackendConfig, BackendKind};

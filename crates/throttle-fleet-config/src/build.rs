@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use throttle_fleet_core::{Backend, Class, Key, Quota};
+use throttle_fleet_core::{Class, Key, Quota, backend::Backend};
 use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::{
     AllOf, ClientAddr, Extracted, Global, Header, IpPrefix, Jwt, PeerSource, UserAgentHash,
@@ -81,7 +81,7 @@ pub fn policy<I: Integration>(
         // An adaptive limit is this instance's own, measured on its own
         // requests: its slots are counted here, whatever the file's backend.
         if rule.rule.adaptive_limit().is_some() {
-            limit = limit.backend(throttle_fleet_core::MemoryBackend::default());
+            limit = limit.backend(throttle_fleet_core::memory::MemoryBackend::default());
         }
         policy = policy.limit(limit);
     }

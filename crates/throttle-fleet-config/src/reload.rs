@@ -27,7 +27,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use throttle_fleet_core::Backend;
+use throttle_fleet_core::backend::Backend;
 use throttle_fleet_core::rule_set::Carried;
 use throttle_fleet_tower::{Reloaded, ThrottleLayer};
 

@@ -8,7 +8,7 @@ use throttle_fleet_config::{
     BackendKind, GatewayConfig, HeaderStyle, InvalidHello, KeySpec, TlsIdentity,
 };
 use throttle_fleet_core::limits::DEFAULT_SLOT_TTL;
-use throttle_fleet_core::{Algorithm, FailurePolicy, Quota};
+use throttle_fleet_core::{FailurePolicy, Quota, algorithm::Algorithm};
 
 fn error(text: &str) -> String {
     match GatewayConfig::parse("g.toml", text, None) {

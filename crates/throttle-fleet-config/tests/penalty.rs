@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::Penalty;
+use throttle_fleet_core::operate::Penalty;
 
 /// A rule named `login` with `extra` lines added.
 fn rule(extra: &str) -> String {

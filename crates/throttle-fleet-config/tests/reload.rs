@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use throttle_fleet_config::reload::{ReloadEvent, Reloader};
 use throttle_fleet_config::{GatewayConfig, Integration};
-use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_core::memory::MemoryBackend;
 use throttle_fleet_core::rule_set::Carried;
 use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::key::Global;

@@ -28,7 +28,7 @@ use std::process::Command;
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use throttle_fleet_core::algorithm::Gcra;
-use throttle_fleet_core::{Key, MemoryBackend, Quota};
+use throttle_fleet_core::{Key, Quota, memory::MemoryBackend};
 
 const KEYS: u64 = 1_000_000;
 const SUBJECT_VAR: &str = "THROTTLE_MEMORY_BENCH_SUBJECT";

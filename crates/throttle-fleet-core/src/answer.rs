@@ -11,7 +11,7 @@ pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// An answer now, or one that needs a round trip.
 ///
 /// [`Limiter::acquire`](crate::backend::Limiter::acquire) answers a
-/// `Result<Outcome, Unavailable>`, [`RuleSet::check`](crate::RuleSet::check)
+/// `Result<Outcome, Unavailable>`, [`RuleSet::check`](crate::rule_set::RuleSet::check)
 /// a [`Checked`](crate::Checked). Local backends always answer
 /// [`Ready`](Self::Ready), without allocating.
 pub enum Answer<T = crate::Checked> {

@@ -45,7 +45,7 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 /// use std::sync::{Arc, Mutex};
 /// use throttle_fleet_core::algorithm::Step;
 /// use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
-/// use throttle_fleet_core::{Answer, Backend, ConfigError, Demand, Key, Quota, Rule, RuleSet};
+/// use throttle_fleet_core::{Answer, backend::Backend, ConfigError, decision::Demand, Key, Quota, Rule, rule_set::RuleSet};
 ///
 /// /// Counts each key's requests, forever, up to the rule's limit.
 /// struct Tally { limit: u64, used: Mutex<HashMap<Key, u64>> }
@@ -87,7 +87,7 @@ impl<B: Backend + ?Sized> Backend for Arc<B> {
 /// # Ok::<(), ConfigError>(())
 /// ```
 ///
-/// (`Any`, which every `'static` type is, lets a [`RuleSet`](crate::RuleSet)
+/// (`Any`, which every `'static` type is, lets a [`RuleSet`](crate::rule_set::RuleSet)
 /// recognise the memory backend's own limiters and call them directly.)
 pub trait Limiter: Any + Send + Sync + 'static {
     /// Checks `cost` for `key` and takes it when it fits.
@@ -109,7 +109,7 @@ pub trait Limiter: Any + Send + Sync + 'static {
     fn refund(&self, key: &Key, cost: u64, outcome: &Outcome);
 
     /// Whether `acquire` may need a round trip (default: no). A
-    /// [`RuleSet`](crate::RuleSet) asks the local rules of a request first,
+    /// [`RuleSet`](crate::rule_set::RuleSet) asks the local rules of a request first,
     /// so a request one of them denies costs no round trip and no refund;
     /// an adaptive limit, which is this process's own, binds only to a
     /// limiter that is not remote.
@@ -128,7 +128,7 @@ pub trait Limiter: Any + Send + Sync + 'static {
     }
 
     /// The operations on this limiter's keys, if it has any of its own
-    /// (default: none). Without them a [`RuleSet`](crate::RuleSet) reads a
+    /// (default: none). Without them a [`RuleSet`](crate::rule_set::RuleSet) reads a
     /// key with a check of cost 0, keeps the rule's blocks and penalties
     /// in this process, and refuses a reset.
     fn ops(&self) -> Option<&dyn KeyOps> {

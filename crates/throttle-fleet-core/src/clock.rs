@@ -90,7 +90,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use throttle_fleet_core::{Clock, ManualClock};
+/// use throttle_fleet_core::{clock::Clock, clock::ManualClock};
 ///
 /// let clock = ManualClock::new(1_000_000);
 /// let shared = clock.clone();

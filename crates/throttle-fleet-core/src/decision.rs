@@ -8,9 +8,9 @@
 use std::fmt;
 use std::time::Duration;
 
-#[cfg(doc)]
-use crate::RuleSet;
 use crate::backend::{Outcome, Unavailable};
+#[cfg(doc)]
+use crate::rule_set::RuleSet;
 use crate::{Class, Key, Quota, Rule};
 
 /// The shadow rules that would have denied a request (see
@@ -94,7 +94,7 @@ pub enum Kind {
 /// so a wait is never reported shorter than the backend found it.
 ///
 /// ```
-/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+/// use throttle_fleet_core::{Answer, decision::Demand, Key, memory::MemoryBackend, Quota, Rule, rule_set::RuleSet};
 /// use throttle_fleet_core::decision::Kind;
 ///
 /// let mut rules = RuleSet::new();
@@ -547,7 +547,7 @@ impl Demand {
     /// [`Default`](Class::Default) class.
     ///
     /// ```
-    /// use throttle_fleet_core::{Class, Demand, Key};
+    /// use throttle_fleet_core::{Class, decision::Demand, Key};
     ///
     /// let d = Demand::new(0, Key::new("10.0.0.1"), 1).class(Class::Critical);
     /// assert_eq!((d.cost, d.class), (1, Class::Critical));

@@ -51,7 +51,7 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
 /// use throttle_fleet_core::algorithm::Step;
 /// use throttle_fleet_core::backend::Outcome;
 /// use throttle_fleet_core::fields::reset_epoch_secs;
-/// use throttle_fleet_core::Decision;
+/// use throttle_fleet_core::decision::Decision;
 ///
 /// // Decided at 1,700,000,000.25 s (Unix), back to full 59.5 s later.
 /// let step = Step { allowed: true, remaining: 3, reset_us: 59_500_000, retry_after_us: 0, delay_us: 0 };

@@ -4,7 +4,7 @@
 //! integration crates build on it.
 //!
 //! ```
-//! use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+//! use throttle_fleet_core::{Answer, decision::Demand, Key, memory::MemoryBackend, Quota, Rule, rule_set::RuleSet};
 //!
 //! let mut rules = RuleSet::new();
 //! let backend = MemoryBackend::default();
@@ -44,17 +44,18 @@ pub mod sim;
 mod tier;
 mod unavailable;
 
-pub use algorithm::Algorithm;
 pub use answer::Answer;
-pub use backend::Backend;
 pub use class::Class;
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, Demand};
 pub use error::ConfigError;
 pub use key::Key;
-pub use memory::MemoryBackend;
-pub use operate::{KeyState, OpError, Penalty, Reach};
 pub use quota::Quota;
 pub use rule::{FailurePolicy, Rule};
-pub use rule_set::{Checked, RuleSet};
 pub use tier::Tiers;
+
+// The crate's own short paths to items whose one public path is their
+// module's.
+pub(crate) use backend::Backend;
+pub(crate) use clock::{Clock, ManualClock, SystemClock};
+pub(crate) use decision::Decision;
+pub(crate) use memory::MemoryBackend;
+pub(crate) use rule_set::Checked;

@@ -50,7 +50,7 @@ pub enum FailurePolicy {
 /// a [`ConfigError`] naming the rule and the field.
 ///
 /// ```
-/// use throttle_fleet_core::{Algorithm, Quota, Rule};
+/// use throttle_fleet_core::{algorithm::Algorithm, Quota, Rule};
 ///
 /// let rule = Rule::new("search", Quota::per_minute(20)).fixed_window().cost(2);
 /// assert_eq!(rule.name(), "search");
@@ -106,7 +106,7 @@ impl Rule {
     /// `Retry-After: 1`.
     ///
     /// ```
-    /// use throttle_fleet_core::{Algorithm, Quota, Rule};
+    /// use throttle_fleet_core::{algorithm::Algorithm, Quota, Rule};
     ///
     /// let rule = Rule::concurrency("inflight", 20);
     /// assert_eq!(rule.algorithm(), Algorithm::Concurrency);
@@ -305,7 +305,7 @@ impl Rule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use throttle_fleet_core::{Penalty, Quota, Rule};
+    /// use throttle_fleet_core::{operate::Penalty, Quota, Rule};
     ///
     /// let login = Rule::new("login", Quota::per_minute(5))
     ///     .penalty(Penalty::new(10, Duration::from_secs(60), Duration::from_secs(60)));
@@ -362,7 +362,7 @@ impl Rule {
     /// decides in the process (the memory backend); no tiers.
     ///
     /// ```
-    /// use throttle_fleet_core::{MemoryBackend, Rule, RuleSet};
+    /// use throttle_fleet_core::{memory::MemoryBackend, Rule, rule_set::RuleSet};
     /// use throttle_fleet_core::adaptive::Vegas;
     ///
     /// let mut rules = RuleSet::new();

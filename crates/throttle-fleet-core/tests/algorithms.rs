@@ -12,7 +12,8 @@ use throttle_fleet_core::algorithm::{
 use throttle_fleet_core::algorithm::{Meter, Step};
 use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::{
-    Answer, Clock, Decision, Demand, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet, sim,
+    Answer, Key, Quota, Rule, clock::Clock, clock::ManualClock, decision::Decision,
+    decision::Demand, memory::MemoryBackend, rule_set::RuleSet, sim,
 };
 
 const MS: u64 = 1_000;

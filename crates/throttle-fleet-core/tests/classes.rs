@@ -7,8 +7,8 @@ use std::time::Duration;
 use throttle_fleet_core::adaptive::Vegas;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::{
-    Answer, Backend, Checked, Class, ConfigError, Demand, Key, ManualClock, MemoryBackend, Rule,
-    RuleSet,
+    Answer, Class, ConfigError, Key, Rule, backend::Backend, clock::ManualClock, decision::Demand,
+    memory::MemoryBackend, rule_set::Checked, rule_set::RuleSet,
 };
 
 fn check(rules: &RuleSet, d: Demand) -> Checked {

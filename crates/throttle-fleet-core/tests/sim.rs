@@ -7,7 +7,7 @@
 //! definition, computed independently from the timeline alone.
 
 use throttle_fleet_core::sim::{self, Custom, Event, Pattern, Run, Simulation};
-use throttle_fleet_core::{Algorithm, Quota};
+use throttle_fleet_core::{Quota, algorithm::Algorithm};
 
 const MS: u64 = 1_000;
 const S: u64 = 1_000_000;

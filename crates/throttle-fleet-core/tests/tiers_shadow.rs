@@ -7,7 +7,8 @@ use throttle_fleet_core::decision::{Kind, ShadowDenials};
 use throttle_fleet_core::limits::MAX_TIER_QUOTAS;
 use throttle_fleet_core::rule_set::Binding;
 use throttle_fleet_core::{
-    Answer, Decision, Demand, Key, ManualClock, MemoryBackend, Quota, Rule, RuleSet,
+    Answer, Key, Quota, Rule, clock::ManualClock, decision::Decision, decision::Demand,
+    memory::MemoryBackend, rule_set::RuleSet,
 };
 
 fn decide(check: Answer) -> Decision {

@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use throttle_fleet_config::reload::ReloadTarget;
 use throttle_fleet_config::{ConfigFileError, GatewayConfig, KeySpec, RuleConfig};
 use throttle_fleet_core::rule_set::{Binding, Carried};
-use throttle_fleet_core::{Backend, Key, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Key, Quota, Rule, backend::Backend, rule_set::RuleSet};
 use throttle_fleet_tower::Reloaded;
 
 use crate::catalog::Catalog;
@@ -22,7 +22,7 @@ use crate::catalog::Catalog;
 ///
 /// ```
 /// use throttle_fleet_config::GatewayConfig;
-/// use throttle_fleet_core::MemoryBackend;
+/// use throttle_fleet_core::memory::MemoryBackend;
 /// use throttle_fleet_envoy::EnvoyRules;
 ///
 /// let config = GatewayConfig::parse("rls.toml", r#"
@@ -137,7 +137,7 @@ impl EnvoyRules {
     /// ```
     /// use std::time::Duration;
     /// use throttle_fleet_config::GatewayConfig;
-    /// use throttle_fleet_core::MemoryBackend;
+    /// use throttle_fleet_core::memory::MemoryBackend;
     /// use throttle_fleet_envoy::EnvoyRules;
     ///
     /// let config = GatewayConfig::parse("rls.toml", r#"

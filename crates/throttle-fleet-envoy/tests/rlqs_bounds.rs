@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_core::memory::MemoryBackend;
 use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions, Rls};
 use tokio::sync::mpsc;
 use tonic::{Code, Status};

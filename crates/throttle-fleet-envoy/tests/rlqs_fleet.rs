@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf as pb;
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::{Clock, MemoryBackend};
+use throttle_fleet_core::{clock::Clock, memory::MemoryBackend};
 use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions};
 use tokio::sync::mpsc;
 use tonic::Status;

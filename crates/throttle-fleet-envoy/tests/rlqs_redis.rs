@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf as pb;
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::{Clock, ManualClock, MemoryBackend};
+use throttle_fleet_core::{clock::Clock, clock::ManualClock, memory::MemoryBackend};
 use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions};
 use throttle_fleet_test_support::{RedisCluster, RedisServer};
 use tokio::sync::mpsc;

@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use throttle_fleet_config::GatewayConfig;
 use throttle_fleet_config::reload::ReloadTarget;
-use throttle_fleet_core::{ManualClock, MemoryBackend};
+use throttle_fleet_core::{clock::ManualClock, memory::MemoryBackend};
 use throttle_fleet_envoy::{EnvoyRules, Rls};
 use throttle_fleet_test_support::RedisServer;
 use tonic::transport::Channel;
@@ -449,8 +449,12 @@ async fn the_approximate_and_leased_modes_serve_envoy_too() {
 async fn the_examples_file_loads_and_serves() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/envoy_rls.toml");
     let config = GatewayConfig::load(path).unwrap();
-    let rules =
-        EnvoyRules::new(&config, path, throttle_fleet_core::MemoryBackend::default()).unwrap();
+    let rules = EnvoyRules::new(
+        &config,
+        path,
+        throttle_fleet_core::memory::MemoryBackend::default(),
+    )
+    .unwrap();
     assert_eq!(
         rules.rule_names(),
         ["per-user", "per-user-daily", "search", "per-user-strict"]

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::OpError;
-use throttle_fleet_core::{Answer, ConfigError, FailurePolicy, Key, MemoryBackend, Rule};
+use throttle_fleet_core::{Answer, ConfigError, FailurePolicy, Key, Rule, memory::MemoryBackend};
 
 use crate::conn::Redis;
 
@@ -41,7 +41,7 @@ pub(crate) fn local_limiter(
     let local_rule = Rule::new(rule.name(), quota)
         .algorithm_is(rule.algorithm())
         .cost(rule.static_cost().min(quota_capacity(rule, quota)));
-    let limiter = throttle_fleet_core::Backend::limiter(
+    let limiter = throttle_fleet_core::backend::Backend::limiter(
         &MemoryBackend::with_clock(redis.local_clock()),
         &local_rule,
     )?;

@@ -60,7 +60,7 @@
 //! error, naming the setting.
 //!
 //! ```no_run
-//! use throttle_fleet_core::{MemoryBackend, Quota, Rule, RuleSet};
+//! use throttle_fleet_core::{memory::MemoryBackend, Quota, Rule, rule_set::RuleSet};
 //! use throttle_fleet_redis::{RedisBackend, RedisConfig};
 //!
 //! # async fn demo() -> Result<(), throttle_fleet_core::ConfigError> {

@@ -38,7 +38,7 @@ async fn instance(
         .spans(spans)
         .early_flush_gap(Duration::ZERO);
     let backend = RedisBackend::approximate(config, options).await.unwrap();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, rule).unwrap();
     Instance {
         backend,
         limiter,
@@ -276,10 +276,12 @@ async fn only_window_algorithms_can_be_counted_approximately() {
     )
     .await
     .unwrap();
-    let err =
-        throttle_fleet_core::Backend::limiter(&backend, &Rule::new("tb", Quota::per_second(5)))
-            .err()
-            .unwrap();
+    let err = throttle_fleet_core::backend::Backend::limiter(
+        &backend,
+        &Rule::new("tb", Quota::per_second(5)),
+    )
+    .err()
+    .unwrap();
     assert_eq!((err.rule(), err.field()), (Some("tb"), "algorithm"));
     let err = RedisBackend::approximate(
         RedisConfig::standalone(server.url()),
@@ -306,7 +308,7 @@ async fn flushes_that_time_out_and_run_late_are_not_counted_twice() {
             .flush_timeout(Duration::from_millis(100))
             .early_flush_gap(Duration::ZERO);
         let backend = RedisBackend::approximate(config, options).await.unwrap();
-        let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+        let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
         fleet.push(Instance {
             backend,
             limiter,
@@ -519,7 +521,7 @@ async fn a_flush_out_longer_than_the_command_timeout_hands_over_to_the_policy() 
     let rule = Rule::new("r", Quota::per_minute(600))
         .fixed_window()
         .fail_open();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     let inst = Instance {
         backend,
         limiter,

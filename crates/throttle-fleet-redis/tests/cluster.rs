@@ -61,7 +61,7 @@ async fn limits_hold_across_slots_and_through_a_failover() {
     let rule = Rule::new("tenant", Quota::per_minute(5))
         .fixed_window()
         .fail_open();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
 
     // Checks spread over many keys, hence over every primary.
     for i in 0..120u64 {
@@ -169,7 +169,7 @@ async fn one_hung_primary_leaves_the_keys_of_the_others_to_redis() {
     let rule = Rule::new("tenant", Quota::per_minute(1_000_000))
         .fixed_window()
         .fail_open();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     // 300 keys over every primary; which primary serves each.
     let keys: Vec<Key> = (0..300u64).map(Key::from).collect();
     let owner: Vec<u16> = keys
@@ -266,7 +266,7 @@ async fn one_approximate_rule_writes_to_every_primary_of_sixteen() {
     let options = ApproximateOptions::default().flush_timeout(Duration::from_secs(5));
     let backend = RedisBackend::approximate(config, options).await.unwrap();
     let rule = Rule::new("tenant", Quota::per_minute(1_000_000)).fixed_window();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     for k in 0..2_000u64 {
         assert!(check(limiter.as_ref(), &Key::from(k)).await.0.is_ok());
     }
@@ -321,7 +321,7 @@ async fn approximate_one_hung_primary_closes_only_its_buckets() {
     let rule = Rule::new("tenant", Quota::per_second(1_000_000))
         .fixed_window()
         .fail_closed();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     let keys: Vec<Key> = (0..200u64).map(Key::from).collect();
     // Rounds over every key: (refused on healthy, checks on healthy, refused on hung).
     let rounds = |secs: u64, on_hung: &[bool]| {
@@ -410,7 +410,7 @@ async fn concurrency_slots_hold_on_every_primary_and_a_hung_one_refuses_only_its
         .probe_interval(Duration::from_millis(100));
     let backend = RedisBackend::exact(config).await.unwrap();
     let rule = Rule::concurrency("inflight", 2).fail_closed();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     let keys: Vec<Key> = (0..60u64).map(Key::from).collect();
     let owner: Vec<u16> = keys
         .iter()

@@ -73,7 +73,7 @@ async fn one_seed_finds_every_primary_and_outlives_its_own_node() {
     let backend = RedisBackend::exact(config(format!("redis://127.0.0.1:{seed}")))
         .await
         .unwrap();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule()).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule()).unwrap();
     for i in 0..60u64 {
         assert_eq!(
             admitted_by_redis(limiter.as_ref(), &Key::from(i)).await,
@@ -166,7 +166,7 @@ async fn nodes_that_announce_a_host_name_are_reached_by_it() {
     let backend = RedisBackend::exact(config(format!("redis://localhost:{port}")))
         .await
         .unwrap();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule()).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule()).unwrap();
     for i in 0..60u64 {
         assert_eq!(
             admitted_by_redis(limiter.as_ref(), &Key::from(i)).await,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Backend, Key, Quota, Rule};
+use throttle_fleet_core::{Key, Quota, Rule, backend::Backend};
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::{RedisCluster, ServerTls, TlsFiles, check};
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::rule_set::Held;
-use throttle_fleet_core::{Answer, Decision, Demand, Key, Rule, RuleSet};
+use throttle_fleet_core::{
+    Answer, Key, Rule, decision::Decision, decision::Demand, rule_set::RuleSet,
+};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{
     ApproximateOptions, ExactBackend, LeaseOptions, RedisBackend, RedisConfig,

@@ -12,7 +12,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use throttle_fleet_core::{Answer, Decision, Demand, Key, Rule, RuleSet};
+use throttle_fleet_core::{
+    Answer, Key, Rule, decision::Decision, decision::Demand, rule_set::RuleSet,
+};
 use throttle_fleet_redis::{ExactBackend, RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 

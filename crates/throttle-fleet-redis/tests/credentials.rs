@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Backend, ConfigError, Key, Quota, Rule};
+use throttle_fleet_core::{ConfigError, Key, Quota, Rule, backend::Backend};
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::{RedisCluster, RedisServer, check};
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Answer, Backend, Key, Quota, Rule};
+use throttle_fleet_core::{Answer, Key, Quota, Rule, backend::Backend};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;

@@ -304,7 +304,7 @@ async fn concurrent_checks_are_batched_and_still_exact() {
             100,
         ),
     ] {
-        let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+        let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
         let calls_before = server.command_count("evalsha");
         let checks: Vec<_> = (0..500)
             .map(|_| match limiter.acquire(&Key::new("hot"), 1, u64::MAX) {

@@ -59,7 +59,7 @@ async fn fail_closed(config: RedisConfig) -> (ApproximateBackend, Arc<dyn Limite
     let rule = Rule::new("ip", Quota::new(1_000_000, Duration::from_secs(7_200)))
         .fixed_window()
         .fail_closed();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     (backend, limiter)
 }
 

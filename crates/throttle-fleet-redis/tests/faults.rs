@@ -56,7 +56,7 @@ async fn a_hung_redis_costs_one_timeout_until_the_breaker_opens_then_nothing() {
     let server = RedisServer::start();
     let backend = RedisBackend::exact(config(&server)).await.unwrap();
     let rule = Rule::new("ip", Quota::per_second(1_000_000)).fail_open();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
 
     // Load from 16 clients while Redis is stopped in the middle.
     let stopped = Arc::new(AtomicBool::new(false));

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Answer, Key, ManualClock, Quota, Rule};
+use throttle_fleet_core::{Answer, Key, Quota, Rule, clock::ManualClock};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{LeaseOptions, LeasedBackend};
 use throttle_fleet_test_support::leased::{T0, leased, leased_fleet, perfect, worst_excess};
@@ -28,7 +28,7 @@ async fn four_instances_overshoot_by_at_most_one_batch_each() {
     let mut fleet = Vec::new();
     for _ in 0..4 {
         let backend = leased(&server, &time, LeaseOptions::default().batch(batch)).await;
-        let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+        let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
         fleet.push((backend, limiter));
     }
     let key = Key::new("tenant-1");
@@ -127,7 +127,7 @@ async fn a_new_key_leases_its_cost_and_its_batches_grow_while_it_spends() {
         LeaseOptions::default().batch(50).low_water(10),
     )
     .await;
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     let key = Key::new("198.51.100.1");
     let mut leases = Leases::new(&backend);
     let mut sizes = Vec::new();
@@ -175,8 +175,8 @@ async fn idle_tokens_go_back_while_the_bucket_lacks_them() {
     let options = LeaseOptions::default().batch(50).low_water(10);
     let a = leased(&server, &time, options.clone()).await;
     let b = leased(&server, &time, options).await;
-    let la = throttle_fleet_core::Backend::limiter(&a, &rule).unwrap();
-    let lb = throttle_fleet_core::Backend::limiter(&b, &rule).unwrap();
+    let la = throttle_fleet_core::backend::Backend::limiter(&a, &rule).unwrap();
+    let lb = throttle_fleet_core::backend::Backend::limiter(&b, &rule).unwrap();
     let key = Key::new("k");
     // `a` takes 1, then 1 + 6: it holds 6.
     for _ in 0..2 {
@@ -218,7 +218,7 @@ async fn the_lease_script_takes_what_the_rust_bucket_would() {
         LeaseOptions::default().batch(1).low_water(0),
     )
     .await;
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     let mut state = GcraState::default();
     let mut now = T0;
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
@@ -257,9 +257,11 @@ async fn a_cost_above_the_bucket_is_denied_alone_without_asking_redis() {
     let time = TestTime::new(T0);
     let clock = time.clock();
     let backend = leased(&server, &time, LeaseOptions::default()).await;
-    let limiter =
-        throttle_fleet_core::Backend::limiter(&backend, &Rule::new("api", Quota::per_minute(100)))
-            .unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(
+        &backend,
+        &Rule::new("api", Quota::per_minute(100)),
+    )
+    .unwrap();
     let key = Key::new("k");
     let calls = server.command_count("evalsha");
     let big = match limiter.acquire(&key, 1_000, u64::MAX) {
@@ -620,8 +622,8 @@ async fn tokens_kept_by_an_instance_a_key_left_cost_the_others_nothing() {
     let options = LeaseOptions::default().batch(50).low_water(10);
     let a = leased(&server, &time, options.clone()).await;
     let b = leased(&server, &time, options).await;
-    let la = throttle_fleet_core::Backend::limiter(&a, &rule).unwrap();
-    let lb = throttle_fleet_core::Backend::limiter(&b, &rule).unwrap();
+    let la = throttle_fleet_core::backend::Backend::limiter(&a, &rule).unwrap();
+    let lb = throttle_fleet_core::backend::Backend::limiter(&b, &rule).unwrap();
     let ideal = perfect(&clock, &rule);
     let key = Key::new("192.0.2.44");
     // Two requests a second through `a` for a minute: `a` keeps a batch.

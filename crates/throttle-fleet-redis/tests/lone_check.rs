@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Answer, Backend, Key, Quota, Rule};
+use throttle_fleet_core::{Answer, Key, Quota, Rule, backend::Backend};
 use throttle_fleet_redis::{ExactBackend, RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 

@@ -120,7 +120,7 @@ async fn the_breaker_gauge_follows_a_hung_then_killed_redis_and_failures_are_cou
     let node = [("node", node.as_str())];
     let backend = RedisBackend::exact(config(&server)).await.unwrap();
     let rule = Rule::new("breaker", Quota::per_second(1_000)).fail_open();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     check_k(limiter.as_ref()).await;
     assert_eq!(gauge(BREAKER_OPEN, &node), Some(0.0), "registered, closed");
     let timeouts = counter(ERRORS, &[("kind", "timeout")]);
@@ -165,7 +165,7 @@ async fn flushes_their_latency_and_the_node_estimate_are_reported() {
     let options = ApproximateOptions::default().flush_timeout(Duration::from_millis(100));
     let backend = RedisBackend::approximate(config, options).await.unwrap();
     let rule = Rule::new("flushed", Quota::per_minute(600)).sliding_window_counter();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     let rule = [("rule", "flushed")];
     let ok = [("rule", "flushed"), ("result", "ok")];
     let failed = [("rule", "flushed"), ("result", "failed")];
@@ -207,7 +207,7 @@ async fn lease_calls_and_tokens_are_counted() {
         .await
         .unwrap();
     let rule = Rule::new("leases", Quota::per_minute(6_000)).token_bucket();
-    let limiter = throttle_fleet_core::Backend::limiter(&backend, &rule).unwrap();
+    let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();
     for _ in 0..200 {
         check_k(limiter.as_ref()).await;
     }

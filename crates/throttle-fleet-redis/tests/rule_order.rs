@@ -6,7 +6,10 @@
 use std::time::Duration;
 
 use throttle_fleet_core::decision::Kind;
-use throttle_fleet_core::{Answer, Decision, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+use throttle_fleet_core::{
+    Answer, Key, Quota, Rule, decision::Decision, decision::Demand, memory::MemoryBackend,
+    rule_set::RuleSet,
+};
 use throttle_fleet_redis::{ApproximateOptions, RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
 

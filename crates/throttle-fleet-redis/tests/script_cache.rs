@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use throttle_fleet_core::{Answer, Demand, Key, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Answer, Key, Quota, Rule, decision::Demand, rule_set::RuleSet};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{
     ApproximateOptions, LeaseOptions, RedisBackend, RedisConfig, RedisStats,

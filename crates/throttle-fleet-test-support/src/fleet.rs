@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use throttle_fleet_core::backend::{Limiter, Outcome, Pending, Unavailable};
-use throttle_fleet_core::{Answer, Backend, Key, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_fleet_core::{
+    Answer, Key, Quota, Rule, backend::Backend, clock::ManualClock, memory::MemoryBackend,
+};
 use throttle_fleet_redis::schedule::{Lateness, TestTime};
 use throttle_fleet_redis::{ApproximateBackend, ApproximateOptions, RedisBackend, RedisConfig};
 

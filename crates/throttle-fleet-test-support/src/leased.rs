@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::RedisServer;
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Backend, ManualClock, MemoryBackend, Rule};
+use throttle_fleet_core::{Rule, backend::Backend, clock::ManualClock, memory::MemoryBackend};
 use throttle_fleet_redis::schedule::{Lateness, Scheduler, TestTime};
 use throttle_fleet_redis::{LeaseOptions, LeasedBackend, RedisBackend, RedisConfig};
 

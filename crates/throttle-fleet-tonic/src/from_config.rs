@@ -3,7 +3,7 @@
 //! routes as gRPC methods, denials as `RESOURCE_EXHAUSTED`).
 
 use throttle_fleet_config::{ConfigFileError, GatewayConfig, Integration};
-use throttle_fleet_core::Backend;
+use throttle_fleet_core::backend::Backend;
 use throttle_fleet_tower::{KeyExtractor, Policy};
 
 use crate::{GrpcMethod, GrpcResponder, ThrottleLayer, TonicPeer};

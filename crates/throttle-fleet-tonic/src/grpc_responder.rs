@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use throttle_fleet_core::fields::{reset_epoch_secs, retry_after_secs};
-use throttle_fleet_core::{Decision, Rule};
+use throttle_fleet_core::{Rule, decision::Decision};
 use throttle_fleet_tower::HttpResponder;
 use throttle_fleet_tower::RequestHead;
 use throttle_fleet_tower::headers::{
@@ -126,7 +126,7 @@ pub fn is_grpc(req: &RequestHead<'_>) -> bool {
 /// the wait in milliseconds, rounded up, so a client whose retry policy
 /// lists `RESOURCE_EXHAUSTED` waits as long as needed, never less (a
 /// long wait is rounded up as the decision keeps it: see
-/// [`Decision`](throttle_fleet_core::Decision)).
+/// [`Decision`](throttle_fleet_core::decision::Decision)).
 ///
 /// # Other answers
 ///

@@ -116,10 +116,11 @@ pub mod grpc {
 }
 
 /// What a policy is written with, for `use throttle_fleet_tonic::prelude::*`:
-/// [`throttle_fleet_tower::prelude`], the layer and tonic's extractors.
+/// the policy, its rules and quotas, the memory backend, what a key extractor
+/// of your own needs, the layer and tonic's extractors.
 pub mod prelude {
     pub use crate::{GrpcMethod, GrpcService, Metadata, PeerIp, ThrottleLayer};
-    pub use throttle_fleet_tower::prelude::*;
+    pub use throttle_fleet_tower::integration::prelude::*;
 }
 
 /// The throttle layer for tonic, answering gRPC calls with gRPC statuses and

@@ -23,7 +23,7 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use http::{HeaderValue, Request, Response};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use throttle_fleet_tonic::core::ManualClock;
+use throttle_fleet_tonic::core::clock::ManualClock;
 use throttle_fleet_tonic::{
     GrpcMethod, KeyExtractor, Limit, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer,
 };

@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use throttle_fleet_core::Answer;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_test_support::grpc::{GreeterClient, details, expect_code, meta, say_hello};
-use throttle_fleet_tonic::core::Backend;
+use throttle_fleet_tonic::core::backend::Backend;
 use throttle_fleet_tonic::key::Global;
 use throttle_fleet_tonic::{
     ConfigError, Key, KeyExtractorExt, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer,

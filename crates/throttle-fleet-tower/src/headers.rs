@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 use throttle_fleet_core::fields::{self, reset_epoch_secs, retry_after_secs};
-use throttle_fleet_core::{Decision, Rule};
+use throttle_fleet_core::{Rule, decision::Decision};
 
 /// `X-RateLimit-Limit`.
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");

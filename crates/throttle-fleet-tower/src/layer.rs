@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use throttle_fleet_core::rule_set::Carried;
-use throttle_fleet_core::{Backend, ConfigError, RuleSet};
+use throttle_fleet_core::{ConfigError, backend::Backend, rule_set::RuleSet};
 use tower_layer::Layer;
 
 #[cfg(doc)]

@@ -60,10 +60,10 @@ pub use policy::{ClassFn, CostFn, Limit, MissingKey, Policy};
 pub use responder::HttpResponder;
 pub use service::Throttle;
 pub use throttle_fleet_core::rule_set::RefundFn;
-pub use throttle_fleet_core::{ConfigError, Key, MemoryBackend, Quota, Rule};
+pub use throttle_fleet_core::{ConfigError, Key, Quota, Rule, memory::MemoryBackend};
 
 /// The core crate, for what the roots leave out: decisions
-/// ([`core::Decision`], [`core::decision`]), algorithms, tiers, failure
+/// ([`core::decision::Decision`], [`core::decision`]), algorithms, tiers, failure
 /// policies, clocks, and the backend trait for backend authors.
 pub use throttle_fleet_core as core;
 
@@ -71,8 +71,7 @@ pub use throttle_fleet_core as core;
 /// (the client IP, the route, gRPC methods and metadata).
 pub mod key {
     pub use crate::extract::{
-        AllOf, Extension, Extracted, Global, Header, KeyExtractor, KeyExtractorExt, KeyInputs, Or,
-        UserAgentHash,
+        AllOf, Extension, Extracted, Global, Header, KeyInputs, Or, UserAgentHash,
     };
     pub use crate::ip::{ClientAddr, ForwardedHeader, IpPrefix, PeerSource};
     #[cfg(feature = "jwt")]
@@ -86,16 +85,6 @@ pub mod limits {
     pub use crate::jwt::MAX_TOKEN_LEN;
 }
 
-/// What a policy is written with, for `use throttle_fleet_tower::prelude::*`:
-/// the policy, its rules and quotas, the memory backend, and what a key
-/// extractor of your own needs. Everything else is named by its module
-/// (`key::Header`, `core::Decision`, `core::Algorithm`, ...). The
-/// integration crates' preludes add their layer and their own extractors.
-pub mod prelude {
-    pub use crate::{KeyExtractor, KeyExtractorExt, MissingKey, Policy};
-    pub use throttle_fleet_core::{ConfigError, Key, MemoryBackend, Quota, Rule};
-}
-
 /// What an integration crate re-exports at its root, besides its layer and
 /// extractors: one list for `throttle-fleet-axum` and `throttle-fleet-tonic`.
 #[doc(hidden)]
@@ -106,4 +95,16 @@ pub mod integration {
         Throttle, ThrottleBody, Wrap,
     };
     pub use crate::{body_timeout, core, headers, key, limits, metrics, responder};
+
+    /// The start of each integration crate's prelude: what a policy is
+    /// written with (the policy, its rules and quotas, the memory
+    /// backend, and what a key extractor of your own needs). Everything
+    /// else is named by its module (`key::Header`,
+    /// `core::decision::Decision`, `core::algorithm::Algorithm`, ...); the
+    /// integration crates' preludes add their layer and their own
+    /// extractors.
+    pub mod prelude {
+        pub use crate::{KeyExtractor, KeyExtractorExt, MissingKey, Policy};
+        pub use throttle_fleet_core::{ConfigError, Key, Quota, Rule, memory::MemoryBackend};
+    }
 }

@@ -50,12 +50,12 @@ pub const ADAPTIVE_LIMIT: &str = "throttle_adaptive_limit";
 /// Sets the metrics no request records, in the recorder installed now:
 /// the block metrics from every rule's
 /// [`block_stats`](throttle_fleet_core::rule_set::Operator::block_stats), and each
-/// adaptive rule's [limit](throttle_fleet_core::RuleSet::adaptive_limit).
+/// adaptive rule's [limit](throttle_fleet_core::rule_set::RuleSet::adaptive_limit).
 /// Call it when the metrics are scraped (or periodically), with the rules
 /// as they are then ([`ThrottleLayer::rules`](crate::ThrottleLayer::rules)).
 /// The block table and the adaptive limit count for themselves, so a
 /// request pays nothing for these.
-pub fn report_state(rules: &throttle_fleet_core::RuleSet) {
+pub fn report_state(rules: &throttle_fleet_core::rule_set::RuleSet) {
     #[cfg(feature = "metrics")]
     for i in 0..rules.len() {
         let name = rules.rule(i).name().to_owned();
@@ -92,7 +92,7 @@ pub enum DecisionLabel {
     Unavailable,
     /// The rule refused the request for capacity (`shed`): its reserve
     /// was kept for higher classes, or its adaptive limit was below its
-    /// own ([`Decision::is_shed`](throttle_fleet_core::Decision::is_shed)).
+    /// own ([`Decision::is_shed`](throttle_fleet_core::decision::Decision::is_shed)).
     Shed,
 }
 
@@ -174,7 +174,7 @@ pub fn describe() {
 /// The observer that counts `rule`'s decisions under the names above
 /// (its denials as `shadow_denied` when it is a shadow rule), registered
 /// with the recorder installed now: for a server that checks a
-/// [`RuleSet`](throttle_fleet_core::RuleSet) without the layer (the Envoy
+/// [`RuleSet`](throttle_fleet_core::rule_set::RuleSet) without the layer (the Envoy
 /// rate limit services) and counts the same way. `None` with the crate's
 /// `metrics` feature off.
 pub fn rule_observer(rule: &Rule) -> Option<std::sync::Arc<dyn Observer>> {

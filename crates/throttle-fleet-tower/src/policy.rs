@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::RequestHead;
 use http::StatusCode;
 use throttle_fleet_core::rule_set::RefundFn;
-use throttle_fleet_core::{Backend, Class, Rule};
+use throttle_fleet_core::{Class, Rule, backend::Backend};
 
 use crate::KeyExtractor;
 
@@ -132,7 +132,7 @@ impl Limit {
     /// own failures: `refund_when(|s| s.is_server_error())`.
     ///
     /// The refund goes through the same path as the refund of a request
-    /// another rule denied ([`RuleSet::refund`](throttle_fleet_core::RuleSet::refund)),
+    /// another rule denied ([`RuleSet::refund`](throttle_fleet_core::rule_set::RuleSet::refund)),
     /// so its precision is the backend's: exact in memory and in the exact
     /// mode, best effort where a window has moved on since the check (a
     /// window algorithm's refund of a request checked in the previous window
@@ -252,7 +252,7 @@ impl Policy {
     ///
     /// Whatever this says, every shadow denial is reported as a `tracing`
     /// event (target `throttle::shadow`, level debug, naming the rules and
-    /// never the key) and in [`Decision::shadow_denied`](throttle_fleet_core::Decision::shadow_denied).
+    /// never the key) and in [`Decision::shadow_denied`](throttle_fleet_core::decision::Decision::shadow_denied).
     #[must_use]
     pub fn shadow_header(mut self, on: bool) -> Self {
         self.shadow_header = on;

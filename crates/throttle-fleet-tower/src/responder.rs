@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use throttle_fleet_core::fields::{reset_epoch_secs, retry_after_secs};
-use throttle_fleet_core::{Decision, Rule};
+use throttle_fleet_core::{Rule, decision::Decision};
 
 use crate::headers::{
     HeaderBlock, RATELIMIT, RATELIMIT_POLICY, SuccessHeaders, X_RATELIMIT_LIMIT,

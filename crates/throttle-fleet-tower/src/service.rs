@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use arc_swap::{ArcSwap, Guard};
 use http::{Request, Response};
 use throttle_fleet_core::backend::Pending;
-use throttle_fleet_core::{Answer, Checked};
+use throttle_fleet_core::{Answer, rule_set::Checked};
 use tower_service::Service;
 
 use crate::RequestHead;

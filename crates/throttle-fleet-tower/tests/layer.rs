@@ -14,7 +14,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{
-    Answer, Backend, ConfigError, Key, ManualClock, MemoryBackend, Quota, Rule,
+    Answer, ConfigError, Key, Quota, Rule, backend::Backend, clock::ManualClock,
+    memory::MemoryBackend,
 };
 use throttle_fleet_tower::key::{Global, Header};
 use throttle_fleet_tower::{HttpResponder, Limit, MissingKey, Policy, ThrottleLayer};
@@ -151,7 +152,11 @@ async fn a_denial_gives_back_what_the_other_rules_took() {
     // Only the first request counts against the tenant: 4 of 5 left.
     let check = layer
         .rules()
-        .check(&[throttle_fleet_core::Demand::new(0, Key::new("a"), 1)]);
+        .check(&[throttle_fleet_core::decision::Demand::new(
+            0,
+            Key::new("a"),
+            1,
+        )]);
     let throttle_fleet_core::Answer::Ready(checked) = check else {
         panic!("{check:?}")
     };

@@ -12,7 +12,9 @@ use http_body_util::Full;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use throttle_fleet_core::algorithm::Step;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
-use throttle_fleet_core::{Answer, Backend, ConfigError, Key, MemoryBackend, Quota, Rule};
+use throttle_fleet_core::{
+    Answer, ConfigError, Key, Quota, Rule, backend::Backend, memory::MemoryBackend,
+};
 use throttle_fleet_tower::key::{Global, Header};
 use throttle_fleet_tower::metrics::{DECISIONS, LIMIT, NEAR_LIMIT};
 use throttle_fleet_tower::{HttpResponder, Policy, ThrottleLayer};

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use throttle_fleet_core::{Class, MemoryBackend, Rule};
+use throttle_fleet_core::{Class, Rule, memory::MemoryBackend};
 use throttle_fleet_tower::key::Global;
 use throttle_fleet_tower::metrics::DECISIONS;
 use throttle_fleet_tower::{Limit, Policy, ThrottleLayer};

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
-use throttle_fleet_core::{MemoryBackend, Rule};
+use throttle_fleet_core::{Rule, memory::MemoryBackend};
 use throttle_fleet_tower::key::Global;
 use throttle_fleet_tower::{Policy, ThrottleLayer};
 use tower::{Layer, Service, ServiceExt};

@@ -52,7 +52,7 @@ use throttle_fleet_limitador_bench::{
 
 use limitador::RateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
-use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Answer, decision::Demand, Key, memory::MemoryBackend, Quota, Rule, rule_set::RuleSet};
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, rate_limit_response::Code,
 };

@@ -42,7 +42,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use limitador::AsyncRateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
 use limitador::storage::redis::CachedRedisStorageBuilder;
-use throttle_fleet_core::{Answer, Demand, Key, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Answer, decision::Demand, Key, Quota, Rule, rule_set::RuleSet};
 use throttle_fleet_limitador_bench::{Commands, redis_commands};
 use throttle_fleet_redis::{ApproximateBackend, ApproximateOptions, RedisBackend, RedisConfig};
 

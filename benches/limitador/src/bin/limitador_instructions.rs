@@ -33,7 +33,7 @@ use std::hint::black_box;
 
 use limitador::RateLimiter;
 use limitador::limit::{Context, Limit, Namespace};
-use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Answer, decision::Demand, Key, memory::MemoryBackend, Quota, Rule, rule_set::RuleSet};
 use throttle_fleet_limitador_bench::Subject;
 
 const CHECKS: usize = 20_000;

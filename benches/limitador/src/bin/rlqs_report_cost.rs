@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_core::memory::MemoryBackend;
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,

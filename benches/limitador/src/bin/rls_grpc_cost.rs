@@ -29,7 +29,7 @@ mod callgrind;
 use std::time::Instant;
 use throttle_fleet_limitador_bench::{config, limit, poll_once, request};
 
-use throttle_fleet_core::MemoryBackend;
+use throttle_fleet_core::memory::MemoryBackend;
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use throttle_fleet_envoy::envoy_types::pb::envoy::service::ratelimit::v3::{
     RateLimitRequest, rate_limit_response::Code,

@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use throttle_fleet_core::limits::{MAX_SLOT_TTL, MIN_SLOT_TTL};
-use throttle_fleet_core::{Algorithm, FailurePolicy, Penalty, Quota, Rule};
+use throttle_fleet_core::{FailurePolicy, Quota, Rule, algorithm::Algorithm, operate::Penalty};
 use toml::Spanned;
 
 use super::Tables;

@@ -13,7 +13,10 @@ use throttle_fleet_core::adaptive::Vegas;
 use throttle_fleet_core::algorithm::{Concurrency, Gcra};
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::memory::MemoryLimiter;
-use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet, SystemClock};
+use throttle_fleet_core::{
+    Answer, Key, Quota, Rule, clock::SystemClock, decision::Demand, memory::MemoryBackend,
+    rule_set::RuleSet,
+};
 
 /// Length of the shared visiting order (a power of two, 1,048,576 entries).
 pub(crate) const ORDER_LEN: usize = 1 << 20;

@@ -40,7 +40,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// [`max_keys`]: MemoryBackend::max_keys
 ///
 /// ```
-/// use throttle_fleet_core::{ManualClock, MemoryBackend};
+/// use throttle_fleet_core::{clock::ManualClock, memory::MemoryBackend};
 ///
 /// let backend = MemoryBackend::default().max_keys(10_000);
 /// let for_tests = MemoryBackend::with_clock(ManualClock::new(0));

@@ -66,7 +66,7 @@ pub struct BlockStats {
 /// ```
 /// use std::sync::Arc;
 /// use throttle_fleet_core::operate::{Block, BlockCause, Blocks};
-/// use throttle_fleet_core::{Key, ManualClock};
+/// use throttle_fleet_core::{Key, clock::ManualClock};
 ///
 /// let clock = ManualClock::new(1_000_000);
 /// let blocks = Blocks::new(Arc::new(clock.clone()));

@@ -3,7 +3,7 @@
 //! penalties that block a key which keeps being denied, longer each time.
 //!
 //! The operations are methods of a rule set's
-//! [`Operator`](crate::rule_set::Operator) ([`RuleSet::operate`](crate::RuleSet::operate):
+//! [`Operator`](crate::rule_set::Operator) ([`RuleSet::operate`](crate::rule_set::RuleSet::operate):
 //! [`inspect`](crate::rule_set::Operator::inspect), [`reset`](crate::rule_set::Operator::reset),
 //! [`block`](crate::rule_set::Operator::block), [`unblock`](crate::rule_set::Operator::unblock),
 //! [`blocked`](crate::rule_set::Operator::blocked), [`penalize`](crate::rule_set::Operator::penalize),

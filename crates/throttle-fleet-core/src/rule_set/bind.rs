@@ -230,7 +230,7 @@ pub enum Carried {
 /// ```
 /// use std::sync::Arc;
 /// use throttle_fleet_core::rule_set::Binding;
-/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+/// use throttle_fleet_core::{Answer, decision::Demand, Key, memory::MemoryBackend, Quota, Rule, rule_set::RuleSet};
 ///
 /// let mut rules = RuleSet::new();
 /// // Server errors (5xx) do not count against the client.

@@ -79,7 +79,7 @@ impl Checked {
 /// remote backend sends it in the background.
 ///
 /// ```
-/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Rule, RuleSet};
+/// use throttle_fleet_core::{Answer, decision::Demand, Key, memory::MemoryBackend, Rule, rule_set::RuleSet};
 ///
 /// let mut rules = RuleSet::new();
 /// let inflight = rules.bind(Rule::concurrency("inflight", 1), &MemoryBackend::default()).unwrap();
@@ -227,8 +227,10 @@ impl RuleSet {
 
 #[cfg(test)]
 mod tests {
+    use crate::decision::Demand;
     use crate::rule_set::Binding;
-    use crate::{Answer, Demand, Key, MemoryBackend, Rule, RuleSet};
+    use crate::rule_set::RuleSet;
+    use crate::{Answer, Key, MemoryBackend, Rule};
 
     use super::Checked;
 

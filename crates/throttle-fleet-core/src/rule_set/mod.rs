@@ -45,7 +45,7 @@ pub use operate::Operator;
 /// if it were enforced.)
 ///
 /// ```
-/// use throttle_fleet_core::{Answer, Demand, Key, MemoryBackend, Quota, Rule, RuleSet};
+/// use throttle_fleet_core::{Answer, decision::Demand, Key, memory::MemoryBackend, Quota, Rule, rule_set::RuleSet};
 ///
 /// let mut rules = RuleSet::new();
 /// let backend = MemoryBackend::default();

@@ -45,7 +45,7 @@ impl Operator<'_> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use throttle_fleet_core::{Answer, Demand, Key, ManualClock, MemoryBackend, Quota, Reach, Rule, RuleSet};
+    /// use throttle_fleet_core::{Answer, decision::Demand, Key, clock::ManualClock, memory::MemoryBackend, Quota, operate::Reach, Rule, rule_set::RuleSet};
     ///
     /// let mut rules = RuleSet::new();
     /// let backend = MemoryBackend::with_clock(ManualClock::new(0));

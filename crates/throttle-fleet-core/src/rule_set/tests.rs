@@ -4,13 +4,15 @@
 use std::time::Duration;
 
 use super::*;
+use crate::algorithm::Algorithm;
 use crate::memory::Direct;
-use crate::{Algorithm, ManualClock, MemoryBackend};
+use crate::{ManualClock, MemoryBackend};
 use std::sync::Arc;
 
 use crate::backend::{Limiter, Outcome, Unavailable};
+use crate::decision::Demand;
 use crate::decision::Kind;
-use crate::{Answer, Backend, ConfigError, Demand, Key, Quota, Rule};
+use crate::{Answer, Backend, ConfigError, Key, Quota, Rule};
 
 /// What a decision says, without the instants (which the system clock
 /// moves between two rule sets).

@@ -8,7 +8,7 @@
 //!   traffic at the quota's rate, the window-edge burst, a bot swarm, or
 //!   [`Custom`] traffic (rate, duration, burst size, jitter, seed). The same
 //!   seed gives the same timeline.
-//! - [`simulate`]: runs a timeline against one [`Algorithm`](crate::Algorithm)
+//! - [`simulate`]: runs a timeline against one [`Algorithm`](crate::algorithm::Algorithm)
 //!   through the memory backend on a [`ManualClock`](crate::ManualClock), and
 //!   returns every decision (a [`Run`]) and its [`Summary`]: admitted,
 //!   denied, the worst admitted count in any sliding window of the quota's

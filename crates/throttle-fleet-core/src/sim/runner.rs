@@ -124,7 +124,7 @@ pub struct Simulation {
 /// against all five ([`Algorithm::ALL`]).
 ///
 /// ```
-/// use throttle_fleet_core::{Algorithm, Quota, sim};
+/// use throttle_fleet_core::{algorithm::Algorithm, Quota, sim};
 ///
 /// let q = Quota::per_minute(100);
 /// let attack = sim::Pattern::EdgeBurst.events(q);

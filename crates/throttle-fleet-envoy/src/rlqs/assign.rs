@@ -4,7 +4,7 @@
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::google::protobuf::{self as pb, UInt32Value};
-use throttle_fleet_core::{Algorithm, Quota, Rule};
+use throttle_fleet_core::{Quota, Rule, algorithm::Algorithm};
 
 use super::shares::STEPS;
 

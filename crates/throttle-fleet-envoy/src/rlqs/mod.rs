@@ -57,7 +57,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use futures_util::Stream;
 use throttle_fleet_config::ConfigFileError;
-use throttle_fleet_core::Clock;
+use throttle_fleet_core::clock::Clock;
 use throttle_fleet_core::clock::WallClock;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};

@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use smallvec::SmallVec;
 use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::rule_set::Held;
-use throttle_fleet_core::{Answer, Demand};
+use throttle_fleet_core::{Answer, decision::Demand};
 use tonic::{Request, Response, Status};
 
 use crate::metrics;
@@ -38,7 +38,7 @@ const MAX_COST: u64 = throttle_fleet_core::limits::MAX_LIMIT + 1;
 /// };
 /// use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, rate_limit_response::Code};
 /// use throttle_fleet_config::GatewayConfig;
-/// use throttle_fleet_core::MemoryBackend;
+/// use throttle_fleet_core::memory::MemoryBackend;
 /// use throttle_fleet_envoy::{EnvoyRules, Rls};
 ///
 /// let config = GatewayConfig::parse("rls.toml", r#"

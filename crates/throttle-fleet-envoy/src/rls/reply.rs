@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::google::protobuf::{self as pb, ListValue, Struct, Value, value::Kind};
 use throttle_fleet_core::backend::Outcome;
 use throttle_fleet_core::fields::{ratelimit_item, retry_after_secs};
-use throttle_fleet_core::{Decision, Demand, Quota};
+use throttle_fleet_core::{Quota, decision::Decision, decision::Demand};
 
 use crate::rules::{Loaded, current_limit, policy_text};
 

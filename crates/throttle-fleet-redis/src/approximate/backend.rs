@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Backend, ConfigError, Rule};
+use throttle_fleet_core::{ConfigError, Rule, backend::Backend};
 
 use super::limiter::{ApproxLimiter, ApproxRule};
 use super::options::ApproximateOptions;

@@ -12,7 +12,8 @@ use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
 use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{
-    Algorithm, Answer, Clock, ConfigError, FailurePolicy, Key, MemoryBackend, Rule,
+    Answer, ConfigError, FailurePolicy, Key, Rule, algorithm::Algorithm, clock::Clock,
+    memory::MemoryBackend,
 };
 
 use super::buckets::{AtomicBuckets, Buckets, Layout, each};

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::FromRedisValue;
-use throttle_fleet_core::{Clock, ConfigError};
+use throttle_fleet_core::{ConfigError, clock::Clock};
 
 pub(crate) use crate::call_failure::Failure;
 use crate::config::{RedisConfig, Target};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Backend, ConfigError, Rule};
+use throttle_fleet_core::{ConfigError, Rule, backend::Backend};
 
 use super::ExactLimiter;
 use crate::config::RedisConfig;

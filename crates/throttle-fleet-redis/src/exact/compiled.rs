@@ -7,7 +7,7 @@ use throttle_fleet_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, Meter, SlidingWindowCounter,
     SlidingWindowCounterState, SlidingWindowLog,
 };
-use throttle_fleet_core::{Algorithm, ConfigError, Rule};
+use throttle_fleet_core::{ConfigError, Rule, algorithm::Algorithm};
 
 use crate::conn::Eval;
 use crate::reply::Reply;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use throttle_fleet_core::algorithm::{Meter, Step};
 use throttle_fleet_core::memory::MemoryLimiter;
-use throttle_fleet_core::{Clock, ConfigError, Key, MemoryBackend};
+use throttle_fleet_core::{ConfigError, Key, clock::Clock, memory::MemoryBackend};
 
 /// Keys remembered per rule (the table is bounded like the memory backend's;
 /// keys whose wait is over are the first to go).

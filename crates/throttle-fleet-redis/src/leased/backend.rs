@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use throttle_fleet_core::backend::Limiter;
-use throttle_fleet_core::{Backend, ConfigError, Rule};
+use throttle_fleet_core::{ConfigError, Rule, backend::Backend};
 
 use super::limiter::{LeaseLimiter, LeaseRule};
 use super::options::LeaseOptions;

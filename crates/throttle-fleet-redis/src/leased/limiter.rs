@@ -8,7 +8,9 @@ use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter, Step};
 use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::memory::MemoryLimiter;
 use throttle_fleet_core::operate::OpError;
-use throttle_fleet_core::{Algorithm, Answer, Clock, ConfigError, Key, MemoryBackend, Rule};
+use throttle_fleet_core::{
+    Answer, ConfigError, Key, Rule, algorithm::Algorithm, clock::Clock, memory::MemoryBackend,
+};
 
 use crate::conn::Redis;
 use crate::failure::{degraded, local_limiter};

@@ -19,7 +19,7 @@ macro_rules! fleet_operations {
         fn reset(
             &self,
             key: &throttle_fleet_core::Key,
-        ) -> throttle_fleet_core::Answer<Result<(), throttle_fleet_core::OpError>> {
+        ) -> throttle_fleet_core::Answer<Result<(), throttle_fleet_core::operate::OpError>> {
             self.fleet().reset(key)
         }
 
@@ -32,7 +32,7 @@ macro_rules! fleet_operations {
             key: &throttle_fleet_core::Key,
             block: Option<&throttle_fleet_core::operate::Block>,
         ) -> throttle_fleet_core::Answer<
-            Result<throttle_fleet_core::Reach, throttle_fleet_core::OpError>,
+            Result<throttle_fleet_core::operate::Reach, throttle_fleet_core::operate::OpError>,
         > {
             self.fleet().share_block(key, block)
         }
@@ -40,7 +40,7 @@ macro_rules! fleet_operations {
         fn violated(
             &self,
             key: &throttle_fleet_core::Key,
-            penalty: &throttle_fleet_core::Penalty,
+            penalty: &throttle_fleet_core::operate::Penalty,
         ) -> bool {
             self.fleet().violated(key, penalty)
         }

@@ -60,7 +60,7 @@ use parking_lot::Mutex;
 use redis::Value;
 use throttle_fleet_core::backend::Unavailable;
 use throttle_fleet_core::operate::{Block, OpError};
-use throttle_fleet_core::{Clock, Key};
+use throttle_fleet_core::{Key, clock::Clock};
 
 use crate::conn::{Eval, LuaScript, Redis};
 use crate::schedule::micros;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 use throttle_fleet_core::operate::Blocks;
-use throttle_fleet_core::{Clock, Key};
+use throttle_fleet_core::{Key, clock::Clock};
 
 /// The most keys of one rule held reset at once: past it, the oldest
 /// reset is forgotten first.
@@ -123,7 +123,7 @@ fn renamed(key: &Key, generation: &str) -> Key {
 
 #[cfg(test)]
 mod tests {
-    use throttle_fleet_core::ManualClock;
+    use throttle_fleet_core::clock::ManualClock;
 
     use super::*;
 

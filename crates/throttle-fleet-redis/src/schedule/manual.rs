@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use throttle_fleet_core::{Clock, ManualClock};
+use throttle_fleet_core::{clock::Clock, clock::ManualClock};
 
 use super::{Job, Run, Scheduler, Work, micros};
 

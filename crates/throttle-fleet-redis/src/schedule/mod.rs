@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use throttle_fleet_core::Clock;
+use throttle_fleet_core::clock::Clock;
 
 mod every;
 mod manual;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use throttle_fleet_core::Clock;
+use throttle_fleet_core::clock::Clock;
 use throttle_fleet_core::clock::WallClock;
 
 use super::{Job, Run};

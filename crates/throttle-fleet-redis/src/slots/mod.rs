@@ -448,7 +448,7 @@ impl KeyOps for SlotLimiter {
         &self,
         key: &Key,
         block: Option<&Block>,
-    ) -> Answer<Result<throttle_fleet_core::Reach, OpError>> {
+    ) -> Answer<Result<throttle_fleet_core::operate::Reach, OpError>> {
         self.0.ops.share_block(key, block)
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use throttle_fleet_core::{Answer, Demand, Key, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Answer, Key, Quota, Rule, decision::Demand, rule_set::RuleSet};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use throttle_fleet_core::operate::BlockCause;
-use throttle_fleet_core::{Key, Penalty, Quota, Rule, RuleSet};
+use throttle_fleet_core::{Key, Quota, Rule, operate::Penalty, rule_set::RuleSet};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_test_support::RedisServer;
 

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use throttle_fleet_core::operate::OpError;
-use throttle_fleet_core::{Key, Reach, RuleSet};
+use throttle_fleet_core::{Key, operate::Reach, rule_set::RuleSet};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_test_support::RedisServer;
 

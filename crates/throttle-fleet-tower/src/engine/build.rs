@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use throttle_fleet_core::rule_set::{Binding, Carried};
-use throttle_fleet_core::{Backend, ConfigError, RuleSet};
+use throttle_fleet_core::{ConfigError, backend::Backend, rule_set::RuleSet};
 
 use super::{BoundLimit, Engine};
 use crate::metrics::{Enforcement, RuleMetrics, describe};

@@ -9,7 +9,7 @@ mod respond;
 #[cfg(test)]
 mod tests;
 
-use throttle_fleet_core::RuleSet;
+use throttle_fleet_core::rule_set::RuleSet;
 
 use crate::KeyExtractor;
 use crate::policy::{ClassFn, CostFn, MissingKey};

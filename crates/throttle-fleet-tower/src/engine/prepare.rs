@@ -2,7 +2,7 @@
 //! limit's key and cost, then the rule set's check.
 
 use smallvec::SmallVec;
-use throttle_fleet_core::{Answer, Checked, Demand};
+use throttle_fleet_core::{Answer, decision::Demand, rule_set::Checked};
 
 use super::{BoundLimit, Engine};
 use crate::RequestHead;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use throttle_fleet_core::decision::Kind;
-use throttle_fleet_core::{Decision, Rule};
+use throttle_fleet_core::{Rule, decision::Decision};
 
 use super::Engine;
 use crate::RequestHead;

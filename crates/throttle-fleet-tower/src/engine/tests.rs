@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use http::Request;
-use throttle_fleet_core::{Answer, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_fleet_core::{Answer, Quota, Rule, clock::ManualClock, memory::MemoryBackend};
 
 use super::{Engine, Next};
 use crate::key::Global;
