@@ -9,7 +9,7 @@
 //! `GET /api/simulate?pattern=..&limit=..&period_ms=..&burst=..` (plus
 //! `seed` for a swarm, and `rate`, `duration_ms`, `burst_size`,
 //! `jitter_ms`, `seed` for custom traffic), which runs
-//! `throttle_fleet_core::sim::simulate`: the library's own algorithms, through the
+//! `throttle_fleet_test_support::sim::simulate`: the library's own algorithms, through the
 //! memory backend on a manual clock, not a JavaScript copy. A bad parameter
 //! gets `400` with a message naming it; one simulation sends at most 20,000
 //! requests. The endpoint is itself rate limited per client IP by throttle.

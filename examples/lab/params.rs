@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use throttle_fleet_core::Quota;
-use throttle_fleet_core::sim::{Custom, Pattern};
+use throttle_fleet_test_support::sim::{Custom, Pattern};
 
 /// The most requests one simulation may send (against each of the five
 /// algorithms): about 2 MB of JSON and a few milliseconds of work.

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 use throttle_fleet_core::algorithm::Algorithm;
-use throttle_fleet_core::sim::{self, Simulation};
+use throttle_fleet_test_support::sim::{self, Simulation};
 
 use crate::params::{BadParam, Scenario};
 

@@ -40,7 +40,6 @@ pub mod operate;
 mod quota;
 mod rule;
 pub mod rule_set;
-pub mod sim;
 mod tier;
 mod unavailable;
 
@@ -55,7 +54,6 @@ pub use tier::Tiers;
 // The crate's own short paths to items whose one public path is their
 // module's.
 pub(crate) use backend::Backend;
-pub(crate) use clock::{Clock, ManualClock, SystemClock};
+pub(crate) use clock::{Clock, SystemClock};
 pub(crate) use decision::Decision;
-pub(crate) use memory::MemoryBackend;
 pub(crate) use rule_set::Checked;

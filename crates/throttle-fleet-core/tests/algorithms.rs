@@ -13,7 +13,7 @@ use throttle_fleet_core::algorithm::{Meter, Step};
 use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::{
     Answer, Key, Quota, Rule, clock::Clock, clock::ManualClock, decision::Decision,
-    decision::Demand, memory::MemoryBackend, rule_set::RuleSet, sim,
+    decision::Demand, memory::MemoryBackend, rule_set::RuleSet,
 };
 
 const MS: u64 = 1_000;
@@ -631,66 +631,6 @@ fn leaky_bucket_cost_above_capacity_and_release() {
 // ---------------------------------------------------------------------------
 // Across algorithms
 // ---------------------------------------------------------------------------
-
-#[test]
-fn fixed_window_admits_twice_the_limit_across_a_boundary_and_the_others_do_not() {
-    let q = Quota::per_minute(100);
-    let boundary = T0 + 60 * S;
-    // 100 in the last 10 ms of a window, 100 in the first 10 ms of the next.
-    let timeline = sim::edge_burst(boundary, 100, 10 * MS);
-
-    let fw = sim::run(&FixedWindow::new(q).unwrap(), &timeline);
-    assert_eq!(fw.admitted_cost(), 200);
-    assert_eq!(fw.max_in_any_window(20 * MS), 200, "2x the limit in 20 ms");
-    assert_eq!(fw.max_in_aligned_window(60 * S), 100);
-
-    let log = sim::run(&SlidingWindowLog::new(q).unwrap(), &timeline);
-    assert_eq!(log.admitted_cost(), 100);
-    assert_eq!(log.max_in_any_window(60 * S), 100);
-    assert!(log.admitted().all(|e| e.at_us < boundary));
-
-    // One token every 600 ms: nothing refills during the burst.
-    let tb = sim::run(&Gcra::token_bucket(q).unwrap(), &timeline);
-    assert_eq!(tb.admitted_cost(), 100);
-    assert_eq!(tb.max_in_any_window(60 * S), 100);
-
-    // The counter weighs the previous 100 as 99 a microsecond past the
-    // boundary, so one more passes: 101 within a sliding minute.
-    let swc = sim::run(&SlidingWindowCounter::new(q).unwrap(), &timeline);
-    assert_eq!(swc.admitted_cost(), 101);
-    assert_eq!(swc.max_in_any_window(60 * S), 101);
-    assert_eq!(swc.max_in_aligned_window(60 * S), 100);
-}
-
-#[test]
-fn sim_windows_are_half_open_and_weighted_by_cost() {
-    let run = sim::run(
-        &FixedWindow::new(Quota::per_second(10)).unwrap(),
-        &[
-            sim::Event { at_us: T0, cost: 2 },
-            sim::Event {
-                at_us: T0 + S - 1,
-                cost: 3,
-            },
-            sim::Event {
-                at_us: T0 + S,
-                cost: 4,
-            },
-            sim::Event {
-                at_us: T0 + 2 * S,
-                cost: 1,
-            },
-        ],
-    );
-    assert_eq!(run.admitted_cost(), 10);
-    // [t, t + 1 s) holds 2 + 3 or 3 + 4, never 2 + 3 + 4.
-    assert_eq!(run.max_in_any_window(S), 7);
-    assert_eq!(run.max_in_any_window(S + 1), 9);
-    assert_eq!(run.max_in_aligned_window(S), 5);
-    assert_eq!(run.max_in_aligned_window(2 * S), 9);
-    assert_eq!(sim::steady(T0, 4, S).last().unwrap().at_us, T0 + 750 * MS);
-    assert_eq!(sim::Run::default().max_in_any_window(S), 0);
-}
 
 /// Takes one unit, then asks for far more than could ever fit.
 fn huge_cost_is_denied<M: Meter>(m: &M, period_us: u64)

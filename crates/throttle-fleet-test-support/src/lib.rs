@@ -26,6 +26,9 @@
 //! * `http_faults` (feature `faults`): the HTTP fault suites' apps per mode
 //!   and failure policy, concurrent bursts and the policies' promises.
 //!
+//! * `sim`: a small traffic simulator driving any meter or algorithm with a
+//!   timeline, for the algorithms' tests and the laboratory.
+//!
 //! Crates take only the features they need, so a test build of one does
 //! not compile tonic or axum for nothing.
 
@@ -47,6 +50,7 @@ pub mod redis_tls;
 mod resp;
 pub mod sentinel;
 pub mod server_binary;
+pub mod sim;
 #[cfg(feature = "tls")]
 pub mod tls;
 

@@ -67,7 +67,7 @@ impl MemoryBackend<SystemClock> {
 }
 
 impl<C: Clock + Clone> MemoryBackend<C> {
-    /// A backend reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    /// A backend reading time from `clock` (a [`ManualClock`](crate::clock::ManualClock) in tests).
     pub fn with_clock(clock: C) -> Self {
         let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
         Self {

@@ -228,9 +228,10 @@ impl RuleSet {
 #[cfg(test)]
 mod tests {
     use crate::decision::Demand;
+    use crate::memory::MemoryBackend;
     use crate::rule_set::Binding;
     use crate::rule_set::RuleSet;
-    use crate::{Answer, Key, MemoryBackend, Rule};
+    use crate::{Answer, Key, Rule};
 
     use super::Checked;
 

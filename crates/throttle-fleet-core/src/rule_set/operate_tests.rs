@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use super::RuleSet;
 use crate::backend::{Limiter, Outcome, Unavailable};
+use crate::clock::ManualClock;
 use crate::decision::Demand;
+use crate::memory::MemoryBackend;
 use crate::operate::{BlockCause, OpError, Penalty, Reach};
-use crate::{Answer, Backend, ConfigError, Key, ManualClock, MemoryBackend, Quota, Rule};
+use crate::{Answer, Backend, ConfigError, Key, Quota, Rule};
 
 fn decide(set: &RuleSet, rule: usize, key: Key) -> (bool, Duration) {
     let Answer::Ready(c) = set.check(&[Demand::new(rule, key, 1)]) else {

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::algorithm::Algorithm;
+use crate::clock::ManualClock;
 use crate::memory::Direct;
-use crate::{ManualClock, MemoryBackend};
+use crate::memory::MemoryBackend;
 use std::sync::Arc;
 
 use crate::backend::{Limiter, Outcome, Unavailable};

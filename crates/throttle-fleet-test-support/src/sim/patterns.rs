@@ -1,8 +1,8 @@
 //! Synthetic traffic: timelines of requests for one key.
 
-use crate::Quota;
+use throttle_fleet_core::Quota;
 
-use super::Event;
+use super::{Event, period_us};
 
 /// `count` requests of cost 1, evenly spaced over `duration_us`, from `start_us`.
 pub fn steady(start_us: u64, count: u64, duration_us: u64) -> Vec<Event> {
@@ -32,7 +32,7 @@ pub fn edge_burst(boundary_us: u64, per_side: u64, spread_us: u64) -> Vec<Event>
 /// same timeline on every run and every platform.
 ///
 /// ```
-/// use throttle_fleet_core::sim::Custom;
+/// use throttle_fleet_test_support::sim::Custom;
 ///
 /// let traffic = Custom {
 ///     start_us: 0,
@@ -109,7 +109,8 @@ impl Custom {
 /// run against and starting at the Unix epoch (a boundary of every window).
 ///
 /// ```
-/// use throttle_fleet_core::{Quota, sim::Pattern};
+/// use throttle_fleet_core::Quota;
+/// use throttle_fleet_test_support::sim::Pattern;
 ///
 /// let q = Quota::per_minute(100);
 /// let attack = Pattern::EdgeBurst.events(q);
@@ -154,7 +155,7 @@ impl Pattern {
     /// How long the timeline lasts, from the epoch (or from a custom
     /// pattern's start): the time axis to draw it on.
     pub fn span_us(&self, quota: Quota) -> u64 {
-        let p = quota.period_us();
+        let p = period_us(quota);
         match self {
             Self::Steady => 3 * p,
             Self::EdgeBurst | Self::BotSwarm { .. } => 2 * p,
@@ -174,7 +175,7 @@ impl Pattern {
 
     /// The requests, in time order, each of cost 1.
     pub fn events(&self, quota: Quota) -> Vec<Event> {
-        let (limit, p) = (quota.limit(), quota.period_us());
+        let (limit, p) = (quota.limit(), period_us(quota));
         match self {
             Self::Steady => {
                 // Rounded up, so that no request comes early: with a period
@@ -202,7 +203,7 @@ impl Pattern {
         match *self {
             Self::Custom(c) => c,
             _ => {
-                let (limit, p) = (quota.limit(), quota.period_us());
+                let (limit, p) = (quota.limit(), period_us(quota));
                 let seed = match *self {
                     Self::BotSwarm { seed } => seed,
                     _ => 0,

@@ -11,7 +11,7 @@ use proptest::test_runner::FileFailurePersistence;
 use throttle_fleet_core::Quota;
 use throttle_fleet_core::algorithm::{FixedWindow, Gcra, SlidingWindowCounter, SlidingWindowLog};
 use throttle_fleet_core::algorithm::{Meter, Step};
-use throttle_fleet_core::sim::{self, Event, Run};
+use throttle_fleet_test_support::sim::{self, Event, Run};
 
 /// 2023-11-14T22:00:00Z in microseconds; timelines start a random offset
 /// after it, so windows are not aligned with the first request.

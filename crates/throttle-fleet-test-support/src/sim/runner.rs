@@ -1,10 +1,12 @@
 //! Driving a meter over a timeline and measuring what got through.
 
-use crate::algorithm::{Algorithm, Meter, Step};
-use crate::rule::MeterVisitor;
-use crate::{ConfigError, Key, ManualClock, MemoryBackend, Quota, Rule};
+use throttle_fleet_core::algorithm::{Algorithm, Meter, Step};
+use throttle_fleet_core::backend::MeterVisitor;
+use throttle_fleet_core::clock::ManualClock;
+use throttle_fleet_core::memory::MemoryBackend;
+use throttle_fleet_core::{ConfigError, Key, Quota, Rule};
 
-use super::{Event, Summary};
+use super::{Event, Summary, period_us};
 
 /// What a run decided for each event.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +60,7 @@ impl Run {
 
     /// The run measured against `quota`: see [`Summary`].
     pub fn summary(&self, quota: Quota) -> Summary {
-        let (worst_window, worst_window_start_us) = self.worst_window(quota.period_us());
+        let (worst_window, worst_window_start_us) = self.worst_window(period_us(quota));
         let admitted = self.admitted_cost();
         let offered: u64 = self.steps.iter().map(|(e, _)| e.cost).sum();
         Summary {
@@ -66,7 +68,7 @@ impl Run {
             admitted,
             denied: offered - admitted,
             limit: quota.limit(),
-            period_us: quota.period_us(),
+            period_us: period_us(quota),
             worst_window,
             worst_window_start_us,
             first_denial_us: self
@@ -124,7 +126,8 @@ pub struct Simulation {
 /// against all five ([`Algorithm::ALL`]).
 ///
 /// ```
-/// use throttle_fleet_core::{algorithm::Algorithm, Quota, sim};
+/// use throttle_fleet_core::{algorithm::Algorithm, Quota};
+/// use throttle_fleet_test_support::sim;
 ///
 /// let q = Quota::per_minute(100);
 /// let attack = sim::Pattern::EdgeBurst.events(q);
