@@ -184,14 +184,4 @@ impl Connection {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
-
-    #[test]
-    fn a_connection_is_shared_between_tasks() {
-        assert_send_sync_clone::<Connection>();
-        assert_send_sync_clone::<Health>();
-    }
-}
+mod tests;
