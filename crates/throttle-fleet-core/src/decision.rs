@@ -237,49 +237,6 @@ impl Decision {
         }
     }
 
-    /// What the rule at index `rule` decided alone, `outcome`: allowed or
-    /// denied as its step says (for backends' and responders' own tests;
-    /// a [`RuleSet`] makes decisions on its own).
-    ///
-    /// # Panics
-    ///
-    /// If `rule` is above [`limits::MAX_RULES`](crate::limits::MAX_RULES)
-    /// (a rule set never holds such an index).
-    pub fn from_outcome(rule: usize, outcome: &Outcome) -> Self {
-        let step = &outcome.step;
-        let wait = if step.allowed {
-            step.delay_us
-        } else {
-            step.retry_after_us.max(1)
-        };
-        let rule = u16::try_from(rule).expect("a rule index below limits::MAX_RULES");
-        // Only a denial is shed (see `Flags`).
-        let outcome = &Outcome {
-            shed: outcome.shed && !step.allowed,
-            ..*outcome
-        };
-        Self::decided(
-            rule,
-            NO_TIER,
-            outcome,
-            wait,
-            step.allowed,
-            false,
-            ShadowDenials::default(),
-        )
-    }
-
-    /// This decision, for a key in tier `tier` of its rule (the index in
-    /// the rule's [`Tiers::quotas`](crate::Tiers::quotas)): its limit and
-    /// quota are then that tier's.
-    #[must_use]
-    pub fn in_tier(mut self, tier: usize) -> Self {
-        if let Repr::Decided(f) = &mut self.repr {
-            f.tier = u8::try_from(tier).unwrap_or(NO_TIER);
-        }
-        self
-    }
-
     /// A fail-closed rule, at index `rule`, could not be checked.
     pub fn refused(rule: usize, error: Unavailable) -> Self {
         Self {

@@ -48,15 +48,21 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
 /// each path of one. No clock is read here, either.
 ///
 /// ```
-/// use throttle_fleet_core::algorithm::Step;
-/// use throttle_fleet_core::backend::Outcome;
+/// use throttle_fleet_core::clock::ManualClock;
+/// use throttle_fleet_core::decision::Demand;
 /// use throttle_fleet_core::fields::reset_epoch_secs;
-/// use throttle_fleet_core::decision::Decision;
+/// use throttle_fleet_core::memory::MemoryBackend;
+/// use throttle_fleet_core::rule_set::RuleSet;
+/// use throttle_fleet_core::{Answer, Key, Quota, Rule};
 ///
-/// // Decided at 1,700,000,000.25 s (Unix), back to full 59.5 s later.
-/// let step = Step { allowed: true, remaining: 3, reset_us: 59_500_000, retry_after_us: 0, delay_us: 0 };
-/// let decision = Decision::from_outcome(0, &Outcome::new(step, 1_700_000_000_250_000));
-/// assert_eq!(reset_epoch_secs(&decision), 1_700_000_060);
+/// // Decided at 1,700,000,000.25 s (Unix): one token a second, back to
+/// // full 1 s later.
+/// let backend = MemoryBackend::with_clock(ManualClock::new(1_700_000_000_250_000));
+/// let mut rules = RuleSet::new();
+/// let ip = rules.bind(Rule::new("ip", Quota::per_minute(60)), &backend)?;
+/// let Answer::Ready(checked) = rules.check(&[Demand::new(ip, Key::new("10.0.0.1"), 1)]) else { unreachable!() };
+/// assert_eq!(reset_epoch_secs(checked.decision()), 1_700_000_002);
+/// # Ok::<(), throttle_fleet_core::ConfigError>(())
 /// ```
 #[inline]
 pub fn reset_epoch_secs(decision: &Decision) -> u64 {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use throttle_fleet_core::backend::Limiter;
+use throttle_fleet_core::backend::{Backend as _, Limiter};
 use throttle_fleet_core::{Answer, Key, Quota, Rule};
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::{RedisSentinel, SentinelSettings};
@@ -80,7 +80,7 @@ async fn round(down_after: Duration, probe: Duration, instances: u64) -> (Durati
     let (mut backends, mut clients) = (Vec::new(), Vec::new());
     for _ in 0..instances {
         let backend = RedisBackend::exact(config.clone()).await.unwrap();
-        let limiter: Arc<dyn Limiter> = Arc::new(backend.exact_limiter(&rule).unwrap());
+        let limiter: Arc<dyn Limiter> = backend.limiter(&rule).unwrap();
         clients.push(tokio::spawn(client(
             limiter,
             Arc::clone(&killed),

@@ -105,7 +105,7 @@ pub use approximate::{ApproximateBackend, ApproximateOptions, ApproximateStats};
 pub use backend::RedisBackend;
 pub use config::RedisConfig;
 pub use conn::RedisStats;
-pub use exact::{ExactBackend, ExactLimiter};
+pub use exact::ExactBackend;
 pub use leased::{LeaseOptions, LeaseStats, LeasedBackend, WhenEmpty};
 pub use shutdown::Unflushed;
 pub use slots::SlotStats;

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use throttle_fleet_core::backend::Limiter;
+use throttle_fleet_core::backend::Backend as _;
 use throttle_fleet_core::{Key, Quota, Rule};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
@@ -71,16 +71,16 @@ async fn the_breakers_log_lines_name_a_standalone_node_by_its_address() {
         .probe_interval(PROBE);
     let backend = RedisBackend::exact(config).await.unwrap();
     let rule = Rule::new("ip", Quota::per_second(1_000)).fail_open();
-    let limiter = backend.exact_limiter(&rule).unwrap();
+    let limiter = backend.limiter(&rule).unwrap();
     let key = Key::new("k");
-    assert!(check(&limiter as &dyn Limiter, &key).await.0.is_ok());
+    assert!(check(&*limiter, &key).await.0.is_ok());
 
     server.kill();
     for _ in 0..100 {
         if backend.stats().breaker_open {
             break;
         }
-        let _ = check(&limiter as &dyn Limiter, &key).await;
+        let _ = check(&*limiter, &key).await;
     }
     assert!(backend.stats().breaker_open, "the breaker did not open");
     let opened = lines(&logs, "circuit breaker opened");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use throttle_fleet_core::algorithm::{
     FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
 };
-use throttle_fleet_core::backend::Limiter;
+use throttle_fleet_core::backend::Backend as _;
 use throttle_fleet_core::{Answer, Key, Quota, Rule};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
@@ -64,7 +64,7 @@ where
             .key_prefix(format!("diff{seed}"))
     };
     let backend = RedisBackend::exact(config(&time)).await.unwrap();
-    let limiter = backend.exact_limiter(&rule).unwrap();
+    let limiter = backend.limiter(&rule).unwrap();
     // Reads go through an instance of their own, on a time of their own:
     // at a check's time or later (past a window's end, or an entry's, that
     // no check has seen yet), while the checks keep their timeline. They
@@ -73,8 +73,8 @@ where
     let read_clock = read_time.clock();
     let read_backend = RedisBackend::exact(config(&read_time)).await.unwrap();
     let readers = (
-        read_backend.exact_limiter(&rule).unwrap(),
-        read_backend.exact_limiter(&smaller).unwrap(),
+        read_backend.limiter(&rule).unwrap(),
+        read_backend.limiter(&smaller).unwrap(),
     );
     let key = Key::from(seed);
     let mut reads = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use throttle_fleet_core::backend::Limiter;
+use throttle_fleet_core::backend::{Backend as _, Limiter};
 use throttle_fleet_core::{Key, Quota, Rule};
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::{DelayingProxy, RedisServer, check};
@@ -102,8 +102,8 @@ async fn the_name_moves(cut: bool) {
     let (mut backends, mut clients) = (Vec::new(), Vec::new());
     for _ in 0..INSTANCES {
         let backend = RedisBackend::exact(config.clone()).await.unwrap();
-        let e: Arc<dyn Limiter> = Arc::new(backend.exact_limiter(&exact).unwrap());
-        let p: Arc<dyn Limiter> = Arc::new(backend.exact_limiter(&probe).unwrap());
+        let e: Arc<dyn Limiter> = backend.limiter(&exact).unwrap();
+        let p: Arc<dyn Limiter> = backend.limiter(&probe).unwrap();
         for _ in 0..2 {
             clients.push(tokio::spawn(client(
                 e.clone(),

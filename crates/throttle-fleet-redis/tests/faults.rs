@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
+use throttle_fleet_core::backend::{Backend as _, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::{Key, Quota, Rule};
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::{RedisServer, check};
@@ -131,15 +131,15 @@ async fn a_killed_and_restarted_redis_is_used_again_with_its_scripts_reloaded() 
     let server = RedisServer::start();
     let backend = RedisBackend::exact(config(&server)).await.unwrap();
     let rule = Rule::new("tenant", Quota::per_minute(5)).fixed_window();
-    let limiter = backend.exact_limiter(&rule).unwrap();
+    let limiter = backend.limiter(&rule).unwrap();
     let key = Key::new("acme");
     for _ in 0..2 {
-        let (r, asked, _) = timed_check(&limiter, &key).await;
+        let (r, asked, _) = timed_check(&*limiter, &key).await;
         assert!(asked && r.unwrap().step.allowed);
     }
     server.kill();
     for _ in 0..10 {
-        let (r, _, took) = timed_check(&limiter, &key).await;
+        let (r, _, took) = timed_check(&*limiter, &key).await;
         assert!(r.unwrap().step.allowed, "fail-open while Redis is dead");
         assert!(took < TIMEOUT + SLACK, "{took:?}");
     }
@@ -147,12 +147,12 @@ async fn a_killed_and_restarted_redis_is_used_again_with_its_scripts_reloaded() 
 
     // A new, empty Redis on the same port: no scripts, no counts.
     server.restart();
-    until_redis_answers(&limiter, &key).await;
+    until_redis_answers(&*limiter, &key).await;
     let errors = backend.stats().errors;
     // The count restarted with the data; the limit holds again from here.
     let mut allowed = 1;
     loop {
-        let (r, asked, _) = timed_check(&limiter, &key).await;
+        let (r, asked, _) = timed_check(&*limiter, &key).await;
         let o = r.unwrap();
         assert!(asked && !o.degraded, "{o:?}");
         if !o.step.allowed {
@@ -181,16 +181,16 @@ async fn a_closed_breaker_leaves_no_connection_lost_in_the_outage() {
         .await
         .unwrap();
     let rule = Rule::new("tenant", Quota::per_minute(1_000)).fail_closed();
-    let limiter = backend.exact_limiter(&rule).unwrap();
+    let limiter = backend.limiter(&rule).unwrap();
     let key = Key::new("acme");
     for _ in 0..4 {
-        let (r, asked, _) = timed_check(&limiter, &key).await;
+        let (r, asked, _) = timed_check(&*limiter, &key).await;
         assert!(asked && r.unwrap().step.allowed);
     }
     server.kill();
     let t = Instant::now();
     while !backend.stats().breaker_open {
-        let _ = timed_check(&limiter, &key).await;
+        let _ = timed_check(&*limiter, &key).await;
         assert!(t.elapsed() < Duration::from_secs(10), "no breaker opened");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -207,7 +207,7 @@ async fn a_closed_breaker_leaves_no_connection_lost_in_the_outage() {
     }
     let errors = backend.stats().errors;
     for i in 0..8 {
-        let (r, asked, _) = timed_check(&limiter, &key).await;
+        let (r, asked, _) = timed_check(&*limiter, &key).await;
         assert!(asked, "check {i} did not reach Redis");
         assert!(r.is_ok(), "check {i} after the breaker closed: {r:?}");
     }
@@ -219,18 +219,18 @@ async fn fail_closed_rules_refuse_while_redis_is_away() {
     let server = RedisServer::start();
     let backend = RedisBackend::exact(config(&server)).await.unwrap();
     let limiter = backend
-        .exact_limiter(&Rule::new("payments", Quota::per_minute(100)).fail_closed())
+        .limiter(&Rule::new("payments", Quota::per_minute(100)).fail_closed())
         .unwrap();
     let key = Key::new("merchant-7");
-    assert!(timed_check(&limiter, &key).await.0.unwrap().step.allowed);
+    assert!(timed_check(&*limiter, &key).await.0.unwrap().step.allowed);
     server.stop();
     for _ in 0..5 {
-        let (r, _, took) = timed_check(&limiter, &key).await;
+        let (r, _, took) = timed_check(&*limiter, &key).await;
         assert!(r.is_err(), "fail-closed must refuse: {r:?}");
         assert!(took < TIMEOUT + SLACK, "{took:?}");
     }
     server.resume();
-    until_redis_answers(&limiter, &key).await;
+    until_redis_answers(&*limiter, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,7 +242,7 @@ async fn local_fallback_allows_each_instance_its_share_of_the_quota() {
         .await
         .unwrap();
     let limiter = backend
-        .exact_limiter(
+        .limiter(
             &Rule::new("search", Quota::per_minute(40))
                 .fixed_window()
                 .local_fallback(),
@@ -252,7 +252,7 @@ async fn local_fallback_allows_each_instance_its_share_of_the_quota() {
     server.kill();
     let mut allowed = 0;
     for _ in 0..30 {
-        let o = timed_check(&limiter, &key)
+        let o = timed_check(&*limiter, &key)
             .await
             .0
             .expect("the fallback decides");
@@ -276,10 +276,10 @@ async fn starting_while_redis_is_down_works_and_recovers() {
     );
     assert!(backend.stats().breaker_open, "starts with the breaker open");
     let limiter = backend
-        .exact_limiter(&Rule::new("ip", Quota::per_second(10)))
+        .limiter(&Rule::new("ip", Quota::per_second(10)))
         .unwrap();
-    let (r, asked, _) = timed_check(&limiter, &Key::new("a")).await;
+    let (r, asked, _) = timed_check(&*limiter, &Key::new("a")).await;
     assert!(!asked && r.unwrap().step.allowed);
     server.resume();
-    until_redis_answers(&limiter, &Key::new("a")).await;
+    until_redis_answers(&*limiter, &Key::new("a")).await;
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use throttle_fleet_core::backend::Limiter;
+use throttle_fleet_core::backend::Backend as _;
 use throttle_fleet_core::{Answer, Key, Quota, Rule};
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::RedisServer;
@@ -15,7 +15,7 @@ async fn hostile_keys_stay_apart_and_inside_their_hash_tag() {
     let config = RedisConfig::standalone(server.url()).command_timeout(Duration::from_secs(2));
     let backend = RedisBackend::exact(config).await.unwrap();
     let limiter = backend
-        .exact_limiter(
+        .limiter(
             &Rule::new("hostile", Quota::per_minute(1))
                 .fixed_window()
                 .fail_closed(),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use throttle_fleet_core::backend::Limiter;
+use throttle_fleet_core::backend::{Backend as _, Limiter};
 use throttle_fleet_core::{Key, Quota, Rule};
 use throttle_fleet_redis::{RedisBackend, RedisConfig};
 use throttle_fleet_test_support::{RedisSentinel, SentinelSettings, check};
@@ -141,8 +141,8 @@ async fn the_primary_fails(fault: Fault, tls: Option<Arc<throttle_fleet_test_sup
     let mut clients = Vec::new();
     for _ in 0..INSTANCES {
         let backend = RedisBackend::exact(config(&set)).await.unwrap();
-        let e: Arc<dyn Limiter> = Arc::new(backend.exact_limiter(&exact).unwrap());
-        let o: Arc<dyn Limiter> = Arc::new(backend.exact_limiter(&open).unwrap());
+        let e: Arc<dyn Limiter> = backend.limiter(&exact).unwrap();
+        let o: Arc<dyn Limiter> = backend.limiter(&open).unwrap();
         for _ in 0..2 {
             clients.push(tokio::spawn(client(e.clone(), o.clone(), done.clone())));
         }
@@ -264,8 +264,8 @@ async fn the_sentinels_and_the_data_nodes_have_passwords_of_their_own() {
         .connect_timeout(TIMEOUT)
         .password("data-secret");
     let backend = RedisBackend::exact(config).await.unwrap();
-    let limiter = backend.exact_limiter(&rule).unwrap();
-    let (r, asked) = check(&limiter, &key).await;
+    let limiter = backend.limiter(&rule).unwrap();
+    let (r, asked) = check(&*limiter, &key).await;
     let o = r.expect("with both passwords Redis decides");
     assert!(asked && !o.degraded && o.step.allowed, "{o:?}");
 
@@ -329,9 +329,9 @@ async fn the_primary_is_discovered_by_a_scheduler_job_once_a_sentinel_answers() 
     let stats = backend.stats();
     assert!(!stats.breaker_open, "{stats:?}");
     let limiter = backend
-        .exact_limiter(&Rule::new("discovered", Quota::per_second(10)).fail_closed())
+        .limiter(&Rule::new("discovered", Quota::per_second(10)).fail_closed())
         .unwrap();
-    let (r, asked) = check(&limiter, &Key::new("k")).await;
+    let (r, asked) = check(&*limiter, &Key::new("k")).await;
     assert!(asked && r.is_ok_and(|o| !o.degraded), "Redis decides");
     drop(set);
 }

@@ -11,12 +11,12 @@ fn the_bit_shared_by_shadow_and_shed_says_each_only_of_its_own_kind() {
         shed: true,
         ..Outcome::new(step(allowed), 1)
     };
-    let denied = Decision::from_outcome(0, &shed(false));
+    let denied = from_outcome(0, &shed(false));
     assert!(denied.is_shed() && !denied.is_shadow());
     // An allowed request is never shed, and is not shadow for it.
-    let allowed = Decision::from_outcome(0, &shed(true));
+    let allowed = from_outcome(0, &shed(true));
     assert!(!allowed.is_shed() && !allowed.is_shadow());
-    let plain = Decision::from_outcome(0, &Outcome::new(step(false), 1));
+    let plain = from_outcome(0, &Outcome::new(step(false), 1));
     assert!(!plain.is_shed());
 }
 
@@ -68,7 +68,7 @@ fn the_figures_read_back_as_written() {
         retry_after_us: 1_500,
         delay_us: 9,
     };
-    let d = Decision::from_outcome(
+    let d = from_outcome(
         3,
         &Outcome {
             step,
@@ -90,7 +90,7 @@ fn the_figures_read_back_as_written() {
         )
     );
     assert!(d.is_degraded() && !d.is_shadow() && !d.is_allowed());
-    let a = Decision::from_outcome(
+    let a = from_outcome(
         1,
         &Outcome {
             step: Step {
@@ -118,4 +118,44 @@ fn the_figures_read_back_as_written() {
         (Kind::Refused, Some(5), 0)
     );
     assert_eq!(r.error().map(|e| &*e.reason), Some("down"));
+}
+
+/// What the rule at index `rule` decided alone, `outcome`, as the rule set's
+/// fold makes it for one rule (`rule_set/combine.rs`).
+fn from_outcome(rule: usize, outcome: &Outcome) -> Decision {
+    let step = &outcome.step;
+    let wait = if step.allowed {
+        step.delay_us
+    } else {
+        step.retry_after_us.max(1)
+    };
+    // Only a denial is shed (see `Flags`).
+    let outcome = &Outcome {
+        shed: outcome.shed && !step.allowed,
+        ..*outcome
+    };
+    let rule = u16::try_from(rule).unwrap();
+    Decision::decided(
+        rule,
+        NO_TIER,
+        outcome,
+        wait,
+        step.allowed,
+        false,
+        ShadowDenials::default(),
+    )
+}
+
+/// `d` for a key in tier `tier` of its rule.
+trait InTier {
+    fn in_tier(self, tier: u8) -> Self;
+}
+
+impl InTier for Decision {
+    fn in_tier(mut self, tier: u8) -> Self {
+        if let Repr::Decided(f) = &mut self.repr {
+            f.tier = tier;
+        }
+        self
+    }
 }

@@ -44,7 +44,16 @@ fn decided(at_us: u64, reset_us: u64) -> Decision {
         retry_after_us: reset_us,
         delay_us: 0,
     };
-    Decision::from_outcome(0, &Outcome::new(step, at_us))
+    let wait = step.retry_after_us;
+    Decision::decided(
+        0,
+        u8::MAX,
+        &Outcome::new(step, at_us),
+        wait,
+        false,
+        false,
+        crate::decision::ShadowDenials::default(),
+    )
 }
 
 #[test]

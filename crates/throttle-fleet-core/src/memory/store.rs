@@ -58,9 +58,6 @@ pub(crate) struct Store<M: Meter> {
     shard_mask: usize,
     max_keys: usize,
     evictions: Arc<AtomicU64>,
-    /// Exclusive locks taken, for the tests to tell which path a check took.
-    #[cfg(test)]
-    exclusive: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -127,8 +124,6 @@ impl<M: Meter> Store<M> {
             shard_mask: shards - 1,
             max_keys: cap * shards,
             evictions: Arc::new(AtomicU64::new(0)),
-            #[cfg(test)]
-            exclusive: AtomicU64::new(0),
         }
     }
 
@@ -142,8 +137,6 @@ impl<M: Meter> Store<M> {
             shard_mask: self.shard_mask,
             max_keys: self.max_keys,
             evictions: self.evictions.clone(),
-            #[cfg(test)]
-            exclusive: AtomicU64::new(0),
         }
     }
 
@@ -177,8 +170,6 @@ impl<M: Meter> Store<M> {
         f: impl FnOnce(&mut M::State) -> R,
     ) -> R {
         let mut shard = cell.lock.write();
-        #[cfg(test)]
-        self.exclusive.fetch_add(1, Ordering::Relaxed);
         if let Some(slot) = shard.table.find_mut(hash, |s| matches(&s.key, key)) {
             return f(&mut slot.state);
         }

@@ -8,8 +8,6 @@ mod combine;
 mod held;
 mod observe;
 pub(crate) mod operate;
-#[cfg(test)]
-mod operate_tests;
 mod shedding;
 #[cfg(test)]
 mod tests;

@@ -232,12 +232,6 @@ impl MemoryShares {
             }
         }
     }
-
-    /// Buckets held (for tests).
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().buckets.len()).sum()
-    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,9 @@ mod stats;
 mod turns;
 mod view;
 
+#[cfg(test)]
+mod tests;
+
 pub use backend::ApproximateBackend;
 pub use options::ApproximateOptions;
 pub use stats::ApproximateStats;

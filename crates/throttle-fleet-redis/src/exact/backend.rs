@@ -38,12 +38,6 @@ impl ExactBackend {
         })
     }
 
-    /// The limiter of `rule`, typed (the [`Backend`] impl gives the same as
-    /// a trait object; a concurrency rule goes through it).
-    pub fn exact_limiter(&self, rule: &Rule) -> Result<ExactLimiter, ConfigError> {
-        ExactLimiter::new(self.redis.clone(), rule)
-    }
-
     /// The concurrency rules' counters.
     pub fn slot_stats(&self) -> SlotStats {
         self.slots.stats()
@@ -73,7 +67,7 @@ impl Backend for ExactBackend {
                 rule,
             )?)
         } else {
-            Arc::new(self.exact_limiter(rule)?)
+            Arc::new(ExactLimiter::new(self.redis.clone(), rule)?)
         })
     }
 }

@@ -54,7 +54,7 @@ struct Inner {
 /// script, reading and updating the key's state atomically with Redis' own
 /// clock. Concurrent instances can never admit more than the quota.
 #[derive(Clone)]
-pub struct ExactLimiter(Arc<Inner>);
+pub(crate) struct ExactLimiter(Arc<Inner>);
 
 impl std::fmt::Debug for ExactLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1,4 +1,6 @@
 use super::*;
+use throttle_fleet_core::Key;
+use throttle_fleet_core::backend::Outcome;
 
 fn headers(ct: &str) -> http::HeaderMap {
     let mut h = http::HeaderMap::new();
@@ -84,15 +86,12 @@ fn denied(
         retry_after_us: u64::try_from(retry_after.as_nanos().div_ceil(1_000)).unwrap_or(u64::MAX),
         delay_us: 0,
     };
-    let outcome = throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456);
-    let d = Decision::from_outcome(index, &outcome);
-    match rule
-        .tier_set()
-        .and_then(|t| t.quotas().iter().position(|q| *q == quota))
-    {
-        Some(tier) => d.in_tier(tier),
-        None => d,
-    }
+    let outcome = Outcome::new(step, 1_796_025_675_123_456);
+    // A key of the tier whose quota is `quota`, if one is (the test's one
+    // tier is "gold", and a tier's key is its name).
+    let tiered = rule.tier_set().is_some_and(|t| t.quotas().contains(&quota));
+    let key = Key::new(if tiered { "gold" } else { "k" });
+    decided(rule.clone(), index, key, outcome)
 }
 
 fn grpc_request(content_type: &str) -> http::request::Parts {
@@ -201,11 +200,16 @@ fn a_shed_call_is_unavailable_with_its_own_reason_and_wait() {
         retry_after_us: 1_000_000,
         delay_us: 0,
     };
-    let outcome = throttle_fleet_core::backend::Outcome {
+    let outcome = Outcome {
         shed: true,
-        ..throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456)
+        ..Outcome::new(step, 1_796_025_675_123_456)
     };
-    let shed = Decision::from_outcome(0, &outcome);
+    let shed = decided(
+        Rule::new("r", throttle_fleet_core::Quota::per_second(1)),
+        0,
+        Key::new("k"),
+        outcome,
+    );
     assert!(shed.is_shed());
     let res = GrpcResponder::new().reject(
         &head,
@@ -235,11 +239,16 @@ fn a_shed_call_is_unavailable_with_its_own_reason_and_wait() {
         retry_after_us: 2_500_000,
         ..step
     };
-    let outcome = throttle_fleet_core::backend::Outcome {
+    let outcome = Outcome {
         shed: true,
-        ..throttle_fleet_core::backend::Outcome::new(step, 1_796_025_675_123_456)
+        ..Outcome::new(step, 1_796_025_675_123_456)
     };
-    let longer = Decision::from_outcome(0, &outcome);
+    let longer = decided(
+        Rule::new("r", throttle_fleet_core::Quota::per_second(1)),
+        0,
+        Key::new("k"),
+        outcome,
+    );
     let res = GrpcResponder::new().reject(
         &head,
         Rejection::Shed {
@@ -273,4 +282,42 @@ fn a_shed_call_is_unavailable_with_its_own_reason_and_wait() {
         status.get_details_error_info().unwrap().reason,
         "RATE_LIMITER_UNAVAILABLE"
     );
+}
+
+/// The decision a rule set makes when the rule at `index` (`rule`, the
+/// others plain) answers `outcome` for `key`: made through the public path,
+/// a backend whose limiter answers `outcome` whatever it is asked.
+fn decided(rule: Rule, index: usize, key: Key, outcome: Outcome) -> Decision {
+    use std::sync::Arc;
+    use throttle_fleet_core::backend::{Backend, Limiter, Unavailable};
+    use throttle_fleet_core::decision::Demand;
+    use throttle_fleet_core::rule_set::RuleSet;
+    use throttle_fleet_core::{Answer, ConfigError};
+
+    #[derive(Clone, Copy)]
+    struct Fixed(Outcome);
+    impl Limiter for Fixed {
+        fn acquire(&self, _: &Key, _: u64, _: u64) -> Answer<Result<Outcome, Unavailable>> {
+            Answer::Ready(Ok(self.0))
+        }
+        fn refund(&self, _: &Key, _: u64, _: &Outcome) {}
+    }
+    impl Backend for Fixed {
+        fn limiter(&self, _: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+            Ok(Arc::new(*self))
+        }
+    }
+    let mut rules = RuleSet::new();
+    for i in 0..index {
+        let other = Rule::new(
+            format!("other-{i}"),
+            throttle_fleet_core::Quota::per_second(1),
+        );
+        rules.bind(other, &Fixed(outcome)).unwrap();
+    }
+    let index = rules.bind(rule, &Fixed(outcome)).unwrap();
+    let Answer::Ready(checked) = rules.check(&[Demand::new(index, key, 1)]) else {
+        unreachable!("the limiter answers at once")
+    };
+    checked.into_decision()
 }

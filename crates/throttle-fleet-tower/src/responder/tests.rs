@@ -1,8 +1,8 @@
 use super::*;
 use crate::headers::number;
-use throttle_fleet_core::Quota;
 use throttle_fleet_core::algorithm::Step;
 use throttle_fleet_core::backend::Outcome;
+use throttle_fleet_core::{Key, Quota};
 
 fn denied(retry_after_ms: u64) -> Decision {
     let step = Step {
@@ -12,7 +12,12 @@ fn denied(retry_after_ms: u64) -> Decision {
         retry_after_us: retry_after_ms * 1_000,
         delay_us: 0,
     };
-    Decision::from_outcome(0, &Outcome::new(step, 1_700_000_000_000_000))
+    decided(
+        Rule::new("ip", Quota::per_minute(100)),
+        0,
+        Key::new("k"),
+        Outcome::new(step, 1_700_000_000_000_000),
+    )
 }
 
 fn answer(responder: HttpResponder, rule: &str, retry_after_ms: u64) -> Response<Bytes> {
@@ -138,7 +143,12 @@ fn distinct(allowed: bool, remaining: u64, retry_after_ms: u64) -> Decision {
         retry_after_us: retry_after_ms * 1_000,
         delay_us: 0,
     };
-    Decision::from_outcome(0, &Outcome::new(step, 1_700_000_000_250_000))
+    decided(
+        Rule::new("ip", Quota::per_minute(100)),
+        0,
+        Key::new("k"),
+        Outcome::new(step, 1_700_000_000_250_000),
+    )
 }
 
 /// Each header of `res` by name, and no other.
@@ -202,9 +212,11 @@ fn each_refusal_header_carries_its_own_value_whatever_the_map_order() {
         assert_headers(&res, &want, what);
     }
 
-    let shed = Decision::from_outcome(
+    let shed = decided(
+        Rule::new("ip", Quota::per_minute(100)),
         0,
-        &Outcome {
+        Key::new("k"),
+        Outcome {
             shed: true,
             ..Outcome::new(
                 Step {
@@ -287,4 +299,42 @@ fn every_answer_dates_the_reset_from_the_decision() {
             "{responder:?}"
         );
     }
+}
+
+/// The decision a rule set makes when the rule at `index` (`rule`, the
+/// others plain) answers `outcome` for `key`: made through the public path,
+/// a backend whose limiter answers `outcome` whatever it is asked.
+fn decided(rule: Rule, index: usize, key: Key, outcome: Outcome) -> Decision {
+    use std::sync::Arc;
+    use throttle_fleet_core::backend::{Backend, Limiter, Unavailable};
+    use throttle_fleet_core::decision::Demand;
+    use throttle_fleet_core::rule_set::RuleSet;
+    use throttle_fleet_core::{Answer, ConfigError};
+
+    #[derive(Clone, Copy)]
+    struct Fixed(Outcome);
+    impl Limiter for Fixed {
+        fn acquire(&self, _: &Key, _: u64, _: u64) -> Answer<Result<Outcome, Unavailable>> {
+            Answer::Ready(Ok(self.0))
+        }
+        fn refund(&self, _: &Key, _: u64, _: &Outcome) {}
+    }
+    impl Backend for Fixed {
+        fn limiter(&self, _: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+            Ok(Arc::new(*self))
+        }
+    }
+    let mut rules = RuleSet::new();
+    for i in 0..index {
+        let other = Rule::new(
+            format!("other-{i}"),
+            throttle_fleet_core::Quota::per_second(1),
+        );
+        rules.bind(other, &Fixed(outcome)).unwrap();
+    }
+    let index = rules.bind(rule, &Fixed(outcome)).unwrap();
+    let Answer::Ready(checked) = rules.check(&[Demand::new(index, key, 1)]) else {
+        unreachable!("the limiter answers at once")
+    };
+    checked.into_decision()
 }

@@ -69,18 +69,67 @@ fn keys_come_back_as_they_went_in() {
     assert_eq!(store.update(&keys[2], |st| st.count), Some(3));
 }
 
+/// A meter that counts its `acquire`s: the store calls `acquire` only
+/// under the shard's exclusive lock (where it may write the state), and
+/// `deny_read_only` under the shared one, so the count is the exclusive
+/// locks taken.
+#[derive(Debug)]
+struct Counting<M> {
+    inner: M,
+    acquires: AtomicU64,
+}
+
+impl<M: Meter> Counting<M> {
+    fn new(inner: M) -> Self {
+        Self {
+            inner,
+            acquires: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<M: Meter> Meter for Counting<M> {
+    type State = M::State;
+    const DENIES_READ_ONLY: bool = M::DENIES_READ_ONLY;
+
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+    fn acquire(&self, state: &mut M::State, now_us: u64, cost: u64) -> Step {
+        self.acquires.fetch_add(1, Ordering::Relaxed);
+        self.inner.acquire(state, now_us, cost)
+    }
+    fn refund(&self, state: &mut M::State, acquired_at_us: u64, cost: u64) {
+        self.inner.refund(state, acquired_at_us, cost);
+    }
+    fn idle_at(&self, state: &M::State) -> u64 {
+        self.inner.idle_at(state)
+    }
+    fn deny_read_only(&self, state: &M::State, now_us: u64, cost: u64) -> Option<Step> {
+        self.inner.deny_read_only(state, now_us, cost)
+    }
+}
+
 /// Exclusive locks taken by `checks` checks of `key` at `now`, and
 /// whether all were allowed.
-fn exclusive_locks<M: Meter>(store: &Store<M>, key: &Key, now: u64, checks: usize) -> (u64, bool) {
-    let before = store.exclusive.load(Ordering::Relaxed);
+fn exclusive_locks<M: Meter>(
+    store: &Store<Counting<M>>,
+    key: &Key,
+    now: u64,
+    checks: usize,
+) -> (u64, bool) {
+    let before = store.meter().acquires.load(Ordering::Relaxed);
     let allowed = (0..checks).fold(true, |all, _| store.acquire(key, now, 1).allowed && all);
-    (store.exclusive.load(Ordering::Relaxed) - before, allowed)
+    (
+        store.meter().acquires.load(Ordering::Relaxed) - before,
+        allowed,
+    )
 }
 
 #[test]
 fn a_key_that_stays_denied_is_decided_without_an_exclusive_lock() {
     let tb = Gcra::token_bucket(Quota::per_second(2)).unwrap();
-    let store = Store::new(tb, 16, 1_600);
+    let store = Store::new(Counting::new(tb), 16, 1_600);
     let (hot, other) = (Key::new("hot"), Key::new("other"));
     assert_eq!(exclusive_locks(&store, &hot, 0, 2), (2, true));
     // The first denial is found under the exclusive lock; the rest only
@@ -100,7 +149,7 @@ fn a_key_that_stays_denied_is_decided_without_an_exclusive_lock() {
 #[test]
 fn a_meter_without_read_only_denials_always_locks() {
     let log = SlidingWindowLog::new(Quota::per_second(1)).unwrap();
-    let store = Store::new(log, 16, 1_600);
+    let store = Store::new(Counting::new(log), 16, 1_600);
     let key = Key::new("k");
     assert_eq!(exclusive_locks(&store, &key, 0, 1), (1, true));
     assert_eq!(exclusive_locks(&store, &key, 0, 3), (3, false));

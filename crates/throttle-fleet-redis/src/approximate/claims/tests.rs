@@ -7,7 +7,10 @@ use redis::Script;
 use throttle_fleet_test_support::RedisServer;
 use throttle_fleet_test_support::fleet::Rng;
 
-use super::{Call, Granted, KeyArgs, Reply, Stored, grant};
+mod mirror;
+
+use super::Reply;
+use mirror::{Call, Granted, KeyArgs, Stored, grant};
 
 /// Today's script, and 0.1's (one entry per instance in the key's field).
 const NEW: &str = include_str!("../flush.lua");

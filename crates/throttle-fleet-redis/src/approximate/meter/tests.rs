@@ -17,7 +17,7 @@ const DOWN: Known = Known {
 const SPAN: u64 = 1_000_000;
 
 fn meter() -> SpanMeter {
-    SpanMeter::for_tests()
+    crate::approximate::tests::span_meter()
 }
 
 #[test]

@@ -49,7 +49,7 @@ fn admitted(m: &SpanMeter, n: u64) -> SpanState {
 
 #[test]
 fn a_span_end_writes_the_count_and_demand_and_starts_the_demand_over() {
-    let m = SpanMeter::for_tests();
+    let m = crate::approximate::tests::span_meter();
     let mut st = admitted(&m, 10);
     let mut out = Vec::new();
     let planned = writes(&m, &Key::new("k"), &mut st, &span_end(T + SPAN), &mut out);
@@ -73,7 +73,7 @@ fn a_span_end_writes_the_count_and_demand_and_starts_the_demand_over() {
 
 #[test]
 fn a_write_holds_what_was_admitted_plus_an_eighth_of_the_demand() {
-    let m = SpanMeter::for_tests();
+    let m = crate::approximate::tests::span_meter();
     let mut st = SpanState::default();
     m.roll(&mut st, T);
     st.flags |= flag::ENTRY;
@@ -93,7 +93,7 @@ fn a_write_holds_what_was_admitted_plus_an_eighth_of_the_demand() {
 
 #[test]
 fn an_early_flush_writes_only_the_keys_that_asked_and_keeps_their_demand() {
-    let m = SpanMeter::for_tests();
+    let m = crate::approximate::tests::span_meter();
     let mut quiet = admitted(&m, 3);
     let early = Planning {
         early: true,
@@ -119,7 +119,7 @@ fn an_early_flush_writes_only_the_keys_that_asked_and_keeps_their_demand() {
 
 #[test]
 fn a_closing_rule_asks_for_nothing_and_gives_its_claim_back() {
-    let m = SpanMeter::for_tests();
+    let m = crate::approximate::tests::span_meter();
     let mut st = admitted(&m, 5);
     st.flags |= flag::ENTRY;
     st.claim = 40;
@@ -140,7 +140,7 @@ fn written(m: &SpanMeter, st: &mut SpanState, now: u64) -> Write {
 
 #[test]
 fn a_reply_grants_a_claim_and_a_stale_one_changes_nothing() {
-    let m = SpanMeter::for_tests();
+    let m = crate::approximate::tests::span_meter();
     let mut st = admitted(&m, 10);
     let w = written(&m, &mut st, T + SPAN);
     let relist = apply(&m, &mut st, &w, &reply(30, 40, 500), 2, T + SPAN, None);
@@ -162,7 +162,7 @@ fn a_reply_grants_a_claim_and_a_stale_one_changes_nothing() {
 
 #[test]
 fn a_fleet_at_the_limit_blocks_the_key_until_the_interval_ends_or_the_cooldown() {
-    let m = SpanMeter::for_tests();
+    let m = crate::approximate::tests::span_meter();
     for (cooldown, until) in [(None, T + 10 * SPAN), (Some(3 * SPAN), T + 4 * SPAN)] {
         let mut st = admitted(&m, 10);
         let w = written(&m, &mut st, T + SPAN);
@@ -175,7 +175,7 @@ fn a_fleet_at_the_limit_blocks_the_key_until_the_interval_ends_or_the_cooldown()
 /// The quiet time after an asked write that was granted nothing, for
 /// the ask made at `asked` into the first span and answered 1 ms later.
 fn quiet_after(asked: u64) -> u64 {
-    quiet_of(&SpanMeter::for_tests(), 0, asked)
+    quiet_of(&crate::approximate::tests::span_meter(), 0, asked)
 }
 
 /// The same with the meter `m`, the previous interval's total `prev`.
@@ -221,7 +221,7 @@ fn a_sliding_window_quiets_a_key_until_its_room_has_grown_by_one() {
     let q = throttle_fleet_core::Quota::new(1_000, std::time::Duration::from_secs(10));
     let m = SpanMeter {
         window: Window::Sliding(SlidingWindowCounter::new(q).unwrap()),
-        ..SpanMeter::for_tests()
+        ..crate::approximate::tests::span_meter()
     };
     let answered = T + SPAN / 2 + 2_000;
     // The previous interval's weight leaves room for one more every
@@ -237,7 +237,7 @@ fn a_sliding_window_quiets_a_key_until_its_room_has_grown_by_one() {
 
 #[test]
 fn the_previous_intervals_pending_count_is_cleared_by_its_reply() {
-    let m = SpanMeter::for_tests();
+    let m = crate::approximate::tests::span_meter();
     let mut st = admitted(&m, 10);
     // Rolled into the next interval before the last write.
     let mut out = Vec::new();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::RuleSet;
+use crate::rule_set::RuleSet;
 use crate::backend::{Limiter, Outcome, Unavailable};
 use crate::clock::ManualClock;
 use crate::decision::Demand;

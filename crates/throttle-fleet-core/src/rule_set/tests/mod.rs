@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+mod operate;
+
 use super::*;
 use crate::algorithm::Algorithm;
 use crate::clock::ManualClock;
