@@ -16,6 +16,8 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use throttle_fleet_test_support::Rng;
+
 /// One client: the address it connects from, its token's subject if it
 /// signs in, its User-Agent, and whether it is a bot.
 #[derive(Debug, Clone)]
@@ -231,7 +233,7 @@ impl Population {
 
     /// The flash crowd's arrivals, in time order.
     pub(crate) fn flash_crowd(&self, phases: Phases, seed: u64) -> Vec<Arrival> {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let end = phases.total();
         let genuine =
             |t: Duration| GENUINE_BASE + (GENUINE_PEAK - GENUINE_BASE) * phases.progress(t);
@@ -240,20 +242,20 @@ impl Population {
         poisson(&mut rng, end, GENUINE_PEAK, genuine, |rng, at| {
             all.push(Arrival {
                 at,
-                client: rng.pick(&self.genuine),
-                book: rng.chance(GENUINE_BOOK),
+                client: pick(rng, &self.genuine),
+                book: chance(rng, GENUINE_BOOK),
             });
         });
         poisson(&mut rng, end, BOTS_PEAK, bots, |rng, at| {
-            let from = if rng.chance(BOTS_SIGNED_IN) {
+            let from = if chance(rng, BOTS_SIGNED_IN) {
                 &self.signed_in_bots
             } else {
                 &self.swarm
             };
             all.push(Arrival {
                 at,
-                client: rng.pick(from),
-                book: rng.chance(BOTS_BOOK),
+                client: pick(rng, from),
+                book: chance(rng, BOTS_BOOK),
             });
         });
         all.sort_by_key(|a| a.at);
@@ -263,7 +265,7 @@ impl Population {
     /// The step scenario's arrivals: genuine clients only, at
     /// [`STEP_RATE`], for `length`.
     pub(crate) fn steady(&self, length: Duration, seed: u64) -> Vec<Arrival> {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let mut all = Vec::new();
         poisson(
             &mut rng,
@@ -273,8 +275,8 @@ impl Population {
             |rng, at| {
                 all.push(Arrival {
                     at,
-                    client: rng.pick(&self.genuine),
-                    book: rng.chance(GENUINE_BOOK),
+                    client: pick(rng, &self.genuine),
+                    book: chance(rng, GENUINE_BOOK),
                 });
             },
         );
@@ -304,28 +306,12 @@ fn poisson(
     }
 }
 
-/// splitmix64: small, seeded, good enough for arrival times.
-struct Rng(u64);
+/// Whether an event of probability `p` happens.
+fn chance(rng: &mut Rng, p: f64) -> bool {
+    rng.unit() < p
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-
-    fn pick(&mut self, from: &[u32]) -> u32 {
-        from[(self.next() % from.len() as u64) as usize]
-    }
+/// One of `from`, uniformly.
+fn pick(rng: &mut Rng, from: &[u32]) -> u32 {
+    from[rng.below(from.len() as u64) as usize]
 }

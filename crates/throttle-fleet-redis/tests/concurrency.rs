@@ -18,7 +18,7 @@ use throttle_fleet_redis::{
     ApproximateOptions, ExactBackend, LeaseOptions, RedisBackend, RedisConfig,
 };
 use throttle_fleet_test_support::RedisServer;
-use throttle_fleet_test_support::fleet::Rng;
+use throttle_fleet_test_support::Rng;
 
 const T0: u64 = 1_800_000_000_000_000;
 const TTL: Duration = Duration::from_secs(3);

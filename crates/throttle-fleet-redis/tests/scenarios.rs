@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
+use throttle_fleet_test_support::Rng;
 use throttle_fleet_test_support::fleet::{
-    self, Event, Report, Req, Rng, Setup, long, merge, round_robin, run, shifted,
+    self, Event, Report, Req, Setup, long, merge, round_robin, run, shifted,
 };
 
 const TEN_S: Duration = Duration::from_secs(10);

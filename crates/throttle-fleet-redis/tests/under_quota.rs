@@ -24,8 +24,9 @@
 
 use std::time::Duration;
 
+use throttle_fleet_test_support::Rng;
 use throttle_fleet_test_support::fleet::{
-    self, ClassReport, Report, Rng, Setup, Spread, client, long, merge,
+    self, ClassReport, Report, Setup, Spread, client, long, merge,
 };
 
 const TEN_S: Duration = Duration::from_secs(10);

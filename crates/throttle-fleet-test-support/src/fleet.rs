@@ -23,6 +23,7 @@
 //! second, and bytes sent to Redis per second. `FLEET_STATS=1` also prints
 //! each instance's `ApproximateStats` and Redis' command statistics.
 
+use crate::Rng;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,54 +40,6 @@ use crate::RedisServer;
 
 /// Where the shared clock starts: an aligned, realistic Unix time.
 pub const T0: u64 = 1_800_000_000_000_000;
-
-/// A small deterministic generator (splitmix64).
-#[derive(Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// An exponential gap with mean `mean_us` (Poisson arrivals).
-    pub fn exp(&mut self, mean_us: f64) -> u64 {
-        (-(1.0 - self.unit()).ln() * mean_us) as u64
-    }
-
-    /// An index drawn with probability proportional to `weights`.
-    pub fn weighted(&mut self, weights: &[f64]) -> usize {
-        let total: f64 = weights.iter().sum();
-        let mut x = self.unit() * total;
-        for (i, w) in weights.iter().enumerate() {
-            if x < *w {
-                return i;
-            }
-            x -= w;
-        }
-        weights.len() - 1
-    }
-}
 
 /// One request of a traffic model: when (true time, from the start), to
 /// which instance, for which key.

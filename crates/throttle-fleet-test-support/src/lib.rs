@@ -48,6 +48,7 @@ pub mod proxy;
 pub mod redis_server;
 pub mod redis_tls;
 mod resp;
+mod rng;
 pub mod sentinel;
 pub mod server_binary;
 pub mod sim;
@@ -59,6 +60,7 @@ pub use cluster::RedisCluster;
 pub use proxy::DelayingProxy;
 pub use redis_server::RedisServer;
 pub use redis_tls::{ServerTls, TlsFiles};
+pub use rng::Rng;
 pub use sentinel::{RedisSentinel, SentinelSettings};
 
 /// Seconds since the Unix epoch (for checking reset times in headers and

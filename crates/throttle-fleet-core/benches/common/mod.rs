@@ -213,7 +213,9 @@ impl Subjects {
     }
 }
 
-/// splitmix64: a small, fixed pseudo-random sequence.
+/// splitmix64: a small, fixed pseudo-random sequence. (The test support's
+/// `Rng` is the same generator; core cannot take it as a dev-dependency
+/// without building itself twice, since the test support depends on core.)
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;

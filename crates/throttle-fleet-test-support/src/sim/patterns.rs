@@ -81,7 +81,7 @@ impl Custom {
         let count = self.count();
         let burst = self.burst.max(1);
         let bursts = count.div_ceil(burst);
-        let mut rng = SplitMix64::new(self.seed);
+        let mut rng = crate::Rng::new(self.seed);
         let last = self.start_us + self.duration_us.saturating_sub(1);
         let mut events = Vec::with_capacity(usize::try_from(count).unwrap_or(usize::MAX));
         for b in 0..bursts {
@@ -91,7 +91,7 @@ impl Custom {
                 slot
             } else {
                 // Uniform in [slot - jitter, slot + jitter], then kept inside.
-                let offset = rng.below(2 * self.jitter_us + 1);
+                let offset = rng.below_by_multiply(2 * self.jitter_us + 1);
                 (slot + offset)
                     .saturating_sub(self.jitter_us)
                     .clamp(self.start_us, last)
@@ -221,30 +221,5 @@ impl Pattern {
                 }
             }
         }
-    }
-}
-
-/// SplitMix64 (Steele, Lea and Flood, 2014): a tiny, fast generator whose
-/// output depends only on its seed. Not for anything secret.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Nearly uniform in `[0, n)` (Lemire's multiply-shift, without the
-    /// rejection step: a bias of at most `n / 2^64`).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 }

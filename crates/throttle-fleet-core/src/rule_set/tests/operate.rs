@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::rule_set::RuleSet;
 use crate::backend::{Limiter, Outcome, Unavailable};
 use crate::clock::ManualClock;
 use crate::decision::Demand;
 use crate::memory::MemoryBackend;
 use crate::operate::{BlockCause, OpError, Penalty, Reach};
+use crate::rule_set::RuleSet;
 use crate::{Answer, Backend, ConfigError, Key, Quota, Rule};
 
 fn decide(set: &RuleSet, rule: usize, key: Key) -> (bool, Duration) {

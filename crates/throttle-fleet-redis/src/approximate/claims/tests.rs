@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use redis::Script;
 use throttle_fleet_test_support::RedisServer;
-use throttle_fleet_test_support::fleet::Rng;
+use throttle_fleet_test_support::Rng;
 
 mod mirror;
 
