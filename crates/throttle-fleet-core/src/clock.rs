@@ -1,4 +1,5 @@
-//! Time sources: the system clock and a manual clock for tests.
+//! Time sources: the system clock, the wall clock, and a manual clock that
+//! moves only when told to (a simulation's time).
 //!
 //! Every algorithm counts in whole microseconds since the Unix epoch, so the
 //! memory backend and the Redis scripts (which read Redis `TIME`) align
@@ -85,8 +86,9 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to. Clones share the same time, so a
-/// test can hand one to a backend and advance it from outside.
+/// A clock that moves only when told to. Clones share the same time, so
+/// one handed to a backend is advanced from outside (a simulation drives its
+/// limiters so).
 ///
 /// ```
 /// use std::time::Duration;

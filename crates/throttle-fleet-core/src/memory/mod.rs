@@ -67,7 +67,8 @@ impl MemoryBackend<SystemClock> {
 }
 
 impl<C: Clock + Clone> MemoryBackend<C> {
-    /// A backend reading time from `clock` (a [`ManualClock`](crate::clock::ManualClock) in tests).
+    /// A backend reading time from `clock`: the Redis modes give it their
+    /// scheduler's clock, a simulation a [`ManualClock`](crate::clock::ManualClock).
     pub fn with_clock(clock: C) -> Self {
         let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
         Self {
@@ -94,8 +95,9 @@ impl<C: Clock + Clone> MemoryBackend<C> {
         self
     }
 
-    /// A limiter for `meter` directly, without a rule (for embedding an
-    /// algorithm elsewhere, and for tests and benchmarks).
+    /// A limiter for `meter` directly, without a rule: an algorithm
+    /// embedded elsewhere (the Redis modes keep their local state in one,
+    /// a simulation runs the algorithms through it).
     pub fn limiter_for<M: Meter>(&self, meter: M) -> Result<Arc<MemoryLimiter<M, C>>, ConfigError> {
         if !self.shards.is_power_of_two() || self.shards == 0 {
             return Err(ConfigError::new(
