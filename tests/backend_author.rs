@@ -156,3 +156,46 @@ fn a_concurrency_rule_s_reserve_reaches_an_outside_backend_as_each_class_s_limit
     assert!(admit(Class::Default) && !admit(Class::Default));
     assert!(admit(Class::Critical) && !admit(Class::Critical));
 }
+
+/// Marks every answer shed, allowed or not, as a careless backend might.
+struct ShedsEverything;
+
+impl Limiter for ShedsEverything {
+    fn acquire(&self, _: &Key, cost: u64, _: u64) -> Answer<Result<Outcome, Unavailable>> {
+        let step = Step {
+            allowed: cost <= 1,
+            retry_after_us: if cost <= 1 { 0 } else { 1_000_000 },
+            ..Step::default()
+        };
+        Answer::Ready(Ok(Outcome {
+            shed: true,
+            ..Outcome::new(step, 0)
+        }))
+    }
+
+    fn refund(&self, _: &Key, _: u64, _: &Outcome) {}
+}
+
+impl Backend for ShedsEverything {
+    fn limiter(&self, _: &Rule) -> Result<Arc<dyn Limiter>, ConfigError> {
+        Ok(Arc::new(ShedsEverything))
+    }
+}
+
+#[test]
+fn an_allowed_answer_marked_shed_is_neither_shed_nor_shadow() {
+    let mut rules = RuleSet::new();
+    let r = rules
+        .bind(Rule::new("r", Quota::per_minute(5)), &ShedsEverything)
+        .unwrap();
+    let decide = |cost| {
+        let Answer::Ready(c) = rules.check(&[Demand::new(r, Key::new("k"), cost)]) else {
+            unreachable!()
+        };
+        c.into_decision()
+    };
+    let allowed = decide(1);
+    assert!(allowed.is_allowed() && !allowed.is_shed() && !allowed.is_shadow());
+    let denied = decide(2);
+    assert!(denied.is_denied() && denied.is_shed());
+}

@@ -259,9 +259,10 @@ impl Decision {
     ) -> Self {
         let bits = ((allowed as u8) * Flags::ALLOWED)
             | ((outcome.degraded as u8) * Flags::DEGRADED)
-            // (Only a denial is shed, and a denial never speaks for a
-            // shadow rule: the two never meet.)
-            | (((shadow | outcome.shed) as u8) * Flags::SHADOW_OR_SHED);
+            // (Only a denial is shed, whatever a backend's outcome says,
+            // and a denial never speaks for a shadow rule: the two never
+            // meet.)
+            | (((shadow | (outcome.shed && !allowed)) as u8) * Flags::SHADOW_OR_SHED);
         Self {
             repr: Repr::Decided(Figures {
                 at_us: outcome.at_us,
