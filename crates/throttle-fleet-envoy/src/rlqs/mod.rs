@@ -150,8 +150,9 @@ impl Rlqs {
         Self::with_clock(rules, options, Arc::new(WallClock)).await
     }
 
-    /// Like [`new`](Self::new), reading `clock` (for tests; the wall
-    /// clock otherwise, which replicas agree on through NTP).
+    /// Like [`new`](Self::new), reading `clock` instead of the wall clock
+    /// (which replicas agree on through NTP): a deterministic run of the
+    /// service, its shares' expiries included.
     pub async fn with_clock(
         rules: EnvoyRules,
         options: RlqsOptions,

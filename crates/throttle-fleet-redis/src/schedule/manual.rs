@@ -25,7 +25,8 @@ pub struct Lateness {
     pub signal: Duration,
 }
 
-/// Time for tests: one clock that moves only when the test moves it, shared
+/// Deterministic time for a whole deployment: one clock that moves only
+/// when its owner moves it (an application's own tests, a simulation), shared
 /// by any number of backends ([`scheduler`](Self::scheduler),
 /// [`instance`](Self::instance)). Moving it runs every job due on the way
 /// (the backends' flushes, give-backs, renewals, heartbeats, probes), in
