@@ -30,8 +30,9 @@ use crate::{Class, Key, Quota, Rule};
 pub struct ShadowDenials(u32);
 
 impl ShadowDenials {
-    /// The largest rule index a shadow rule may have, plus one.
-    pub const MAX_RULES: usize = 32;
+    /// The largest rule index a shadow rule may have, plus one
+    /// ([`limits::MAX_SHADOW_RULES`](crate::limits::MAX_SHADOW_RULES)).
+    pub(crate) const CAPACITY: usize = 32;
 
     /// Whether no shadow rule would have denied.
     pub const fn is_empty(&self) -> bool {
@@ -45,21 +46,21 @@ impl ShadowDenials {
 
     /// Whether the rule at `index` would have denied.
     pub const fn contains(&self, index: usize) -> bool {
-        index < Self::MAX_RULES && self.0 & (1 << index) != 0
+        index < Self::CAPACITY && self.0 & (1 << index) != 0
     }
 
     /// The indices of the shadow rules that would have denied, in rule
     /// order ([`RuleSet::rule`] names them).
     pub fn iter(&self) -> impl Iterator<Item = usize> + use<> {
         let bits = self.0;
-        (0..Self::MAX_RULES).filter(move |i| bits & (1 << i) != 0)
+        (0..Self::CAPACITY).filter(move |i| bits & (1 << i) != 0)
     }
 
     /// The set with the rule at `index` added (ignored past
-    /// [`MAX_RULES`](Self::MAX_RULES)).
+    /// [`limits::MAX_SHADOW_RULES`](crate::limits::MAX_SHADOW_RULES)).
     #[must_use]
     pub const fn with(self, index: usize) -> Self {
-        if index < Self::MAX_RULES {
+        if index < Self::CAPACITY {
             Self(self.0 | 1 << index)
         } else {
             self

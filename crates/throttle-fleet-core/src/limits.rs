@@ -11,7 +11,7 @@ pub use crate::rule_set::operate::MAX_BLOCK;
 pub use crate::tier::MAX_TIER_QUOTAS;
 
 /// How many rules of a policy may be shadow rules (the first ones).
-pub const MAX_SHADOW_RULES: usize = crate::decision::ShadowDenials::MAX_RULES;
+pub const MAX_SHADOW_RULES: usize = crate::decision::ShadowDenials::CAPACITY;
 
 /// How many rules a rule set may hold (a decision names its rule in 16
 /// bits).

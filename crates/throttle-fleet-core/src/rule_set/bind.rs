@@ -402,12 +402,12 @@ impl RuleSet {
             )
             .in_rule(rule.name()));
         }
-        if rule.is_shadow() && self.rules.len() >= ShadowDenials::MAX_RULES {
+        if rule.is_shadow() && self.rules.len() >= ShadowDenials::CAPACITY {
             return Err(ConfigError::new(
                 "shadow",
                 format!(
                     "only the first {} rules of a policy may be shadow rules",
-                    ShadowDenials::MAX_RULES
+                    ShadowDenials::CAPACITY
                 ),
             )
             .in_rule(rule.name()));

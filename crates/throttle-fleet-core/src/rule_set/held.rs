@@ -179,9 +179,6 @@ impl Held {
     pub fn slots(&self) -> usize {
         self.taken.iter().filter(|t| self.is_slot(t)).count()
     }
-
-    /// Gives the slots back now (the same as dropping it).
-    pub fn release(self) {}
 }
 
 impl Drop for Held {
