@@ -99,18 +99,8 @@ pub fn policy(config: &GatewayConfig, file: &str) -> Result<Policy, ConfigFileEr
 pub fn connections(
     config: &GatewayConfig,
 ) -> Result<crate::serve::Connections, throttle_fleet_core::ConfigError> {
-    let server = &config.server;
-    let limits = crate::serve::ServeLimits {
-        max_connections: server.max_connections,
-        max_connections_per_client: server.max_connections_per_client,
-        header_timeout: server.header_timeout,
-        idle_timeout: server.idle_timeout,
-        write_timeout: server.write_timeout,
-        body_timeout: server.body_timeout,
-        body_min_bytes_per_sec: server.body_min_bytes_per_sec,
-    };
     crate::serve::Connections::new(
-        limits,
+        config.server,
         throttle_fleet_config::build::client_addr(config, ConnectInfoPeer),
     )
 }

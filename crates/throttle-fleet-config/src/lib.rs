@@ -99,7 +99,7 @@ pub use load::not_for_envoy;
 pub use model::{
     AdminConfig, AdminToken, BackendConfig, BackendKind, Cidr, ClassSpec, Descriptor,
     DescriptorEntry, GatewayConfig, HeaderStyle, InvalidHello, JwtConfig, KeySpec, RedisPassword,
-    RlsConfig, RuleConfig, SentinelConfig, ServerConfig, TlsConfig, TlsIdentity,
+    RlsConfig, RuleConfig, SentinelConfig, TlsConfig, TlsIdentity,
 };
 /// The certificate and key types of [`TlsIdentity`].
 pub use rustls_pki_types as pki_types;

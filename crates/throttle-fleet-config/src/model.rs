@@ -8,6 +8,7 @@ use std::time::Duration;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use throttle_fleet_core::{Key, Quota, Rule};
+use throttle_fleet_tower::server::ServeLimits;
 
 /// A whole gateway's configuration, validated.
 #[derive(Debug, Clone)]
@@ -23,7 +24,7 @@ pub struct GatewayConfig {
     /// Where Prometheus text is served (`[metrics] listen`), if set.
     pub metrics_listen: Option<SocketAddr>,
     /// How the gateway treats connections (`[server]`).
-    pub server: ServerConfig,
+    pub server: ServeLimits,
     /// The backend every rule uses (`[backend]`; memory when absent).
     pub backend: BackendConfig,
     /// How bearer tokens are verified (`[jwt]`), for `jwt:<claim>` keys.
@@ -149,52 +150,6 @@ impl Default for RlsConfig {
             max_buckets_per_stream: 10_000,
             max_stream_bytes: 1 << 20,
             max_bucket_id_bytes: 1 << 10,
-        }
-    }
-}
-
-/// The `[server]` table: what a slow or idle client may hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerConfig {
-    /// Connections open at once (`max_connections`, default 10,000); past
-    /// it, new ones wait in the listen backlog.
-    pub max_connections: usize,
-    /// Connections one client (an address; an IPv6 `/64`) holds at once
-    /// (`max_connections_per_client`, default 256); past it, new ones are
-    /// closed at accept, logged and counted. Trusted proxies are exempt.
-    pub max_connections_per_client: usize,
-    /// How long a request's headers may take to arrive, from the
-    /// connection's start or the request's first byte
-    /// (`header_timeout_secs`, default 10).
-    pub header_timeout: Duration,
-    /// How long an idle keep-alive connection waits for its next request
-    /// (`idle_timeout_secs`, default 60).
-    pub idle_timeout: Duration,
-    /// How long the server's writes to a connection may make no progress
-    /// before it is closed (`write_timeout_secs`, default 30): a client
-    /// that stops reading, or pipelines requests and never reads the
-    /// answers. A response read slowly but steadily is never cut.
-    pub write_timeout: Duration,
-    /// How long a handler may wait for its request body's next bytes, and
-    /// the grace before the minimum rate counts (`body_timeout_secs`,
-    /// default 60): past it the request is answered 408.
-    pub body_timeout: Duration,
-    /// The average rate, in bytes a second, a request body must keep up
-    /// past that grace while its handler waits (`body_min_bytes_per_sec`,
-    /// default 500): a body trickled slower is answered 408.
-    pub body_min_bytes_per_sec: u32,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            max_connections: 10_000,
-            max_connections_per_client: 256,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(30),
-            body_timeout: Duration::from_secs(60),
-            body_min_bytes_per_sec: 500,
         }
     }
 }

@@ -49,6 +49,7 @@ mod layer;
 pub mod metrics;
 mod policy;
 pub mod responder;
+pub mod server;
 mod service;
 
 pub use body::{ResponseBodies, ThrottleBody, Wrap};
@@ -94,7 +95,7 @@ pub mod integration {
         Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseBodies, ResponseFuture, Rule,
         Throttle, ThrottleBody, Wrap,
     };
-    pub use crate::{body_timeout, core, headers, key, limits, metrics, responder};
+    pub use crate::{body_timeout, core, headers, key, limits, metrics, responder, server};
 
     /// The start of each integration crate's prelude: what a policy is
     /// written with (the policy, its rules and quotas, the memory

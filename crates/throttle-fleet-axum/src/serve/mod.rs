@@ -52,7 +52,6 @@ mod admission;
 mod body;
 mod connection;
 mod deadline;
-mod limits;
 mod log_throttle;
 
 use std::convert::Infallible;
@@ -74,7 +73,7 @@ use tower_service::Service;
 
 pub use admission::{Admitted, ConnectionStats, Connections};
 pub use connection::serve_connection;
-pub use limits::ServeLimits;
+pub use throttle_fleet_tower::server::ServeLimits;
 
 use crate::ClientIp;
 

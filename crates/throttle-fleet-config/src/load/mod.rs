@@ -24,7 +24,8 @@ use toml::Spanned;
 use crate::error::ConfigFileError;
 use crate::file;
 use crate::limits::{MAX_FILE_BYTES, MAX_RULES};
-use crate::model::{BackendConfig, Cidr, GatewayConfig, HeaderStyle, RlsConfig, ServerConfig};
+use crate::model::{BackendConfig, Cidr, GatewayConfig, HeaderStyle, RlsConfig};
+use throttle_fleet_tower::server::ServeLimits;
 
 impl GatewayConfig {
     /// Reads and validates the file at `path`. Relative paths inside it
@@ -156,7 +157,7 @@ impl Loader<'_> {
             .transpose()?;
         let server = match &raw.server {
             Some(table) => self.server(table)?,
-            None => ServerConfig::default(),
+            None => ServeLimits::default(),
         };
         let backend = match &raw.backend {
             Some(b) => self.backend(b.get_ref())?,

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::{Loader, Result};
 use crate::file;
-use crate::model::ServerConfig;
+use throttle_fleet_tower::server::ServeLimits;
 
 impl Loader<'_> {
-    pub(super) fn server(&self, table: &file::Server) -> Result<ServerConfig> {
-        let mut server = ServerConfig::default();
+    pub(super) fn server(&self, table: &file::Server) -> Result<ServeLimits> {
+        let mut server = ServeLimits::default();
         if let Some(v) = &table.max_connections {
             server.max_connections = self.int("server.max_connections", v, 1, 1_000_000)? as usize;
         }

@@ -1,18 +1,21 @@
-//! What one client, slow, idle or greedy, may hold of a server.
+//! What one client, slow, idle or greedy, may hold of a server built on
+//! the layer: one definition for `throttle_fleet_axum::serve` and for the
+//! configuration file's `[server]` table.
 
 use std::time::Duration;
 
 use throttle_fleet_core::ConfigError;
 
-/// The connection limits [`serve`](super::serve) applies before the rate
-/// limiter sees a request: a connection that never sends a complete
-/// request never reaches a [`ThrottleLayer`](crate::ThrottleLayer), so
-/// these are what bound slowloris clients and connection hoards.
+/// The connection limits a server applies before the rate limiter sees a
+/// request (`throttle_fleet_axum::serve`, the gateway; the file's
+/// `[server]` table): a connection that never sends a complete request
+/// never reaches a [`ThrottleLayer`](crate::ThrottleLayer), so these are
+/// what bound slowloris clients and connection hoards.
 ///
 /// | field | default | what it bounds |
 /// |---|---:|---|
 /// | `max_connections` | 10,000 | connections open at once; past it, new ones wait in the kernel's listen backlog |
-/// | `max_connections_per_client` | 256 | connections one client holds at once, counted per address as [`ClientIp`](crate::ClientIp) groups them (IPv6 by `/64`); past it a new connection is closed at accept, logged and counted. Trusted proxies are exempt |
+/// | `max_connections_per_client` | 256 | connections one client holds at once, counted per address as the client-IP key groups them (IPv6 by `/64`); past it a new connection is closed at accept, logged and counted. Trusted proxies are exempt |
 /// | `header_timeout` | 10 s | from a new connection, or from the first byte of a request, until its headers are complete (a slowloris client or a stalled request line) |
 /// | `idle_timeout` | 60 s | how long a keep-alive connection waits for its next request after a response |
 /// | `write_timeout` | 30 s | how long the server's writes to a connection may make no progress: a client that stops reading, or pipelines requests and never reads the answers |
@@ -43,7 +46,7 @@ use throttle_fleet_core::ConfigError;
 ///
 /// A request body is timed while its handler waits for it, under
 /// `body_timeout` and `body_min_bytes_per_sec` as
-/// [`BodyTimeout`](throttle_fleet_tower::body_timeout::BodyTimeout)
+/// [`BodyTimeout`](crate::body_timeout::BodyTimeout)
 /// states (a handler that never reads its body is not timed, nor is the
 /// time it spends between reads). Past the bound the body ends in an
 /// error, the handler's answer (axum's `Json` answers a body error with
@@ -71,7 +74,7 @@ use throttle_fleet_core::ConfigError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use throttle_fleet_axum::serve::ServeLimits;
+/// use throttle_fleet_tower::server::ServeLimits;
 ///
 /// let limits = ServeLimits {
 ///     max_connections_per_client: 64,
