@@ -163,7 +163,7 @@ impl Connection {
 
     async fn call<T: FromRedisValue>(&self, key: &[u8], call: &impl Call) -> Result<T, CallError> {
         let slot = match self.redis.is_cluster() {
-            true => crate::slot::slot_of(key),
+            true => crate::hash_slot::slot_of(key),
             false => 0,
         };
         if self.redis.is_open(slot) {

@@ -86,6 +86,7 @@ pub mod connection;
 mod credentials;
 mod exact;
 mod failure;
+mod hash_slot;
 mod health;
 mod instance;
 mod keys;
@@ -97,7 +98,6 @@ mod reply;
 pub mod schedule;
 mod scripts;
 mod shutdown;
-mod slot;
 mod slots;
 mod tls;
 

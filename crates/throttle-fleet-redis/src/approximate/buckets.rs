@@ -54,7 +54,7 @@ impl Layout {
         };
         let slots = heads
             .iter()
-            .map(|h| crate::slot::slot_of(h.as_bytes()))
+            .map(|h| crate::hash_slot::slot_of(h.as_bytes()))
             .collect();
         Self { heads, slots }
     }
@@ -98,7 +98,7 @@ fn spread_head(keys: &KeyBase, n: u64) -> String {
     let range = n * width..(n + 1) * width;
     (0u64..)
         .map(|salt| keys.hash_head(&format!("s{n}.{salt}"), "a:"))
-        .find(|head| range.contains(&u64::from(crate::slot::slot_of(head.as_bytes()))))
+        .find(|head| range.contains(&u64::from(crate::hash_slot::slot_of(head.as_bytes()))))
         .expect("every range of slots has tags")
 }
 

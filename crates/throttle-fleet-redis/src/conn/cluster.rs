@@ -15,7 +15,7 @@ use throttle_fleet_core::ConfigError;
 use super::node::Node;
 use super::spacing::Spacing;
 use crate::config::RedisConfig;
-use crate::slot::SLOTS;
+use crate::hash_slot::SLOTS;
 
 /// A slot no known primary serves.
 const UNROUTED: u16 = u16::MAX;

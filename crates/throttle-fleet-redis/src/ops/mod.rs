@@ -143,7 +143,7 @@ impl Operations {
                     stamps: format!("{head}stamps"),
                     epoch_key: format!("{head}epoch"),
                     channel: format!("{head}changed"),
-                    slot: crate::slot::slot_of(head.as_bytes()),
+                    slot: crate::hash_slot::slot_of(head.as_bytes()),
                     head,
                     rules: Mutex::new(HashMap::new()),
                     last: Mutex::new(String::new()),

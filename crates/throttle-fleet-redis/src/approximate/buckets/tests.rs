@@ -15,7 +15,7 @@ fn a_standalone_rule_keeps_0_1_names_and_a_cluster_rule_covers_every_range() {
         let slot = u64::from(spread.slot(n));
         assert_eq!(slot / (SLOTS / CLUSTER), n, "bucket {n} at slot {slot}");
         assert_eq!(
-            u64::from(crate::slot::slot_of(spread.hash(n, 7).as_bytes())),
+            u64::from(crate::hash_slot::slot_of(spread.hash(n, 7).as_bytes())),
             slot
         );
     }
