@@ -22,8 +22,8 @@
 //!   request had ended): its request runs on uncounted, and
 //!   [`SlotStats::lost`] counts it.
 
+mod concurrency_script;
 mod held;
-mod scripts;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,8 +41,8 @@ use crate::ops::FleetOps;
 use crate::registry::Registry;
 use crate::reply::Reply;
 use crate::schedule::{Every, Going, micros};
+use concurrency_script::{CONCURRENCY_SCRIPT, NO_CLOCK};
 use held::{Held, Slot};
-use scripts::{NO_CLOCK, SLOTS_SCRIPT};
 
 /// The refusal of a concurrency rule by a mode that decides from local
 /// counts.
@@ -197,7 +197,7 @@ impl Inner {
     /// A call of the slots script for `key`: operation `op`, at `now`,
     /// with room for `args` more arguments.
     fn call(&self, key: &Key, now: u64, op: &str, args: usize) -> Eval {
-        let mut inv = Eval::new(&SLOTS_SCRIPT, 2, 2 + args, 24 * (2 + args));
+        let mut inv = Eval::new(&CONCURRENCY_SCRIPT, 2, 2 + args, 24 * (2 + args));
         inv.arg(self.keys.key(key, "cz"))
             .arg(self.keys.key(key, "ct"))
             .arg(now)
