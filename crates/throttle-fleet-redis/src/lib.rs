@@ -76,6 +76,7 @@
 // the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod algorithm_scripts;
 mod approximate;
 mod backend;
 mod breaker;
@@ -96,7 +97,6 @@ mod ops;
 mod registry;
 mod reply;
 pub mod schedule;
-mod scripts;
 mod shutdown;
 mod slots;
 mod tls;

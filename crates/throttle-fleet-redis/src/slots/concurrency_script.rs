@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 
 use crate::conn::LuaScript;
 
-use crate::scripts::NOW;
+use crate::algorithm_scripts::NOW;
 
 /// After the shared `NOW` prelude (`ARGV[1]`: now in us, 0 for Redis
 /// `TIME`). KEYS: set, held. `ARGV[2]` is the operation:
