@@ -51,7 +51,7 @@ pub(super) struct ApproxRule {
     /// When (µs, the rule's clock) a key first asked for an early flush
     /// since the last one left, or 0.
     pub(super) asked_at: AtomicU64,
-    /// Wakes the flush schedule (`schedule.rs`) before the time it set: a
+    /// Wakes the flush schedule (`flush_job.rs`) before the time it set: a
     /// key asked for an early flush, or a bucket went down (its retries
     /// are every probe interval, not at the span end).
     pub(super) wake: Arc<Notify>,
