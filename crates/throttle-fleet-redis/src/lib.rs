@@ -86,7 +86,7 @@ mod conn;
 pub mod connection;
 mod credentials;
 mod exact;
-mod failure;
+mod failure_policy;
 mod hash_slot;
 mod health;
 mod instance;

@@ -346,7 +346,7 @@ impl ApproxRule {
         if asks.degraded {
             self.redis.degraded.fetch_add(1, Ordering::Relaxed);
             if meter.closed_when_down {
-                return (Err(crate::failure::redis_unavailable()), asks);
+                return (Err(crate::failure_policy::redis_unavailable()), asks);
             }
         }
         if !step.allowed {

@@ -27,7 +27,7 @@ use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
 use crate::algorithm_scripts::SLIDING_LOG_SCRIPT;
 use crate::conn::{Eval, Failure, Redis};
-use crate::failure::{degraded, degraded_read, local_limiter};
+use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
 use crate::ops::FleetOps;
 use crate::reply::Reply;

@@ -11,7 +11,7 @@ use tokio::sync::futures::OwnedNotified;
 
 use crate::algorithm_scripts::GCRA_LEASE_SCRIPT;
 use crate::conn::{Eval, Failure};
-use crate::failure::degraded;
+use crate::failure_policy::degraded;
 use crate::reply::Reply;
 
 use super::limiter::LeaseRule;

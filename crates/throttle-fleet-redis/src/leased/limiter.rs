@@ -13,7 +13,7 @@ use throttle_fleet_core::{
 };
 
 use crate::conn::Redis;
-use crate::failure::{degraded, local_limiter};
+use crate::failure_policy::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::metrics::LeaseMetrics;
 use crate::ops::FleetOps;

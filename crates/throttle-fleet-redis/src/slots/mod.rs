@@ -35,7 +35,7 @@ use throttle_fleet_core::operate::{Block, Blocks, OpError};
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
 use crate::conn::{Eval, Redis};
-use crate::failure::{degraded, degraded_read, local_limiter};
+use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
 use crate::ops::FleetOps;
 use crate::registry::Registry;
