@@ -23,7 +23,7 @@
 //!   [`SlotStats::lost`] counts it.
 
 mod concurrency_script;
-mod held;
+mod held_slots;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,7 +42,7 @@ use crate::registry::Registry;
 use crate::reply::Reply;
 use crate::schedule::{Every, Going, micros};
 use concurrency_script::{CONCURRENCY_SCRIPT, NO_CLOCK};
-use held::{Held, Slot};
+use held_slots::{HeldSlots, Slot};
 
 /// The refusal of a concurrency rule by a mode that decides from local
 /// counts.
@@ -143,7 +143,7 @@ struct Inner {
     keys: KeyBase,
     /// Fail open: counts locally (never denies); local fallback: decides.
     local: Option<Arc<dyn Limiter>>,
-    held: Mutex<Held>,
+    held: Mutex<HeldSlots>,
     /// Whether the background renewal was started.
     renewing: AtomicBool,
     /// The rule's blocks, shared with the fleet (a concurrency rule is
@@ -173,7 +173,7 @@ impl SlotLimiter {
             meter,
             keys,
             local,
-            held: Mutex::new(Held::default()),
+            held: Mutex::new(HeldSlots::default()),
             renewing: AtomicBool::new(false),
         });
         inner.shared.rules.add(&inner);
