@@ -93,7 +93,7 @@ mod instance;
 mod keys;
 mod leased;
 pub mod metrics;
-mod ops;
+mod operate;
 mod registry;
 mod reply;
 pub mod schedule;

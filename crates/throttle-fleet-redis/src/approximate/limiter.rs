@@ -24,7 +24,7 @@ use super::view::View;
 use crate::conn::Redis;
 use crate::keys::KeyBase;
 use crate::metrics::FlushMetrics;
-use crate::ops::FleetOps;
+use crate::operate::FleetOps;
 use crate::registry::Registry;
 
 /// One rule in the approximate mode.
@@ -503,5 +503,5 @@ impl KeyOps for ApproxLimiter {
         Answer::Ready(Ok(outcome))
     }
 
-    crate::ops::fleet_operations!();
+    crate::operate::fleet_operations!();
 }

@@ -29,7 +29,7 @@ use crate::algorithm_scripts::SLIDING_LOG_SCRIPT;
 use crate::conn::{Eval, Failure, Redis};
 use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
-use crate::ops::FleetOps;
+use crate::operate::FleetOps;
 use crate::reply::Reply;
 use batch::Batcher;
 use compiled::Compiled;
@@ -229,5 +229,5 @@ impl KeyOps for ExactLimiter {
         Answer::Pending(Box::pin(self.0.clone().read(key)))
     }
 
-    crate::ops::fleet_operations!();
+    crate::operate::fleet_operations!();
 }

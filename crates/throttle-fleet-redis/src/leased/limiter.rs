@@ -16,7 +16,7 @@ use crate::conn::Redis;
 use crate::failure_policy::{degraded, local_limiter};
 use crate::keys::KeyBase;
 use crate::metrics::LeaseMetrics;
-use crate::ops::FleetOps;
+use crate::operate::FleetOps;
 use crate::registry::Registry;
 use crate::schedule::{Every, Going, micros};
 
@@ -496,5 +496,5 @@ impl KeyOps for LeaseLimiter {
         Answer::Ready(Ok(outcome))
     }
 
-    crate::ops::fleet_operations!();
+    crate::operate::fleet_operations!();
 }

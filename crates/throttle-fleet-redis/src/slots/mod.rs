@@ -37,7 +37,7 @@ use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 use crate::conn::{Eval, Redis};
 use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
-use crate::ops::FleetOps;
+use crate::operate::FleetOps;
 use crate::registry::Registry;
 use crate::reply::Reply;
 use crate::schedule::{Every, Going, micros};
