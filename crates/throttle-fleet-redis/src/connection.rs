@@ -52,8 +52,8 @@ use throttle_fleet_core::ConfigError;
 use tokio::sync::watch;
 
 use crate::config::RedisConfig;
-use crate::conn::{Call, Failure, Redis, RedisStats};
 pub use crate::health::Health;
+use crate::link::{Call, Failure, Redis, RedisStats};
 
 /// A handle on the connections to one Redis or one Redis Cluster: cheap to
 /// clone, every clone sharing the connections, breakers and counters.

@@ -12,7 +12,7 @@ use super::options::ApproximateOptions;
 use super::shared::Shared;
 use super::stats::ApproximateStats;
 use crate::config::RedisConfig;
-use crate::conn::{Redis, RedisStats};
+use crate::link::{Redis, RedisStats};
 use crate::registry::Registry;
 use crate::shutdown::{Unflushed, three_tries};
 

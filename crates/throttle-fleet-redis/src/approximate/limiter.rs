@@ -21,8 +21,8 @@ use super::meter::{Asks, Known, SpanMeter, SpanState, Window};
 use super::shared::Shared;
 use super::turns::Turns;
 use super::view::View;
-use crate::conn::Redis;
 use crate::keys::KeyBase;
+use crate::link::Redis;
 use crate::metrics::FlushMetrics;
 use crate::operate::FleetOps;
 use crate::registry::Registry;
@@ -310,7 +310,7 @@ impl ApproxRule {
     ) -> (Result<Outcome, Unavailable>, Asks) {
         let meter = self.store.meter();
         let (step, now, asks, redis_ok) = self.store.with_state(key, |st, now| {
-            // A node known down (its watch, `conn/watch.rs`) or a flush
+            // A node known down (its watch, `link/watch.rs`) or a flush
             // that failed or is overdue: the failure policy decides what no
             // claim covers.
             let redis_ok = redis_ok

@@ -1,7 +1,7 @@
 //! A rule's algorithm compiled for the exact mode's scripts: the keys it
 //! touches, the arguments it sends and how its replies read.
 
-use crate::conn::LuaScript;
+use crate::link::LuaScript;
 use throttle_fleet_core::algorithm::Step;
 use throttle_fleet_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, Meter, SlidingWindowCounter,
@@ -15,7 +15,7 @@ use crate::algorithm_scripts::{
     SLIDING_COUNTER_READ_SCRIPT, SLIDING_COUNTER_REFUND_SCRIPT, SLIDING_LOG_READ_SCRIPT,
     SLIDING_LOG_REFUND_SCRIPT,
 };
-use crate::conn::Eval;
+use crate::link::Eval;
 use crate::reply::Reply;
 
 /// The scripts add the bucket's depth to Unix-epoch microseconds in Lua

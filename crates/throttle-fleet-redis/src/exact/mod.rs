@@ -18,7 +18,7 @@ pub use backend::ExactBackend;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::conn::LuaScript;
+use crate::link::LuaScript;
 use throttle_fleet_core::algorithm::SlidingWindowLog;
 use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::OpError;
@@ -26,9 +26,9 @@ use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
 use crate::algorithm_scripts::SLIDING_LOG_SCRIPT;
-use crate::conn::{Eval, Failure, Redis};
 use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
+use crate::link::{Eval, Failure, Redis};
 use crate::operate::FleetOps;
 use crate::reply::Reply;
 use batch::Batcher;

@@ -10,8 +10,8 @@ use throttle_fleet_core::backend::{Outcome, Unavailable};
 use tokio::sync::futures::OwnedNotified;
 
 use crate::algorithm_scripts::GCRA_LEASE_SCRIPT;
-use crate::conn::{Eval, Failure};
 use crate::failure_policy::degraded;
+use crate::link::{Eval, Failure};
 use crate::reply::Reply;
 
 use super::limiter::LeaseRule;

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::algorithm_scripts::GCRA_REFUND_SCRIPT;
-use crate::conn::Eval;
+use crate::link::Eval;
 
 use super::limiter::LeaseRule;
 use super::state::LeaseState;

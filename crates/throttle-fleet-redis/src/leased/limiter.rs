@@ -12,9 +12,9 @@ use throttle_fleet_core::{
     Answer, ConfigError, Key, Rule, algorithm::Algorithm, clock::Clock, memory::MemoryBackend,
 };
 
-use crate::conn::Redis;
 use crate::failure_policy::{degraded, local_limiter};
 use crate::keys::KeyBase;
+use crate::link::Redis;
 use crate::metrics::LeaseMetrics;
 use crate::operate::FleetOps;
 use crate::registry::Registry;

@@ -62,7 +62,7 @@ use throttle_fleet_core::backend::Unavailable;
 use throttle_fleet_core::operate::{Block, OpError};
 use throttle_fleet_core::{Key, clock::Clock};
 
-use crate::conn::{Eval, LuaScript, Redis};
+use crate::link::{Eval, LuaScript, Redis};
 use crate::schedule::micros;
 pub(crate) use limiter::{FleetOps, fleet_operations};
 pub(crate) use tables::RuleOps;

@@ -14,7 +14,7 @@
 
 use std::sync::LazyLock;
 
-use crate::conn::LuaScript;
+use crate::link::LuaScript;
 
 use crate::algorithm_scripts::NOW;
 

@@ -34,9 +34,9 @@ use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::{Block, Blocks, OpError};
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
-use crate::conn::{Eval, Redis};
 use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
+use crate::link::{Eval, Redis};
 use crate::operate::FleetOps;
 use crate::registry::Registry;
 use crate::reply::Reply;
