@@ -8,9 +8,9 @@ use throttle_fleet_core::{ConfigError, Rule, backend::Backend};
 
 use crate::approximate::{ApproximateBackend, ApproximateOptions};
 use crate::config::RedisConfig;
-use crate::conn::RedisStats;
 use crate::exact::ExactBackend;
 use crate::leased::{LeaseOptions, LeasedBackend};
+use crate::link::RedisStats;
 use crate::shutdown::Unflushed;
 
 /// A Redis backend in one of its modes, each a type of its own with what

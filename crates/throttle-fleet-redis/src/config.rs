@@ -14,7 +14,7 @@ pub(crate) enum Target {
     Standalone(String),
     Cluster(Vec<String>),
     /// The sentinels' URLs and the service (master) name they know the
-    /// primary by (`conn/sentinel.rs`).
+    /// primary by (`link/sentinel.rs`).
     Sentinel {
         sentinels: Vec<String>,
         service: String,
@@ -299,5 +299,5 @@ impl RedisConfig {
 }
 
 fn check_url(url: &str, field: &'static str) -> Result<(), ConfigError> {
-    crate::conn::endpoint::parse(url, field).map(drop)
+    crate::link::endpoint::parse(url, field).map(drop)
 }

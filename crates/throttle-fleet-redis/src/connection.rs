@@ -52,8 +52,8 @@ use throttle_fleet_core::ConfigError;
 use tokio::sync::watch;
 
 use crate::config::RedisConfig;
-use crate::conn::{Call, Failure, Redis, RedisStats};
 pub use crate::health::Health;
+use crate::link::{Call, Failure, Redis, RedisStats};
 
 /// A handle on the connections to one Redis or one Redis Cluster: cheap to
 /// clone, every clone sharing the connections, breakers and counters.
@@ -163,7 +163,7 @@ impl Connection {
 
     async fn call<T: FromRedisValue>(&self, key: &[u8], call: &impl Call) -> Result<T, CallError> {
         let slot = match self.redis.is_cluster() {
-            true => crate::slot::slot_of(key),
+            true => crate::hash_slot::slot_of(key),
             false => 0,
         };
         if self.redis.is_open(slot) {

@@ -1,4 +1,4 @@
-//! What the connections publish of their nodes' health (a leaf: `conn/`
+//! What the connections publish of their nodes' health (a leaf: `link/`
 //! publishes it, `connection` hands it out).
 
 /// Which nodes are down now: those whose breaker is open (`host:port`,

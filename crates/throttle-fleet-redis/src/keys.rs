@@ -32,10 +32,13 @@ impl KeyBase {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let head = self.head.as_bytes();
         let tag_start = head.iter().position(|&b| b == b'{').map_or(0, |i| i + 1);
-        let mut crc = crate::slot::crc16(0, &head[tag_start..]);
-        crc = crate::slot::crc16(crc, if key.is_digest() { b"h" } else { b"r" });
+        let mut crc = crate::hash_slot::crc16(0, &head[tag_start..]);
+        crc = crate::hash_slot::crc16(crc, if key.is_digest() { b"h" } else { b"r" });
         for &b in key.as_bytes() {
-            crc = crate::slot::crc16(crc, &[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+            crc = crate::hash_slot::crc16(
+                crc,
+                &[HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]],
+            );
         }
         crc % 16_384
     }

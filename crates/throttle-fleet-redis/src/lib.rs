@@ -76,37 +76,37 @@
 // the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod algorithm_scripts;
 mod approximate;
 mod backend;
 mod breaker;
 mod call_failure;
 mod config;
-mod conn;
 pub mod connection;
 mod credentials;
 mod exact;
-mod failure;
+mod failure_policy;
+mod hash_slot;
 mod health;
 mod instance;
 mod keys;
 mod leased;
+mod link;
 pub mod metrics;
-mod ops;
+mod operate;
 mod registry;
 mod reply;
 pub mod schedule;
-mod scripts;
 mod shutdown;
-mod slot;
 mod slots;
 mod tls;
 
 pub use approximate::{ApproximateBackend, ApproximateOptions, ApproximateStats};
 pub use backend::RedisBackend;
 pub use config::RedisConfig;
-pub use conn::RedisStats;
 pub use exact::ExactBackend;
 pub use leased::{LeaseOptions, LeaseStats, LeasedBackend, WhenEmpty};
+pub use link::RedisStats;
 pub use shutdown::Unflushed;
 pub use slots::SlotStats;
 

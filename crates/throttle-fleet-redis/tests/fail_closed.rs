@@ -19,7 +19,7 @@ use throttle_fleet_test_support::{DelayingProxy, RedisServer, check};
 const TIMEOUT: Duration = Duration::from_millis(50);
 /// The probe interval (the default).
 const PROBE: Duration = Duration::from_millis(250);
-/// The bound the node watch publishes (`conn/watch.rs`): a hung node's
+/// The bound the node watch publishes (`link/watch.rs`): a hung node's
 /// breaker opens within two command timeouts plus one probe interval.
 const HANG_BOUND: Duration = Duration::from_millis(2 * 50 + 250);
 /// On top of a bound: what a machine busy with other work (two cores, a

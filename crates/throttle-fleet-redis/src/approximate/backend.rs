@@ -6,13 +6,13 @@ use std::sync::atomic::Ordering;
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{ConfigError, Rule, backend::Backend};
 
+use super::flush_job::FlushJob;
 use super::limiter::{ApproxLimiter, ApproxRule};
 use super::options::ApproximateOptions;
-use super::schedule::FlushSchedule;
 use super::shared::Shared;
 use super::stats::ApproximateStats;
 use crate::config::RedisConfig;
-use crate::conn::{Redis, RedisStats};
+use crate::link::{Redis, RedisStats};
 use crate::registry::Registry;
 use crate::shutdown::{Unflushed, three_tries};
 
@@ -122,7 +122,7 @@ impl Backend for ApproximateBackend {
         self.redis
             .config
             .scheduler
-            .start(Arc::new(FlushSchedule::new(limiter.rule())));
+            .start(Arc::new(FlushJob::new(limiter.rule())));
         Ok(Arc::new(limiter))
     }
 }

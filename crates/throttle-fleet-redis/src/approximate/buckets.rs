@@ -17,6 +17,7 @@ use std::sync::atomic::AtomicU64;
 
 use throttle_fleet_core::Key;
 
+use crate::hash_slot::HASH_SLOTS;
 use crate::keys::KeyBase;
 
 /// A set of buckets, bit `n` for bucket `n`.
@@ -30,9 +31,6 @@ pub(super) const STANDALONE: u64 = 8;
 
 /// A rule's buckets on a Redis Cluster: one per equal range of slots.
 pub(super) const CLUSTER: u64 = Buckets::BITS as u64;
-
-/// How many slots a Cluster has.
-const SLOTS: u64 = 16_384;
 
 /// The buckets of one rule: their number, each one's hash name before the
 /// interval, and each one's Cluster slot.
@@ -54,7 +52,7 @@ impl Layout {
         };
         let slots = heads
             .iter()
-            .map(|h| crate::slot::slot_of(h.as_bytes()))
+            .map(|h| crate::hash_slot::slot_of(h.as_bytes()))
             .collect();
         Self { heads, slots }
     }
@@ -94,11 +92,11 @@ impl Layout {
 /// The hash name of Cluster bucket `n`: the first salt whose tag lands in
 /// the bucket's range of slots (found in about 64 tries).
 fn spread_head(keys: &KeyBase, n: u64) -> String {
-    let width = SLOTS / CLUSTER;
+    let width = HASH_SLOTS as u64 / CLUSTER;
     let range = n * width..(n + 1) * width;
     (0u64..)
         .map(|salt| keys.hash_head(&format!("s{n}.{salt}"), "a:"))
-        .find(|head| range.contains(&u64::from(crate::slot::slot_of(head.as_bytes()))))
+        .find(|head| range.contains(&u64::from(crate::hash_slot::slot_of(head.as_bytes()))))
         .expect("every range of slots has tags")
 }
 

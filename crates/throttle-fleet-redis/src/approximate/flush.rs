@@ -14,7 +14,7 @@ use super::meter::{Window, flag};
 use super::plan::{self, Planning, Write};
 use super::turns::Queued;
 use super::view::View;
-use crate::conn::{Eval, LuaScript};
+use crate::link::{Eval, LuaScript};
 
 /// The buckets a flush call is out to, marked for as long as it is (a
 /// dropped call unmarks them too).

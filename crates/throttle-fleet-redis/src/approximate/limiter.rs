@@ -21,10 +21,10 @@ use super::meter::{Asks, Known, SpanMeter, SpanState, Window};
 use super::shared::Shared;
 use super::turns::Turns;
 use super::view::View;
-use crate::conn::Redis;
 use crate::keys::KeyBase;
+use crate::link::Redis;
 use crate::metrics::FlushMetrics;
-use crate::ops::FleetOps;
+use crate::operate::FleetOps;
 use crate::registry::Registry;
 
 /// One rule in the approximate mode.
@@ -51,7 +51,7 @@ pub(super) struct ApproxRule {
     /// When (µs, the rule's clock) a key first asked for an early flush
     /// since the last one left, or 0.
     pub(super) asked_at: AtomicU64,
-    /// Wakes the flush schedule (`schedule.rs`) before the time it set: a
+    /// Wakes the flush schedule (`flush_job.rs`) before the time it set: a
     /// key asked for an early flush, or a bucket went down (its retries
     /// are every probe interval, not at the span end).
     pub(super) wake: Arc<Notify>,
@@ -310,7 +310,7 @@ impl ApproxRule {
     ) -> (Result<Outcome, Unavailable>, Asks) {
         let meter = self.store.meter();
         let (step, now, asks, redis_ok) = self.store.with_state(key, |st, now| {
-            // A node known down (its watch, `conn/watch.rs`) or a flush
+            // A node known down (its watch, `link/watch.rs`) or a flush
             // that failed or is overdue: the failure policy decides what no
             // claim covers.
             let redis_ok = redis_ok
@@ -346,7 +346,7 @@ impl ApproxRule {
         if asks.degraded {
             self.redis.degraded.fetch_add(1, Ordering::Relaxed);
             if meter.closed_when_down {
-                return (Err(crate::failure::redis_unavailable()), asks);
+                return (Err(crate::failure_policy::redis_unavailable()), asks);
             }
         }
         if !step.allowed {
@@ -503,5 +503,5 @@ impl KeyOps for ApproxLimiter {
         Answer::Ready(Ok(outcome))
     }
 
-    crate::ops::fleet_operations!();
+    crate::operate::fleet_operations!();
 }

@@ -8,7 +8,7 @@ use throttle_fleet_core::{ConfigError, Rule, backend::Backend};
 
 use super::ExactLimiter;
 use crate::config::RedisConfig;
-use crate::conn::{Redis, RedisStats};
+use crate::link::{Redis, RedisStats};
 use crate::shutdown::{Unflushed, three_tries};
 use crate::slots::{self, SlotStats};
 

@@ -11,7 +11,7 @@ use throttle_fleet_core::{Answer, Key};
 use tokio::sync::oneshot;
 
 use super::{Inner, unexpected_reply};
-use crate::conn::{Eval, Failure};
+use crate::link::{Eval, Failure};
 use crate::reply::Reply;
 
 /// The most checks one batch call carries.

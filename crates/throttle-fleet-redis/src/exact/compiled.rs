@@ -1,7 +1,7 @@
 //! A rule's algorithm compiled for the exact mode's scripts: the keys it
 //! touches, the arguments it sends and how its replies read.
 
-use crate::conn::LuaScript;
+use crate::link::LuaScript;
 use throttle_fleet_core::algorithm::Step;
 use throttle_fleet_core::algorithm::{
     FixedWindow, FixedWindowState, Gcra, GcraState, Meter, SlidingWindowCounter,
@@ -9,14 +9,14 @@ use throttle_fleet_core::algorithm::{
 };
 use throttle_fleet_core::{ConfigError, Rule, algorithm::Algorithm};
 
-use crate::conn::Eval;
-use crate::reply::Reply;
-use crate::scripts::{
+use crate::algorithm_scripts::{
     FIXED_WINDOW_BATCH_SCRIPT, FIXED_WINDOW_READ_SCRIPT, FIXED_WINDOW_REFUND_SCRIPT,
     GCRA_BATCH_SCRIPT, GCRA_READ_SCRIPT, GCRA_REFUND_SCRIPT, SLIDING_COUNTER_BATCH_SCRIPT,
     SLIDING_COUNTER_READ_SCRIPT, SLIDING_COUNTER_REFUND_SCRIPT, SLIDING_LOG_READ_SCRIPT,
     SLIDING_LOG_REFUND_SCRIPT,
 };
+use crate::link::Eval;
+use crate::reply::Reply;
 
 /// The scripts add the bucket's depth to Unix-epoch microseconds in Lua
 /// doubles, exact below 2^53: depths up to 2^52 us (about 140 years) fit.

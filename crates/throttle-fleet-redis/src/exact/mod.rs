@@ -18,19 +18,19 @@ pub use backend::ExactBackend;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::conn::LuaScript;
+use crate::link::LuaScript;
 use throttle_fleet_core::algorithm::SlidingWindowLog;
 use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::OpError;
 
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
-use crate::conn::{Eval, Failure, Redis};
-use crate::failure::{degraded, degraded_read, local_limiter};
+use crate::algorithm_scripts::SLIDING_LOG_SCRIPT;
+use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
-use crate::ops::FleetOps;
+use crate::link::{Eval, Failure, Redis};
+use crate::operate::FleetOps;
 use crate::reply::Reply;
-use crate::scripts::SLIDING_LOG_SCRIPT;
 use batch::Batcher;
 use compiled::Compiled;
 use deny::DenyCache;
@@ -229,5 +229,5 @@ impl KeyOps for ExactLimiter {
         Answer::Pending(Box::pin(self.0.clone().read(key)))
     }
 
-    crate::ops::fleet_operations!();
+    crate::operate::fleet_operations!();
 }

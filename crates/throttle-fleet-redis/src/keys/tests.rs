@@ -1,7 +1,7 @@
 use throttle_fleet_core::Key;
 
 use super::KeyBase;
-use crate::slot::slot_of;
+use crate::hash_slot::slot_of;
 
 #[test]
 fn slots_are_those_of_the_keys_written() {

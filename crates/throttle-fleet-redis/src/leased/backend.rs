@@ -12,7 +12,7 @@ use super::options::LeaseOptions;
 use super::shared::Shared;
 use super::stats::LeaseStats;
 use crate::config::RedisConfig;
-use crate::conn::{Redis, RedisStats};
+use crate::link::{Redis, RedisStats};
 use crate::registry::Registry;
 use crate::shutdown::{Unflushed, three_tries};
 

@@ -9,10 +9,10 @@ use throttle_fleet_core::algorithm::GcraState;
 use throttle_fleet_core::backend::{Outcome, Unavailable};
 use tokio::sync::futures::OwnedNotified;
 
-use crate::conn::{Eval, Failure};
-use crate::failure::degraded;
+use crate::algorithm_scripts::GCRA_LEASE_SCRIPT;
+use crate::failure_policy::degraded;
+use crate::link::{Eval, Failure};
 use crate::reply::Reply;
-use crate::scripts::GCRA_LEASE_SCRIPT;
 
 use super::limiter::LeaseRule;
 use super::state::{Lease, Local};

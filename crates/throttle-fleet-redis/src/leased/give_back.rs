@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::conn::Eval;
-use crate::scripts::GCRA_REFUND_SCRIPT;
+use crate::algorithm_scripts::GCRA_REFUND_SCRIPT;
+use crate::link::Eval;
 
 use super::limiter::LeaseRule;
 use super::state::LeaseState;

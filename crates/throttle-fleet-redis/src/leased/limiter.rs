@@ -12,11 +12,11 @@ use throttle_fleet_core::{
     Answer, ConfigError, Key, Rule, algorithm::Algorithm, clock::Clock, memory::MemoryBackend,
 };
 
-use crate::conn::Redis;
-use crate::failure::{degraded, local_limiter};
+use crate::failure_policy::{degraded, local_limiter};
 use crate::keys::KeyBase;
+use crate::link::Redis;
 use crate::metrics::LeaseMetrics;
-use crate::ops::FleetOps;
+use crate::operate::FleetOps;
 use crate::registry::Registry;
 use crate::schedule::{Every, Going, micros};
 
@@ -496,5 +496,5 @@ impl KeyOps for LeaseLimiter {
         Answer::Ready(Ok(outcome))
     }
 
-    crate::ops::fleet_operations!();
+    crate::operate::fleet_operations!();
 }

@@ -22,8 +22,8 @@
 //!   request had ended): its request runs on uncounted, and
 //!   [`SlotStats::lost`] counts it.
 
-mod held;
-mod scripts;
+mod concurrency_script;
+mod held_slots;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,15 +34,15 @@ use throttle_fleet_core::backend::{KeyOps, Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::{Block, Blocks, OpError};
 use throttle_fleet_core::{Answer, ConfigError, Key, Rule};
 
-use crate::conn::{Eval, Redis};
-use crate::failure::{degraded, degraded_read, local_limiter};
+use crate::failure_policy::{degraded, degraded_read, local_limiter};
 use crate::keys::KeyBase;
-use crate::ops::FleetOps;
+use crate::link::{Eval, Redis};
+use crate::operate::FleetOps;
 use crate::registry::Registry;
 use crate::reply::Reply;
 use crate::schedule::{Every, Going, micros};
-use held::{Held, Slot};
-use scripts::{NO_CLOCK, SLOTS_SCRIPT};
+use concurrency_script::{CONCURRENCY_SCRIPT, NO_CLOCK};
+use held_slots::{HeldSlots, Slot};
 
 /// The refusal of a concurrency rule by a mode that decides from local
 /// counts.
@@ -143,7 +143,7 @@ struct Inner {
     keys: KeyBase,
     /// Fail open: counts locally (never denies); local fallback: decides.
     local: Option<Arc<dyn Limiter>>,
-    held: Mutex<Held>,
+    held: Mutex<HeldSlots>,
     /// Whether the background renewal was started.
     renewing: AtomicBool,
     /// The rule's blocks, shared with the fleet (a concurrency rule is
@@ -173,7 +173,7 @@ impl SlotLimiter {
             meter,
             keys,
             local,
-            held: Mutex::new(Held::default()),
+            held: Mutex::new(HeldSlots::default()),
             renewing: AtomicBool::new(false),
         });
         inner.shared.rules.add(&inner);
@@ -197,7 +197,7 @@ impl Inner {
     /// A call of the slots script for `key`: operation `op`, at `now`,
     /// with room for `args` more arguments.
     fn call(&self, key: &Key, now: u64, op: &str, args: usize) -> Eval {
-        let mut inv = Eval::new(&SLOTS_SCRIPT, 2, 2 + args, 24 * (2 + args));
+        let mut inv = Eval::new(&CONCURRENCY_SCRIPT, 2, 2 + args, 24 * (2 + args));
         inv.arg(self.keys.key(key, "cz"))
             .arg(self.keys.key(key, "ct"))
             .arg(now)

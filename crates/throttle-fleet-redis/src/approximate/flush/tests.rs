@@ -10,7 +10,7 @@ use super::super::options::ApproximateOptions;
 use super::super::shared::Shared;
 use super::replies_of;
 use crate::RedisConfig;
-use crate::conn::Redis;
+use crate::link::Redis;
 
 /// The flushes tried while a bucket's flush waits for a hung node (a
 /// retry every probe interval, a span end) do not queue one behind the

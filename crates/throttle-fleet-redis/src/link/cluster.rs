@@ -15,7 +15,7 @@ use throttle_fleet_core::ConfigError;
 use super::node::Node;
 use super::spacing::Spacing;
 use crate::config::RedisConfig;
-use crate::slot::SLOTS;
+use crate::hash_slot::HASH_SLOTS;
 
 /// A slot no known primary serves.
 const UNROUTED: u16 = u16::MAX;
@@ -32,7 +32,7 @@ struct Topology {
 impl Topology {
     fn empty() -> Self {
         Self {
-            slots: vec![UNROUTED; SLOTS].into(),
+            slots: vec![UNROUTED; HASH_SLOTS].into(),
             nodes: Vec::new(),
             routed: 0,
         }
@@ -110,7 +110,7 @@ impl Cluster {
 
     /// Whether every slot has a known primary.
     pub(crate) fn is_complete(&self) -> bool {
-        self.topology.load().routed == SLOTS
+        self.topology.load().routed == HASH_SLOTS
     }
 
     /// Whether no slot has a known primary.
@@ -151,7 +151,7 @@ impl Cluster {
             }
         };
         let mut slots = current.slots.clone();
-        slots[usize::from(slot) % SLOTS] = i as u16;
+        slots[usize::from(slot) % HASH_SLOTS] = i as u16;
         let routed = slots.iter().filter(|&&i| i != UNROUTED).count();
         self.topology.store(Arc::new(Topology {
             slots,
@@ -242,7 +242,7 @@ impl Cluster {
             ) else {
                 continue;
             };
-            if start > end || end >= SLOTS {
+            if start > end || end >= HASH_SLOTS {
                 continue;
             }
             let addr = format!("{host}:{port}");

@@ -3,7 +3,7 @@ use super::*;
 #[test]
 fn a_release_takes_one_slot_of_its_key_and_cost_and_only_once() {
     let (a, b) = (Key::new("a"), Key::new("b"));
-    let mut held = Held::default();
+    let mut held = HeldSlots::default();
     held.add(a, Slot { seq: 1, cost: 1 });
     held.add(a, Slot { seq: 2, cost: 3 });
     held.add(b, Slot { seq: 3, cost: 1 });
@@ -22,7 +22,7 @@ fn a_release_takes_one_slot_of_its_key_and_cost_and_only_once() {
 #[test]
 fn a_slot_missing_at_its_renewal_is_lost_only_while_still_held() {
     let (a, b) = (Key::new("a"), Key::new("b"));
-    let mut held = Held::default();
+    let mut held = HeldSlots::default();
     held.add(a, Slot { seq: 1, cost: 1 });
     held.add(a, Slot { seq: 2, cost: 1 });
     held.add(b, Slot { seq: 3, cost: 1 });

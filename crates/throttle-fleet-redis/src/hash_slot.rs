@@ -1,7 +1,7 @@
 //! Redis Cluster hash slots: CRC16 of a key's hash tag.
 
 /// Hash slots of a Redis Cluster.
-pub(crate) const SLOTS: usize = 16_384;
+pub(crate) const HASH_SLOTS: usize = 16_384;
 
 /// The cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the
 /// part between the first `{` and the next `}`, if not empty), mod 16384.
@@ -17,7 +17,7 @@ pub(crate) fn slot_of(key: &[u8]) -> u16 {
             (close > 0).then(|| &rest[..close])
         })
         .unwrap_or(key);
-    crc16(0, tag) % SLOTS as u16
+    crc16(0, tag) % HASH_SLOTS as u16
 }
 
 /// CRC16 (XMODEM, as Redis Cluster uses) of `bytes`, continuing from `crc`.

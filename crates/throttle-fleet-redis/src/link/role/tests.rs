@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::RedisConfig;
-use crate::conn::{Redis, Route};
+use crate::link::{Redis, Route};
 use crate::schedule::TestTime;
 use throttle_fleet_test_support::RedisServer;
 
@@ -34,7 +34,7 @@ async fn the_probe_keeps_the_breaker_open_for_a_node_answering_as_a_replica() {
             "You can't write against a read only replica.",
         ));
         assert!(is_not_writable(&e));
-        redis.failed(&crate::conn::Failure::Error(e), &node);
+        redis.failed(&crate::link::Failure::Error(e), &node);
     }
     assert!(node.breaker.is_open());
     for round in 0..5 {

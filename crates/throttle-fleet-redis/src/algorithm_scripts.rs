@@ -25,7 +25,7 @@
 
 use std::sync::LazyLock;
 
-use crate::conn::LuaScript;
+use crate::link::LuaScript;
 
 /// `now`: the caller's, or Redis `TIME`.
 pub(crate) const NOW: &str = r#"

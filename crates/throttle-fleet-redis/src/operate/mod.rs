@@ -62,7 +62,7 @@ use throttle_fleet_core::backend::Unavailable;
 use throttle_fleet_core::operate::{Block, OpError};
 use throttle_fleet_core::{Key, clock::Clock};
 
-use crate::conn::{Eval, LuaScript, Redis};
+use crate::link::{Eval, LuaScript, Redis};
 use crate::schedule::micros;
 pub(crate) use limiter::{FleetOps, fleet_operations};
 pub(crate) use tables::RuleOps;
@@ -143,7 +143,7 @@ impl Operations {
                     stamps: format!("{head}stamps"),
                     epoch_key: format!("{head}epoch"),
                     channel: format!("{head}changed"),
-                    slot: crate::slot::slot_of(head.as_bytes()),
+                    slot: crate::hash_slot::slot_of(head.as_bytes()),
                     head,
                     rules: Mutex::new(HashMap::new()),
                     last: Mutex::new(String::new()),

@@ -16,10 +16,10 @@ use crate::metrics::CallMetrics;
 mod call;
 mod cluster;
 pub(crate) mod endpoint;
-mod health;
 mod lua;
 mod node;
 mod ping;
+mod recovery;
 mod refusal;
 mod role;
 mod sentinel;
@@ -87,7 +87,7 @@ pub(crate) struct Redis {
     /// ([`publish_health`](Self::publish_health)) for the stores of the
     /// public `connection` module.
     health: tokio::sync::watch::Sender<Health>,
-    /// The fleet's operations (blocks, resets: `ops::Operations`), started
+    /// The fleet's operations (blocks, resets: `operate::Operations`), started
     /// when a rule first asks for them and kept as long as the backend.
     /// Held by type-erased value: what runs on a connection does not depend
     /// on what uses it.

@@ -14,7 +14,7 @@ use redis::Value;
 
 use super::wire::{self, Change, Polled};
 use super::{Operations, POLL, RuleOps};
-use crate::conn::Eval;
+use crate::link::Eval;
 
 impl Operations {
     /// Listens for the backend's lifetime: subscribes, reads the log, then

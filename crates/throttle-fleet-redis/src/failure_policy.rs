@@ -8,7 +8,7 @@ use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
 use throttle_fleet_core::operate::OpError;
 use throttle_fleet_core::{Answer, ConfigError, FailurePolicy, Key, Rule, memory::MemoryBackend};
 
-use crate::conn::Redis;
+use crate::link::Redis;
 
 /// The refusal of a fail-closed rule while Redis is away: one shared reason,
 /// so a refusal (the hot path of an outage) allocates nothing.

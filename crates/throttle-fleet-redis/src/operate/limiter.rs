@@ -9,7 +9,7 @@ use throttle_fleet_core::operate::{Block, BlockCause, Blocks, OpError, Penalty, 
 use throttle_fleet_core::{Answer, Key, Rule};
 
 use super::{LOG_LEN, ORDER_HOLD, Operations, PENALTY, RESET_HOLD, RuleOps, wire};
-use crate::conn::{Eval, Redis};
+use crate::link::{Eval, Redis};
 use crate::schedule::micros;
 
 /// The methods of `KeyOps` but `peek` for a mode's limiter that has a

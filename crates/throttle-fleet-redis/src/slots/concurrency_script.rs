@@ -14,9 +14,9 @@
 
 use std::sync::LazyLock;
 
-use crate::conn::LuaScript;
+use crate::link::LuaScript;
 
-use crate::scripts::NOW;
+use crate::algorithm_scripts::NOW;
 
 /// After the shared `NOW` prelude (`ARGV[1]`: now in us, 0 for Redis
 /// `TIME`). KEYS: set, held. `ARGV[2]` is the operation:
@@ -37,7 +37,7 @@ use crate::scripts::NOW;
 ///   positions (1-based, in the call's order) of the members that were
 ///   missing: expired, or released after the renewal listed them, which
 ///   only the instance can tell apart.
-const SLOTS: &str = r#"
+const CONCURRENCY: &str = r#"
 local op = ARGV[2]
 if op == 'r' then
   if redis.call('ZREM', KEYS[1], ARGV[3]) == 1 then
@@ -94,8 +94,8 @@ end
 return string.format('%d %d %d', ok, held, now)
 "#;
 
-pub(crate) static SLOTS_SCRIPT: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(&format!("{NOW}{SLOTS}")));
+pub(crate) static CONCURRENCY_SCRIPT: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(&format!("{NOW}{CONCURRENCY}")));
 
 /// `now` for a release, which reads no clock: any value but 0 spares the
 /// script a `TIME` call.

@@ -16,12 +16,12 @@ pub(crate) struct Slot {
 
 /// Every slot this instance holds for one rule, by key.
 #[derive(Debug, Default)]
-pub(crate) struct Held {
+pub(crate) struct HeldSlots {
     by_key: HashMap<Key, Vec<Slot>>,
     slots: usize,
 }
 
-impl Held {
+impl HeldSlots {
     /// A slot Redis granted for `key`.
     pub(crate) fn add(&mut self, key: Key, slot: Slot) {
         self.by_key.entry(key).or_default().push(slot);

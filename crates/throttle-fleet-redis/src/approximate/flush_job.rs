@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use super::limiter::ApproxRule;
 use crate::schedule::{Job, Run, Wake, Work, micros};
 
-/// A rule's flush schedule.
-pub(super) struct FlushSchedule {
+/// A rule's flush schedule, as a job of the backend's scheduler.
+pub(super) struct FlushJob {
     rule: Weak<ApproxRule>,
     /// The next span-end flush (µs, the rule's clock).
     boundary: AtomicU64,
@@ -43,7 +43,7 @@ pub(super) struct FlushSchedule {
     recovered: Arc<Notify>,
 }
 
-impl FlushSchedule {
+impl FlushJob {
     pub(super) fn new(rule: &Arc<ApproxRule>) -> Self {
         let now = rule.redis.local_now();
         Self {
@@ -87,7 +87,7 @@ impl FlushSchedule {
     }
 }
 
-impl Job for FlushSchedule {
+impl Job for FlushJob {
     fn next(&self, _now: u64) -> Option<Wake> {
         let rule = self.rule.upgrade()?;
         let mut wake = Wake::timer(self.boundary.load(Ordering::Relaxed));
