@@ -152,7 +152,7 @@ impl Operator<'_> {
             return Answer::Ready(Err(OpError::Invalid(format!(
                 "rule `{}` holds {} blocked keys already",
                 bound.rule.name(),
-                crate::limits::MAX_BLOCKED_KEYS
+                crate::operate::blocks::MAX_BLOCKED_KEYS
             ))));
         }
         bound.blocks.count_start();
