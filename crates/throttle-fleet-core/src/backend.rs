@@ -151,10 +151,7 @@ pub trait KeyOps: Send + Sync {
     /// state included). Default: unsupported.
     fn reset(&self, key: &Key) -> Answer<Result<(), OpError>> {
         let _ = key;
-        Answer::Ready(Err(OpError::unsupported(
-            "reset",
-            "the rule's backend does not implement it",
-        )))
+        no_reset()
     }
 
     /// The table of the rule's blocked keys that this backend fills from
@@ -184,6 +181,15 @@ pub trait KeyOps: Send + Sync {
         let _ = (key, penalty);
         false
     }
+}
+
+/// The answer to a reset a backend does not implement (with or without
+/// [`KeyOps`]).
+pub(crate) fn no_reset() -> Answer<Result<(), OpError>> {
+    Answer::Ready(Err(OpError::unsupported(
+        "reset",
+        "the rule's backend does not implement it",
+    )))
 }
 
 /// `key`'s state under `limiter`, taking nothing: its own read when it has

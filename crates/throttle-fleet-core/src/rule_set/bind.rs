@@ -303,11 +303,6 @@ impl Binding {
         self.settle = Some(refund);
         self
     }
-
-    /// The rule.
-    pub fn rule(&self) -> &Rule {
-        &self.rule
-    }
 }
 
 impl RuleSet {

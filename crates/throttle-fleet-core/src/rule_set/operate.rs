@@ -107,10 +107,7 @@ impl Operator<'_> {
         let (escalation, key) = (bound.escalation.clone(), *key);
         let reset = match bound.limiter(&key).ops() {
             Some(ops) => ops.reset(&key),
-            None => Answer::Ready(Err(OpError::unsupported(
-                "reset",
-                "the rule's backend does not implement it",
-            ))),
+            None => crate::backend::no_reset(),
         };
         reset.map(move |r| {
             if let (Ok(()), Some(escalation)) = (&r, escalation) {
