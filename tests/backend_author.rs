@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use throttle_fleet::axum::InFlightLimit;
 
 use axum::Router;
 use axum::routing::get;
@@ -136,7 +137,16 @@ fn a_backend_without_key_operations_is_read_and_blocked_in_this_process() {
 fn a_concurrency_rule_s_reserve_reaches_an_outside_backend_as_each_class_s_limit() {
     let mut rules = RuleSet::new();
     let r = rules
-        .bind(Rule::concurrency("backend", 4).reserve(1), &HashMapBackend)
+        .bind(
+            Rule::concurrency(
+                "backend",
+                InFlightLimit {
+                    reserve: 1,
+                    ..InFlightLimit::new(4)
+                },
+            ),
+            &HashMapBackend,
+        )
         .unwrap();
     let d = |class| Demand::new(r, Key::global(), 1).class(class);
     // Each admission holds its slot until its answer is dropped.

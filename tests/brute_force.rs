@@ -57,8 +57,8 @@ async fn instance(server: &RedisServer, time: &TestTime) -> (SocketAddr, Throttl
         Duration::from_secs(60),
         Duration::from_secs(10),
     )
-    .max(Duration::from_secs(40));
-    let rule = Rule::new("login", Quota::per_minute(5)).penalty(penalty);
+    .with_max_block(Duration::from_secs(40));
+    let rule = Rule::new("login", Quota::per_minute(5)).with_penalty(penalty);
     let limit = Limit::new(rule, Jwt::hs256(SECRET).claim("sub"))
         .charge_when(|s| s == StatusCode::UNAUTHORIZED);
     let layer = ThrottleLayer::new(Policy::new().limit(limit), backend).unwrap();

@@ -55,7 +55,7 @@ fn redis(server: &RedisServer) -> RedisConfig {
 fn tiered() -> Policy {
     let rule = Rule::new("tenant", Quota::per_hour(2))
         .token_bucket()
-        .tiers([("premium-key", Quota::per_hour(5))]);
+        .with_tiers([("premium-key", Quota::per_hour(5))]);
     Policy::new().rule(rule, Header::new("x-api-key"))
 }
 
@@ -118,7 +118,7 @@ async fn the_approximate_mode_refuses_tiers_by_name() {
         .unwrap();
     let rule = Rule::new("tenant", Quota::per_hour(2))
         .fixed_window()
-        .tiers([("premium-key", Quota::per_hour(5))]);
+        .with_tiers([("premium-key", Quota::per_hour(5))]);
     let err = throttle_fleet_axum::ThrottleLayer::new(
         Policy::new().rule(rule, Header::new("x-api-key")),
         backend,

@@ -19,6 +19,7 @@ use std::alloc::System;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
+use throttle_fleet_axum::InFlightLimit;
 
 use axum::Router;
 use axum::body::Body;
@@ -58,7 +59,13 @@ fn ours(quota: Quota, responder: HttpResponder) -> Router {
 /// (its share is 1), and a request to `/hold` already holding that share
 /// (its handler never ends): every request to `/` is shed.
 fn ours_shedding(rt: &tokio::runtime::Runtime) -> Router {
-    let rule = Rule::concurrency("backend", 3).reserve(1);
+    let rule = Rule::concurrency(
+        "backend",
+        InFlightLimit {
+            reserve: 1,
+            ..InFlightLimit::new(3)
+        },
+    );
     let limit = Limit::new(rule, Global).class_by(|_: &RequestHead<'_>| Class::Sheddable);
     let layer = ThrottleLayer::new(Policy::new().limit(limit), MemoryBackend::default())
         .expect("a valid policy");

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use throttle_fleet_axum::InFlightLimit;
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
@@ -301,9 +302,14 @@ fn limited(policy: &str, backend: Arc<Backend>) -> Result<(Router, LimitFn), Str
 /// reserve keeps slots for `/book` (critical) over `/browse` (sheddable).
 fn adaptive(routes: Router) -> Result<(Router, LimitFn), String> {
     let backend = Limit::new(
-        Rule::concurrency("backend", ADAPTIVE_MAX)
-            .reserve(ADAPTIVE_RESERVE)
-            .adaptive(Vegas::new()),
+        Rule::concurrency(
+            "backend",
+            InFlightLimit {
+                reserve: ADAPTIVE_RESERVE,
+                adaptive: Some(Vegas::new()),
+                ..InFlightLimit::new(ADAPTIVE_MAX)
+            },
+        ),
         Global,
     )
     .class_by(|req: &RequestHead<'_>| {

@@ -479,7 +479,7 @@ async fn rules(State(admin): State<Admin>) -> Response {
         .map(|i| {
             let rule = rules.rule(i);
             let algorithm = rule.algorithm();
-            let penalty = rule.penalty_policy().map(|p| {
+            let penalty = rule.penalty().map(|p| {
                 json!({
                     "after": p.after(),
                     "within_secs": p.within().as_secs_f64(),

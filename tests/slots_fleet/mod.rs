@@ -51,6 +51,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use throttle_fleet_axum::InFlightLimit;
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
@@ -385,11 +386,13 @@ async fn copy(server: &RedisServer, shared: &Shared) -> (SocketAddr, ExactBacken
     let backend = RedisBackend::exact(patient(RedisConfig::standalone(server.url())))
         .await
         .unwrap();
-    let mut rule = Rule::concurrency(setup.rule, setup.n)
-        .slot_ttl(Duration::from_secs(2))
-        .fail_closed();
+    let slots = InFlightLimit {
+        slot_ttl: Duration::from_secs(2),
+        reserve: setup.reserve,
+        ..InFlightLimit::new(setup.n)
+    };
+    let rule = Rule::concurrency(setup.rule, slots).fail_closed();
     let limit = if setup.reserve > 0 {
-        rule = rule.reserve(setup.reserve);
         Limit::new(rule, Global).class_by(|req: &RequestHead<'_>| class_of(req.headers))
     } else {
         Limit::new(rule, Global)

@@ -69,7 +69,7 @@ pub fn policy<I: Integration>(
     for rule in &config.rules {
         let mut bound = rule.rule.clone();
         if !rule.tiers.is_empty() {
-            bound = bound.tiers(tier_keys(rule, file)?);
+            bound = bound.with_tiers(tier_keys(rule, file)?);
         }
         if rule.shadow {
             bound = bound.shadow();
@@ -80,7 +80,11 @@ pub fn policy<I: Integration>(
         }
         // An adaptive limit is this instance's own, measured on its own
         // requests: its slots are counted here, whatever the file's backend.
-        if rule.rule.adaptive_limit().is_some() {
+        if rule
+            .rule
+            .in_flight_limit()
+            .is_some_and(|c| c.adaptive.is_some())
+        {
             limit = limit.backend(throttle_fleet_core::memory::MemoryBackend::default());
         }
         policy = policy.limit(limit);

@@ -184,15 +184,24 @@ limit = 1
     };
     assert_eq!(inflight.rule.algorithm(), Algorithm::Concurrency);
     assert_eq!(inflight.rule.quota(), Quota::in_flight(4));
-    assert_eq!(inflight.rule.slot_lifetime(), Duration::from_millis(2500));
+    assert_eq!(
+        inflight.rule.in_flight_limit().unwrap().slot_ttl,
+        Duration::from_millis(2500)
+    );
     assert_eq!(
         inflight.tiers,
         [("premium-key".to_owned(), Quota::in_flight(16))]
     );
     assert_eq!(whole.rule.quota(), Quota::in_flight(100));
-    assert_eq!(whole.rule.slot_lifetime(), Duration::from_secs(30));
+    assert_eq!(
+        whole.rule.in_flight_limit().unwrap().slot_ttl,
+        Duration::from_secs(30)
+    );
     assert!(whole.shadow);
-    assert_eq!(default.rule.slot_lifetime(), DEFAULT_SLOT_TTL);
+    assert_eq!(
+        default.rule.in_flight_limit().unwrap().slot_ttl,
+        DEFAULT_SLOT_TTL
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! A rule's `penalty` table: read as written into `Rule::penalty`, every
+//! A rule's `penalty` table: read as written into `Rule::with_penalty`, every
 //! mistake named by file, line, rule and field.
 
 use std::time::Duration;
@@ -18,21 +18,21 @@ fn a_penalty_reads_as_written_fractions_allowed() {
     );
     let c = GatewayConfig::parse("g.toml", &text, None).unwrap_or_else(|e| panic!("{e}"));
     let want = Penalty::new(10, Duration::from_secs(60), Duration::from_millis(500))
-        .max(Duration::from_secs(3600))
-        .memory(Duration::from_secs(7200));
-    assert_eq!(c.rules[0].rule.penalty_policy(), Some(&want));
+        .with_max_block(Duration::from_secs(3600))
+        .with_memory_window(Duration::from_secs(7200));
+    assert_eq!(c.rules[0].rule.penalty(), Some(&want));
 
     // As a table of its own, with the defaults of max and memory.
     let text = rule("[rules.penalty]\nafter = 3\nwithin_secs = 10\nblock_secs = 60\n");
     let c = GatewayConfig::parse("g.toml", &text, None).unwrap_or_else(|e| panic!("{e}"));
     let want = Penalty::new(3, Duration::from_secs(10), Duration::from_secs(60));
-    assert_eq!(c.rules[0].rule.penalty_policy(), Some(&want));
+    assert_eq!(c.rules[0].rule.penalty(), Some(&want));
     assert!(
         GatewayConfig::parse("g.toml", &rule(""), None)
             .unwrap()
             .rules[0]
             .rule
-            .penalty_policy()
+            .penalty()
             .is_none()
     );
 }

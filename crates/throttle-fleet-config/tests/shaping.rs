@@ -30,13 +30,13 @@ fn a_reserve_its_classes_and_an_adaptive_limit_read_as_written() {
         "reserve = 8\nclass = \"route\"\nclasses = { critical = [\"/book\"], sheddable = [\"/browse\", \"/search\"] }\nadaptive = { initial = 16, min = 4, window_secs = 0.25, probe_every = 40 }\n",
     ));
     let r = &c.rules[0];
-    assert_eq!(r.rule.reserved(), 8);
+    assert_eq!(r.rule.in_flight_limit().unwrap().reserve, 8);
     let want = Vegas::new()
         .initial(16)
         .min(4)
         .window(Duration::from_millis(250))
         .probe_every(40);
-    assert_eq!(r.rule.adaptive_limit(), Some(&want));
+    assert_eq!(r.rule.in_flight_limit().unwrap().adaptive, Some(want));
     let class = r.class.as_ref().unwrap();
     assert_eq!(class.key, KeySpec::Route);
     assert_eq!(
@@ -54,7 +54,10 @@ fn a_reserve_its_classes_and_an_adaptive_limit_read_as_written() {
     assert_eq!(class.values.len(), 3);
     // An adaptive limit with its defaults needs no class.
     let c = parse(&rule("adaptive = {}\n"));
-    assert_eq!(c.rules[0].rule.adaptive_limit(), Some(&Vegas::new()));
+    assert_eq!(
+        c.rules[0].rule.in_flight_limit().unwrap().adaptive,
+        Some(Vegas::new())
+    );
     assert!(c.rules[0].class.is_none());
 }
 
@@ -80,7 +83,7 @@ fn each_mistake_names_its_rule_and_field() {
         (rule("adaptive = { window = 1 }\n"), "unknown field `window`"),
         (
             "[[rules]]\nname = \"ip\"\nkey = \"ip\"\nlimit = 5\nperiod_secs = 60\nreserve = 1\nclass = \"route\"\n".to_owned(),
-            "field \"reserve\": applies to concurrency rules only",
+            "field \"reserve\": applies only to algorithm = \"concurrency\", not token_bucket",
         ),
         (
             rule("adaptive = {}\ntiers = { \"x\" = 3 }\n").replace("key = \"global\"", "key = \"header:x\""),

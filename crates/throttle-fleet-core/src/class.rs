@@ -6,7 +6,7 @@ use std::str::FromStr;
 use crate::ConfigError;
 
 /// How much a request matters when a backend's capacity runs short: a
-/// concurrency rule with a reserve ([`Rule::reserve`](crate::Rule::reserve))
+/// concurrency rule with a reserve ([`InFlightLimit::reserve`](crate::InFlightLimit::reserve))
 /// keeps part of its slots for the classes above a request's.
 ///
 /// Three classes, ordered: [`Critical`](Self::Critical) (a purchase, a

@@ -133,7 +133,7 @@ struct Figures {
     wait: Span,
     shadow_denied: ShadowDenials,
     rule: u16,
-    /// The key's tier (its index in `rule.tier_set()`), or [`NO_TIER`].
+    /// The key's tier (its index in `rule.tiers()`), or [`NO_TIER`].
     tier: u8,
     flags: Flags,
 }
@@ -381,8 +381,8 @@ impl Decision {
 
     /// A denial for capacity, not for a client over its limit: a
     /// concurrency rule kept its free slots for higher classes of request
-    /// ([`Rule::reserve`]), or its adaptive limit was below its own
-    /// ([`Rule::adaptive`]). Answered 503 with the problem type
+    /// ([`InFlightLimit::reserve`](crate::InFlightLimit::reserve)), or its adaptive limit was below its own
+    /// ([`InFlightLimit::adaptive`](crate::InFlightLimit::adaptive)). Answered 503 with the problem type
     /// `temporary-reduced-capacity` (gRPC `UNAVAILABLE`), never 429.
     #[inline]
     pub fn is_shed(&self) -> bool {
@@ -428,7 +428,7 @@ impl Decision {
     /// The quota `rule` (the rule this decision names, from
     /// [`RuleSet::rule`]) applied to the key: its tier's, or the rule's.
     pub fn quota(&self, rule: &Rule) -> Quota {
-        match (self.tier(), rule.tier_set()) {
+        match (self.tier(), rule.tiers()) {
             (Some(t), Some(tiers)) => tiers.quotas().get(t).copied().unwrap_or(rule.quota()),
             _ => rule.quota(),
         }
@@ -496,7 +496,7 @@ pub struct Demand {
     /// Units of cost the request takes under this rule.
     pub cost: u64,
     /// How much the request matters when capacity runs short: a rule with
-    /// a reserve ([`Rule::reserve`]) keeps slots for higher classes.
+    /// a reserve ([`InFlightLimit::reserve`](crate::InFlightLimit::reserve)) keeps slots for higher classes.
     /// Other rules ignore it.
     pub class: Class,
 }

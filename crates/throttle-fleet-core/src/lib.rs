@@ -48,7 +48,7 @@ pub use class::Class;
 pub use error::ConfigError;
 pub use key::Key;
 pub use quota::Quota;
-pub use rule::{FailurePolicy, Rule};
+pub use rule::{FailurePolicy, InFlightLimit, Rule};
 pub use tier::Tiers;
 
 // The crate's own short paths to items whose one public path is their

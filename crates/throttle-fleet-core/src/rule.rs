@@ -4,19 +4,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::adaptive::Vegas;
 use crate::algorithm::{
     Algorithm, Concurrency, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog,
 };
 use crate::operate::Penalty;
 use crate::tier::Tiers;
+
+mod in_flight_limit;
+
 use crate::{Class, ConfigError, Key, Quota};
+pub use in_flight_limit::InFlightLimit;
 
 /// The longest rule name accepted.
 pub const MAX_RULE_NAME_LEN: usize = 64;
 
 /// How long a concurrency rule's slot lives in a shared backend without
-/// being renewed, unless the rule says otherwise ([`Rule::slot_ttl`]).
+/// being renewed, unless the rule says otherwise ([`InFlightLimit::slot_ttl`]).
 pub const DEFAULT_SLOT_TTL: Duration = Duration::from_secs(10);
 
 /// The shortest slot lifetime accepted: renewals run three times per
@@ -52,7 +55,7 @@ pub enum FailurePolicy {
 /// ```
 /// use throttle_fleet_core::{algorithm::Algorithm, Quota, Rule};
 ///
-/// let rule = Rule::new("search", Quota::per_minute(20)).fixed_window().cost(2);
+/// let rule = Rule::new("search", Quota::per_minute(20)).fixed_window().with_cost(2);
 /// assert_eq!(rule.name(), "search");
 /// assert_eq!(rule.algorithm(), Algorithm::FixedWindow);
 /// assert!(rule.validate().is_ok());
@@ -73,10 +76,8 @@ pub struct Rule {
     failure: FailurePolicy,
     tiers: Option<Tiers>,
     shadow: bool,
-    slot_ttl: Duration,
     penalty: Option<Penalty>,
-    reserve: u64,
-    adaptive: Option<Vegas>,
+    concurrency: Option<InFlightLimit>,
 }
 
 impl Rule {
@@ -91,54 +92,48 @@ impl Rule {
             failure: FailurePolicy::default(),
             tiers: None,
             shadow: false,
-            slot_ttl: DEFAULT_SLOT_TTL,
             penalty: None,
-            reserve: 0,
-            adaptive: None,
+            concurrency: None,
         }
     }
 
-    /// A concurrency rule named `name`: at most `limit` requests of a key in
-    /// flight at once (see [`Concurrency`]). A request takes its slot (its
-    /// cost, 1 unless told otherwise) when it is admitted, and the layer
-    /// gives it back when the response body has been sent in full or
-    /// dropped; a denial is answered like a rate limit's, with
-    /// `Retry-After: 1`.
+    /// A concurrency rule named `name`: at most `limit.limit` requests of
+    /// a key in flight at once (see [`Concurrency`]), with the settings only
+    /// a concurrency rule has (a reserve, an adaptive limit, a slot
+    /// lifetime: [`InFlightLimit`]). A request takes its slot (its cost,
+    /// 1 unless told otherwise) when it is admitted, and the layer gives it
+    /// back when the response body has been sent in full or dropped; a
+    /// denial is answered like a rate limit's, with `Retry-After: 1`.
     ///
     /// ```
-    /// use throttle_fleet_core::{algorithm::Algorithm, Quota, Rule};
+    /// use throttle_fleet_core::{algorithm::Algorithm, InFlightLimit, Quota, Rule};
     ///
     /// let rule = Rule::concurrency("inflight", 20);
     /// assert_eq!(rule.algorithm(), Algorithm::Concurrency);
     /// assert_eq!(rule.quota(), Quota::in_flight(20));
     /// assert!(rule.validate().is_ok());
     /// assert_eq!(Rule::concurrency("inflight", 0).validate().unwrap_err().field(), "quota.limit");
+    ///
+    /// let backend = Rule::concurrency("backend", InFlightLimit { reserve: 8, ..InFlightLimit::new(64) });
+    /// assert_eq!(backend.in_flight_limit().map(|c| c.reserve), Some(8));
     /// ```
-    pub fn concurrency(name: impl AsRef<str>, limit: u64) -> Self {
-        Self::new(name, Quota::in_flight(limit)).algorithm_is(Algorithm::Concurrency)
+    pub fn concurrency(name: impl AsRef<str>, limit: impl Into<InFlightLimit>) -> Self {
+        let limit = limit.into();
+        Self {
+            concurrency: Some(limit),
+            ..Self::new(name, Quota::in_flight(limit.limit)).with_algorithm(Algorithm::Concurrency)
+        }
     }
 
-    /// How long a concurrency rule's slot lives in a shared backend (Redis)
-    /// unless its instance renews it (default [`DEFAULT_SLOT_TTL`], from
-    /// [`MIN_SLOT_TTL`] to [`MAX_SLOT_TTL`], whole milliseconds). An
-    /// instance renews the slots of its running requests three times per
-    /// lifetime, so a slow request keeps its slot however long it runs,
-    /// while the slots of an instance that died come back after at most
-    /// this long. Rate rules and the memory backend do not use it.
+    /// A concurrency rule's own settings (`None` for a rate rule).
+    pub fn in_flight_limit(&self) -> Option<&InFlightLimit> {
+        self.concurrency.as_ref()
+    }
+
+    /// Uses `algorithm` for a rate rule (a concurrency rule is made by
+    /// [`Rule::concurrency`], and keeps its algorithm).
     #[must_use]
-    pub fn slot_ttl(mut self, ttl: Duration) -> Self {
-        self.slot_ttl = ttl;
-        self
-    }
-
-    /// The slot lifetime (see [`slot_ttl`](Self::slot_ttl)).
-    pub fn slot_lifetime(&self) -> Duration {
-        self.slot_ttl
-    }
-
-    /// Uses `algorithm`.
-    #[must_use]
-    pub fn algorithm_is(mut self, algorithm: Algorithm) -> Self {
+    pub fn with_algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
         self
     }
@@ -146,45 +141,45 @@ impl Rule {
     /// Uses the fixed window (see [`FixedWindow`]).
     #[must_use]
     pub fn fixed_window(self) -> Self {
-        self.algorithm_is(Algorithm::FixedWindow)
+        self.with_algorithm(Algorithm::FixedWindow)
     }
 
     /// Uses the sliding window log (see [`SlidingWindowLog`]).
     #[must_use]
     pub fn sliding_window_log(self) -> Self {
-        self.algorithm_is(Algorithm::SlidingWindowLog)
+        self.with_algorithm(Algorithm::SlidingWindowLog)
     }
 
     /// Uses the sliding window counter (see [`SlidingWindowCounter`]).
     #[must_use]
     pub fn sliding_window_counter(self) -> Self {
-        self.algorithm_is(Algorithm::SlidingWindowCounter)
+        self.with_algorithm(Algorithm::SlidingWindowCounter)
     }
 
     /// Uses the token bucket (see [`Gcra`]); the default.
     #[must_use]
     pub fn token_bucket(self) -> Self {
-        self.algorithm_is(Algorithm::TokenBucket)
+        self.with_algorithm(Algorithm::TokenBucket)
     }
 
     /// Uses the leaky bucket (see [`Gcra`]): admitted requests wait for
     /// their turn.
     #[must_use]
     pub fn leaky_bucket(self) -> Self {
-        self.algorithm_is(Algorithm::LeakyBucket)
+        self.with_algorithm(Algorithm::LeakyBucket)
     }
 
     /// Each request takes `cost` units of the quota (default 1). A layer can
     /// also weigh each request with a function of the request.
     #[must_use]
-    pub fn cost(mut self, cost: u32) -> Self {
+    pub fn with_cost(mut self, cost: u32) -> Self {
         self.cost = cost;
         self
     }
 
     /// What to do when the backend cannot answer.
     #[must_use]
-    pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
+    pub fn with_failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.failure = policy;
         self
     }
@@ -192,19 +187,19 @@ impl Rule {
     /// Shorthand for [`FailurePolicy::FailOpen`].
     #[must_use]
     pub fn fail_open(self) -> Self {
-        self.on_failure(FailurePolicy::FailOpen)
+        self.with_failure_policy(FailurePolicy::FailOpen)
     }
 
     /// Shorthand for [`FailurePolicy::FailClosed`].
     #[must_use]
     pub fn fail_closed(self) -> Self {
-        self.on_failure(FailurePolicy::FailClosed)
+        self.with_failure_policy(FailurePolicy::FailClosed)
     }
 
     /// Shorthand for [`FailurePolicy::LocalFallback`].
     #[must_use]
     pub fn local_fallback(self) -> Self {
-        self.on_failure(FailurePolicy::LocalFallback)
+        self.with_failure_policy(FailurePolicy::LocalFallback)
     }
 
     /// Gives the keys of `tiers` their own quota; every other key keeps the
@@ -221,17 +216,17 @@ impl Rule {
     /// use throttle_fleet_core::{Key, Quota, Rule};
     ///
     /// let rule = Rule::new("tenant", Quota::per_minute(1_000))
-    ///     .tiers([("premium-key", Quota::per_minute(5_000))]);
+    ///     .with_tiers([("premium-key", Quota::per_minute(5_000))]);
     /// assert_eq!(rule.quota_for(&Key::new("premium-key")), Quota::per_minute(5_000));
     /// assert_eq!(rule.quota_for(&Key::new("other")), Quota::per_minute(1_000));
     /// assert!(rule.validate().is_ok());
     ///
-    /// let bad = Rule::new("tenant", Quota::per_minute(10)).tiers([("k", Quota::per_minute(0))]);
+    /// let bad = Rule::new("tenant", Quota::per_minute(10)).with_tiers([("k", Quota::per_minute(0))]);
     /// let err = bad.validate().unwrap_err();
     /// assert_eq!((err.rule(), err.field()), (Some("tenant"), "tiers"));
     /// ```
     #[must_use]
-    pub fn tiers<K: Into<Key>>(mut self, tiers: impl IntoIterator<Item = (K, Quota)>) -> Self {
+    pub fn with_tiers<K: Into<Key>>(mut self, tiers: impl IntoIterator<Item = (K, Quota)>) -> Self {
         self.tiers = Some(Tiers::from_map(tiers));
         self
     }
@@ -248,12 +243,12 @@ impl Rule {
     ///
     /// let (free, paid) = (Quota::per_minute(60), Quota::per_minute(600));
     /// let rule = Rule::new("user", free)
-    ///     .tier_fn([paid], move |key: &Key| if key.as_bytes().starts_with(b"paid:") { paid } else { free });
+    ///     .with_tiers_by([paid], move |key: &Key| if key.as_bytes().starts_with(b"paid:") { paid } else { free });
     /// assert_eq!(rule.quota_for(&Key::new("paid:42")), paid);
     /// assert_eq!(rule.quota_for(&Key::new("u:42")), free);
     /// ```
     #[must_use]
-    pub fn tier_fn(
+    pub fn with_tiers_by(
         mut self,
         quotas: impl IntoIterator<Item = Quota>,
         select: impl Fn(&Key) -> Quota + Send + Sync + 'static,
@@ -263,7 +258,7 @@ impl Rule {
     }
 
     /// The rule's tiers, if it has any.
-    pub fn tier_set(&self) -> Option<&Tiers> {
+    pub fn tiers(&self) -> Option<&Tiers> {
         self.tiers.as_ref()
     }
 
@@ -277,7 +272,7 @@ impl Rule {
 
     /// The same rule with `quota` and no tiers: how one tier is bound to a
     /// backend. Backends that cannot honour tiers look at
-    /// [`tier_set`](Self::tier_set) of the rule they are given first.
+    /// [`tiers`](Self::tiers) of the rule they are given first.
     #[must_use]
     pub fn for_tier(&self, quota: Quota) -> Self {
         Self {
@@ -308,77 +303,15 @@ impl Rule {
     /// use throttle_fleet_core::{operate::Penalty, Quota, Rule};
     ///
     /// let login = Rule::new("login", Quota::per_minute(5))
-    ///     .penalty(Penalty::new(10, Duration::from_secs(60), Duration::from_secs(60)));
+    ///     .with_penalty(Penalty::new(10, Duration::from_secs(60), Duration::from_secs(60)));
     /// assert!(login.validate().is_ok());
-    /// let bad = Rule::concurrency("inflight", 4).penalty(Penalty::new(1, Duration::from_secs(1), Duration::from_secs(1)));
+    /// let bad = Rule::concurrency("inflight", 4).with_penalty(Penalty::new(1, Duration::from_secs(1), Duration::from_secs(1)));
     /// assert_eq!(bad.validate().unwrap_err().field(), "penalty");
     /// ```
     #[must_use]
-    pub fn penalty(mut self, penalty: Penalty) -> Self {
+    pub fn with_penalty(mut self, penalty: Penalty) -> Self {
         self.penalty = Some(penalty);
         self
-    }
-
-    /// Keeps `reserve` of a concurrency rule's slots for each class above a
-    /// request's ([`Class`]): a [`Critical`](Class::Critical) request may
-    /// use all `n`, a [`Default`](Class::Default) one `n − reserve`, a
-    /// [`Sheddable`](Class::Sheddable) one `n − 2 × reserve`. With an
-    /// [adaptive](Self::adaptive) limit `L`, the reserve shrinks with it:
-    /// `⌈reserve × L / n⌉` per class. A request refused for capacity that
-    /// only a higher class may use (or, under an adaptive limit, below
-    /// `n`) is *shed* ([`Decision::is_shed`](crate::Decision::is_shed)):
-    /// answered 503, not 429.
-    ///
-    /// At most `(n − 1) / 2`, so that a sheddable request can still take a
-    /// slot; no tiers.
-    ///
-    /// ```
-    /// use throttle_fleet_core::{Class, Rule};
-    ///
-    /// let rule = Rule::concurrency("backend", 40).reserve(10);
-    /// assert_eq!(rule.limit_for(Class::Critical, 40), 40);
-    /// assert_eq!(rule.limit_for(Class::Default, 40), 30);
-    /// assert_eq!(rule.limit_for(Class::Sheddable, 40), 20);
-    /// // Under an adaptive limit of 20, the reserve is 5 a class.
-    /// assert_eq!(rule.limit_for(Class::Sheddable, 20), 10);
-    /// assert_eq!(Rule::concurrency("backend", 40).reserve(20).validate().unwrap_err().field(), "reserve");
-    /// ```
-    #[must_use]
-    pub fn reserve(mut self, reserve: u64) -> Self {
-        self.reserve = reserve;
-        self
-    }
-
-    /// The slots kept for each class above a request's (see
-    /// [`reserve`](Self::reserve)); 0 when none are.
-    pub fn reserved(&self) -> u64 {
-        self.reserve
-    }
-
-    /// Makes a concurrency rule's limit adapt to the latency of the
-    /// requests it admits, in this process, between the algorithm's minimum
-    /// and the rule's own limit `n` (see [`Vegas`]). A request refused
-    /// under a limit below `n` is shed (503). Bound to a backend that
-    /// decides in the process (the memory backend); no tiers.
-    ///
-    /// ```
-    /// use throttle_fleet_core::{memory::MemoryBackend, Rule, rule_set::RuleSet};
-    /// use throttle_fleet_core::adaptive::Vegas;
-    ///
-    /// let mut rules = RuleSet::new();
-    /// let backend = rules.bind(Rule::concurrency("backend", 64).adaptive(Vegas::new()), &MemoryBackend::default())?;
-    /// assert_eq!(rules.adaptive_limit(backend), Some(20));
-    /// # Ok::<(), throttle_fleet_core::ConfigError>(())
-    /// ```
-    #[must_use]
-    pub fn adaptive(mut self, vegas: Vegas) -> Self {
-        self.adaptive = Some(vegas);
-        self
-    }
-
-    /// The rule's adaptive limit's parameters, if it has one.
-    pub fn adaptive_limit(&self) -> Option<&Vegas> {
-        self.adaptive.as_ref()
     }
 
     /// How many slots a request of `class` may find held and still take
@@ -386,14 +319,15 @@ impl Rule {
     /// limit): `limit − steps × reserve`, the reserve scaled by `limit / n`.
     pub fn limit_for(&self, class: Class, limit: u64) -> u64 {
         let steps = class.steps_below_critical();
-        if steps == 0 || self.reserve == 0 {
+        let reserve = self.concurrency.map_or(0, |c| c.reserve);
+        if steps == 0 || reserve == 0 {
             return limit;
         }
         let n = self.quota.limit().max(1);
         let reserve = if limit >= n {
-            self.reserve
+            reserve
         } else {
-            (u128::from(self.reserve) * u128::from(limit)).div_ceil(u128::from(n)) as u64
+            (u128::from(reserve) * u128::from(limit)).div_ceil(u128::from(n)) as u64
         };
         limit.saturating_sub(steps.saturating_mul(reserve))
     }
@@ -402,11 +336,12 @@ impl Rule {
     /// rule's own limit is not reached): it has a reserve, which weighs a
     /// request's class, or an adaptive limit.
     pub fn sheds(&self) -> bool {
-        self.reserve > 0 || self.adaptive.is_some()
+        self.concurrency
+            .is_some_and(|c| c.reserve > 0 || c.adaptive.is_some())
     }
 
-    /// The rule's penalty, if it has one (see [`penalty`](Self::penalty)).
-    pub fn penalty_policy(&self) -> Option<&Penalty> {
+    /// The rule's penalty, if it has one (see [`with_penalty`](Self::with_penalty)).
+    pub fn penalty(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
     }
 
@@ -435,8 +370,9 @@ impl Rule {
         self.algorithm
     }
 
-    /// The static cost of one request.
-    pub fn static_cost(&self) -> u32 {
+    /// The cost of one request, unless a layer weighs it (see
+    /// [`with_cost`](Self::with_cost)).
+    pub fn cost(&self) -> u32 {
         self.cost
     }
 
@@ -492,19 +428,12 @@ impl Rule {
             return Err(ConfigError::new("cost", "must be at least 1 (got 0)"));
         }
         self.quota.validate(self.algorithm.uses_burst())?;
-        if self.algorithm.is_concurrency() {
-            let ttl = self.slot_ttl;
-            if ttl < MIN_SLOT_TTL
-                || ttl > MAX_SLOT_TTL
-                || !ttl.subsec_nanos().is_multiple_of(1_000_000)
-            {
-                return Err(ConfigError::new(
-                    "slot_ttl",
-                    format!(
-                        "must be a whole number of milliseconds from {MIN_SLOT_TTL:?} to one day (got {ttl:?})"
-                    ),
-                ));
-            }
+        if self.algorithm.is_concurrency() != self.concurrency.is_some() {
+            return Err(ConfigError::new(
+                "algorithm",
+                "a concurrency rule is made by Rule::concurrency and counts requests in flight; \
+                 a rate rule cannot use the concurrency algorithm, nor a concurrency rule another",
+            ));
         }
         if let Some(penalty) = &self.penalty {
             if self.algorithm.is_concurrency() || self.shadow {
@@ -515,33 +444,8 @@ impl Rule {
             }
             penalty.validate()?;
         }
-        if self.reserve > 0 {
-            let n = self.quota.limit();
-            if !self.algorithm.is_concurrency() {
-                return Err(ConfigError::new(
-                    "reserve",
-                    "applies to concurrency rules only",
-                ));
-            }
-            if self.reserve.saturating_mul(2) >= n {
-                return Err(ConfigError::new(
-                    "reserve",
-                    format!(
-                        "must be at most {} for a limit of {n}, so that a sheddable request can still take a slot (got {})",
-                        n.saturating_sub(1) / 2,
-                        self.reserve
-                    ),
-                ));
-            }
-        }
-        if let Some(vegas) = &self.adaptive {
-            if !self.algorithm.is_concurrency() {
-                return Err(ConfigError::new(
-                    "adaptive",
-                    "applies to concurrency rules only",
-                ));
-            }
-            vegas.validate(self.quota.limit())?;
+        if let Some(c) = &self.concurrency {
+            c.validate(self.quota.limit())?;
         }
         if self.tiers.is_some() && self.sheds() {
             return Err(ConfigError::new(

@@ -17,8 +17,8 @@ type SelectFn = dyn Fn(&Key) -> Quota + Send + Sync;
 /// How a rule picks the quota of a key: a map from keys to quotas, or a
 /// function of the key. Keys the map does not hold, and keys for which the
 /// function returns the rule's own quota, get the rule's quota (the
-/// default). Built by [`Rule::tiers`](crate::Rule::tiers) and
-/// [`Rule::tier_fn`](crate::Rule::tier_fn).
+/// default). Built by [`Rule::with_tiers`](crate::Rule::with_tiers) and
+/// [`Rule::with_tiers_by`](crate::Rule::with_tiers_by).
 ///
 /// The distinct quotas are known when the rule is bound, so each gets its
 /// own compiled algorithm (a GCRA's emission interval, a window's length)

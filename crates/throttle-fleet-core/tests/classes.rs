@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use throttle_fleet_core::InFlightLimit;
 
 use throttle_fleet_core::adaptive::Vegas;
 use throttle_fleet_core::backend::{Limiter, Outcome, Unavailable};
@@ -23,7 +24,16 @@ fn each_class_fills_the_slots_its_reserve_leaves_it_and_a_refusal_for_the_reserv
     let mut rules = RuleSet::new();
     let backend = MemoryBackend::default();
     let r = rules
-        .bind(Rule::concurrency("backend", 10).reserve(2), &backend)
+        .bind(
+            Rule::concurrency(
+                "backend",
+                InFlightLimit {
+                    reserve: 2,
+                    ..InFlightLimit::new(10)
+                },
+            ),
+            &backend,
+        )
         .unwrap();
     let d = |class| Demand::new(r, Key::global(), 1).class(class);
     let mut held = Vec::new();
@@ -63,7 +73,16 @@ fn an_adaptive_limit_grows_while_latency_holds_and_its_refusals_are_shed() {
     let mut rules = RuleSet::new();
     let vegas = Vegas::new().initial(4).window(Duration::from_millis(10));
     let r = rules
-        .bind(Rule::concurrency("backend", 64).adaptive(vegas), &backend)
+        .bind(
+            Rule::concurrency(
+                "backend",
+                InFlightLimit {
+                    adaptive: Some(vegas),
+                    ..InFlightLimit::new(64)
+                },
+            ),
+            &backend,
+        )
         .unwrap();
     assert_eq!(rules.adaptive_limit(r), Some(4));
     let d = Demand::new(r, Key::global(), 1);
@@ -132,7 +151,13 @@ fn a_backend_outside_the_memory_one_is_handed_the_limit_of_each_class() {
     let mut rules = RuleSet::new();
     let r = rules
         .bind(
-            Rule::concurrency("backend", 10).reserve(2),
+            Rule::concurrency(
+                "backend",
+                InFlightLimit {
+                    reserve: 2,
+                    ..InFlightLimit::new(10)
+                },
+            ),
             &RecordingBackend(limits.clone()),
         )
         .unwrap();
@@ -151,10 +176,16 @@ fn a_reload_keeps_an_unchanged_rule_s_adaptive_limit_and_starts_a_changed_one_af
     let clock = ManualClock::new(1_000_000);
     let backend = MemoryBackend::with_clock(clock.clone());
     let rule = |initial| {
-        Rule::concurrency("backend", 64).adaptive(
-            Vegas::new()
-                .initial(initial)
-                .window(Duration::from_millis(10)),
+        Rule::concurrency(
+            "backend",
+            InFlightLimit {
+                adaptive: Some(
+                    Vegas::new()
+                        .initial(initial)
+                        .window(Duration::from_millis(10)),
+                ),
+                ..InFlightLimit::new(64)
+            },
         )
     };
     let mut rules = RuleSet::new();

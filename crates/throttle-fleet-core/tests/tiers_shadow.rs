@@ -61,12 +61,12 @@ fn each_tier_has_its_own_quota_and_counters() {
     let mut rules = RuleSet::new();
     let rule = Rule::new("tenant", Quota::per_minute(2))
         .fixed_window()
-        .tiers([
+        .with_tiers([
             ("gold", Quota::per_minute(4)),
             ("silver", Quota::per_minute(3)),
             ("gold-2", Quota::per_minute(4)),
         ]);
-    assert_eq!(rule.tier_set().unwrap().quotas().len(), 2);
+    assert_eq!(rule.tiers().unwrap().quotas().len(), 2);
     let t = rules.bind(rule, &backend()).unwrap();
     for (key, quota) in [("gold", 4), ("gold-2", 4), ("silver", 3), ("other", 2)] {
         let d = [Demand::new(t, Key::new(key), 1)];
@@ -83,7 +83,7 @@ fn each_tier_has_its_own_quota_and_counters() {
 #[test]
 fn a_tier_function_picks_among_declared_quotas() {
     let (free, paid) = (Quota::per_minute(1), Quota::per_minute(3).with_burst(3));
-    let rule = Rule::new("user", free).tier_fn([paid], move |k: &Key| {
+    let rule = Rule::new("user", free).with_tiers_by([paid], move |k: &Key| {
         if k.as_bytes().starts_with(b"paid:") {
             paid
         } else {
@@ -111,26 +111,26 @@ fn bad_tiers_are_named() {
         let e = rule.validate().unwrap_err();
         (e.rule().map(str::to_owned), e.field(), e.to_string())
     };
-    let (rule, field, msg) = err(Rule::new("t", q).tiers([("k", Quota::per_minute(0))]));
+    let (rule, field, msg) = err(Rule::new("t", q).with_tiers([("k", Quota::per_minute(0))]));
     assert_eq!((rule.as_deref(), field), (Some("t"), "tiers"));
     assert!(msg.contains("quota.limit must be at least 1"), "{msg}");
     // A window algorithm takes no burst, in a tier either.
     let (_, field, _) = err(Rule::new("t", q)
         .fixed_window()
-        .tiers([("k", q.with_burst(3))]));
+        .with_tiers([("k", q.with_burst(3))]));
     assert_eq!(field, "tiers");
     // The rule's cost must fit every tier.
     let (_, field, msg) = err(Rule::new("t", q)
-        .cost(5)
-        .tiers([("k", Quota::per_minute(4))]));
+        .with_cost(5)
+        .with_tiers([("k", Quota::per_minute(4))]));
     assert_eq!(field, "tiers");
     assert!(msg.contains("cost"), "{msg}");
     let many = (1..=MAX_TIER_QUOTAS as u64 + 1).map(|n| (Key::from(n), Quota::per_minute(n)));
-    let (_, field, msg) = err(Rule::new("t", q).tiers(many));
+    let (_, field, msg) = err(Rule::new("t", q).with_tiers(many));
     assert_eq!(field, "tiers");
     assert!(msg.contains("at most 64"), "{msg}");
     let enough = (1..=MAX_TIER_QUOTAS as u64).map(|n| (Key::from(n), Quota::per_minute(n)));
-    Rule::new("t", q).tiers(enough).validate().unwrap();
+    Rule::new("t", q).with_tiers(enough).validate().unwrap();
 }
 
 #[test]
@@ -185,7 +185,7 @@ fn an_enforced_denial_gives_the_shadow_rule_its_cost_back() {
 #[test]
 fn charges_come_back_through_release_in_their_tier() {
     let mut rules = RuleSet::new();
-    let rule = Rule::new("t", Quota::per_minute(2)).tiers([("vip", Quota::per_minute(3))]);
+    let rule = Rule::new("t", Quota::per_minute(2)).with_tiers([("vip", Quota::per_minute(3))]);
     let rule = Binding::from(rule).settle_by(std::sync::Arc::new(|status| status >= 500));
     let t = rules.bind(rule, &backend()).unwrap();
     let d = [Demand::new(t, Key::new("vip"), 1)];
@@ -214,9 +214,9 @@ fn the_same_tiers_listed_in_another_order_are_the_same_rule() {
     // rules, so the order must not matter.
     let (a, b) = (Quota::per_minute(5), Quota::per_hour(7).with_burst(2));
     let q = Quota::per_minute(1);
-    let one = Rule::new("t", q).tiers([("x", a), ("y", b)]);
-    let other = Rule::new("t", q).tiers([("y", b), ("x", a)]);
+    let one = Rule::new("t", q).with_tiers([("x", a), ("y", b)]);
+    let other = Rule::new("t", q).with_tiers([("y", b), ("x", a)]);
     assert_eq!(one, other);
-    assert_eq!(one.tier_set().unwrap().quotas(), &[a, b]);
-    assert_ne!(one, Rule::new("t", q).tiers([("x", b), ("y", a)]));
+    assert_eq!(one.tiers().unwrap().quotas(), &[a, b]);
+    assert_ne!(one, Rule::new("t", q).with_tiers([("x", b), ("y", a)]));
 }

@@ -259,7 +259,7 @@ fn served_rule(rc: &RuleConfig, file: &str) -> Result<Rule, ConfigFileError> {
             .iter()
             .filter_map(|(written, q)| descriptor.tier_key(written).map(|k| (k, *q)))
             .collect();
-        rule = rule.tiers(tiers);
+        rule = rule.with_tiers(tiers);
     }
     if rc.shadow {
         rule = rule.shadow();

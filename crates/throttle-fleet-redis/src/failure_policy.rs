@@ -38,9 +38,12 @@ pub(crate) fn local_limiter(
         }
         _ => rule.quota(),
     };
-    let local_rule = Rule::new(rule.name(), quota)
-        .algorithm_is(rule.algorithm())
-        .cost(rule.static_cost().min(quota_capacity(rule, quota)));
+    let local_rule = if rule.algorithm().is_concurrency() {
+        Rule::concurrency(rule.name(), quota.limit())
+    } else {
+        Rule::new(rule.name(), quota).with_algorithm(rule.algorithm())
+    }
+    .with_cost(rule.cost().min(quota_capacity(rule, quota)));
     let limiter = throttle_fleet_core::backend::Backend::limiter(
         &MemoryBackend::with_clock(redis.local_clock()),
         &local_rule,

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::time::Duration;
+use throttle_fleet_core::InFlightLimit;
 
 use throttle_fleet_core::decision::Kind;
 use throttle_fleet_core::rule_set::Held;
@@ -78,7 +79,13 @@ async fn no_interleaving_of_acquires_and_releases_on_four_instances_holds_more_t
     let server = RedisServer::start();
     let time = TestTime::new(T0);
     let n = 5;
-    let rule = Rule::concurrency("inflight", n).slot_ttl(TTL);
+    let rule = Rule::concurrency(
+        "inflight",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(n)
+        },
+    );
     let mut fleet = Vec::new();
     for _ in 0..4 {
         fleet.push(instance(&server, &time, &rule).await);
@@ -129,7 +136,13 @@ async fn a_dead_instances_slots_come_back_after_one_lifetime_while_a_renewed_req
 {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
-    let rule = Rule::concurrency("inflight", 3).slot_ttl(TTL);
+    let rule = Rule::concurrency(
+        "inflight",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(3)
+        },
+    );
     // Its own time, never moved: the timers of a killed process never fire.
     let dead = instance(&server, &TestTime::new(T0), &rule).await;
     let alive = instance(&server, &time, &rule).await;
@@ -183,7 +196,13 @@ async fn a_slot_not_renewed_for_a_lifetime_is_lost_and_counted_not_brought_back(
     let server = RedisServer::start();
     let time = TestTime::new(T0);
     let clock = time.clock();
-    let rule = Rule::concurrency("inflight", 1).slot_ttl(TTL);
+    let rule = Rule::concurrency(
+        "inflight",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(1)
+        },
+    );
     let slow = instance(&server, &time, &rule).await;
     let other = instance(&server, &time, &rule).await;
     let (_, held) = request(&slow, "k", 1).await;
@@ -210,9 +229,14 @@ async fn a_slot_not_renewed_for_a_lifetime_is_lost_and_counted_not_brought_back(
 async fn tiers_costs_and_shutdown_give_every_slot_back() {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
-    let rule = Rule::concurrency("inflight", 2)
-        .slot_ttl(TTL)
-        .tiers([("big", throttle_fleet_core::Quota::in_flight(4))]);
+    let rule = Rule::concurrency(
+        "inflight",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(2)
+        },
+    )
+    .with_tiers([("big", throttle_fleet_core::Quota::in_flight(4))]);
     let a = instance(&server, &time, &rule).await;
     let (_, s1) = request(&a, "big", 3).await;
     assert!(s1.is_some(), "the tier's own limit");
@@ -231,9 +255,29 @@ async fn tiers_costs_and_shutdown_give_every_slot_back() {
 async fn failure_policies_decide_while_redis_is_away() {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
-    let open = Rule::concurrency("open", 2).slot_ttl(TTL);
-    let closed = Rule::concurrency("closed", 2).slot_ttl(TTL).fail_closed();
-    let local = Rule::concurrency("local", 4).slot_ttl(TTL).local_fallback();
+    let open = Rule::concurrency(
+        "open",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(2)
+        },
+    );
+    let closed = Rule::concurrency(
+        "closed",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(2)
+        },
+    )
+    .fail_closed();
+    let local = Rule::concurrency(
+        "local",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(4)
+        },
+    )
+    .local_fallback();
     let config = RedisConfig::standalone(server.url())
         .scheduler(time.scheduler())
         .fleet_size(2);
@@ -306,7 +350,13 @@ async fn a_request_cancelled_while_its_acquire_is_on_its_way_leaves_no_slot() {
     let time = TestTime::new(T0);
     // A lifetime far longer than the wait below: Redis' own expiry of the
     // keys (real time) must not be what frees the slot.
-    let rule = Rule::concurrency("inflight", 2).slot_ttl(Duration::from_secs(600));
+    let rule = Rule::concurrency(
+        "inflight",
+        InFlightLimit {
+            slot_ttl: Duration::from_secs(600),
+            ..InFlightLimit::new(2)
+        },
+    );
     let a = instance(&server, &time, &rule).await;
     // Polled only until Redis has run the script, then dropped with its
     // answer unread (the client went away). A poll that happens to find the
@@ -351,7 +401,13 @@ async fn an_inspect_reads_what_the_fleet_holds_and_takes_nothing() {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
     let clock = time.clock();
-    let rule = Rule::concurrency("inflight", 3).slot_ttl(TTL);
+    let rule = Rule::concurrency(
+        "inflight",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(3)
+        },
+    );
     let (a, b) = (
         instance(&server, &time, &rule).await,
         instance(&server, &time, &rule).await,

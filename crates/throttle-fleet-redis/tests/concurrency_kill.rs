@@ -11,6 +11,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use throttle_fleet_core::InFlightLimit;
 
 use throttle_fleet_core::{
     Answer, Key, Rule, decision::Decision, decision::Demand, rule_set::RuleSet,
@@ -23,7 +24,13 @@ const N: u64 = 3;
 const TTL: Duration = Duration::from_secs(2);
 
 fn rule() -> Rule {
-    Rule::concurrency("inflight", N).slot_ttl(TTL)
+    Rule::concurrency(
+        "inflight",
+        InFlightLimit {
+            slot_ttl: TTL,
+            ..InFlightLimit::new(N)
+        },
+    )
 }
 
 async fn bound(url: String) -> (ExactBackend, RuleSet) {

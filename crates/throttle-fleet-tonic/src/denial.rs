@@ -197,7 +197,7 @@ impl RuleAnswers {
     /// `subject`.
     pub(crate) fn new(rule: &Rule, subject: &str) -> Self {
         let mut quotas = vec![rule.quota()];
-        if let Some(tiers) = rule.tier_set() {
+        if let Some(tiers) = rule.tiers() {
             for &q in tiers.quotas() {
                 if !quotas.contains(&q) {
                     quotas.push(q);

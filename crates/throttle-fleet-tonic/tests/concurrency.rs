@@ -13,6 +13,7 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
+use throttle_fleet_core::InFlightLimit;
 
 use throttle_fleet_test_support::grpc::echo::Tick;
 use throttle_fleet_test_support::grpc::echo::echo_server::{Echo, EchoServer};
@@ -221,7 +222,13 @@ async fn a_shed_call_says_how_long_to_wait() {
     // Three slots, one kept for each class above sheddable: every call
     // here is sheddable, so one stream holds its share and the next call
     // is shed.
-    let rule = Rule::concurrency("pool", 3).reserve(1);
+    let rule = Rule::concurrency(
+        "pool",
+        InFlightLimit {
+            reserve: 1,
+            ..InFlightLimit::new(3)
+        },
+    );
     let limit =
         Limit::new(rule, GrpcMethod::full()).class_by(|_: &RequestHead<'_>| Class::Sheddable);
     let (addr, mut arrived) = serve(Policy::new().limit(limit)).await;

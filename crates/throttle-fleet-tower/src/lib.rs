@@ -61,7 +61,9 @@ pub use policy::{ClassFn, CostFn, Limit, MissingKey, Policy};
 pub use responder::HttpResponder;
 pub use service::Throttle;
 pub use throttle_fleet_core::rule_set::RefundFn;
-pub use throttle_fleet_core::{ConfigError, Key, Quota, Rule, memory::MemoryBackend};
+pub use throttle_fleet_core::{
+    ConfigError, InFlightLimit, Key, Quota, Rule, memory::MemoryBackend,
+};
 
 /// The core crate, for what the roots leave out: decisions
 /// ([`core::decision::Decision`], [`core::decision`]), algorithms, tiers, failure
@@ -91,9 +93,9 @@ pub mod limits {
 #[doc(hidden)]
 pub mod integration {
     pub use crate::{
-        ConfigError, CostFn, Key, KeyExtractor, KeyExtractorExt, Limit, MemoryBackend, MissingKey,
-        Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseBodies, ResponseFuture, Rule,
-        Throttle, ThrottleBody, Wrap,
+        ConfigError, CostFn, InFlightLimit, Key, KeyExtractor, KeyExtractorExt, Limit,
+        MemoryBackend, MissingKey, Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseBodies,
+        ResponseFuture, Rule, Throttle, ThrottleBody, Wrap,
     };
     pub use crate::{body_timeout, core, headers, key, limits, metrics, responder, server};
 
@@ -106,6 +108,8 @@ pub mod integration {
     /// extractors.
     pub mod prelude {
         pub use crate::{KeyExtractor, KeyExtractorExt, MissingKey, Policy};
-        pub use throttle_fleet_core::{ConfigError, Key, Quota, Rule, memory::MemoryBackend};
+        pub use throttle_fleet_core::{
+            ConfigError, InFlightLimit, Key, Quota, Rule, memory::MemoryBackend,
+        };
     }
 }

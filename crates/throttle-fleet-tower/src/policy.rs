@@ -79,16 +79,17 @@ impl Limit {
     }
 
     /// Gives each request a class under this rule: what a rule with a
-    /// reserve ([`Rule::reserve`]) or an adaptive limit
-    /// ([`Rule::adaptive`]) weighs when capacity runs short. Without it,
+    /// reserve ([`InFlightLimit::reserve`](throttle_fleet_core::InFlightLimit::reserve)) or an adaptive limit
+    /// ([`InFlightLimit::adaptive`](throttle_fleet_core::InFlightLimit::adaptive)) weighs when capacity runs short. Without it,
     /// every request is [`Class::Default`].
     ///
     /// ```
-    /// use throttle_fleet_tower::{Limit, Rule};
+    /// use throttle_fleet_tower::{InFlightLimit, Limit, Rule};
     /// use throttle_fleet_tower::core::Class;
     /// use throttle_fleet_tower::key::Global;
     ///
-    /// let backend = Limit::new(Rule::concurrency("backend", 64).reserve(8), Global)
+    /// let pool = InFlightLimit { reserve: 8, ..InFlightLimit::new(64) };
+    /// let backend = Limit::new(Rule::concurrency("backend", pool), Global)
     ///     .class_by(|req| match req.uri.path() {
     ///         "/book" => Class::Critical,
     ///         "/browse" => Class::Sheddable,

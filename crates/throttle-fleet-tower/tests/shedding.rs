@@ -5,6 +5,7 @@
 //! label is `shed`.
 
 use std::convert::Infallible;
+use throttle_fleet_core::InFlightLimit;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -26,7 +27,17 @@ fn request(priority: &str) -> Request<()> {
 /// `backend`: 4 slots, one kept for each class above a request's, the
 /// class read from `x-priority`.
 fn layer() -> ThrottleLayer {
-    let limit = Limit::new(Rule::concurrency("backend", 4).reserve(1), Global).class_by(|req| {
+    let limit = Limit::new(
+        Rule::concurrency(
+            "backend",
+            InFlightLimit {
+                reserve: 1,
+                ..InFlightLimit::new(4)
+            },
+        ),
+        Global,
+    )
+    .class_by(|req| {
         req.headers
             .get("x-priority")
             .and_then(|v| Class::from_name(v.to_str().ok()?))

@@ -5,7 +5,9 @@ use std::ops::Range;
 use std::time::Duration;
 
 use throttle_fleet_core::limits::{MAX_SLOT_TTL, MIN_SLOT_TTL};
-use throttle_fleet_core::{FailurePolicy, Quota, Rule, algorithm::Algorithm, operate::Penalty};
+use throttle_fleet_core::{
+    FailurePolicy, InFlightLimit, Quota, Rule, algorithm::Algorithm, operate::Penalty,
+};
 use toml::Spanned;
 
 use super::Tables;
@@ -113,25 +115,41 @@ impl Loader<'_> {
                 throttle_fleet_core::limits::MAX_LIMIT as i64,
             )? as u64);
         }
-        let mut rule = Rule::new(raw.name.get_ref(), quota).algorithm_is(algorithm);
-        if let Some(ttl) = &raw.slot_ttl_secs {
-            if !algorithm.is_concurrency() {
-                return Err(self.err(
+        let mut rule = if algorithm.is_concurrency() {
+            let mut limit = InFlightLimit::new(quota.limit());
+            if let Some(ttl) = &raw.slot_ttl_secs {
+                limit.slot_ttl = self.slot_ttl(ttl)?;
+            }
+            self.shedding(raw, &mut limit)?;
+            Rule::concurrency(raw.name.get_ref(), limit)
+        } else {
+            let concurrency_only = [
+                (
                     "slot_ttl_secs",
-                    ttl.span(),
+                    raw.slot_ttl_secs.as_ref().map(Spanned::span),
+                ),
+                ("reserve", raw.reserve.as_ref().map(Spanned::span)),
+                ("adaptive", raw.adaptive.as_ref().map(Spanned::span)),
+            ];
+            if let Some((field, Some(span))) =
+                concurrency_only.into_iter().find(|(_, s)| s.is_some())
+            {
+                return Err(self.err(
+                    field,
+                    span,
                     format!(
                         "applies only to algorithm = \"concurrency\", not {}",
                         algorithm.name()
                     ),
                 ));
             }
-            rule = rule.slot_ttl(self.slot_ttl(ttl)?);
-        }
+            Rule::new(raw.name.get_ref(), quota).with_algorithm(algorithm)
+        };
         if let Some(c) = &raw.cost {
-            rule = rule.cost(self.int("cost", c, 1, i64::from(u32::MAX))? as u32);
+            rule = rule.with_cost(self.int("cost", c, 1, i64::from(u32::MAX))? as u32);
         }
         if let Some(f) = &raw.failure {
-            rule = rule.on_failure(match f.get_ref().as_str() {
+            rule = rule.with_failure_policy(match f.get_ref().as_str() {
                 "open" => FailurePolicy::FailOpen,
                 "closed" => FailurePolicy::FailClosed,
                 "local" => FailurePolicy::LocalFallback,
@@ -152,9 +170,8 @@ impl Loader<'_> {
                     "does not apply to a shadow rule: it never denies, so nothing would ever be blocked",
                 ));
             }
-            rule = rule.penalty(self.penalty(p.get_ref(), p.span())?);
+            rule = rule.with_penalty(self.penalty(p.get_ref(), p.span())?);
         }
-        rule = self.shedding(raw, rule)?;
         rule.validate().map_err(|e| {
             let penalty = raw.penalty.as_ref();
             let in_penalty = |pick: fn(&file::Penalty) -> Option<Range<usize>>| {
@@ -374,10 +391,10 @@ impl Loader<'_> {
         let block = self.seconds("penalty.block_secs", block)?;
         let mut penalty = Penalty::new(after, within, block);
         if let Some(max) = &raw.max_block_secs {
-            penalty = penalty.max(self.seconds("penalty.max_block_secs", max)?);
+            penalty = penalty.with_max_block(self.seconds("penalty.max_block_secs", max)?);
         }
         if let Some(memory) = &raw.memory_secs {
-            penalty = penalty.memory(self.seconds("penalty.memory_secs", memory)?);
+            penalty = penalty.with_memory_window(self.seconds("penalty.memory_secs", memory)?);
         }
         Ok(penalty)
     }

@@ -3,7 +3,7 @@
 //! its values named in `classes`).
 
 use throttle_fleet_core::adaptive::Vegas;
-use throttle_fleet_core::{Class, Rule};
+use throttle_fleet_core::{Class, InFlightLimit, Rule};
 
 use super::{Loader, Result, Tables};
 use crate::file;
@@ -13,12 +13,12 @@ use crate::model::{ClassSpec, KeySpec};
 const MAX_CLASS_VALUES: usize = 64;
 
 impl Loader<'_> {
-    /// `rule` with the file's `reserve` and `adaptive` (the core checks
-    /// them with the rest of the rule).
-    pub(super) fn shedding(&self, raw: &file::Rule, mut rule: Rule) -> Result<Rule> {
+    /// A concurrency rule's `reserve` and `adaptive` from the file into
+    /// `slots` (the core checks them with the rest of the rule).
+    pub(super) fn shedding(&self, raw: &file::Rule, slots: &mut InFlightLimit) -> Result<()> {
         let limit = throttle_fleet_core::limits::MAX_LIMIT as i64;
         if let Some(r) = &raw.reserve {
-            rule = rule.reserve(self.int("reserve", r, 1, limit)? as u64);
+            slots.reserve = self.int("reserve", r, 1, limit)? as u64;
         }
         if let Some(a) = &raw.adaptive {
             let a = a.get_ref();
@@ -35,11 +35,11 @@ impl Loader<'_> {
             if let Some(v) = &a.probe_every {
                 vegas = vegas.probe_every(self.int("adaptive.probe_every", v, 2, 1 << 20)? as u32);
             }
-            rule = rule.adaptive(vegas);
+            slots.adaptive = Some(vegas);
         }
         // (The file's tiers join the rule when the policy is built.)
         if let Some(tiers) = &raw.tiers
-            && rule.sheds()
+            && (slots.reserve > 0 || slots.adaptive.is_some())
         {
             return Err(self.err(
                 "tiers",
@@ -47,7 +47,7 @@ impl Loader<'_> {
                 "a rule with a reserve or an adaptive limit has no tiers",
             ));
         }
-        Ok(rule)
+        Ok(())
     }
 
     /// How `rule` reads a request's class, if the file says (`class`,

@@ -7,6 +7,7 @@ use std::num::NonZeroU32;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use throttle_fleet_core::InFlightLimit;
 
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
 use throttle_fleet_core::adaptive::Vegas;
@@ -183,7 +184,13 @@ impl Subjects {
         let (concurrency, concurrency_ended) = (concurrency(false), concurrency(true));
         let n = quota.limit();
         let mut shedding = RuleSet::new();
-        let adaptive = Rule::concurrency("bench", n).adaptive(Vegas::new().initial(n).min(n));
+        let adaptive = Rule::concurrency(
+            "bench",
+            InFlightLimit {
+                adaptive: Some(Vegas::new().initial(n).min(n)),
+                ..InFlightLimit::new(n)
+            },
+        );
         let shedding_rule = shedding.bind(adaptive, &backend).expect("valid rule");
         Self {
             shedding_ended: OursShedding {

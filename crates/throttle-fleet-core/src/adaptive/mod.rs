@@ -1,5 +1,5 @@
 //! Adaptive concurrency: a concurrency rule whose limit moves with the
-//! latency of the requests it admits ([`Rule::adaptive`](crate::Rule::adaptive)),
+//! latency of the requests it admits ([`InFlightLimit::adaptive`](crate::InFlightLimit::adaptive)),
 //! per instance.
 
 mod vegas;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::ConfigError;
 
-/// The parameters of an adaptive concurrency limit ([`Rule::adaptive`]):
+/// The parameters of an adaptive concurrency limit ([`InFlightLimit::adaptive`](crate::InFlightLimit::adaptive)):
 /// the limit moves with the latency of the requests it admits, between
 /// [`min`](Self::min) and the rule's own limit `n`.
 ///
@@ -52,18 +52,16 @@ use crate::ConfigError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use throttle_fleet_core::Rule;
+/// use throttle_fleet_core::{InFlightLimit, Rule};
 /// use throttle_fleet_core::adaptive::Vegas;
 ///
-/// let rule = Rule::concurrency("backend", 64).adaptive(Vegas::new().initial(20).min(4));
-/// assert!(rule.validate().is_ok());
-/// let bad = Rule::concurrency("backend", 64).adaptive(Vegas::new().initial(100));
+/// let adaptive = |vegas| Rule::concurrency("backend", InFlightLimit { adaptive: Some(vegas), ..InFlightLimit::new(64) });
+/// assert!(adaptive(Vegas::new().initial(20).min(4)).validate().is_ok());
+/// let bad = adaptive(Vegas::new().initial(100));
 /// assert_eq!(bad.validate().unwrap_err().field(), "adaptive.initial");
-/// let bad = Rule::concurrency("backend", 64).adaptive(Vegas::new().window(Duration::ZERO));
+/// let bad = adaptive(Vegas::new().window(Duration::ZERO));
 /// assert_eq!(bad.validate().unwrap_err().field(), "adaptive.window");
 /// ```
-///
-/// [`Rule::adaptive`]: crate::Rule::adaptive
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Vegas {
     initial: u64,

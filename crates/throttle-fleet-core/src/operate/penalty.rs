@@ -19,7 +19,7 @@ use crate::{ConfigError, Key};
 /// is, a new key's denial is not tracked.
 pub const MAX_TRACKED_KEYS: usize = 100_000;
 
-/// How a rule punishes a key that keeps being denied ([`Rule::penalty`]).
+/// How a rule punishes a key that keeps being denied ([`Rule::with_penalty`]).
 ///
 /// ```
 /// use std::time::Duration;
@@ -27,7 +27,7 @@ pub const MAX_TRACKED_KEYS: usize = 100_000;
 ///
 /// // 5 denials within a minute: blocked 10 s, then 20 s, 40 s, at most 60 s.
 /// let p = Penalty::new(5, Duration::from_secs(60), Duration::from_secs(10))
-///     .max(Duration::from_secs(60));
+///     .with_max_block(Duration::from_secs(60));
 /// let mut st = PenaltyState::default();
 /// let mut now = 1_000_000;
 /// let mut blocks = Vec::new();
@@ -42,7 +42,7 @@ pub const MAX_TRACKED_KEYS: usize = 100_000;
 /// assert_eq!(blocks, [10, 20, 40, 60]);
 /// ```
 ///
-/// [`Rule::penalty`]: crate::Rule::penalty
+/// [`Rule::with_penalty`]: crate::Rule::with_penalty
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Penalty {
     after: u32,
@@ -55,8 +55,8 @@ pub struct Penalty {
 impl Penalty {
     /// Blocks a key for `block` once it has been denied `after` times
     /// within `within`. Further blocks double, up to 16 times `block`
-    /// unless [`max`](Self::max) says otherwise, while the previous block
-    /// ended less than an hour ago (see [`memory`](Self::memory)).
+    /// unless [`with_max_block`](Self::with_max_block) says otherwise, while the previous block
+    /// ended less than an hour ago (see [`with_memory_window`](Self::with_memory_window)).
     pub fn new(after: u32, within: Duration, block: Duration) -> Self {
         Self {
             after,
@@ -69,7 +69,7 @@ impl Penalty {
 
     /// The longest block (at least `block`).
     #[must_use]
-    pub fn max(mut self, max: Duration) -> Self {
+    pub fn with_max_block(mut self, max: Duration) -> Self {
         self.max = max;
         self
     }
@@ -77,7 +77,7 @@ impl Penalty {
     /// How long after a block ends the next one still doubles it
     /// (default one hour).
     #[must_use]
-    pub fn memory(mut self, memory: Duration) -> Self {
+    pub fn with_memory_window(mut self, memory: Duration) -> Self {
         self.memory = memory;
         self
     }

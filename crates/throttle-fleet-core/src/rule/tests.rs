@@ -38,25 +38,40 @@ fn every_impossible_value_names_its_field() {
         field(Rule::new("ip", q.with_burst(5)).fixed_window()),
         "quota.burst"
     );
-    assert_eq!(field(Rule::new("ip", q).cost(0)), "cost");
-    assert_eq!(field(Rule::new("ip", q).cost(11)), "cost");
+    assert_eq!(field(Rule::new("ip", q).with_cost(0)), "cost");
+    assert_eq!(field(Rule::new("ip", q).with_cost(11)), "cost");
     assert_eq!(
-        Rule::new("ip", q).cost(0).validate().unwrap_err().rule(),
+        Rule::new("ip", q)
+            .with_cost(0)
+            .validate()
+            .unwrap_err()
+            .rule(),
         Some("ip")
     );
-    assert_eq!(field(Rule::concurrency("c", 2).cost(3)), "cost");
+    assert_eq!(field(Rule::concurrency("c", 2).with_cost(3)), "cost");
     for ttl in [
         Duration::from_millis(99),
         Duration::from_secs(86_401),
         Duration::from_micros(150_500),
     ] {
-        assert_eq!(field(Rule::concurrency("c", 2).slot_ttl(ttl)), "slot_ttl");
+        assert_eq!(
+            field(Rule::concurrency(
+                "c",
+                InFlightLimit {
+                    slot_ttl: ttl,
+                    ..InFlightLimit::new(2)
+                }
+            )),
+            "slot_ttl"
+        );
     }
-    // Rate rules do not use a slot lifetime, so none is checked.
-    Rule::new("r", q)
-        .slot_ttl(Duration::ZERO)
-        .validate()
-        .unwrap();
+    // A rate rule cannot take the concurrency algorithm, nor a concurrency
+    // rule another.
+    assert_eq!(
+        field(Rule::new("r", q).with_algorithm(Algorithm::Concurrency)),
+        "algorithm"
+    );
+    assert_eq!(field(Rule::concurrency("c", 2).fixed_window()), "algorithm");
 }
 
 #[test]

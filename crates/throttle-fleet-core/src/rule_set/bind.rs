@@ -26,7 +26,7 @@ pub(super) struct Bound {
     pub(super) remote: bool,
     /// `rule.is_shadow()`.
     pub(super) shadow: bool,
-    /// One limiter per distinct tier quota, in `rule.tier_set()` order
+    /// One limiter per distinct tier quota, in `rule.tiers()` order
     /// (the default limiter again where a tier's quota is the rule's).
     pub(super) tiers: Option<TierLimiters>,
     /// Sees each of the rule's answers ([`Binding::observe`](crate::rule_set::Binding::observe)).
@@ -75,7 +75,7 @@ impl Bound {
     #[inline]
     pub(super) fn limiter(&self, key: &Key) -> &dyn Limiter {
         if let Some(tiers) = &self.tiers
-            && let Some(i) = self.rule.tier_set().and_then(|t| t.tier_of(key))
+            && let Some(i) = self.rule.tiers().and_then(|t| t.tier_of(key))
         {
             return &*tiers[i];
         }
@@ -129,8 +129,7 @@ impl Bound {
     #[cold]
     #[inline(never)]
     fn violation(&self, key: &Key) -> Option<u64> {
-        let (Some(escalation), Some(penalty)) = (&self.escalation, self.rule.penalty_policy())
-        else {
+        let (Some(escalation), Some(penalty)) = (&self.escalation, self.rule.penalty()) else {
             return None;
         };
         if self.blocks.remaining_us(key).is_some()
@@ -200,7 +199,7 @@ impl Bound {
             return u8::MAX;
         }
         self.rule
-            .tier_set()
+            .tiers()
             .and_then(|t| t.tier_of(key))
             .map_or(u8::MAX, |i| i as u8)
     }
@@ -344,7 +343,7 @@ impl RuleSet {
         limiter: &Arc<dyn Limiter>,
         backend: &dyn Backend,
     ) -> Result<Option<TierLimiters>, ConfigError> {
-        Ok(match rule.tier_set() {
+        Ok(match rule.tiers() {
             None => None,
             Some(tiers) => {
                 let mut bound = Vec::with_capacity(tiers.quotas().len());
@@ -419,9 +418,9 @@ impl RuleSet {
             .map(|b| b.blocks.clone())
             .or_else(|| limiter.ops().and_then(|o| o.blocks()))
             .unwrap_or_else(|| Arc::new(Blocks::new(Arc::new(SystemClock::new()))));
-        let escalation = rule.penalty_policy().map(|p| {
+        let escalation = rule.penalty().map(|p| {
             previous
-                .filter(|b| b.rule.penalty_policy() == Some(p))
+                .filter(|b| b.rule.penalty() == Some(p))
                 .and_then(|b| b.escalation.clone())
                 .unwrap_or_else(|| Arc::new(Escalation::new(*p)))
         });

@@ -149,7 +149,7 @@ impl RuleSet {
     }
 
     /// The adaptive limit of the rule at `index` now, if it has one
-    /// ([`Rule::adaptive`](crate::Rule::adaptive)): what a request of the
+    /// ([`InFlightLimit::adaptive`](crate::InFlightLimit::adaptive)): what a request of the
     /// highest class may fill. For a metric, or a look at how it moves.
     pub fn adaptive_limit(&self, index: usize) -> Option<u64> {
         let shedding = self.rules.get(index)?.shedding.as_ref()?;

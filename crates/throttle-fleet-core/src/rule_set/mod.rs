@@ -34,7 +34,7 @@ pub use operate::Operator;
 /// other dimensions' quota. With local backends the whole check completes
 /// without awaiting or allocating.
 ///
-/// A rule with tiers ([`Rule::tiers`]) checks each key against its tier's
+/// A rule with tiers ([`Rule::with_tiers`]) checks each key against its tier's
 /// counters; a shadow rule ([`Rule::shadow`]) is checked and counted like
 /// the others but its denial only goes into
 /// [`Decision::shadow_denied`]: the request goes on and no other rule gives

@@ -29,7 +29,7 @@ impl Shedding {
         if !rule.sheds() {
             return Ok(None);
         }
-        if rule.adaptive_limit().is_some() && limiter.is_remote() {
+        if rule.in_flight_limit().is_some_and(|c| c.adaptive.is_some()) && limiter.is_remote() {
             return Err(ConfigError::new(
                 "adaptive",
                 "an adaptive limit is this process's own: bind the rule to a backend that decides in the process (the memory backend)",
@@ -39,7 +39,10 @@ impl Shedding {
         let n = rule.quota().limit();
         Ok(Some(Self {
             n,
-            adaptive: rule.adaptive_limit().map(|v| Adaptive::new(*v, n)),
+            adaptive: rule
+                .in_flight_limit()
+                .and_then(|c| c.adaptive)
+                .map(|v| Adaptive::new(v, n)),
         }))
     }
 

@@ -109,7 +109,7 @@ impl ApproxLimiter {
         rule: &Rule,
     ) -> Result<Self, ConfigError> {
         rule.validate()?;
-        if rule.tier_set().is_some() {
+        if rule.tiers().is_some() {
             // The meter, the fleet estimate and the spending cap are the
             // rule's, learnt per rule from its flushes: one rule counted
             // under several limits would share none of them correctly.

@@ -186,8 +186,18 @@ impl Inner {
         self.redis.slot_for(&self.keys, key)
     }
 
+    /// The rule's slot lifetime (a concurrency rule's: see
+    /// [`InFlightLimit::slot_ttl`](throttle_fleet_core::InFlightLimit::slot_ttl)).
+    fn slot_ttl(&self) -> std::time::Duration {
+        self.rule
+            .in_flight_limit()
+            .map_or(throttle_fleet_core::limits::DEFAULT_SLOT_TTL, |c| {
+                c.slot_ttl
+            })
+    }
+
     fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.rule.slot_lifetime().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.slot_ttl().as_millis()).unwrap_or(u64::MAX)
     }
 
     fn member(&self, slot: Slot) -> String {
@@ -343,7 +353,7 @@ impl Inner {
         if self.renewing.load(Ordering::Relaxed) || self.renewing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let every = self.rule.slot_lifetime() / 3;
+        let every = self.slot_ttl() / 3;
         let first = self.redis.local_now() + micros(every);
         let renewals = Every::new(self, first, every, |rule: Arc<Self>| {
             Box::pin(async move {

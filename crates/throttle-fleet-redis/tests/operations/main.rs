@@ -237,8 +237,8 @@ async fn penalties_escalate_across_the_fleet_and_spare_a_neighbour() {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
     let penalty = Penalty::new(5, Duration::from_secs(60), Duration::from_secs(10))
-        .max(Duration::from_secs(40));
-    let rule = Rule::new("login", Quota::per_minute(5)).penalty(penalty);
+        .with_max_block(Duration::from_secs(40));
+    let rule = Rule::new("login", Quota::per_minute(5)).with_penalty(penalty);
     let fleet = fleet(&server, &time, Mode::Exact, &rule).await;
     let (bot, neighbour) = (Key::new("bot"), Key::new("neighbour"));
     let mut lengths = Vec::new();
@@ -351,7 +351,7 @@ async fn a_reset_forgets_the_denials_a_penalty_counted() {
     let server = RedisServer::start();
     let time = TestTime::new(T0);
     let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(10));
-    let rule = Rule::new("login", Quota::per_minute(5)).penalty(penalty);
+    let rule = Rule::new("login", Quota::per_minute(5)).with_penalty(penalty);
     let fleet = fleet(&server, &time, Mode::Exact, &rule).await;
     let (rules, key) = (&fleet[0].1, Key::new("guesser"));
     let two_denials = || async {

@@ -149,7 +149,7 @@ pub fn simulate(
         Quota::new(quota.limit(), quota.period())
     };
     let run = Rule::new("sim", quota)
-        .algorithm_is(algorithm)
+        .with_algorithm(algorithm)
         .with_meter(Drive(events))??;
     Ok(Simulation {
         algorithm,

@@ -1,4 +1,5 @@
 use super::*;
+use throttle_fleet_core::InFlightLimit;
 use throttle_fleet_core::Key;
 use throttle_fleet_core::backend::Outcome;
 
@@ -89,7 +90,7 @@ fn denied(
     let outcome = Outcome::new(step, 1_796_025_675_123_456);
     // A key of the tier whose quota is `quota`, if one is (the test's one
     // tier is "gold", and a tier's key is its name).
-    let tiered = rule.tier_set().is_some_and(|t| t.quotas().contains(&quota));
+    let tiered = rule.tiers().is_some_and(|t| t.quotas().contains(&quota));
     let key = Key::new(if tiered { "gold" } else { "k" });
     decided(rule.clone(), index, key, outcome)
 }
@@ -114,7 +115,7 @@ fn denials_made_once_per_rule_equal_denials_made_whole() {
     let rules = [
         Rule::new("ip", minute.with_burst(5)).token_bucket(),
         Rule::new("tenant", minute)
-            .tiers([("gold", gold)])
+            .with_tiers([("gold", gold)])
             .token_bucket(),
         Rule::new("m", Quota::new(3, Duration::from_millis(1500))).fixed_window(),
     ];
@@ -190,7 +191,13 @@ fn unavailable_answers_made_once_equal_answers_made_whole() {
 /// `UNAVAILABLE`: a client tells them apart by the ErrorInfo reason.
 #[test]
 fn a_shed_call_is_unavailable_with_its_own_reason_and_wait() {
-    let rule = Rule::concurrency("backend", 4).reserve(1);
+    let rule = Rule::concurrency(
+        "backend",
+        InFlightLimit {
+            reserve: 1,
+            ..InFlightLimit::new(4)
+        },
+    );
     let req = grpc_request("application/grpc");
     let head = RequestHead::from_parts(&req);
     let step = throttle_fleet_core::algorithm::Step {

@@ -47,7 +47,7 @@ impl<R> Engine<R> {
                 )
                 .in_rule(limit.rule.name()));
             }
-            let static_cost = u64::from(limit.rule.static_cost());
+            let static_cost = u64::from(limit.rule.cost());
             kinds.push(limit.extractor.kind());
             let name = limit.rule.name().to_owned();
             let own = limit.backend.as_ref().unwrap_or(&backend);

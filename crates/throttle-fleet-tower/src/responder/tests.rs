@@ -1,5 +1,6 @@
 use super::*;
 use crate::headers::number;
+use throttle_fleet_core::InFlightLimit;
 use throttle_fleet_core::algorithm::Step;
 use throttle_fleet_core::backend::Outcome;
 use throttle_fleet_core::{Key, Quota};
@@ -230,7 +231,13 @@ fn each_refusal_header_carries_its_own_value_whatever_the_map_order() {
             )
         },
     );
-    let pool = Rule::concurrency("pool", 4).reserve(1);
+    let pool = Rule::concurrency(
+        "pool",
+        InFlightLimit {
+            reserve: 1,
+            ..InFlightLimit::new(4)
+        },
+    );
     let res = HttpResponder::new().reject(
         &RequestHead::of(&req),
         Rejection::Shed {

@@ -16,7 +16,7 @@ fn denials_spread_wider_than_the_window_never_block() {
 #[test]
 fn a_block_after_the_memory_starts_again_at_the_first_length() {
     let p = Penalty::new(1, Duration::from_secs(1), Duration::from_secs(10))
-        .memory(Duration::from_secs(60));
+        .with_memory_window(Duration::from_secs(60));
     let mut st = PenaltyState::default();
     assert_eq!(p.escalate(&mut st, 1), Some((10_000_000, 0)));
     // Ended at 10 s; denied again 60 s after: still remembered.

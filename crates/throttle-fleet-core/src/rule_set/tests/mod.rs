@@ -56,7 +56,7 @@ fn a_lone_shadow_rule_never_delays() {
 #[test]
 fn memory_limiters_are_called_directly_and_decide_as_through_the_trait() {
     for algorithm in Algorithm::ALL {
-        let rule = Rule::new("r", Quota::per_hour(3)).algorithm_is(algorithm);
+        let rule = Rule::new("r", Quota::per_hour(3)).with_algorithm(algorithm);
         let mut direct = RuleSet::new();
         direct
             .bind(rule.clone(), &MemoryBackend::default())

@@ -36,12 +36,12 @@ fn blocks_grow_twofold_up_to_the_maximum_and_spare_other_keys() {
     let backend = MemoryBackend::with_clock(clock.clone());
     let mut set = RuleSet::new();
     let penalty = Penalty::new(3, Duration::from_secs(60), Duration::from_secs(10))
-        .max(Duration::from_secs(40));
+        .with_max_block(Duration::from_secs(40));
     let login = set
         .bind(
             Rule::new("login", Quota::per_minute(2))
                 .fixed_window()
-                .penalty(penalty),
+                .with_penalty(penalty),
             &backend,
         )
         .unwrap();
@@ -235,7 +235,7 @@ fn a_reset_that_fails_keeps_the_penalty_history() {
     let mut set = RuleSet::new();
     let r = set
         .bind(
-            Rule::new("login", Quota::per_minute(5)).penalty(penalty),
+            Rule::new("login", Quota::per_minute(5)).with_penalty(penalty),
             &Denying,
         )
         .unwrap();
