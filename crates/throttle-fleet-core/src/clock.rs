@@ -26,7 +26,7 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// Microseconds since the Unix epoch, read from the wall clock.
-pub fn unix_now_us() -> u64 {
+pub(crate) fn unix_now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))

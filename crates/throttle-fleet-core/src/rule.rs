@@ -274,7 +274,7 @@ impl Rule {
     /// backend. Backends that cannot honour tiers look at
     /// [`tiers`](Self::tiers) of the rule they are given first.
     #[must_use]
-    pub fn for_tier(&self, quota: Quota) -> Self {
+    pub(crate) fn for_tier(&self, quota: Quota) -> Self {
         Self {
             quota,
             tiers: None,

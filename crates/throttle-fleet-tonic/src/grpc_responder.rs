@@ -81,7 +81,7 @@ impl GrpcProtocol {
 }
 
 /// Whether `req` is a gRPC call (gRPC or gRPC-web), by its `content-type`.
-pub fn is_grpc(req: &RequestHead<'_>) -> bool {
+pub(crate) fn is_grpc(req: &RequestHead<'_>) -> bool {
     GrpcProtocol::of(req.headers).is_some()
 }
 
@@ -267,7 +267,7 @@ impl GrpcResponder {
 
 /// The gRPC code for a missing key answered with `status` over HTTP: the
 /// inverse of `google.rpc.Code`'s HTTP mapping.
-pub fn code_for_http_status(status: StatusCode) -> Code {
+pub(crate) fn code_for_http_status(status: StatusCode) -> Code {
     match status.as_u16() {
         400 => Code::InvalidArgument,
         401 => Code::Unauthenticated,

@@ -109,10 +109,7 @@ pub use throttle_fleet_tower::integration::*;
 /// pushback trailer, the protocol a request speaks, and the HTTP-to-gRPC
 /// status map.
 pub mod grpc {
-    pub use crate::grpc_responder::{
-        ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS, GrpcProtocol, GrpcResponder, code_for_http_status,
-        is_grpc,
-    };
+    pub use crate::grpc_responder::{ERROR_DOMAIN, GRPC_RETRY_PUSHBACK_MS, GrpcProtocol};
 }
 
 /// What a policy is written with, for `use throttle_fleet_tonic::prelude::*`:

@@ -388,7 +388,12 @@ fn recent_number(recent: &mut [[Recent; 2]; RECENT_SETS], n: u64) -> HeaderValue
 /// `reset_epoch` is Unix epoch seconds, the decision's as
 /// [`reset_epoch_secs`]
 /// gives it.
-pub fn rate_limit_headers(out: &mut HeaderBlock, limit: u64, remaining: u64, reset_epoch: u64) {
+pub(crate) fn rate_limit_headers(
+    out: &mut HeaderBlock,
+    limit: u64,
+    remaining: u64,
+    reset_epoch: u64,
+) {
     out.push(X_RATELIMIT_LIMIT.clone(), number(limit));
     out.push(X_RATELIMIT_REMAINING.clone(), number(remaining));
     out.push(X_RATELIMIT_RESET.clone(), number(reset_epoch));

@@ -122,7 +122,7 @@ impl DecisionLabel {
 
 /// Whether a rule's denials are enforced or only reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Enforcement {
+pub(crate) enum Enforcement {
     /// Denials deny: counted as [`DecisionLabel::Denied`].
     #[default]
     Enforced,

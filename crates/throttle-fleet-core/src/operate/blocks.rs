@@ -71,11 +71,12 @@ pub struct BlockStats {
 /// let clock = ManualClock::new(1_000_000);
 /// let blocks = Blocks::new(Arc::new(clock.clone()));
 /// let key = Key::new("10.0.0.7");
-/// assert_eq!(blocks.remaining_us(&key), None);
+/// let left = |blocks: &Blocks| blocks.list().into_iter().map(|(k, _, left)| (k, left.as_secs())).collect::<Vec<_>>();
+/// assert_eq!(left(&blocks), []);
 /// blocks.insert(key, Block { until_us: 31_000_000, label: "10.0.0.7".into(), cause: BlockCause::Operator });
-/// assert_eq!(blocks.remaining_us(&key), Some(30_000_000));
+/// assert_eq!(left(&blocks), [(key, 30)]);
 /// clock.advance(std::time::Duration::from_secs(30));
-/// assert_eq!(blocks.remaining_us(&key), None);
+/// assert_eq!(left(&blocks), []);
 /// ```
 pub struct Blocks {
     clock: Arc<dyn Clock>,
@@ -117,7 +118,7 @@ impl Blocks {
     /// What is left of `key`'s block, if it is blocked now. An ended block
     /// is forgotten here.
     #[inline]
-    pub fn remaining_us(&self, key: &Key) -> Option<u64> {
+    pub(crate) fn remaining_us(&self, key: &Key) -> Option<u64> {
         if self.live.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -141,7 +142,7 @@ impl Blocks {
 
     /// Counts a request denied because its key is blocked.
     #[inline]
-    pub fn count_denial(&self) {
+    pub(crate) fn count_denial(&self) {
         self.denied.fetch_add(1, Ordering::Relaxed);
     }
 

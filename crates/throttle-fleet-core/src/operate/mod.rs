@@ -28,7 +28,8 @@ use std::fmt;
 use std::time::Duration;
 
 pub use blocks::{Block, BlockCause, BlockStats, Blocks};
-pub use penalty::{Escalation, Penalty, PenaltyState};
+pub(crate) use penalty::Escalation;
+pub use penalty::Penalty;
 
 use crate::unavailable::Unavailable;
 

@@ -19,27 +19,39 @@ use crate::{ConfigError, Key};
 /// is, a new key's denial is not tracked.
 pub const MAX_TRACKED_KEYS: usize = 100_000;
 
-/// How a rule punishes a key that keeps being denied ([`Rule::with_penalty`]).
+/// How a rule punishes a key that keeps being denied ([`Rule::with_penalty`]):
+/// `after` denials within `within` block the key for `block`; each block
+/// that starts while the last one is remembered ([`with_memory_window`](Self::with_memory_window),
+/// an hour by default) lasts twice the last, at most
+/// [`with_max_block`](Self::with_max_block) (`block` by default).
 ///
 /// ```
 /// use std::time::Duration;
-/// use throttle_fleet_core::operate::{Penalty, PenaltyState};
+/// use throttle_fleet_core::{Answer, Key, Quota, Rule};
+/// use throttle_fleet_core::decision::Demand;
+/// use throttle_fleet_core::{memory::MemoryBackend, operate::Penalty, rule_set::RuleSet};
 ///
 /// // 5 denials within a minute: blocked 10 s, then 20 s, 40 s, at most 60 s.
 /// let p = Penalty::new(5, Duration::from_secs(60), Duration::from_secs(10))
 ///     .with_max_block(Duration::from_secs(60));
-/// let mut st = PenaltyState::default();
-/// let mut now = 1_000_000;
-/// let mut blocks = Vec::new();
-/// for _ in 0..4 {
-///     let block = loop {
-///         now += 100_000;
-///         if let Some((us, _level)) = p.escalate(&mut st, now) { break us; }
-///     };
-///     blocks.push(block / 1_000_000);
-///     now += block; // the block runs out; the key comes back and misbehaves
+/// let mut rules = RuleSet::new();
+/// let login = rules.bind(Rule::new("login", Quota::per_minute(1)).with_penalty(p), &MemoryBackend::default())?;
+/// let check = |rules: &RuleSet| match rules.check(&[Demand::new(login, Key::new("10.0.0.1"), 1)]) {
+///     Answer::Ready(checked) => checked.into_decision(),
+///     Answer::Pending(_) => unreachable!("the memory backend answers at once"),
+/// };
+/// assert!(check(&rules).is_allowed());
+/// for _ in 0..5 {
+///     assert!(check(&rules).is_denied()); // the fifth denial starts a block
 /// }
-/// assert_eq!(blocks, [10, 20, 40, 60]);
+/// let blocked = check(&rules);
+/// assert!(blocked.is_denied());
+/// assert!(blocked.retry_after() <= Duration::from_secs(10));
+/// assert!(blocked.retry_after() > Duration::from_secs(9)); // not the quota's minute
+///
+/// let bad = Penalty::new(0, Duration::from_secs(60), Duration::from_secs(10));
+/// assert_eq!(bad.validate().unwrap_err().field(), "penalty.after");
+/// # Ok::<(), throttle_fleet_core::ConfigError>(())
 /// ```
 ///
 /// [`Rule::with_penalty`]: crate::Rule::with_penalty
@@ -148,7 +160,7 @@ impl Penalty {
     /// block it starts, if it starts one (its length in microseconds, and
     /// its level: 0 for the first, 1 for the second within the memory,
     /// ...). The Redis backends run the same steps in a script.
-    pub fn escalate(&self, st: &mut PenaltyState, now_us: u64) -> Option<(u64, u32)> {
+    pub(crate) fn escalate(&self, st: &mut PenaltyState, now_us: u64) -> Option<(u64, u32)> {
         let within = micros(self.within);
         if st.denials == 0 || now_us >= st.window_start_us.saturating_add(within) {
             st.window_start_us = now_us;
@@ -173,7 +185,7 @@ impl Penalty {
     }
 
     /// When `st` is back to a key never denied: it can be forgotten then.
-    pub fn idle_at(&self, st: &PenaltyState) -> u64 {
+    pub(crate) fn idle_at(&self, st: &PenaltyState) -> u64 {
         let window_end = st.window_start_us.saturating_add(micros(self.within));
         let memory_end = if st.last_end_us == 0 {
             0
@@ -186,21 +198,21 @@ impl Penalty {
 
 /// One key's denials and blocks under a [`Penalty`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PenaltyState {
+pub(crate) struct PenaltyState {
     /// When the current count of denials started (µs).
-    pub window_start_us: u64,
+    pub(crate) window_start_us: u64,
     /// Denials counted since.
-    pub denials: u32,
+    pub(crate) denials: u32,
     /// The last block's level.
-    pub level: u32,
+    pub(crate) level: u32,
     /// When the last block ended or ends (µs), or 0: never blocked.
-    pub last_end_us: u64,
+    pub(crate) last_end_us: u64,
 }
 
 /// A rule's penalty with the keys' histories, in this process: what a
 /// backend without a fleet-wide store of its own escalates with.
 #[derive(Debug)]
-pub struct Escalation {
+pub(crate) struct Escalation {
     penalty: Penalty,
     states: Mutex<HashMap<Key, PenaltyState>>,
     /// When a full table may next be scanned for histories that are over.
@@ -209,7 +221,7 @@ pub struct Escalation {
 
 impl Escalation {
     /// No key denied yet.
-    pub fn new(penalty: Penalty) -> Self {
+    pub(crate) fn new(penalty: Penalty) -> Self {
         Self {
             penalty,
             states: Mutex::new(HashMap::new()),
@@ -219,7 +231,7 @@ impl Escalation {
 
     /// Counts a denial of `key` at `now_us`; the block it starts, if any
     /// (see [`Penalty::escalate`]).
-    pub fn denied(&self, key: &Key, now_us: u64) -> Option<(u64, u32)> {
+    pub(crate) fn denied(&self, key: &Key, now_us: u64) -> Option<(u64, u32)> {
         let mut states = self.states.lock();
         if !states.contains_key(key)
             && !make_room(
@@ -237,7 +249,7 @@ impl Escalation {
     }
 
     /// Forgets `key`'s history (a reset).
-    pub fn forget(&self, key: &Key) {
+    pub(crate) fn forget(&self, key: &Key) {
         self.states.lock().remove(key);
     }
 }

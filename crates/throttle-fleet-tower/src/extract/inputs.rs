@@ -89,7 +89,7 @@ impl KeyInputs {
     /// The value of header `name` (the first given; names compared without
     /// case), trimmed of spaces and tabs as an HTTP parser trims a field's
     /// value, or an error naming what is missing.
-    pub fn header_value(&self, name: &str) -> Result<&str, String> {
+    pub(crate) fn header_value(&self, name: &str) -> Result<&str, String> {
         let value = self
             .headers
             .iter()

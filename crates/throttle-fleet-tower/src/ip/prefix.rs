@@ -54,16 +54,6 @@ impl IpPrefix {
         self
     }
 
-    /// The IPv4 prefix length.
-    pub const fn ipv4_bits(&self) -> u8 {
-        self.v4
-    }
-
-    /// The IPv6 prefix length.
-    pub const fn ipv6_bits(&self) -> u8 {
-        self.v6
-    }
-
     /// The key of `ip` under this grouping: a version tag and the masked
     /// address bytes (IPv6 cut to the prefix's whole bytes).
     pub fn key_of(&self, ip: IpAddr) -> Key {
