@@ -16,6 +16,14 @@ use crate::breaker::Breaker;
 const OFF_PATH_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 use crate::config::RedisConfig;
 
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(reader) = self.subscription.get_mut().take() {
+            reader.abort();
+        }
+    }
+}
+
 pub(crate) struct Node {
     /// `host:port`: as the cluster names it, or a standalone node's URL's
     /// (without its credentials). What the route table, the logs, the
@@ -35,6 +43,9 @@ pub(crate) struct Node {
     pub(crate) probing: AtomicBool,
     /// Whether a watch subscription runs for this node (`watch.rs`).
     pub(crate) watched: AtomicBool,
+    /// The watch subscription's reader, ended when the node is dropped
+    /// (it holds the node weakly, and its connection until it ends).
+    pub(crate) subscription: parking_lot::Mutex<Option<tokio::task::AbortHandle>>,
     /// For the watch's own connection.
     pub(crate) client: redis::Client,
 }
@@ -76,6 +87,7 @@ impl Node {
             redialed: Spacing::new(),
             probing: AtomicBool::new(false),
             watched: AtomicBool::new(false),
+            subscription: parking_lot::Mutex::new(None),
             client,
         })
     }

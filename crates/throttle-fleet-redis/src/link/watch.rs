@@ -5,7 +5,8 @@
 //! Per node, a subscription on a connection of its own: Redis pushes
 //! nothing on it, and its stream ends when the connection is lost (the
 //! process died, the node was restarted, the network dropped it), so a
-//! lost node opens its breaker at once. And per node a heartbeat: a `ROLE`
+//! lost node opens its breaker at once; the heartbeat's next round
+//! subscribes again (no timer of its own). And per node a heartbeat: a `ROLE`
 //! every probe interval on a request-path connection, bounded by the
 //! command timeout (it answers whether the node is alive and whether it is
 //! still a writable primary: a node answering as a replica has its breaker
@@ -124,53 +125,42 @@ impl Redis {
         }
     }
 
-    /// Holds a subscription on `node` for as long as the backend lives,
-    /// and opens its breaker whenever the subscription's connection ends.
+    /// Subscribes on `node` once, and opens its breaker when the
+    /// subscription's connection ends. Not a loop of its own: a node whose
+    /// subscription failed or ended is no longer `watched`, and the next
+    /// heartbeat (a job of the scheduler, every probe interval) subscribes
+    /// again. The reader holds the node weakly, so a dropped node (with its
+    /// backend) aborts it and closes its connection.
     fn subscribe(weak: &Weak<Self>, node: Arc<Node>) {
-        let weak = weak.clone();
-        tokio::spawn(async move {
-            loop {
-                let Some(redis) = weak.upgrade() else { return };
-                if !redis.nodes().iter().any(|n| Arc::ptr_eq(n, &node)) {
-                    // No longer a node commands go to (a Sentinel named
-                    // another, a Cluster's table dropped it): the heartbeat
-                    // subscribes again if it comes back.
-                    node.watched.store(false, Ordering::Release);
-                    return;
-                }
-                let patience = redis.config.connect_timeout + redis.config.command_timeout;
-                let interval = redis.config.probe_interval;
-                let scheduler = redis.config.scheduler.clone();
-                drop(redis);
-                let subscribed = tokio::time::timeout(patience, async {
-                    let mut pubsub = node.client.get_async_pubsub().await?;
-                    pubsub.subscribe(CHANNEL).await?;
-                    Ok::<_, redis::RedisError>(pubsub)
-                })
-                .await;
-                if let Ok(Ok(pubsub)) = subscribed {
-                    let mut messages = pubsub.into_on_message();
-                    // Nothing is published: the stream ends when the
-                    // connection is gone. Looked at every probe interval
-                    // too, so that a dropped backend closes its connection.
-                    loop {
-                        tokio::select! {
-                            message = messages.next() => if message.is_none() { break },
-                            () = scheduler.sleep(interval) => {
-                                if weak.strong_count() == 0 {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                    let Some(redis) = weak.upgrade() else { return };
+        let Some(redis) = weak.upgrade() else { return };
+        let patience = redis.config.connect_timeout + redis.config.command_timeout;
+        drop(redis);
+        let (weak, client, watched) = (weak.clone(), node.client.clone(), Arc::downgrade(&node));
+        let reader = tokio::spawn(async move {
+            let subscribed = tokio::time::timeout(patience, async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(CHANNEL).await?;
+                Ok::<_, redis::RedisError>(pubsub)
+            })
+            .await;
+            if let Ok(Ok(pubsub)) = subscribed {
+                // Nothing is published: the stream ends when the
+                // connection is gone.
+                let mut messages = pubsub.into_on_message();
+                while messages.next().await.is_some() {}
+                if let (Some(redis), Some(node)) = (weak.upgrade(), watched.upgrade()) {
                     redis.lost(&node, "its connection was lost");
                 }
-                // Not connected: the heartbeat and the breaker's probe say
-                // when the node is back; subscribe again meanwhile.
-                scheduler.sleep(interval).await;
+            }
+            // Not connected: the heartbeat and the breaker's probe say
+            // when the node is back, and the next heartbeat subscribes.
+            if let Some(node) = watched.upgrade() {
+                node.watched.store(false, Ordering::Release);
             }
         });
+        if let Some(old) = node.subscription.lock().replace(reader.abort_handle()) {
+            old.abort();
+        }
     }
 
     /// Opens `node`'s breaker (if it was closed) and starts its probe.

@@ -6,7 +6,16 @@
 //! Before each such read, and at each probe interval while changes wait,
 //! the changes made here while Redis could not be asked are sent
 //! (`outbox.rs`).
+//!
+//! The time-driven part is a job of the backend's scheduler (`listening`,
+//! every probe interval, and once at once when the backend starts): it
+//! subscribes when no subscription is held, and tries again a read that
+//! failed or changes that wait. The subscription's
+//! reader only waits on its connection: a message reads the log, the end
+//! of the stream lets the next round subscribe again; a dropped backend
+//! (its operations dropped) aborts it.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use futures_util::{FutureExt, StreamExt};
@@ -15,101 +24,96 @@ use redis::Value;
 use super::wire::{self, Change, Polled};
 use super::{Operations, POLL, RuleOps};
 use crate::link::Eval;
+use crate::schedule::{Every, Going};
 
 impl Operations {
-    /// Listens for the backend's lifetime: subscribes, reads the log, then
-    /// reads it again at each message (those that arrived together, once);
-    /// when the connection ends, subscribes again after a probe interval.
+    /// Listens for the backend's lifetime: a first round at once (so that
+    /// blocks made elsewhere are heard of from the start, whatever the
+    /// scheduler's time), then a round every probe interval on the
+    /// backend's scheduler.
     pub(super) fn listen(this: &Arc<Self>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        let Ok(redis) = this.redis() else { return };
+        if tokio::runtime::Handle::try_current().is_err() {
             tracing::warn!(
                 "throttle: no Tokio runtime where the Redis backend was built: blocks and resets \
                  made on other instances will not be heard of"
             );
             return;
-        };
-        let weak = Arc::downgrade(this);
-        rt.spawn(async move {
-            loop {
-                let Some((client, channel, scheduler, retry, patience)) = Self::settings(&weak)
-                else {
-                    return;
-                };
-                let subscribed = match client {
-                    Some(client) => tokio::time::timeout(patience, async {
-                        let mut pubsub = client.get_async_pubsub().await?;
-                        pubsub.subscribe(&channel).await?;
-                        Ok::<_, redis::RedisError>(pubsub)
-                    })
-                    .await
-                    .ok()
-                    .and_then(Result::ok),
-                    None => None,
-                };
-                if let Some(pubsub) = subscribed {
-                    let mut messages = pubsub.into_on_message();
-                    // What this instance changed while Redis could not be
-                    // asked, then what changed while nobody here listened.
-                    let Some(mut caught_up) = Self::read_if_alive(&weak).await else {
-                        return;
-                    };
-                    loop {
-                        tokio::select! {
-                            message = messages.next() => {
-                                if message.is_none() {
-                                    break;
-                                }
-                                while let Some(Some(_)) = messages.next().now_or_never() {}
-                                let Some(done) = Self::read_if_alive(&weak).await else {
-                                    return;
-                                };
-                                caught_up = done;
-                            }
-                            // A dropped backend closes its connection.
-                            () = scheduler.sleep(retry) => {
-                                let Some(ops) = weak.upgrade() else { return };
-                                // A read that failed (the first call on a
-                                // connection Redis closed when it
-                                // restarted), or changes that wait (Redis
-                                // hung, and answers again without this
-                                // subscription ending): tried again each
-                                // probe interval. Otherwise nothing.
-                                if !caught_up || !ops.outbox.is_empty() {
-                                    caught_up = ops.flush().await && ops.poll().await;
-                                }
-                            }
-                        }
-                    }
-                }
-                scheduler.sleep(retry).await;
-            }
-        });
+        }
+        let first = this.clone();
+        tokio::spawn(async move { first.listening().await });
+        let listening = Every::new(
+            this,
+            redis.local_now() + crate::schedule::micros(redis.config.probe_interval),
+            redis.config.probe_interval,
+            |ops: Arc<Self>| {
+                Box::pin(async move {
+                    ops.listening().await;
+                    Going::On
+                })
+            },
+        );
+        redis.config.scheduler.start(listening);
     }
 
-    /// What a round of [`listen`](Self::listen) needs, if the operations
-    /// (and the backend) are still alive: the subscriber's client (none
-    /// while no node is known for the slot), the channel, the scheduler,
-    /// how long to wait before subscribing again, and how long subscribing
-    /// may take.
-    #[allow(clippy::type_complexity)]
-    fn settings(
-        weak: &Weak<Self>,
-    ) -> Option<(
-        Option<redis::Client>,
-        String,
-        crate::schedule::Scheduler,
-        std::time::Duration,
-        std::time::Duration,
-    )> {
-        let ops = weak.upgrade()?;
-        let redis = ops.redis().ok()?;
-        Some((
-            redis.pubsub_client(ops.slot),
-            ops.channel.clone(),
-            redis.config.scheduler.clone(),
-            redis.config.probe_interval,
-            redis.config.connect_timeout + redis.config.command_timeout,
-        ))
+    /// One round: subscribes if no subscription is held (then sends what
+    /// waits and reads what changed while nobody here listened); otherwise,
+    /// a read that failed (the first call on a connection Redis closed
+    /// when it restarted) or changes that wait (Redis hung, and answers
+    /// again without the subscription ending) are tried again.
+    async fn listening(self: &Arc<Self>) {
+        // One round at a time (the first, spawned, may still run when the
+        // scheduler's first comes).
+        let Ok(_one_at_a_time) = self.listening.try_lock() else {
+            return;
+        };
+        if self.subscribed.load(Ordering::Acquire) {
+            if !self.caught_up.load(Ordering::Acquire) || !self.outbox.is_empty() {
+                let done = self.flush().await && self.poll().await;
+                self.caught_up.store(done, Ordering::Release);
+            }
+            return;
+        }
+        let Ok(redis) = self.redis() else { return };
+        let patience = redis.config.connect_timeout + redis.config.command_timeout;
+        let Some(client) = redis.pubsub_client(self.slot) else {
+            // No node is known for the slot yet: the next round.
+            return;
+        };
+        drop(redis);
+        let channel = self.channel.clone();
+        let subscribed = tokio::time::timeout(patience, async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        })
+        .await;
+        let Ok(Ok(pubsub)) = subscribed else { return };
+        self.subscribed.store(true, Ordering::Release);
+        let weak = Arc::downgrade(self);
+        let reader = tokio::spawn(async move {
+            let mut messages = pubsub.into_on_message();
+            while messages.next().await.is_some() {
+                // Those that arrived together, read once.
+                while let Some(Some(_)) = messages.next().now_or_never() {}
+                let Some(done) = Self::read_if_alive(&weak).await else {
+                    return;
+                };
+                if let Some(ops) = weak.upgrade() {
+                    ops.caught_up.store(done, Ordering::Release);
+                }
+            }
+            if let Some(ops) = weak.upgrade() {
+                ops.subscribed.store(false, Ordering::Release);
+            }
+        });
+        if let Some(old) = self.reader.lock().replace(reader.abort_handle()) {
+            old.abort();
+        }
+        // What this instance changed while Redis could not be asked, then
+        // what changed while nobody here listened.
+        let done = self.flush().await && self.poll().await;
+        self.caught_up.store(done, Ordering::Release);
     }
 
     /// Sends what waits and reads the log, if the operations are still

@@ -116,6 +116,23 @@ pub(crate) struct Operations {
     /// Held by the read in progress: reads one at a time, each from where
     /// the last stopped.
     reading: tokio::sync::Mutex<()>,
+    /// Held by the listener's round in progress (`listen.rs`).
+    listening: tokio::sync::Mutex<()>,
+    /// Whether a subscription to `channel` is held now (`listen.rs`).
+    subscribed: std::sync::atomic::AtomicBool,
+    /// Whether the last read (and send) after a change was done whole.
+    caught_up: std::sync::atomic::AtomicBool,
+    /// The subscription's reader: aborted when the operations are dropped
+    /// (with their backend), which closes its connection.
+    reader: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Operations {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.get_mut().take() {
+            reader.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for Operations {
@@ -150,6 +167,10 @@ impl Operations {
                     epoch: Mutex::new(String::new()),
                     outbox: outbox::Outbox::default(),
                     reading: tokio::sync::Mutex::new(()),
+                    listening: tokio::sync::Mutex::new(()),
+                    subscribed: std::sync::atomic::AtomicBool::new(false),
+                    caught_up: std::sync::atomic::AtomicBool::new(false),
+                    reader: Mutex::new(None),
                 });
                 Self::listen(&ops);
                 ops as Arc<dyn std::any::Any + Send + Sync>

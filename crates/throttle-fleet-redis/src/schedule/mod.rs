@@ -4,8 +4,11 @@
 //! Every timer of a backend is a job (`Job`, crate-private): the
 //! approximate mode's flushes (span ends, early flushes, retries while a
 //! bucket is down), the leased mode's give-backs, the renewal of
-//! concurrency slots, the heartbeat of the nodes, the breaker's probe and
-//! the cluster's discovery. A job says when it wants to run next
+//! concurrency slots, the heartbeat of the nodes (which subscribes again
+//! a node whose watch ended), the operations' listener (which subscribes
+//! again, and retries a read that failed), the breaker's probe and the
+//! cluster's discovery. A subscription's reader waits only on its
+//! connection, never on time. A job says when it wants to run next
 //! (`Job::next`) and, when that time comes, moves its state on and hands
 //! over the work to do (`Job::due`). Both
 //! are the same code in production and in the tests; what differs is who
