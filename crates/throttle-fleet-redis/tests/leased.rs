@@ -7,14 +7,16 @@
 //! per instance costing at most 0.1 Redis calls per request (within its
 //! quota or over it), and a `Remaining` that counts the fleet.
 
+mod support;
+
 use std::time::Duration;
 
+use support::leased::{T0, leased, leased_fleet, perfect, worst_excess};
 use throttle_fleet_core::algorithm::{Gcra, GcraState, Meter};
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{Answer, Key, Quota, Rule, clock::ManualClock};
 use throttle_fleet_redis::schedule::TestTime;
 use throttle_fleet_redis::{LeaseOptions, LeasedBackend};
-use throttle_fleet_test_support::leased::{T0, leased, leased_fleet, perfect, worst_excess};
 use throttle_fleet_test_support::{RedisServer, allowed, outcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,12 +10,14 @@
 //! burst test in `leased.rs` shows the bound): here, a window over a
 //! perfect bucket's allowance means tokens counted twice.
 
+mod support;
+
 use std::time::Duration;
 
+use support::leased::{T0, leased_fleet, perfect, worst_excess};
 use throttle_fleet_core::{Key, Quota, Rule};
 use throttle_fleet_redis::LeaseOptions;
 use throttle_fleet_redis::schedule::TestTime;
-use throttle_fleet_test_support::leased::{T0, leased_fleet, perfect, worst_excess};
 use throttle_fleet_test_support::{RedisServer, allowed};
 
 const INSTANCES: usize = 6;

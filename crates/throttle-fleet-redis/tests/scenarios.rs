@@ -1,16 +1,16 @@
 //! The approximate mode under the traffic real load balancers produce: the
-//! fleet scenario suite (`throttle_fleet_test_support::fleet`) with its goals asserted.
+//! fleet scenario suite (`tests/support/fleet.rs`) with its goals asserted.
 //!
 //! Short versions run in CI; `THROTTLE_FLEET_LONG=1 cargo test -p
 //! throttle-fleet-redis --test scenarios -- --nocapture --test-threads 1` runs the
 //! long ones and prints the table that BENCHMARKS.md records.
 
+mod support;
+
 use std::time::Duration;
 
+use support::fleet::{self, Event, Report, Req, Setup, long, merge, round_robin, run, shifted};
 use throttle_fleet_test_support::Rng;
-use throttle_fleet_test_support::fleet::{
-    self, Event, Report, Req, Setup, long, merge, round_robin, run, shifted,
-};
 
 const TEN_S: Duration = Duration::from_secs(10);
 const MINUTE: Duration = Duration::from_secs(60);

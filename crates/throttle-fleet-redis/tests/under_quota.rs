@@ -22,12 +22,12 @@
 //! rows at 1,000 per 10 s (a label reads `sliding counter | uniform | 8 |
 //! 1000/10s`).
 
+mod support;
+
 use std::time::Duration;
 
+use support::fleet::{self, ClassReport, Report, Setup, Spread, client, long, merge};
 use throttle_fleet_test_support::Rng;
-use throttle_fleet_test_support::fleet::{
-    self, ClassReport, Report, Setup, Spread, client, long, merge,
-};
 
 const TEN_S: Duration = Duration::from_secs(10);
 const MINUTE: Duration = Duration::from_secs(60);

@@ -1,18 +1,16 @@
 //! gRPC helpers: the services generated from throttle-fleet-tonic's protos (the
-//! code its codegen checks in), served behind a `ThrottleLayer` on
-//! ephemeral loopback ports, real tonic clients, and decoding of the
-//! standard error details. HTTP/1.1 requests (plain routes of a mixed
+//! code its codegen checks in) as one set of routes for a test to serve
+//! behind its layer, real tonic clients, and decoding of the standard
+//! error details (no dependency on the tonic integration: its tests use
+//! this crate). HTTP/1.1 requests (plain routes of a mixed
 //! router, gRPC-web) go through [`crate::http`].
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 
 use prost::Message;
-use throttle_fleet_tonic::ThrottleLayer;
-use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status, Streaming};
 use tonic_types::{ErrorInfo, QuotaFailure, RetryInfo, StatusExt};
 
@@ -100,21 +98,6 @@ impl echo::echo_server::Echo for Echo {
 /// The tonic services of the tests, as one set of routes.
 pub fn routes() -> tonic::service::Routes {
     tonic::service::Routes::new(GreeterServer::new(Greeter)).add_service(EchoServer::new(Echo))
-}
-
-/// Serves the greeter and echo services behind `layer` with
-/// `tonic::transport::Server` on an ephemeral loopback port.
-pub async fn serve(layer: ThrottleLayer) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = Server::builder().layer(layer).add_routes(routes());
-    tokio::spawn(async move {
-        server
-            .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true)))
-            .await
-            .unwrap();
-    });
-    addr
 }
 
 /// A real tonic channel to `addr` whose connection comes from `local` (any

@@ -18,11 +18,8 @@
 //!   them ([`RedisSentinel`]).
 //! * `http` (feature `http`): axum apps served on free ports and a real
 //!   HTTP/1.1 client.
-//! * `grpc` (feature `grpc`): the tonic tests' services behind a
-//!   `ThrottleLayer` on free ports, tonic clients and status details.
-//! * `fleet` and `leased` (feature `redis`): the approximate-mode fleet
-//!   scenario driver and the leased-mode helpers the throttle-fleet-redis tests
-//!   share.
+//! * `grpc` (feature `grpc`): the tonic tests' services as routes a test
+//!   serves behind its layer, tonic clients and status details.
 //! * `http_faults` (feature `faults`): the HTTP fault suites' apps per mode
 //!   and failure policy, concurrent bursts and the policies' promises.
 //!
@@ -30,20 +27,19 @@
 //!   timeline, for the algorithms' tests and the laboratory.
 //!
 //! Crates take only the features they need, so a test build of one does
-//! not compile tonic or axum for nothing.
+//! not compile tonic or axum for nothing; and no feature a crate takes
+//! depends on that crate (the Redis, TLS and tonic crates' tests use this
+//! one): what names a crate's own types stays in its tests (the Redis
+//! crate's fleet driver is in its `tests/support/`).
 
 pub mod check;
 pub mod cluster;
-#[cfg(feature = "redis")]
-pub mod fleet;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "faults")]
 pub mod http_faults;
-#[cfg(feature = "redis")]
-pub mod leased;
 pub mod proxy;
 pub mod redis_server;
 pub mod redis_tls;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use throttle_fleet_tls::tokio_rustls::TlsConnector;
-use throttle_fleet_tls::tokio_rustls::rustls::{
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::{
     self, ClientConfig, RootCertStore, ServerConfig,
     crypto::ring,
     pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName},

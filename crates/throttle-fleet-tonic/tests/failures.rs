@@ -2,6 +2,8 @@
 //! that records no peer address (a real tonic server on a Unix socket), and
 //! a fail-closed rule whose backend is down.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -105,7 +107,7 @@ async fn an_unreachable_fail_closed_backend_answers_unavailable_with_a_retry_hin
         PeerIp::default(),
     );
     let layer = ThrottleLayer::new(policy, Down).unwrap();
-    let addr: SocketAddr = throttle_fleet_test_support::grpc::serve(layer).await;
+    let addr: SocketAddr = support::serve(layer).await;
     let mut client = GreeterClient::new(throttle_fleet_test_support::grpc::channel(addr).await);
 
     let status = expect_code(say_hello(&mut client, &[]).await, Code::Unavailable);

@@ -2,14 +2,17 @@
 //! an ephemeral port with the layer added by `Server::builder().layer(..)`,
 //! and real tonic clients.
 
+mod support;
+
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use http::StatusCode;
+use support::serve;
 use throttle_fleet_test_support::grpc::echo::Tick;
 use throttle_fleet_test_support::grpc::{
     EchoClient, GreeterClient, SAY_HELLO, channel, channel_from, details, expect_code, meta,
-    meta_u64, say_hello, serve,
+    meta_u64, say_hello,
 };
 use throttle_fleet_test_support::unix_secs;
 use throttle_fleet_tonic::key::Extension;

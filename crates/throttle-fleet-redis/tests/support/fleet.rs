@@ -23,10 +23,10 @@
 //! second, and bytes sent to Redis per second. `FLEET_STATS=1` also prints
 //! each instance's `ApproximateStats` and Redis' command statistics.
 
-use crate::Rng;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use throttle_fleet_test_support::Rng;
 
 use futures_util::FutureExt;
 use throttle_fleet_core::backend::{Limiter, Outcome, Pending, Unavailable};
@@ -36,7 +36,7 @@ use throttle_fleet_core::{
 use throttle_fleet_redis::schedule::{Lateness, TestTime};
 use throttle_fleet_redis::{ApproximateBackend, ApproximateOptions, RedisBackend, RedisConfig};
 
-use crate::RedisServer;
+use throttle_fleet_test_support::RedisServer;
 
 /// Where the shared clock starts: an aligned, realistic Unix time.
 pub const T0: u64 = 1_800_000_000_000_000;

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::RedisServer;
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{Rule, backend::Backend, clock::ManualClock, memory::MemoryBackend};
 use throttle_fleet_redis::schedule::{Lateness, Scheduler, TestTime};
 use throttle_fleet_redis::{LeaseOptions, LeasedBackend, RedisBackend, RedisConfig};
+use throttle_fleet_test_support::RedisServer;
 
 /// The test time's start (Unix microseconds).
 pub const T0: u64 = 1_700_000_000_000_000;

@@ -14,7 +14,7 @@ use mirror::{Call, Granted, KeyArgs, Stored, grant};
 
 /// Today's script, and 0.1's (one entry per instance in the key's field).
 const NEW: &str = include_str!("../flush.lua");
-const OLD: &str = include_str!("flush_v1.lua");
+const OLD: &str = include_str!("tests/flush_v1.lua");
 
 /// Uniform in `0..n`.
 fn below(rng: &mut Rng, n: i64) -> i64 {
