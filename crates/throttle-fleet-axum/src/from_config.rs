@@ -2,13 +2,13 @@
 //! axum's [`Axum`] integration (peer addresses from `ConnectInfo`, routes
 //! from `MatchedPath`, denials as HTTP 429).
 
-use throttle_fleet_config::{ConfigFileError, GatewayConfig, Integration};
+use throttle_fleet_config::{ConfigFileError, GatewayConfig, build::Integration};
 use throttle_fleet_core::backend::Backend;
 use throttle_fleet_tower::{HttpResponder, KeyExtractor, Policy};
 
 use crate::{ConnectInfoPeer, Route, ThrottleLayer};
 
-/// axum as a [`throttle_fleet_config::Integration`]: `ip` keys are [`ClientIp`](crate::ClientIp),
+/// axum as a [`throttle_fleet_config::build::Integration`]: `ip` keys are [`ClientIp`](crate::ClientIp),
 /// `route` keys are [`Route`] templates, denials are [`HttpResponder`]'s,
 /// with the file's header style.
 #[derive(Debug, Clone, Copy, Default)]

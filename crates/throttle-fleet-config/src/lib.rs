@@ -75,7 +75,7 @@
 //! ```
 //!
 //! [`build::policy`] and [`build::layer`] turn a [`GatewayConfig`] into
-//! rules for any server: the server's [`Integration`] says where the peer
+//! rules for any server: the server's [`Integration`](build::Integration) says where the peer
 //! address is and what a route is (`throttle-fleet-axum` and `throttle-fleet-tonic`
 //! have one each, behind their `config` feature).
 
@@ -92,7 +92,6 @@ mod model;
 pub mod reload;
 
 pub use backend::BuiltBackend;
-pub use build::Integration;
 pub use error::ConfigFileError;
 /// Why an algorithm cannot be served to Envoy, if it cannot.
 pub use load::not_for_envoy;

@@ -5,7 +5,7 @@
 //! and for any other [`ReloadTarget`].
 //!
 //! ```no_run
-//! # use throttle_fleet_config::{GatewayConfig, Integration, reload::Reloader};
+//! # use throttle_fleet_config::{GatewayConfig, build::Integration, reload::Reloader};
 //! # async fn run<I: Integration + Send + 'static>(integration: I) -> Result<(), Box<dyn std::error::Error>>
 //! # where I::Responder: Send + Sync {
 //! use std::time::Duration;

@@ -143,7 +143,7 @@ fn a_server_layer_refuses_a_descriptor_rule() {
     fn peer(_: &throttle_fleet_tower::RequestHead<'_>) -> Option<std::net::SocketAddr> {
         None
     }
-    impl throttle_fleet_config::Integration for Plain {
+    impl throttle_fleet_config::build::Integration for Plain {
         type Peer = fn(&throttle_fleet_tower::RequestHead<'_>) -> Option<std::net::SocketAddr>;
         type Responder = throttle_fleet_tower::HttpResponder;
         type Bodies = throttle_fleet_tower::Wrap;

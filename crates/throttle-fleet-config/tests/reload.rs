@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use throttle_fleet_config::reload::{ReloadEvent, Reloader};
-use throttle_fleet_config::{GatewayConfig, Integration};
+use throttle_fleet_config::{GatewayConfig, build::Integration};
 use throttle_fleet_core::memory::MemoryBackend;
 use throttle_fleet_core::rule_set::Carried;
 use throttle_fleet_tower::RequestHead;

@@ -2,7 +2,6 @@
 //! (the error names the field).
 
 pub use crate::key::MAX_KEY_LEN;
-pub use crate::memory::DEFAULT_MAX_KEYS;
 pub use crate::operate::blocks::MAX_BLOCKED_KEYS;
 pub use crate::operate::penalty::MAX_TRACKED_KEYS;
 pub use crate::quota::{MAX_LIMIT, MAX_PERIOD, MIN_PERIOD};
@@ -16,3 +15,7 @@ pub const MAX_SHADOW_RULES: usize = crate::decision::ShadowDenials::CAPACITY;
 /// How many rules a rule set may hold (a decision names its rule in 16
 /// bits).
 pub const MAX_RULES: usize = u16::MAX as usize;
+
+/// The default bound on keys tracked per rule (the memory backend's, and
+/// the Redis modes' local tables).
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;

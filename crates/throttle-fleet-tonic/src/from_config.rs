@@ -2,13 +2,13 @@
 //! tonic's [`Tonic`] integration (peer addresses from the connection,
 //! routes as gRPC methods, denials as `RESOURCE_EXHAUSTED`).
 
-use throttle_fleet_config::{ConfigFileError, GatewayConfig, Integration};
+use throttle_fleet_config::{ConfigFileError, GatewayConfig, build::Integration};
 use throttle_fleet_core::backend::Backend;
 use throttle_fleet_tower::{KeyExtractor, Policy};
 
 use crate::{GrpcMethod, GrpcResponder, ThrottleLayer, TonicPeer};
 
-/// tonic as a [`throttle_fleet_config::Integration`]: `ip` keys are
+/// tonic as a [`throttle_fleet_config::build::Integration`]: `ip` keys are
 /// [`PeerIp`](crate::PeerIp), a `route` is the full gRPC method
 /// (`routes = ["/helloworld.Greeter/SayHello"]`, through [`GrpcMethod`]),
 /// denials are [`GrpcResponder`]'s; plain HTTP requests get the file's

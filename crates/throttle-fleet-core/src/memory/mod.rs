@@ -17,9 +17,6 @@ pub(crate) use direct::Direct;
 pub use store::MemoryStats;
 use store::Store;
 
-/// The default bound on keys tracked per rule.
-pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
-
 /// Counts in this process's memory. The embedded default: decisions take a
 /// lock on one shard of one rule's table and never await or allocate for a
 /// key already tracked. A key that keeps being denied is decided under the
@@ -73,7 +70,7 @@ impl<C: Clock + Clone> MemoryBackend<C> {
         let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
         Self {
             clock,
-            max_keys: DEFAULT_MAX_KEYS,
+            max_keys: crate::limits::DEFAULT_MAX_KEYS,
             shards: (cpus * 8).next_power_of_two().clamp(16, 256),
         }
     }
