@@ -328,6 +328,11 @@ thread_local! {
     /// the same few values repeat from request to request. Two-way sets,
     /// so two numbers that land in the same set (a limit and a reset time
     /// answered together) never evict each other.
+    ///
+    /// Kept for what it saves (`benches/http/callgrind.sh`, with a fresh
+    /// `HeaderValue` for every number past 1023 instead): 1,256
+    /// instructions of 18,960 per allowed request (6.6%, the reset time)
+    /// and 649 of 17,583 per denied one (3.7%).
     static RECENT: std::cell::RefCell<[[Recent; 2]; RECENT_SETS]> =
         const { std::cell::RefCell::new([const { [(0, None), (0, None)] }; RECENT_SETS]) };
 }
