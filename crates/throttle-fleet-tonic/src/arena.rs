@@ -7,6 +7,14 @@
 //! the buffer is full and every answer written into it is gone, it is
 //! reused in place; only while some of them are still alive (not yet
 //! written to their connections) does a new buffer take its place.
+//!
+//! Kept for the allocations it saves more than for instructions: with a
+//! buffer of the answer's own and a vector of the denial's own for the
+//! encoded status (both sized), a denial makes 5 allocations instead of 2
+//! (`tests/denial_allocations.rs`, whose goal is 2), for only 103
+//! instructions more of about 75,000 per denied gRPC call (0.14%; 11,210
+//! against 11,107 in the layer, `cargo bench -p throttle-fleet-suite
+//! --bench grpc_denial_instructions`).
 
 use std::cell::RefCell;
 

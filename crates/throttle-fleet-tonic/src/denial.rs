@@ -161,6 +161,14 @@ fn put_field_head(tag: u32, len: usize, out: &mut Vec<u8>) {
 
 /// Appends `Status.details` entry `RetryInfo { retry_delay }` (field 3 of
 /// `google.rpc.Status`, a `google.protobuf.Any`), as prost encodes it.
+///
+/// Encoded by hand, as the status's code and message in
+/// [`RuleAnswers::limited`] are, for what it saves: prost's types instead
+/// (`tonic_types::pb::RetryInfo` in a `prost_types::Any`, the message a
+/// `String`) cost 547 instructions more per denial (11,654 against
+/// 11,107 in the layer, `cargo bench -p throttle-fleet-suite --bench
+/// grpc_denial_instructions`; 0.7% of a whole denied call of about
+/// 75,000) and 3 allocations.
 fn put_retry_info(retry_delay: Duration, out: &mut Vec<u8>) {
     let delay = retry_delay.min(RetryInfo::MAX_RETRY_DELAY);
     let (seconds, nanos) = (delay.as_secs(), u64::from(delay.subsec_nanos()));
