@@ -102,9 +102,7 @@ fn counted(server: &RedisServer, rule: &str, key: &Key, interval: u64) -> (u64, 
         if entries.is_empty() {
             continue;
         }
-        // `@<first span>:<overdrawn>,~<instances>;...=0:<counts>:...`, then
-        // any `<id>=<seq>:<count>:<claim>:<span>:<demand>` of an instance
-        // that writes 0.1's format.
+        // `@<first span>:<overdrawn>,~<instances>;...=0:<counts>:...`.
         let (mut total, mut instances) = (0, 0);
         for entry in entries.split(',').filter(|e| !e.starts_with('@')) {
             let (id, numbers) = entry.split_once('=').unwrap();

@@ -101,16 +101,6 @@
 //! written, whatever the number of instances (the fleet's sums replace the
 //! per-instance list that every write used to parse and rebuild, O(I) per
 //! write and O(I²) per span for a key every instance serves).
-//!
-//! The format before it (0.1) kept one entry `<id>=<seq>:<count>:<claim>:<span>:<demand>`
-//! per instance in the field `K`. The two run side by side during a rolling
-//! upgrade: an old instance reads the `~` pseudo-entry as one instance
-//! holding the others' counts, holds and demands (its id has no `=`; its
-//! span is the latest written), and keeps it verbatim when it rewrites the
-//! field; a new instance counts the old entries it finds one by one and
-//! keeps them verbatim. Neither loses the other's counts, and the bound
-//! holds (an old instance counts the new ones as one, which only makes the
-//! reserve it keeps for unknown instances larger).
 
 /// The part of a share that credits and the overdraft are: an eighth.
 const EIGHTH: u64 = 8;

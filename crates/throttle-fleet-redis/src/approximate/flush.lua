@@ -14,14 +14,12 @@
 -- the fleet count the writer last heard, and the cost of the writer's
 -- requests waiting for this answer (need).
 --
--- A key `K` has one field `K` with `@<first span>:<overdrawn>`, the sums of
--- the instances that write this format as one entry
+-- A key `K` has one field `K` with `@<first span>:<overdrawn>` and the
+-- sums of the instances as one entry
 -- `~<instances>;<demand x span>;<span>.<demand>;...=0:<counts>:<holds>:<last span>:<demands>`,
--- and, verbatim, the entries `<id>=<seq>:<count>:<claim>:<span>:<demand>`
--- of instances that still write one entry per instance into it (an
--- upgrade in progress); and one field `K.<id>` per instance of this format
--- with its `<seq>:<count>:<claim>:<span>:<demand>`. A write reads and
--- rewrites two fields: its cost does not grow with the instances.
+-- and one field `K.<id>` per instance with its
+-- `<seq>:<count>:<claim>:<span>:<demand>`. A write reads and rewrites two
+-- fields: its cost does not grow with the instances.
 --
 -- The reply is one string per key:
 -- `<fleet count>:<claim>:<limit now>:<instances>:<previous total>:<estimate>:<rate>:<free>`,
@@ -53,7 +51,6 @@ for i = 1, n do
   -- The sums of the instances writing `K.<id>` fields.
   local members, counts, holds, demands, dspan, last = 0, 0, 0, 0, 0, 0
   local by_span = {}
-  local olds = {}
   local count, spent, claimed, wanted, estimate, rate = 0, cum, 0, demand, cum, 0
   local value = current[2 * i - 1]
   if not value then fresh = true end
@@ -71,19 +68,6 @@ for i = 1, n do
           members, dspan, counts, holds = tonumber(m), tonumber(ds), tonumber(ec), tonumber(eh)
           last, demands = tonumber(es), tonumber(ed)
           for s, d in string.gmatch(list, '(%d+)%.(%d+)') do by_span[tonumber(s)] = tonumber(d) end
-        end
-      else
-        local id, eseq, ecum, eclaim, espan, edemand =
-          string.match(entry, '^([^=]+)=(%d+):(%d+):(%d+):(%d+):(%d+)$')
-        if id then
-          olds[#olds + 1] = entry
-          ecum, eclaim, espan, edemand = tonumber(ecum), tonumber(eclaim), tonumber(espan), tonumber(edemand)
-          count = count + 1
-          spent = spent + ecum
-          claimed = claimed + math.max(ecum, eclaim)
-          estimate = estimate + ecum + edemand * math.max(0, span - espan)
-          rate = rate + edemand
-          if espan + 2 >= span then wanted = wanted + edemand end
         end
       end
     end
@@ -173,7 +157,6 @@ for i = 1, n do
     local field = '@' .. first .. ':' .. overdrawn .. ',~' .. members .. ';' .. int(dspan) .. ';'
       .. table.concat(list, ';') .. '=0:' .. int(counts) .. ':' .. int(holds) .. ':' .. last
       .. ':' .. int(demands)
-    for j = 1, #olds do field = field .. ',' .. olds[j] end
     update[#update + 1] = fields[2 * i - 1]
     update[#update + 1] = field
     update[#update + 1] = fields[2 * i]

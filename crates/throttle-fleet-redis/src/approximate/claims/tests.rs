@@ -1,5 +1,5 @@
-//! `flush.lua` against its Rust mirror on random inputs, and the script
-//! beside 0.1's (a rolling upgrade), on a real redis-server.
+//! `flush.lua` against its Rust mirror on random inputs, and a fleet's
+//! flushes of one key within the bound, on a real redis-server.
 
 use std::collections::HashMap;
 
@@ -12,35 +12,23 @@ mod mirror;
 use super::Reply;
 use mirror::{Call, Granted, KeyArgs, Stored, grant};
 
-/// Today's script, and 0.1's (one entry per instance in the key's field).
-const NEW: &str = include_str!("../flush.lua");
-const OLD: &str = include_str!("tests/flush_v1.lua");
+/// The script.
+const FLUSH: &str = include_str!("../flush.lua");
 
 /// Uniform in `0..n`.
 fn below(rng: &mut Rng, n: i64) -> i64 {
     rng.below(n as u64) as i64
 }
 
-/// Which script an instance runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Version {
-    Old,
-    New,
-}
-
 /// Runs one flush call; returns each key's reply.
 fn run(
     con: &mut redis::Connection,
-    version: Version,
     hash: &str,
     previous: &str,
     call: &Call<'_>,
     keys: &[(String, KeyArgs)],
 ) -> Vec<String> {
-    let script = Script::new(match version {
-        Version::Old => OLD,
-        Version::New => NEW,
-    });
+    let script = Script::new(FLUSH);
     let mut inv = script.prepare_invoke();
     inv.key(hash)
         .key(previous)
@@ -52,10 +40,8 @@ fn run(
         .arg(call.fleet)
         .arg(call.credit)
         .arg(call.seq)
-        .arg(call.overdraft);
-    if version == Version::New {
-        inv.arg(call.base);
-    }
+        .arg(call.overdraft)
+        .arg(call.base);
     for (name, k) in keys {
         inv.arg(name)
             .arg(k.cum)
@@ -80,12 +66,12 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
         .get_connection()
         .unwrap();
     let instances = [
-        ("0a1b2c3d4e5f6071", Version::New),
-        ("1b2c3d4e5f607182", Version::New),
-        ("2c3d4e5f60718293", Version::New),
-        ("3d4e5f60718293a4", Version::New),
-        ("4e5f60718293a4b5", Version::Old),
-        ("5f60718293a4b5c6", Version::Old),
+        "0a1b2c3d4e5f6071",
+        "1b2c3d4e5f607182",
+        "2c3d4e5f60718293",
+        "3d4e5f60718293a4",
+        "4e5f60718293a4b5",
+        "5f60718293a4b5c6",
     ];
     let names = ["k0", "k1", "k2", "k3"];
     let mut compared = 0;
@@ -95,13 +81,13 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
         let prefix = format!("s{seed}");
         let mut seqs = [0i64; 6];
         // The latest count each instance wrote per (interval, key): the
-        // fleet's count every reply must show, whatever format wrote it.
+        // fleet's count every reply must show.
         let mut latest: HashMap<(i64, &str, usize), i64> = HashMap::new();
         let limit = 1 + below(&mut rng, 400);
         let spans = 1 + below(&mut rng, 12);
         for _ in 0..400 {
             let who = below(&mut rng, instances.len() as i64) as usize;
-            let (instance, version) = instances[who];
+            let instance = instances[who];
             let interval = 1 + below(&mut rng, 2);
             let base = interval * spans;
             let hash = format!("{prefix}:{interval}");
@@ -168,7 +154,7 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
                 .iter()
                 .map(|(name, _)| get(&mut con, &hash, name))
                 .collect();
-            let replies = run(&mut con, version, &hash, &previous, &call, &keys);
+            let replies = run(&mut con, &hash, &previous, &call, &keys);
             assert_eq!(replies.len(), keys.len());
             for (((name, k), reply), expected) in keys.iter().zip(&replies).zip(&expected) {
                 let name = names.iter().find(|n| *n == name).unwrap();
@@ -186,11 +172,8 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
                 assert_eq!(
                     parsed.spent,
                     fleet.max(k.known),
-                    "seed {seed}: {version:?} {instance} lost a count of {name}: {fields_before:?} {keys:?}"
+                    "seed {seed}: {instance} lost a count of {name}: {fields_before:?} {keys:?}"
                 );
-                if version == Version::Old {
-                    continue;
-                }
                 let Granted::Written {
                     reply: want,
                     field,
@@ -213,7 +196,7 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
                 compared += 1;
             }
             for (reply, expected) in replies.iter().zip(&expected) {
-                if version == Version::New && reply == "S" {
+                if reply == "S" {
                     assert_eq!(expected, &Granted::Stale, "seed {seed}");
                 }
             }
@@ -223,10 +206,10 @@ fn the_script_and_its_mirror_agree_on_random_flushes() {
     assert!(stale > 100, "{stale} stale");
 }
 
-/// A fleet of old and new instances serving one key through one interval:
-/// heavy and light instances, each admitting only within its claim (or its
+/// A fleet of `size` instances serving one key through one interval: heavy
+/// and light instances, each admitting only within its claim (or its
 /// credit before it has one), asking for more when requests wait.
-fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i64) {
+fn fleet_run(server: &RedisServer, size: usize, seed: u64) -> (i64, i64) {
     const LIMIT: i64 = 1_000;
     const SPANS: i64 = 10;
     let mut con = redis::Client::open(server.url())
@@ -239,7 +222,6 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
     let overdraft = (LIMIT / (8 * SPANS)).max(1);
     struct Instance {
         id: String,
-        version: Version,
         cum: i64,
         claim: Option<i64>,
         fleet: i64,
@@ -247,12 +229,9 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
         seq: i64,
         heavy: bool,
     }
-    let mut fleet: Vec<Instance> = versions
-        .iter()
-        .enumerate()
-        .map(|(i, &version)| Instance {
+    let mut fleet: Vec<Instance> = (0..size)
+        .map(|i| Instance {
             id: format!("{:016x}", 0xabc0 + i),
-            version,
             cum: 0,
             claim: None,
             fleet: 1,
@@ -303,7 +282,6 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
             };
             let replies = run(
                 &mut con,
-                inst.version,
                 &hash,
                 &previous,
                 &call,
@@ -322,7 +300,7 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
     // The last round wrote every count: the last reply saw them all.
     assert_eq!(
         last_spent, admitted,
-        "seed {seed}: {versions:?}: counts lost"
+        "seed {seed}: {size} instances: counts lost"
     );
     (
         admitted,
@@ -331,27 +309,21 @@ fn upgrade_run(server: &RedisServer, versions: &[Version], seed: u64) -> (i64, i
 }
 
 #[test]
-fn old_and_new_instances_share_a_key_within_the_bound() {
-    use Version::{New, Old};
+fn a_fleet_shares_a_key_within_the_bound() {
     let server = RedisServer::start();
-    let fleets: [&[Version]; 4] = [
-        &[Old, Old, Old, Old, Old, Old, Old, Old],
-        &[New, Old, New, Old, New, Old, New, Old],
-        &[Old, New, Old, New, Old, New, Old, New],
-        &[New, New, New, New, New, New, New, New],
-    ];
-    for (f, versions) in fleets.iter().enumerate() {
+    for size in [8, 12] {
         for seed in 0..10 {
-            let (admitted, bound) = upgrade_run(&server, versions, 100 * f as u64 + seed);
+            let (admitted, bound) = fleet_run(&server, size, 100 * size as u64 + seed);
             assert!(
                 admitted <= bound,
-                "{versions:?} seed {seed}: admitted {admitted}, bound {bound}"
+                "{size} instances, seed {seed}: admitted {admitted}, bound {bound}"
             );
-            // Demand is over twice the limit: a fleet that starves itself
+            // Demand is over twice the limit (half the instances heavy in
+            // each span): a fleet that starves itself
             // would meet the bound too.
             assert!(
                 admitted >= 950,
-                "{versions:?} seed {seed}: admitted only {admitted}"
+                "{size} instances, seed {seed}: admitted only {admitted}"
             );
         }
     }

@@ -118,15 +118,6 @@ impl Sums {
     }
 }
 
-/// An entry of the one-field format (0.1): `<id>=<seq>:<count>:<claim>:<span>:<demand>`.
-fn old_entry(entry: &str) -> Option<[i64; 5]> {
-    let (id, rest) = entry.split_once('=')?;
-    if id.is_empty() {
-        return None;
-    }
-    numbers::<5>(rest)
-}
-
 /// `N` non-negative integers separated by `:` and nothing else.
 fn numbers<const N: usize>(s: &str) -> Option<[i64; N]> {
     let mut out = [0; N];
@@ -193,9 +184,6 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
     let rel = span - base;
     let (mut first, mut overdrawn) = (span, 0);
     let mut sums = Sums::default();
-    let mut olds: Vec<&str> = Vec::new();
-    let (mut count, mut spent, mut claimed, mut wanted, mut estimate, mut rate) =
-        (0, cum, 0, demand, cum, 0);
     for entry in stored
         .field
         .unwrap_or("")
@@ -208,20 +196,10 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
             if let Some(o) = digits(o) {
                 overdrawn = o;
             }
-        } else if entry.starts_with('~') {
-            if let Some(parsed) = Sums::parse(entry) {
-                sums = parsed;
-            }
-        } else if let Some([_, ecum, eclaim, espan, edemand]) = old_entry(entry) {
-            olds.push(entry);
-            count += 1;
-            spent += ecum;
-            claimed += ecum.max(eclaim);
-            estimate += ecum + edemand * (span - espan).max(0);
-            rate += edemand;
-            if espan + 2 >= span {
-                wanted += edemand;
-            }
+        } else if entry.starts_with('~')
+            && let Some(parsed) = Sums::parse(entry)
+        {
+            sums = parsed;
         }
     }
     if let Some([mseq, mcum, mclaim, mspan, mdemand]) = stored.mine.and_then(numbers::<5>) {
@@ -238,17 +216,18 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
             *d = (*d - mdemand).max(0);
         }
     }
-    count += sums.members;
-    spent += sums.counts;
-    claimed += sums.holds;
-    estimate += sums.counts + (rel * sums.demands - sums.dspan).max(0);
-    rate += sums.demands;
-    wanted += sums
-        .by_span
-        .iter()
-        .filter(|&(&s, _)| s + 2 >= rel)
-        .map(|(_, d)| d)
-        .sum::<i64>();
+    let count = sums.members;
+    let spent = cum + sums.counts;
+    let claimed = sums.holds;
+    let estimate = cum + sums.counts + (rel * sums.demands - sums.dspan).max(0);
+    let rate = sums.demands;
+    let wanted = demand
+        + sums
+            .by_span
+            .iter()
+            .filter(|&(&s, _)| s + 2 >= rel)
+            .map(|(_, d)| d)
+            .sum::<i64>();
     let (prev, unwritten) = stored.previous.map_or((0, 0), total);
     let now_limit = limit - (prev * weight_milli).div_euclid(1_000);
     let unwritten_now = ((prev + unwritten) * weight_milli).div_euclid(1_000) - (limit - now_limit);
@@ -294,7 +273,7 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
         .filter(|&(&s, &d)| s + 3 >= rel && d > 0)
         .map(|(s, d)| format!("{s}.{d}"))
         .collect();
-    let mut field = format!(
+    let field = format!(
         "@{first}:{overdrawn},~{};{};{}=0:{}:{}:{}:{}",
         sums.members,
         sums.dspan,
@@ -304,10 +283,6 @@ pub(super) fn grant(call: &Call<'_>, key: &KeyArgs, stored: Stored<'_>) -> Grant
         sums.last,
         sums.demands
     );
-    for old in olds {
-        field.push(',');
-        field.push_str(old);
-    }
     Granted::Written {
         reply: Reply {
             spent,
