@@ -34,6 +34,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod decided;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 #[cfg(feature = "http")]
@@ -53,6 +54,7 @@ pub mod tls;
 
 pub use check::{allowed, check, check_cost, outcome};
 pub use cluster::RedisCluster;
+pub use decided::decided;
 pub use proxy::DelayingProxy;
 pub use redis_server::RedisServer;
 pub use redis_tls::{ServerTls, TlsFiles};
