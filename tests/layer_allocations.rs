@@ -28,9 +28,9 @@ use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use throttle_fleet_axum::HttpResponder;
 use throttle_fleet_axum::core::Class;
 use throttle_fleet_axum::key::Global;
-use throttle_fleet_axum::responder::HttpResponder;
 use throttle_fleet_axum::{
     ClientIp, Limit, MemoryBackend, Policy, Quota, RequestHead, Rule, ThrottleLayer,
 };

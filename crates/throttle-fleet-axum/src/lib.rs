@@ -33,7 +33,7 @@
 //! rounded up), `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
 //! `X-RateLimit-Reset` (Unix epoch seconds) and a JSON body naming the
 //! dimension; allowed responses carry the same `X-RateLimit-*` headers (see
-//! [`responder::HttpResponder`]). Everything in `throttle-fleet-tower` and
+//! [`HttpResponder`]). Everything in `throttle-fleet-tower` and
 //! `throttle-fleet-core` that a user needs is re-exported here: the names a policy
 //! is written with in [`prelude`], the rest in modules ([`key`], [`core`],
 //! [`responder`], [`limits`], [`headers`], [`metrics`]).
@@ -53,7 +53,6 @@ pub mod serve;
 pub use extract::{ClientIp, ConnectInfoPeer, Route};
 #[cfg(feature = "redis")]
 pub use throttle_fleet_redis as redis;
-use throttle_fleet_tower::HttpResponder;
 pub use throttle_fleet_tower::integration::*;
 
 /// What a policy is written with, for `use throttle_fleet_axum::prelude::*`:
@@ -69,7 +68,7 @@ pub mod prelude {
 }
 
 /// The throttle layer for axum, answering rejections with HTTP 429 and JSON
-/// ([`responder::HttpResponder`]) in axum's own body ([`AxumBodies`]). Use
+/// ([`HttpResponder`]) in axum's own body ([`AxumBodies`]). Use
 /// [`ThrottleLayer::with_responder`] for another `HttpResponder`, and
 /// `throttle_fleet_tower::ThrottleLayer<YourResponder, AxumBodies>` for an
 /// answer of your own.

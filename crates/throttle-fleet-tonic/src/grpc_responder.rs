@@ -179,7 +179,7 @@ pub(crate) fn is_grpc(req: &RequestHead<'_>) -> bool {
 ///
 /// ```
 /// use throttle_fleet_tonic::GrpcResponder;
-/// use throttle_fleet_tonic::responder::HttpResponder;
+/// use throttle_fleet_tonic::HttpResponder;
 ///
 /// let responder = GrpcResponder::new()
 ///     .key_kind("tenant", "api-key") // instead of the extractor's kind

@@ -7,12 +7,13 @@ use throttle_fleet_core::rule_set::Carried;
 use throttle_fleet_core::{ConfigError, backend::Backend, rule_set::RuleSet};
 use tower_layer::Layer;
 
+use crate::HttpResponder;
 #[cfg(doc)]
 use crate::body::ResponseBodies;
 use crate::body::Wrap;
 use crate::engine::Engine;
 use crate::policy::Policy;
-use crate::responder::{HttpResponder, Responder};
+use crate::responder::Responder;
 use crate::service::Throttle;
 
 /// Applies a [`Policy`] to every request of the services it wraps.

@@ -42,6 +42,7 @@ mod extract;
 mod future;
 mod head;
 pub mod headers;
+mod http_responder;
 mod ip;
 #[cfg(feature = "jwt")]
 mod jwt;
@@ -56,9 +57,9 @@ pub use body::{ResponseBodies, ThrottleBody, Wrap};
 pub use extract::{KeyExtractor, KeyExtractorExt};
 pub use future::ResponseFuture;
 pub use head::RequestHead;
+pub use http_responder::HttpResponder;
 pub use layer::{Reloaded, ThrottleLayer};
 pub use policy::{ClassFn, CostFn, Limit, MissingKey, Policy};
-pub use responder::HttpResponder;
 pub use service::Throttle;
 pub use throttle_fleet_core::rule_set::RefundFn;
 pub use throttle_fleet_core::{
@@ -93,9 +94,9 @@ pub mod limits {
 #[doc(hidden)]
 pub mod integration {
     pub use crate::{
-        ConfigError, CostFn, InFlightLimit, Key, KeyExtractor, KeyExtractorExt, Limit,
-        MemoryBackend, MissingKey, Policy, Quota, RefundFn, Reloaded, RequestHead, ResponseBodies,
-        ResponseFuture, Rule, Throttle, ThrottleBody, Wrap,
+        ConfigError, CostFn, HttpResponder, InFlightLimit, Key, KeyExtractor, KeyExtractorExt,
+        Limit, MemoryBackend, MissingKey, Policy, Quota, RefundFn, Reloaded, RequestHead,
+        ResponseBodies, ResponseFuture, Rule, Throttle, ThrottleBody, Wrap,
     };
     pub use crate::{body_timeout, core, headers, key, limits, metrics, responder, server};
 
