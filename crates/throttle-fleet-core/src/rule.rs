@@ -9,10 +9,10 @@ use crate::algorithm::{
 };
 use crate::operate::Penalty;
 use crate::tier::Tiers;
+use crate::{Class, ConfigError, Key, Quota};
 
 mod in_flight_limit;
 
-use crate::{Class, ConfigError, Key, Quota};
 pub use in_flight_limit::InFlightLimit;
 
 /// The longest rule name accepted.
@@ -77,7 +77,7 @@ pub struct Rule {
     tiers: Option<Tiers>,
     shadow: bool,
     penalty: Option<Penalty>,
-    concurrency: Option<InFlightLimit>,
+    in_flight: Option<InFlightLimit>,
 }
 
 impl Rule {
@@ -93,7 +93,7 @@ impl Rule {
             tiers: None,
             shadow: false,
             penalty: None,
-            concurrency: None,
+            in_flight: None,
         }
     }
 
@@ -120,14 +120,14 @@ impl Rule {
     pub fn concurrency(name: impl AsRef<str>, limit: impl Into<InFlightLimit>) -> Self {
         let limit = limit.into();
         Self {
-            concurrency: Some(limit),
+            in_flight: Some(limit),
             ..Self::new(name, Quota::in_flight(limit.limit)).with_algorithm(Algorithm::Concurrency)
         }
     }
 
     /// A concurrency rule's own settings (`None` for a rate rule).
     pub fn in_flight_limit(&self) -> Option<&InFlightLimit> {
-        self.concurrency.as_ref()
+        self.in_flight.as_ref()
     }
 
     /// Uses `algorithm` for a rate rule (a concurrency rule is made by
@@ -319,7 +319,7 @@ impl Rule {
     /// limit): `limit − steps × reserve`, the reserve scaled by `limit / n`.
     pub fn limit_for(&self, class: Class, limit: u64) -> u64 {
         let steps = class.steps_below_critical();
-        let reserve = self.concurrency.map_or(0, |c| c.reserve);
+        let reserve = self.in_flight.map_or(0, |c| c.reserve);
         if steps == 0 || reserve == 0 {
             return limit;
         }
@@ -336,7 +336,7 @@ impl Rule {
     /// rule's own limit is not reached): it has a reserve, which weighs a
     /// request's class, or an adaptive limit.
     pub fn sheds(&self) -> bool {
-        self.concurrency
+        self.in_flight
             .is_some_and(|c| c.reserve > 0 || c.adaptive.is_some())
     }
 
@@ -428,7 +428,7 @@ impl Rule {
             return Err(ConfigError::new("cost", "must be at least 1 (got 0)"));
         }
         self.quota.validate(self.algorithm.uses_burst())?;
-        if self.algorithm.is_concurrency() != self.concurrency.is_some() {
+        if self.algorithm.is_concurrency() != self.in_flight.is_some() {
             return Err(ConfigError::new(
                 "algorithm",
                 "a concurrency rule is made by Rule::concurrency and counts requests in flight; \
@@ -444,7 +444,7 @@ impl Rule {
             }
             penalty.validate()?;
         }
-        if let Some(c) = &self.concurrency {
+        if let Some(c) = &self.in_flight {
             c.validate(self.quota.limit())?;
         }
         if self.tiers.is_some() && self.sheds() {
