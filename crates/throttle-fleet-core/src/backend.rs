@@ -5,7 +5,6 @@ use std::any::Any;
 use std::sync::Arc;
 
 pub use crate::answer::Pending;
-pub use crate::rule::MeterVisitor;
 
 pub use crate::unavailable::Unavailable;
 

@@ -489,7 +489,7 @@ impl Rule {
     /// Compiles the rule's algorithm into a meter and hands it to `visit`,
     /// which is generic over the meter type (so a backend can build a
     /// specialised store for each algorithm).
-    pub fn with_meter<V: MeterVisitor>(&self, visit: V) -> Result<V::Output, ConfigError> {
+    pub(crate) fn with_meter<V: MeterVisitor>(&self, visit: V) -> Result<V::Output, ConfigError> {
         self.validate()?;
         let q = self.quota;
         let named = |e: ConfigError| e.in_rule(&self.name);
@@ -513,7 +513,7 @@ impl Rule {
 }
 
 /// Receives a rule's compiled meter; see [`Rule::with_meter`].
-pub trait MeterVisitor {
+pub(crate) trait MeterVisitor {
     /// What the visit builds.
     type Output;
     /// Builds something from the meter.

@@ -1,7 +1,8 @@
 //! Driving a meter over a timeline and measuring what got through.
 
-use throttle_fleet_core::algorithm::{Algorithm, Meter, Step};
-use throttle_fleet_core::backend::MeterVisitor;
+use throttle_fleet_core::algorithm::{
+    Algorithm, Concurrency, FixedWindow, Gcra, Meter, SlidingWindowCounter, SlidingWindowLog, Step,
+};
 use throttle_fleet_core::clock::ManualClock;
 use throttle_fleet_core::memory::MemoryBackend;
 use throttle_fleet_core::{ConfigError, Key, Quota, Rule};
@@ -148,9 +149,23 @@ pub fn simulate(
     } else {
         Quota::new(quota.limit(), quota.period())
     };
-    let run = Rule::new("sim", quota)
-        .with_algorithm(algorithm)
-        .with_meter(Drive(events))??;
+    // The rule checks the quota as a rule bound to a backend would, and
+    // its errors name the field.
+    if algorithm.is_concurrency() {
+        Rule::concurrency("sim", quota.limit())
+    } else {
+        Rule::new("sim", quota).with_algorithm(algorithm)
+    }
+    .validate()?;
+    let run = match algorithm {
+        Algorithm::FixedWindow => drive(FixedWindow::new(quota)?, events),
+        Algorithm::SlidingWindowLog => drive(SlidingWindowLog::new(quota)?, events),
+        Algorithm::SlidingWindowCounter => drive(SlidingWindowCounter::new(quota)?, events),
+        Algorithm::TokenBucket => drive(Gcra::token_bucket(quota)?, events),
+        Algorithm::LeakyBucket => drive(Gcra::leaky_bucket(quota)?, events),
+        Algorithm::Concurrency => drive(Concurrency::new(quota)?, events),
+        _ => unreachable!("every algorithm is listed"),
+    }?;
     Ok(Simulation {
         algorithm,
         quota,
@@ -159,33 +174,26 @@ pub fn simulate(
     })
 }
 
-/// Drives whichever meter a rule compiles to.
-struct Drive<'a>(&'a [Event]);
-
-impl MeterVisitor for Drive<'_> {
-    type Output = Result<Run, ConfigError>;
-
-    fn visit<M: Meter>(self, meter: M) -> Self::Output {
-        let clock = ManualClock::new(0);
-        // One key: the smallest table the backend accepts.
-        let limiter = MemoryBackend::with_clock(clock.clone())
-            .shards(16)
-            .max_keys(16)
-            .limiter_for(meter)?;
-        let key = Key::new("sim");
-        let steps = self
-            .0
-            .iter()
-            .map(|e| {
-                clock.set(e.at_us);
-                let outcome = limiter.check(&key, e.cost);
-                let event = Event {
-                    at_us: outcome.at_us,
-                    cost: e.cost,
-                };
-                (event, outcome.step)
-            })
-            .collect();
-        Ok(Run { steps })
-    }
+/// Runs `events` through `meter` in a memory backend on a clock of its own.
+fn drive<M: Meter>(meter: M, events: &[Event]) -> Result<Run, ConfigError> {
+    let clock = ManualClock::new(0);
+    // One key: the smallest table the backend accepts.
+    let limiter = MemoryBackend::with_clock(clock.clone())
+        .shards(16)
+        .max_keys(16)
+        .limiter_for(meter)?;
+    let key = Key::new("sim");
+    let steps = events
+        .iter()
+        .map(|e| {
+            clock.set(e.at_us);
+            let outcome = limiter.check(&key, e.cost);
+            let event = Event {
+                at_us: outcome.at_us,
+                cost: e.cost,
+            };
+            (event, outcome.step)
+        })
+        .collect();
+    Ok(Run { steps })
 }
