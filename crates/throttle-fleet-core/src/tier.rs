@@ -90,14 +90,6 @@ impl Tiers {
         &self.quotas
     }
 
-    /// How many keys the map lists (`None` for a function).
-    pub fn listed_keys(&self) -> Option<usize> {
-        match &self.select {
-            Select::Map(m) => Some(m.len()),
-            Select::Fn(_) => None,
-        }
-    }
-
     /// The index in [`quotas`](Self::quotas) of `key`'s tier, or `None`
     /// for the default (also when a function returns a quota it did not
     /// declare).

@@ -192,13 +192,6 @@ impl Drop for Held {
 }
 
 impl RuleSet {
-    /// Whether a check may answer something held: a rule is a concurrency
-    /// rule or keeps its cost ([`Binding::keep`](super::Binding::keep),
-    /// [`Binding::settle_by`](super::Binding::settle_by)).
-    pub fn holds(&self) -> bool {
-        self.keeps
-    }
-
     /// What the allowed answers among `taken` (by index in `demands`) hold
     /// for the request: those of rules that keep theirs.
     pub(super) fn kept(&self, demands: &[Demand], taken: &[(usize, Outcome)]) -> Option<Box<Held>> {
