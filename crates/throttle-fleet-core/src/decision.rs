@@ -239,14 +239,14 @@ impl Span {
 
 impl Decision {
     /// No rule applied to the request.
-    pub const fn unlimited() -> Self {
+    pub(crate) const fn unlimited() -> Self {
         Self {
             repr: Repr::Unlimited,
         }
     }
 
     /// A fail-closed rule, at index `rule`, could not be checked.
-    pub fn refused(rule: usize, error: Unavailable) -> Self {
+    pub(crate) fn refused(rule: usize, error: Unavailable) -> Self {
         Self {
             repr: Repr::Refused {
                 rule: u16::try_from(rule).unwrap_or(u16::MAX),

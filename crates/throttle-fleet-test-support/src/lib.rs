@@ -54,7 +54,7 @@ pub mod tls;
 
 pub use check::{allowed, check, check_cost, outcome};
 pub use cluster::RedisCluster;
-pub use decided::decided;
+pub use decided::{decided, refused};
 pub use proxy::DelayingProxy;
 pub use redis_server::RedisServer;
 pub use redis_tls::{ServerTls, TlsFiles};

@@ -172,7 +172,7 @@ fn unavailable_answers_made_once_equal_answers_made_whole() {
     let rule = Rule::new("ip", throttle_fleet_core::Quota::per_minute(1)).fail_closed();
     let mut bound = GrpcResponder::new();
     bound.bind(&[(&rule, "peer-ip")]);
-    let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));
+    let refused = throttle_fleet_test_support::refused(0, "down");
     let req = grpc_request("application/grpc");
     let reject = |r: &GrpcResponder| {
         r.reject(
@@ -276,7 +276,7 @@ fn a_shed_call_is_unavailable_with_its_own_reason_and_wait() {
         Some(Duration::from_millis(2_500))
     );
 
-    let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));
+    let refused = throttle_fleet_test_support::refused(0, "down");
     let res = GrpcResponder::new().reject(
         &head,
         Rejection::Refused {

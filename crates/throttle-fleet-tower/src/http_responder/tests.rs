@@ -114,7 +114,7 @@ fn numbers_render_the_same_from_the_tables_and_from_scratch() {
 #[test]
 fn a_refusal_says_how_long_to_wait() {
     let rule = Rule::new("ip", Quota::per_minute(100)).fail_closed();
-    let refused = Decision::refused(0, throttle_fleet_core::backend::Unavailable::new("down"));
+    let refused = throttle_fleet_test_support::refused(0, "down");
     let req = http::Request::new(());
     let res = HttpResponder::new().reject(
         &RequestHead::of(&req),
