@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use throttle_fleet_core::backend::Limiter;
 use throttle_fleet_core::{ConfigError, Rule, backend::Backend};
@@ -55,8 +54,14 @@ impl LeasedBackend {
     /// for the return delay (all of them when `all`). Returns whether every
     /// return reached Redis.
     async fn give_back(&self, all: bool) -> bool {
-        while self.shared.in_flight.load(Ordering::Acquire) > 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        loop {
+            // Made before the count is read, so that the last lease's
+            // arrival between the two is not missed.
+            let settled = self.shared.settled.notified();
+            if self.shared.in_flight.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            settled.await;
         }
         let mut ok = true;
         for rule in self.rules.live() {

@@ -91,7 +91,9 @@ impl LeaseRule {
                 }
                 Err(_) => this.end_fetch(&key),
             }
-            this.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            if this.shared.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+                this.shared.settled.notify_waiters();
+            }
         });
     }
 

@@ -12,6 +12,8 @@ pub(super) struct Shared {
     pub(super) counters: Counters,
     /// Leases on their way in the background.
     pub(super) in_flight: AtomicUsize,
+    /// Told when the last lease on its way has arrived (`in_flight` is 0).
+    pub(super) settled: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -20,6 +22,7 @@ impl Shared {
             options,
             counters: Counters::default(),
             in_flight: AtomicUsize::new(0),
+            settled: tokio::sync::Notify::new(),
         }
     }
 }
