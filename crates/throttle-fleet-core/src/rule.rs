@@ -9,7 +9,7 @@ use crate::algorithm::{
 };
 use crate::operate::Penalty;
 use crate::tier::Tiers;
-use crate::{Class, ConfigError, Key, Quota};
+use crate::{ConfigError, Key, Quota};
 
 mod in_flight_limit;
 
@@ -314,29 +314,12 @@ impl Rule {
         self
     }
 
-    /// How many slots a request of `class` may find held and still take
-    /// one, when the rule's limit is `limit` now (`n`, or the adaptive
-    /// limit): `limit − steps × reserve`, the reserve scaled by `limit / n`.
-    pub fn limit_for(&self, class: Class, limit: u64) -> u64 {
-        let steps = class.steps_below_critical();
-        let reserve = self.in_flight.map_or(0, |c| c.reserve);
-        if steps == 0 || reserve == 0 {
-            return limit;
-        }
-        let n = self.quota.limit().max(1);
-        let reserve = if limit >= n {
-            reserve
-        } else {
-            (u128::from(reserve) * u128::from(limit)).div_ceil(u128::from(n)) as u64
-        };
-        limit.saturating_sub(steps.saturating_mul(reserve))
-    }
-
     /// Whether the rule may shed a request (answer it 503 while the
     /// rule's own limit is not reached): it has a reserve, which weighs a
     /// request's class, or an adaptive limit.
     pub fn sheds(&self) -> bool {
         self.in_flight
+            .as_ref()
             .is_some_and(|c| c.reserve > 0 || c.adaptive.is_some())
     }
 

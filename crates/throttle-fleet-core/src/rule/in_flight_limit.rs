@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{DEFAULT_SLOT_TTL, MAX_SLOT_TTL, MIN_SLOT_TTL};
-use crate::ConfigError;
 use crate::adaptive::Vegas;
+use crate::{Class, ConfigError};
 
 /// A concurrency rule's settings ([`Rule::concurrency`](crate::Rule::concurrency)):
 /// at most `limit` requests of a key in flight, and how the rule shares
@@ -22,12 +22,13 @@ use crate::adaptive::Vegas;
 /// use throttle_fleet_core::{adaptive::Vegas, Class, InFlightLimit, Rule};
 ///
 /// // 40 in flight; 10 slots kept for each class above a request's.
-/// let rule = Rule::concurrency("backend", InFlightLimit { reserve: 10, ..InFlightLimit::new(40) });
-/// assert_eq!(rule.limit_for(Class::Critical, 40), 40);
-/// assert_eq!(rule.limit_for(Class::Default, 40), 30);
-/// assert_eq!(rule.limit_for(Class::Sheddable, 40), 20);
+/// let pool = InFlightLimit { reserve: 10, ..InFlightLimit::new(40) };
+/// assert_eq!(pool.limit_for(Class::Critical, 40), 40);
+/// assert_eq!(pool.limit_for(Class::Default, 40), 30);
+/// assert_eq!(pool.limit_for(Class::Sheddable, 40), 20);
 /// // Under an adaptive limit of 20, the reserve is 5 a class.
-/// assert_eq!(rule.limit_for(Class::Sheddable, 20), 10);
+/// assert_eq!(pool.limit_for(Class::Sheddable, 20), 10);
+/// assert!(Rule::concurrency("backend", pool).validate().is_ok());
 ///
 /// let too_much = Rule::concurrency("backend", InFlightLimit { reserve: 20, ..InFlightLimit::new(40) });
 /// assert_eq!(too_much.validate().unwrap_err().field(), "reserve");
@@ -82,6 +83,26 @@ impl InFlightLimit {
             adaptive: None,
             slot_ttl: DEFAULT_SLOT_TTL,
         }
+    }
+
+    /// How many slots a request of `class` may find held and still take
+    /// one, when the rule's limit is `now` (`limit`, or the adaptive
+    /// limit): `now − steps × reserve`, the reserve scaled by
+    /// `now / limit` when `now` is lower, where `steps` is how far below
+    /// critical the class is ([`Class::steps_below_critical`]).
+    #[inline]
+    pub fn limit_for(&self, class: Class, now: u64) -> u64 {
+        let steps = class.steps_below_critical();
+        if steps == 0 || self.reserve == 0 {
+            return now;
+        }
+        let n = self.limit.max(1);
+        let reserve = if now >= n {
+            self.reserve
+        } else {
+            (u128::from(self.reserve) * u128::from(now)).div_ceil(u128::from(n)) as u64
+        };
+        now.saturating_sub(steps.saturating_mul(reserve))
     }
 
     /// Checks the settings against the rule's limit `n` (a tier's, when

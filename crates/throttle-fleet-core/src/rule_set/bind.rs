@@ -189,7 +189,7 @@ impl Bound {
     // were.
     #[inline(never)]
     fn with_shedding(&self, s: &Arc<Shedding>, d: &Demand) -> Answer<Result<Outcome, Unavailable>> {
-        s.acquire(&self.rule, &*self.limiter, d, &self.blocks)
+        s.acquire(&*self.limiter, d, &self.blocks)
     }
 
     /// `key`'s tier under this rule, as a decision records it.

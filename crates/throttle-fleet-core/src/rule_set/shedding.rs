@@ -9,13 +9,13 @@ use crate::adaptive::Adaptive;
 use crate::backend::{Limiter, Outcome, Unavailable};
 use crate::decision::Demand;
 use crate::operate::Blocks;
-use crate::{Answer, ConfigError, Rule};
+use crate::{Answer, ConfigError, InFlightLimit, Rule};
 
 /// What a rule with a reserve or an adaptive limit adds to its binding.
 #[derive(Debug)]
 pub(super) struct Shedding {
-    /// The rule's own limit, `n`.
-    n: u64,
+    /// The rule's in-flight settings: its own limit, `n`, and its reserve.
+    slots: InFlightLimit,
     /// The adaptive limit, if the rule has one.
     pub(super) adaptive: Option<Adaptive>,
 }
@@ -26,30 +26,28 @@ impl Shedding {
     /// limit on a limiter that asks a remote store (the limit is this
     /// process's).
     pub(super) fn of(rule: &Rule, limiter: &dyn Limiter) -> Result<Option<Self>, ConfigError> {
-        if !rule.sheds() {
+        let Some(&slots) = rule.in_flight_limit().filter(|_| rule.sheds()) else {
             return Ok(None);
-        }
-        if rule.in_flight_limit().is_some_and(|c| c.adaptive.is_some()) && limiter.is_remote() {
+        };
+        if slots.adaptive.is_some() && limiter.is_remote() {
             return Err(ConfigError::new(
                 "adaptive",
                 "an adaptive limit is this process's own: bind the rule to a backend that decides in the process (the memory backend)",
             )
             .in_rule(rule.name()));
         }
-        let n = rule.quota().limit();
         Ok(Some(Self {
-            n,
-            adaptive: rule
-                .in_flight_limit()
-                .and_then(|c| c.adaptive)
-                .map(|v| Adaptive::new(v, n)),
+            slots,
+            adaptive: slots.adaptive.map(|v| Adaptive::new(v, slots.limit)),
         }))
     }
 
     /// The rule's limit now: the adaptive limit, or `n`.
     #[inline]
     pub(super) fn limit(&self) -> u64 {
-        self.adaptive.as_ref().map_or(self.n, Adaptive::limit)
+        self.adaptive
+            .as_ref()
+            .map_or(self.slots.limit, Adaptive::limit)
     }
 
     /// Asks `limiter` for `d` under the limit of `d`'s class. A denial
@@ -58,13 +56,12 @@ impl Shedding {
     /// [`ended`](Self::ended) reads).
     pub(super) fn acquire(
         self: &Arc<Self>,
-        rule: &Rule,
         limiter: &dyn Limiter,
         d: &Demand,
         clock: &Arc<Blocks>,
     ) -> Answer<Result<Outcome, Unavailable>> {
-        let limit = rule.limit_for(d.class, self.limit());
-        let shed = limit < self.n;
+        let limit = self.slots.limit_for(d.class, self.limit());
+        let shed = limit < self.slots.limit;
         let cost = d.cost;
         match limiter.acquire(&d.key, cost, limit) {
             // A local limiter (every adaptive rule's) answers at once: no
