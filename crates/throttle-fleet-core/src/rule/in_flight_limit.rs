@@ -48,9 +48,9 @@ pub struct InFlightLimit {
     pub limit: u64,
     /// Slots kept for each class above a request's ([`Class`](crate::Class)):
     /// a critical request may use all `limit`, a default one
-    /// `limit − reserve`, a sheddable one `limit − 2 × reserve`. Under an
-    /// adaptive limit `L`, the reserve shrinks with it: `⌈reserve × L /
-    /// limit⌉` a class. A request refused for capacity that only a higher
+    /// `limit − reserve`, a sheddable one `limit − 2 × reserve`; under an
+    /// adaptive limit the reserve shrinks with it (the formula:
+    /// [`limit_for`](Self::limit_for)). A request refused for capacity that only a higher
     /// class may use (or, under an adaptive limit, below `limit`) is *shed*
     /// ([`Decision::is_shed`](crate::decision::Decision::is_shed)):
     /// answered 503, not 429. At most `(limit − 1) / 2`, so that a
