@@ -278,6 +278,11 @@ impl Rule {
         Self {
             quota,
             tiers: None,
+            // A concurrency tier's limit is its quota's, as the rule's is.
+            in_flight: self.in_flight.map(|c| InFlightLimit {
+                limit: quota.limit(),
+                ..c
+            }),
             ..self.clone()
         }
     }

@@ -15,7 +15,7 @@ use crate::{Answer, ConfigError, InFlightLimit, Rule};
 #[derive(Debug)]
 pub(super) struct Shedding {
     /// The rule's in-flight settings: its own limit, `n`, and its reserve.
-    slots: InFlightLimit,
+    in_flight: InFlightLimit,
     /// The adaptive limit, if the rule has one.
     pub(super) adaptive: Option<Adaptive>,
 }
@@ -26,10 +26,10 @@ impl Shedding {
     /// limit on a limiter that asks a remote store (the limit is this
     /// process's).
     pub(super) fn of(rule: &Rule, limiter: &dyn Limiter) -> Result<Option<Self>, ConfigError> {
-        let Some(&slots) = rule.in_flight_limit().filter(|_| rule.sheds()) else {
+        let Some(&in_flight) = rule.in_flight_limit().filter(|_| rule.sheds()) else {
             return Ok(None);
         };
-        if slots.adaptive.is_some() && limiter.is_remote() {
+        if in_flight.adaptive.is_some() && limiter.is_remote() {
             return Err(ConfigError::new(
                 "adaptive",
                 "an adaptive limit is this process's own: bind the rule to a backend that decides in the process (the memory backend)",
@@ -37,8 +37,10 @@ impl Shedding {
             .in_rule(rule.name()));
         }
         Ok(Some(Self {
-            slots,
-            adaptive: slots.adaptive.map(|v| Adaptive::new(v, slots.limit)),
+            in_flight,
+            adaptive: in_flight
+                .adaptive
+                .map(|v| Adaptive::new(v, in_flight.limit)),
         }))
     }
 
@@ -47,7 +49,7 @@ impl Shedding {
     pub(super) fn limit(&self) -> u64 {
         self.adaptive
             .as_ref()
-            .map_or(self.slots.limit, Adaptive::limit)
+            .map_or(self.in_flight.limit, Adaptive::limit)
     }
 
     /// Asks `limiter` for `d` under the limit of `d`'s class. A denial
@@ -60,8 +62,8 @@ impl Shedding {
         d: &Demand,
         clock: &Arc<Blocks>,
     ) -> Answer<Result<Outcome, Unavailable>> {
-        let limit = self.slots.limit_for(d.class, self.limit());
-        let shed = limit < self.slots.limit;
+        let limit = self.in_flight.limit_for(d.class, self.limit());
+        let shed = limit < self.in_flight.limit;
         let cost = d.cost;
         match limiter.acquire(&d.key, cost, limit) {
             // A local limiter (every adaptive rule's) answers at once: no
