@@ -77,7 +77,7 @@ fn each_mistake_names_its_rule_and_field() {
         (rule("reserve = 2\nclass = \"route\"\nclasses = {}\n"), "field \"classes\": must list from 1 to 64 values"),
         (rule("reserve = 2\nclass = \"route\"\nclasses = { urgent = [\"/a\"] }\n"), "unknown field `urgent`"),
         (rule("classes = { critical = [\"/a\"] }\n"), "field \"classes\": needs class"),
-        (rule("adaptive = { initial = 100 }\n"), "field \"adaptive\": must be from adaptive.min (1) to the rule's limit 64"),
+        (rule("adaptive = { initial = 100 }\n"), "field \"adaptive\": must be from adaptive.min (3) to the rule's limit 64"),
         (rule("adaptive = { min = 0 }\n"), "field \"adaptive.min\": must be at least 1"),
         (rule("adaptive = { probe_every = 1 }\n"), "field \"adaptive.probe_every\": must be at least 2"),
         (rule("adaptive = { window = 1 }\n"), "unknown field `window`"),

@@ -1,6 +1,7 @@
 //! The adaptive limit's algorithm: TCP Vegas as Netflix's concurrency-limits
-//! applies it to requests, decided once per window of samples, with BBR's
-//! probe of the round trip without load.
+//! applies it to requests, decided once per window of samples, with
+//! Envoy's probe of the latency without load (the limit held at a minimum
+//! until the backend's queue has drained).
 
 use std::time::Duration;
 
@@ -8,29 +9,45 @@ use crate::ConfigError;
 
 /// The parameters of an adaptive concurrency limit ([`InFlightLimit::adaptive`](crate::InFlightLimit::adaptive)):
 /// the limit moves with the latency of the requests it admits, between
-/// [`min`](Self::min) and the rule's own limit `n`.
+/// [`min`](Self::min) and the rule's own limit `n`, and finds the
+/// backend's capacity without being told it.
 ///
 /// The algorithm is TCP Vegas as Netflix's `concurrency-limits` applies it
 /// to requests (`VegasLimit`, <https://github.com/Netflix/concurrency-limits>),
-/// with two changes, both from well-known designs, that the flash-crowd
-/// bench and the convergence test showed it needs:
+/// with two changes that the flash-crowd bench and the simulation showed
+/// it needs:
 ///
 /// - **Windows.** The limit is decided once per [`window`](Self::window)
-///   (100 ms, and at least 5 requests ended in it) from the shortest
-///   latency in the window, as Netflix's `WindowedLimit` does; decided on
-///   every request, the limit swung between half and twice the backend's
-///   capacity.
-/// - **Probing the latency without load.** Vegas compares each window's
-///   latency with the shortest ever seen (`no_load`):
-///   `queue = limit × (1 − no_load / latency)` is how many requests wait.
-///   Every [`probe_every`](Self::probe_every) windows (jittered down to
-///   half), for one window, the limit is halved so that the backend's
-///   queue drains, and `no_load` is what that window measures: BBR's
-///   `ProbeRTT` (Cardwell et al., "BBR: Congestion-Based Congestion
-///   Control", 2016). Netflix's Vegas instead takes one request's latency,
-///   queue included, as the new `no_load`, and the limit then rose by a
-///   step at each probe and never came back down. Without any probe, a
-///   backend that became slower for good would hold the limit low forever.
+///   (100 ms, and at least 5 requests ended in it) from the mean latency
+///   of the requests that ended in it, as Netflix's `WindowedLimit` does
+///   with its sample windows; decided on every request, the limit swung
+///   between half and twice the backend's capacity, and the shortest
+///   latency of a window (our first choice) read a queue as gone whenever
+///   one request slipped through.
+/// - **Probing the latency without load** (`no_load`). Vegas compares each
+///   window's latency with it: `queue = limit × (1 − no_load / latency)`
+///   is how many requests wait. A probe holds the limit at
+///   [`min`](Self::min) (default 3) until 5 requests admitted under it
+///   have ended, and their mean latency is `no_load`: a request admitted
+///   under the probe has at most `min − 1` others in flight, so it finds
+///   the backend's queue empty, whatever the limit was before. This is
+///   Envoy's adaptive concurrency filter (`min_concurrency`, the
+///   `minRTT` window; <https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/adaptive_concurrency_filter>).
+///   Our first probe halved the limit for one window instead (BBR's
+///   `ProbeRTT`), which drains the queue only while the limit is at most
+///   twice the backend's capacity; Netflix's Vegas takes one request's
+///   latency, queue included. Requests admitted before the probe, and
+///   until twice `no_load` after it (while the queue refills), are not
+///   samples.
+///
+/// A probe comes every [`probe_every`](Self::probe_every) windows (300,
+/// jittered down to half: 15 to 30 s), and sooner when the latency says
+/// one is needed: after the first busy window (`no_load` not measured
+/// yet), after a window whose latency is a tenth below `no_load` (the
+/// backend became faster), and after 10 windows in a row that lowered the
+/// limit (a long queue, or a backend slower for good: the probe tells
+/// which). It waits for a busy window: while fewer than half the limit's
+/// slots are in use, a probe would only shed requests.
 ///
 /// Each window, with `log = max(1, ⌊log10 limit⌋)` and `inflight` the most
 /// requests in flight during the window:
@@ -43,33 +60,40 @@ use crate::ConfigError;
 /// | `queue > 6·log` | `limit − log` |
 /// | otherwise | unchanged |
 ///
-/// bounded by [`min`](Self::min) and the rule's `n`. In a simulation a
-/// backend with a pool of `p` connections settles near `p + 3·log` to
-/// `p + 6·log` in flight; against a real server under overload it settled
-/// near `2p` (a probe drains the backend's queue only while the limit is
-/// at most twice the pool). The rule's `n` is the hard bound: twice the
-/// pool keeps the queue under the pool whatever the algorithm does.
+/// bounded by [`min`](Self::min) and the rule's `n`. A backend with a pool
+/// of `p` connections settles at `p + 3·log` to `p + 6·log` in flight (a
+/// queue of 3 to 6), within `[p, 1.5p]` for a pool of 12 or more: in the
+/// simulation (`core/tests/adaptive.rs`, the flash-crowd bench's overload)
+/// and against the bench's real server (BENCHMARKS.md, "Flash crowd").
+/// `n` need not be near the pool: it is the most the limit may reach.
 ///
 /// ```
 /// use std::time::Duration;
 /// use throttle_fleet_core::{InFlightLimit, Rule};
 /// use throttle_fleet_core::adaptive::Vegas;
 ///
-/// let adaptive = |vegas| Rule::concurrency("backend", InFlightLimit { adaptive: Some(vegas), ..InFlightLimit::new(64) });
-/// assert!(adaptive(Vegas::new().initial(20).min(4)).validate().is_ok());
-/// let bad = adaptive(Vegas::new().initial(100));
+/// let adaptive = |n, vegas| Rule::concurrency("backend", InFlightLimit { adaptive: Some(vegas), ..InFlightLimit::new(n) });
+/// assert!(adaptive(64, Vegas::new().initial(20).min(4)).validate().is_ok());
+/// // The defaults fit any `n`: they are lowered to it.
+/// assert!(adaptive(2, Vegas::new()).validate().is_ok());
+/// let bad = adaptive(64, Vegas::new().initial(100));
 /// assert_eq!(bad.validate().unwrap_err().field(), "adaptive.initial");
-/// let bad = adaptive(Vegas::new().window(Duration::ZERO));
+/// let bad = adaptive(64, Vegas::new().window(Duration::ZERO));
 /// assert_eq!(bad.validate().unwrap_err().field(), "adaptive.window");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Vegas {
-    initial: u64,
-    min: u64,
+    /// `None`: the default, lowered to the rule's `n` when `n` is smaller.
+    initial: Option<u64>,
+    min: Option<u64>,
     window: Duration,
     min_samples: u32,
     probe_every: u32,
 }
+
+/// The defaults of [`Vegas::initial`] and [`Vegas::min`].
+const DEFAULT_INITIAL: u64 = 20;
+const DEFAULT_MIN: u64 = 3;
 
 impl Default for Vegas {
     fn default() -> Self {
@@ -78,31 +102,38 @@ impl Default for Vegas {
 }
 
 impl Vegas {
-    /// The defaults: an initial limit of 20, at least 1, windows of 100 ms
-    /// and 5 requests, a probe every 50 windows (25 to 50 with jitter: 2.5
-    /// to 5 s while requests flow).
+    /// The defaults: an initial limit of 20, at least 3, windows of 100 ms
+    /// and 5 requests, a probe every 300 windows (150 to 300 with jitter:
+    /// 15 to 30 s while requests flow), and sooner when the latency says
+    /// one is needed.
     pub const fn new() -> Self {
         Self {
-            initial: 20,
-            min: 1,
+            initial: None,
+            min: None,
             window: Duration::from_millis(100),
             min_samples: 5,
-            probe_every: 50,
+            probe_every: 300,
         }
     }
 
-    /// The limit before any request has ended (default 20; at most the
-    /// rule's `n`, which it is lowered to when `n` is smaller).
+    /// The limit before any request has ended (default 20, lowered to the
+    /// rule's `n` when `n` is smaller; set, it must be from
+    /// [`min`](Self::min) to `n`).
     #[must_use]
     pub const fn initial(mut self, limit: u64) -> Self {
-        self.initial = limit;
+        self.initial = Some(limit);
         self
     }
 
-    /// The limit never goes below this (default 1).
+    /// The limit never goes below this, and a probe of the latency without
+    /// load holds the limit at it: Envoy's `min_concurrency`, whose default
+    /// this is (default 3, lowered to the rule's `n` when `n` is smaller;
+    /// set, it must be from 1 to `n`). It must be below the backend's
+    /// capacity (its pool of connections, its threads), or a probe does
+    /// not drain the backend's queue.
     #[must_use]
     pub const fn min(mut self, limit: u64) -> Self {
-        self.min = limit;
+        self.min = Some(limit);
         self
     }
 
@@ -114,8 +145,12 @@ impl Vegas {
         self
     }
 
-    /// How many windows pass between probes of the latency without load
-    /// (default 50; at least 2), jittered down to half.
+    /// How many windows pass at most between probes of the latency without
+    /// load (default 300; at least 2), jittered down to half. A probe also
+    /// comes sooner: after the first window that measured the latency
+    /// under load, after a window whose latency fell below the latency
+    /// without load, and after 10 windows in a row that lowered the limit.
+    /// It waits while fewer than half the limit's slots are in use.
     #[must_use]
     pub const fn probe_every(mut self, windows: u32) -> Self {
         self.probe_every = windows;
@@ -124,29 +159,36 @@ impl Vegas {
 
     /// The limit before any request has ended, for a rule of `max` slots.
     pub const fn initial_limit(&self, max: u64) -> u64 {
-        if self.initial < max {
-            self.initial
-        } else {
-            max
+        match self.initial {
+            Some(limit) => limit,
+            None if DEFAULT_INITIAL < max => DEFAULT_INITIAL,
+            None => max,
+        }
+    }
+
+    /// The lowest limit, and a probe's, for a rule of `max` slots.
+    const fn min_limit(&self, max: u64) -> u64 {
+        match self.min {
+            Some(limit) => limit,
+            None if DEFAULT_MIN < max => DEFAULT_MIN,
+            None => max,
         }
     }
 
     pub(crate) fn validate(&self, max: u64) -> Result<(), ConfigError> {
-        if self.min == 0 || self.min > max {
+        let min = self.min_limit(max);
+        if min == 0 || min > max {
             return Err(ConfigError::new(
                 "adaptive.min",
-                format!(
-                    "must be from 1 to the rule's limit {max} (got {})",
-                    self.min
-                ),
+                format!("must be from 1 to the rule's limit {max} (got {min})"),
             ));
         }
-        if self.initial < self.min || self.initial > max {
+        let initial = self.initial_limit(max);
+        if initial < min || initial > max {
             return Err(ConfigError::new(
                 "adaptive.initial",
                 format!(
-                    "must be from adaptive.min ({}) to the rule's limit {max} (got {})",
-                    self.min, self.initial
+                    "must be from adaptive.min ({min}) to the rule's limit {max} (got {initial})"
                 ),
             ));
         }
@@ -186,61 +228,103 @@ impl Vegas {
 pub struct VegasState {
     params: Vegas,
     max: u64,
+    min: u64,
     limit: u64,
     no_load_us: u64,
     window: Window,
+    /// Windows since the last probe, and how many until the next one.
     windows: u32,
     next_probe: u32,
-    probing: bool,
+    /// Windows in a row that lowered the limit.
+    falling: u32,
+    probe: Option<Probe>,
+    /// Requests admitted before this (during a probe, or while the queue
+    /// refilled after it) are not samples of a window.
+    resume_at_us: u64,
     /// Jitter, from the latencies themselves: instances that see other
     /// requests probe at other times.
     seed: u64,
 }
 
+/// The latencies of one window: their sum and count, the most requests
+/// in flight.
 #[derive(Debug, Clone, Copy, Default)]
 struct Window {
     start_us: Option<u64>,
-    min_rtt_us: u64,
+    rtt_sum_us: u64,
     samples: u32,
     in_flight: u64,
 }
 
+impl Window {
+    fn add(&mut self, rtt_us: u64) {
+        self.rtt_sum_us = self.rtt_sum_us.saturating_add(rtt_us);
+        self.samples += 1;
+    }
+
+    /// The mean latency.
+    fn rtt_us(&self) -> u64 {
+        self.rtt_sum_us / u64::from(self.samples.max(1))
+    }
+}
+
+/// A probe of the latency without load: the limit held at `min` from
+/// `started_us`, the latencies of the requests admitted since.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    started_us: u64,
+    admitted: Window,
+}
+
+/// A probe ends after this many windows even if too few requests were
+/// admitted under it to measure (requests that hold their slots for
+/// longer than that keep it from draining).
+const PROBE_GIVES_UP_WINDOWS: u64 = 10;
+/// Windows in a row that lowered the limit before a probe is brought
+/// forward: either the queue is long or the backend became slower for
+/// good, and a probe tells which.
+const FALLING_WINDOWS: u32 = 10;
+
 impl VegasState {
     /// A limit of at most `max` (the rule's `n`) with `params`.
     pub fn new(params: Vegas, max: u64) -> Self {
+        let max = max.max(1);
         let mut state = Self {
             params,
             max,
-            limit: params.initial_limit(max).max(1),
+            min: params.min_limit(max),
+            limit: params.initial_limit(max),
             no_load_us: 0,
             window: Window::default(),
             windows: 0,
             next_probe: 0,
-            probing: false,
+            falling: 0,
+            probe: None,
+            resume_at_us: 0,
             seed: 0x9E37_79B9_7F4A_7C15,
         };
         state.next_probe = state.jittered_probe();
         state
     }
 
-    /// The limit admissions use now: the estimate, halved while a probe
-    /// runs.
+    /// The limit admissions use now: the estimate, or the minimum while a
+    /// probe runs.
     pub fn limit(&self) -> u64 {
-        if self.probing {
-            (self.limit / 2).max(1)
+        if self.probe.is_some() {
+            self.min
         } else {
             self.limit
         }
     }
 
-    /// The estimate itself (not halved by a probe).
+    /// The estimate itself (not lowered by a probe).
     pub fn estimate(&self) -> u64 {
         self.limit
     }
 
     /// Whether a probe of the latency without load runs now.
     pub fn probing(&self) -> bool {
-        self.probing
+        self.probe.is_some()
     }
 
     /// A request ended at `now_us` after `rtt_us`, with `in_flight`
@@ -248,16 +332,29 @@ impl VegasState {
     /// limit admissions use from now on.
     pub fn sample(&mut self, now_us: u64, rtt_us: u64, in_flight: u64) -> u64 {
         let rtt_us = rtt_us.max(1);
+        let admitted_us = now_us.saturating_sub(rtt_us);
+        let window_us = self.window_us();
+        if let Some(probe) = &mut self.probe {
+            // Only a request admitted under the probe's limit found the
+            // backend without a queue (at most `min` ahead of it).
+            if admitted_us >= probe.started_us {
+                probe.admitted.add(rtt_us);
+            }
+            let probe = *probe;
+            let gave_up = now_us.saturating_sub(probe.started_us)
+                >= PROBE_GIVES_UP_WINDOWS.saturating_mul(window_us);
+            if probe.admitted.samples >= self.params.min_samples || gave_up {
+                self.end_probe(now_us, probe);
+            }
+            return self.limit();
+        }
+        if admitted_us < self.resume_at_us {
+            return self.limit();
+        }
         let w = &mut self.window;
         let start = *w.start_us.get_or_insert(now_us);
-        w.min_rtt_us = if w.samples == 0 {
-            rtt_us
-        } else {
-            w.min_rtt_us.min(rtt_us)
-        };
-        w.samples += 1;
+        w.add(rtt_us);
         w.in_flight = w.in_flight.max(in_flight);
-        let window_us = u64::try_from(self.params.window.as_micros()).unwrap_or(u64::MAX);
         if now_us.saturating_sub(start) < window_us || w.samples < self.params.min_samples {
             return self.limit();
         }
@@ -265,37 +362,73 @@ impl VegasState {
         self.seed = self
             .seed
             .rotate_left(17)
-            .wrapping_add(done.min_rtt_us)
+            .wrapping_add(done.rtt_sum_us)
             .wrapping_mul(0x2545_F491_4F6C_DD1D);
-        self.end_window(done.min_rtt_us, done.in_flight);
+        self.end_window(now_us, done.rtt_us(), done.in_flight);
         self.limit()
     }
 
-    fn end_window(&mut self, rtt_us: u64, in_flight: u64) {
-        if self.probing {
-            self.probing = false;
-            self.no_load_us = rtt_us;
+    fn window_us(&self) -> u64 {
+        u64::try_from(self.params.window.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The probe ends: what it measured is the latency without load, and
+    /// the requests admitted until the queue has refilled are not samples.
+    fn end_probe(&mut self, now_us: u64, probe: Probe) {
+        self.probe = None;
+        if probe.admitted.samples > 0 {
+            self.no_load_us = probe.admitted.rtt_us();
+        }
+        self.resume_at_us = now_us.saturating_add(self.no_load_us.saturating_mul(2));
+        self.window = Window::default();
+        self.windows = 0;
+        self.falling = 0;
+        self.next_probe = self.jittered_probe();
+    }
+
+    fn start_probe(&mut self, now_us: u64) {
+        self.probe = Some(Probe {
+            started_us: now_us,
+            admitted: Window::default(),
+        });
+    }
+
+    fn end_window(&mut self, now_us: u64, rtt_us: u64, in_flight: u64) {
+        self.windows = self.windows.saturating_add(1);
+        // A window with fewer than half the limit in flight: the backend is
+        // not the bottleneck, the limit stays, and a probe would only shed
+        // requests for nothing; it waits for a busy window.
+        let busy = in_flight.saturating_mul(2) >= self.limit;
+        if !busy {
+            self.falling = 0;
+            if self.no_load_us == 0 {
+                self.no_load_us = rtt_us;
+            }
             return;
         }
-        self.windows += 1;
-        if self.windows >= self.next_probe {
-            self.windows = 0;
-            self.next_probe = self.jittered_probe();
-            self.probing = true;
-            return;
-        }
-        if self.no_load_us == 0 || rtt_us < self.no_load_us {
-            self.no_load_us = rtt_us;
-            return;
-        }
-        if in_flight.saturating_mul(2) < self.limit {
+        // A probe is due, or the latency says one is needed: none measured
+        // yet, or a latency a tenth below the one without load (the
+        // backend became faster), or a limit falling for long (a long
+        // queue, or a backend slower for good).
+        if self.windows >= self.next_probe
+            || self.falling >= FALLING_WINDOWS
+            || self.no_load_us == 0
+            || rtt_us.saturating_mul(10) < self.no_load_us.saturating_mul(9)
+        {
+            self.start_probe(now_us);
             return;
         }
         let limit = self.limit;
         // queue = ⌈limit × (1 − no_load / rtt)⌉, in integers.
-        let queue = (u128::from(limit) * u128::from(rtt_us - self.no_load_us))
+        let queue = (u128::from(limit) * u128::from(rtt_us.saturating_sub(self.no_load_us)))
             .div_ceil(u128::from(rtt_us)) as u64;
         let log = (limit.ilog10() as u64).max(1);
+        if std::env::var("VEGAS_DEBUG").is_ok() {
+            eprintln!(
+                "t={now_us} rtt={rtt_us} no_load={} inflight={in_flight} limit={limit} queue={queue}",
+                self.no_load_us
+            );
+        }
         let next = if queue <= log {
             limit + 6 * log
         } else if queue < 3 * log {
@@ -303,9 +436,11 @@ impl VegasState {
         } else if queue > 6 * log {
             limit.saturating_sub(log)
         } else {
-            return;
+            limit
         };
-        self.limit = next.clamp(self.params.min, self.max);
+        let next = next.clamp(self.min, self.max);
+        self.falling = if next < limit { self.falling + 1 } else { 0 };
+        self.limit = next;
     }
 
     /// Windows until the next probe: `probe_every`, jittered down to half.
