@@ -45,7 +45,7 @@
 //! name = "backend"            # protect a pool: at most 64 requests in flight, and
 //! key = "global"              # when it runs short, shed the less important first
 //! algorithm = "concurrency"
-//! limit = 64                  # the hard bound (about twice the backend's pool)
+//! limit = 64                  # the hard bound; the adaptive limit finds the pool below it
 //! reserve = 8                 # critical may use 64, default 56, sheddable 48 (503 when shed)
 //! class = "route"             # where the class is read: header:<name> | route | jwt:<claim>
 //! classes = { critical = ["/book"], sheddable = ["/browse"] }
