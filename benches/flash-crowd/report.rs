@@ -383,10 +383,11 @@ fn plot(out: &mut String, step: &Value) {
     }
     let _ = writeln!(
         out,
-        "\nStep scenario (`{}`, {} genuine req/s; service time {} ms from {} s): `*` adaptive limit, `o` mean pool use, \
-         `#` both, `.` pool size {POOL}; `|` a step.\n\n```",
+        "\nStep scenario (`{}`, the crowd's peak mix: {} genuine + {} bot req/s; service time {} ms from {} s): \
+         `*` adaptive limit, `o` mean pool use, `#` both, `.` pool size {POOL}; `|` a step.\n\n```",
         step["policy"].as_str().unwrap_or("?"),
-        crate::traffic::STEP_RATE,
+        crate::traffic::GENUINE_PEAK,
+        crate::traffic::BOTS_PEAK,
         service
             .iter()
             .map(|s| format!("{s:.0}"))
