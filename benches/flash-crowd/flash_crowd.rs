@@ -1,6 +1,6 @@
 //! The flash-crowd benchmark: a ticket sale opens, traffic jumps twentyfold
 //! in three seconds, 70% of it bots, in front of a backend whose capacity is
-//! a pool of connections. Six policies, the same traffic, one table.
+//! a pool of connections. Twelve policies, the same traffic, one table.
 //!
 //! Run the whole comparison with `benches/flash-crowd/run.sh` (see the
 //! README beside this file). The parts, by hand:
@@ -51,13 +51,19 @@ pub(crate) const WHO: &str = "x-bench-who";
 
 /// The policies, in the table's order; the recommended one is
 /// [`RECOMMENDED`].
-pub(crate) const POLICIES: [&str; 6] = [
+pub(crate) const POLICIES: [&str; 12] = [
     "none",
     "rate",
     "rate+fixed",
+    "rate+adaptive",
     "rate+adaptive+reserve",
+    "rate+adaptive@2x",
+    "rate+adaptive+reserve@2x",
     "tower-cl+shed",
-    "tower-acc",
+    "rate+tower-acc",
+    "rate+tower-acc@2x",
+    "rate+resilience",
+    "rate+resilience@2x",
 ];
 /// The policy the goals are checked against.
 pub(crate) const RECOMMENDED: &str = "rate+adaptive+reserve";

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use crate::serve::{
-    ACC_BUFFER, ADAPTIVE_MAX, ADAPTIVE_RESERVE, ANON_PREFIX, ANON_QUOTA, FIXED, USER_QUOTA,
+    ADAPTIVE_MAX, ADAPTIVE_MAX_2X, ADAPTIVE_RESERVE, ANON_PREFIX, ANON_QUOTA, FIXED, PEER_BUFFER,
+    PEER_INITIAL, USER_QUOTA,
 };
 use crate::{CLIENT_TIMEOUT, Options, POLICIES, POOL, RECOMMENDED, SERVICE};
 
@@ -126,10 +127,13 @@ fn header(out: &mut String, first: &Value) {
         "Flash crowd{}: {} s at 150 genuine req/s, a {} s ramp to 900 genuine + 2,100 bot req/s, held {} s. \
          Backend: {POOL} permits x {} ms (640 req/s), waiters unbounded; client timeout {} s.\n\
          Rules: `user` token bucket {}/s burst {} per JWT `sub`; `anon` token bucket {}/s burst {} per /{ANON_PREFIX} + \
-         User-Agent hash (requests without a valid token); `rate+fixed` adds `backend` concurrency {FIXED} (Global); \
-         `rate+adaptive+reserve` adds `backend` concurrency {ADAPTIVE_MAX}, reserve {ADAPTIVE_RESERVE}, adaptive (Vegas, defaults), \
-         `/book` critical, `/browse` sheddable; `tower-cl+shed` is ConcurrencyLimit({POOL}) + LoadShed; \
-         `tower-acc` is its Vegas (initial 20, max {ADAPTIVE_MAX}) behind Buffer({ACC_BUFFER}) + LoadShed.\n",
+         User-Agent hash (requests without a valid token); every `rate*` policy starts with them. \
+         `rate+fixed` adds `backend` concurrency {FIXED} (Global); `rate+adaptive` adds `backend` concurrency \
+         {ADAPTIVE_MAX} (Global), adaptive (Vegas, defaults); `+reserve` adds reserve {ADAPTIVE_RESERVE}, \
+         `/book` critical, `/browse` sheddable; `@2x`: ceiling {ADAPTIVE_MAX_2X} instead of {ADAPTIVE_MAX}. \
+         `tower-cl+shed` is ConcurrencyLimit({POOL}) + LoadShed; `rate+tower-acc` and `rate+resilience` are the rate \
+         rules, then tower-acc's or tower-resilience-adaptive's Vegas (initial {PEER_INITIAL}, max the ceiling) behind \
+         Buffer({PEER_BUFFER}) + LoadShed.\n",
         if first["quick"] == true {
             " (QUICK)"
         } else {
