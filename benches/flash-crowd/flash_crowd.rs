@@ -21,6 +21,8 @@
 // the paths.
 #[path = "drive.rs"]
 mod drive;
+#[path = "plot.rs"]
+mod plot;
 #[path = "report.rs"]
 mod report;
 #[path = "serve.rs"]
@@ -65,8 +67,11 @@ pub(crate) const POLICIES: [&str; 12] = [
     "rate+resilience",
     "rate+resilience@2x",
 ];
-/// The policy the goals are checked against.
+/// The recommended policy, whose goals are those of the genuine buyers.
 pub(crate) const RECOMMENDED: &str = "rate+adaptive+reserve";
+/// The adaptive rule alone, whose goals are those of the algorithm: a
+/// limit that finds the pool, a short queue, a busy backend.
+pub(crate) const ADAPTIVE: &str = "rate+adaptive";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
