@@ -371,6 +371,7 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
     let critical_loaded = latencies(&pick(&|a| !bot(a) && a.book && phases.of(a.at) > 0));
     let critical_unloaded = latencies(&pick(&|a| !bot(a) && a.book && phases.of(a.at) == 0));
     let genuine_loaded = latencies(&pick(&|a| !bot(a) && phases.of(a.at) > 0));
+    let genuine_unloaded = latencies(&pick(&|a| !bot(a) && phases.of(a.at) == 0));
     // Genuine requests answered 200 while the peak lasted, whenever they
     // arrived: what the backend delivered per second.
     let peak = (phases.base + phases.ramp)..phases.total();
@@ -383,7 +384,8 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
     Ok(json!({
         "phases_s": [phases.base.as_secs_f64(), phases.ramp.as_secs_f64(), phases.hold.as_secs_f64()],
         "genuine": { "sent": genuine.len(), "served": served(&genuine),
-                     "p50_ms": quantile_ms(&genuine_loaded, 0.5), "p99_ms": quantile_ms(&genuine_loaded, 0.99) },
+                     "p50_ms": quantile_ms(&genuine_loaded, 0.5), "p99_ms": quantile_ms(&genuine_loaded, 0.99),
+                     "unloaded_p99_ms": quantile_ms(&genuine_unloaded, 0.99) },
         "critical": { "sent": critical.len(), "served": served(&critical),
                       "p50_ms": quantile_ms(&critical_loaded, 0.5), "p99_ms": quantile_ms(&critical_loaded, 0.99),
                       "unloaded_p99_ms": quantile_ms(&critical_unloaded, 0.99) },
@@ -400,13 +402,14 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
     }))
 }
 
-/// The service time steps: 25 ms, then 75 ms, then 25 ms again.
+/// The service time steps: 25 ms, then 75 ms, then 25 ms again, under
+/// the crowd's peak mix throughout (the overload the flash crowd ends in).
 const STEP_MS: [u64; 3] = [25, 75, 25];
 
 async fn step(ctx: &Ctx<'_>) -> Result<Value, String> {
     let lengths = if ctx.quick { [4, 8, 8] } else { [10, 15, 15] }.map(Duration::from_secs);
     let total: Duration = lengths.iter().sum();
-    let arrivals = ctx.population.steady(total, ctx.seed);
+    let arrivals = ctx.population.peak_mix(total, ctx.seed);
     let start = Instant::now() + Duration::from_millis(200);
     set_service(ctx.control, ctx.port, STEP_MS[0]).await?;
     let steps = async {
@@ -421,19 +424,27 @@ async fn step(ctx: &Ctx<'_>) -> Result<Value, String> {
     let (timed, steps) = tokio::join!(ctx.timed(&arrivals, start, total), steps);
     steps?;
     let (outcomes, cpu, samples) = timed?;
-    let critical: Vec<Outcome> = arrivals
-        .iter()
-        .zip(&outcomes)
-        .filter(|(a, _)| a.book)
-        .map(|(_, o)| *o)
-        .collect();
+    let bot = |a: &Arrival| ctx.population.identities[a.client as usize].bot;
+    let pick = |f: &dyn Fn(&Arrival) -> bool| -> Vec<Outcome> {
+        arrivals
+            .iter()
+            .zip(&outcomes)
+            .filter(|(a, _)| f(a))
+            .map(|(_, o)| *o)
+            .collect()
+    };
+    let genuine = pick(&|a| !bot(a));
+    let critical = pick(&|a| !bot(a) && a.book);
+    let bots = pick(&|a| bot(a));
     Ok(json!({
         "steps_s": [0.0, lengths[0].as_secs_f64(), (lengths[0] + lengths[1]).as_secs_f64()],
         "service_ms": STEP_MS,
         "length_s": total.as_secs_f64(),
         "status": statuses(&outcomes),
         "driver_lag": lag(&outcomes),
+        "status_genuine": statuses(&genuine),
         "status_critical": statuses(&critical),
+        "status_bots": statuses(&bots),
         "samples": samples,
         "cpu": cpu,
         "server": get_json(ctx.control, ctx.port, "/_stats").await?,

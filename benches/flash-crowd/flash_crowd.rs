@@ -1,6 +1,6 @@
 //! The flash-crowd benchmark: a ticket sale opens, traffic jumps twentyfold
 //! in three seconds, 70% of it bots, in front of a backend whose capacity is
-//! a pool of connections. Six policies, the same traffic, one table.
+//! a pool of connections. Twelve policies, the same traffic, one table.
 //!
 //! Run the whole comparison with `benches/flash-crowd/run.sh` (see the
 //! README beside this file). The parts, by hand:
@@ -21,6 +21,8 @@
 // the paths.
 #[path = "drive.rs"]
 mod drive;
+#[path = "plot.rs"]
+mod plot;
 #[path = "report.rs"]
 mod report;
 #[path = "serve.rs"]
@@ -51,16 +53,25 @@ pub(crate) const WHO: &str = "x-bench-who";
 
 /// The policies, in the table's order; the recommended one is
 /// [`RECOMMENDED`].
-pub(crate) const POLICIES: [&str; 6] = [
+pub(crate) const POLICIES: [&str; 12] = [
     "none",
     "rate",
     "rate+fixed",
+    "rate+adaptive",
     "rate+adaptive+reserve",
+    "rate+adaptive@2x",
+    "rate+adaptive+reserve@2x",
     "tower-cl+shed",
-    "tower-acc",
+    "rate+tower-acc",
+    "rate+tower-acc@2x",
+    "rate+resilience",
+    "rate+resilience@2x",
 ];
-/// The policy the goals are checked against.
+/// The recommended policy, whose goals are those of the genuine buyers.
 pub(crate) const RECOMMENDED: &str = "rate+adaptive+reserve";
+/// The adaptive rule alone, whose goals are those of the algorithm: a
+/// limit that finds the pool, a short queue, a busy backend.
+pub(crate) const ADAPTIVE: &str = "rate+adaptive";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);

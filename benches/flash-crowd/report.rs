@@ -1,26 +1,38 @@
-//! `flash_crowd report [--check] FILE...`: the drivers' JSON files as one
-//! markdown table per question, the goals check of the recommended policy,
-//! and the plot of the step scenario. With `--check` the exit status says
-//! whether the recommended policy met every goal: 1 if not (or if it did
-//! not run), 3 if not while the driver fell behind its schedule in that
-//! run (inconclusive: the check measured the driver).
+//! `flash_crowd report [--check] [--csv DIR] FILE...`: the drivers' JSON
+//! files as markdown tables, the goals check, and the charts of the
+//! adaptive limits (one per adaptive policy through the flash crowd, one
+//! through the step scenario). With `--check` the exit status says whether
+//! every goal was met: 1 if not (or if the recommended policy did not
+//! run), 3 if the goals missed were all missed in runs where the driver
+//! fell behind its schedule (inconclusive: the check measured the
+//! driver). With `--csv DIR` each run's samples are also written to DIR
+//! as CSV.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::plot::{csv, flash_plot, step_plot};
 use crate::serve::{
-    ACC_BUFFER, ADAPTIVE_MAX, ADAPTIVE_RESERVE, ANON_PREFIX, ANON_QUOTA, FIXED, USER_QUOTA,
+    ADAPTIVE_MAX, ADAPTIVE_MAX_2X, ADAPTIVE_RESERVE, ANON_PREFIX, ANON_QUOTA, FIXED, PEER_BUFFER,
+    PEER_INITIAL, USER_QUOTA,
 };
-use crate::{CLIENT_TIMEOUT, Options, POLICIES, POOL, RECOMMENDED, SERVICE};
+use crate::{ADAPTIVE, CLIENT_TIMEOUT, Options, POLICIES, POOL, RECOMMENDED, SERVICE};
 
 /// The goals of the recommended policy.
 const CRITICAL_SERVED: f64 = 99.0;
 const P99_RATIO: f64 = 3.0;
 const BOTS_REFUSED: f64 = 95.0;
+/// The goals of the adaptive rule alone: its limit's median over the crowd
+/// from the pool to 1.5 times it, the backend busy this much of the time.
+pub(crate) const BAND: (f64, f64) = (POOL as f64, 1.5 * POOL as f64);
+const BUSY: f64 = 90.0;
+/// The step policy's: back in [`BAND`] this long after each step at most
+/// (or before the phase ends, if it is shorter).
+const RESETTLE_S: f64 = 10.0;
 
-fn f(v: &Value) -> f64 {
+pub(crate) fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
@@ -32,7 +44,19 @@ fn ms(v: &Value) -> String {
     v.as_f64().map_or("-".into(), |x| format!("{x:.1}"))
 }
 
-/// One policy's figures, as the table and the goals read them.
+fn median(sorted: &[f64]) -> f64 {
+    if sorted.is_empty() {
+        f64::NAN
+    } else {
+        sorted[sorted.len() / 2]
+    }
+}
+
+pub(crate) fn samples(v: &Value) -> &[Value] {
+    v["samples"].as_array().map_or(&[][..], |s| s.as_slice())
+}
+
+/// One policy's figures, as the tables and the goals read them.
 struct Row {
     policy: String,
     genuine: f64,
@@ -41,16 +65,45 @@ struct Row {
     p99: Value,
     unloaded: Value,
     ratio: f64,
+    genuine_p99: Value,
+    genuine_unloaded: Value,
+    genuine_ratio: f64,
     bots_admitted: f64,
     peak_pool: Value,
     peak_queue: Value,
     goodput: f64,
+    /// The adaptive limit over the crowd (ramp and peak): median, least,
+    /// most; none for a policy without one.
+    limit: Option<(f64, f64, f64)>,
+    /// Mean permits in use over the peak, percent of the pool.
+    busy: f64,
+    /// The median and the highest of the queue's 100 ms means over the
+    /// peak.
+    queue_median: f64,
+    queue_max: f64,
+    /// The driver's lateness p99 in this run, ms.
+    lag: f64,
 }
 
 impl Row {
     fn of(r: &Value) -> Self {
         let reached = &r["server"]["reached"];
         let bots_reached = f(&reached["bot_book"]) + f(&reached["bot_browse"]);
+        let crowd_from = f(&r["phases_s"][0]);
+        let peak_from = crowd_from + f(&r["phases_s"][1]);
+        let s = samples(r);
+        let mut limit: Vec<f64> = s
+            .iter()
+            .filter(|s| f(&s["t"]) > crowd_from)
+            .filter_map(|s| s["limit"].as_f64())
+            .collect();
+        limit.sort_by(f64::total_cmp);
+        let peak: Vec<&Value> = s.iter().filter(|s| f(&s["t"]) > peak_from).collect();
+        let busy =
+            peak.iter().map(|s| f(&s["in_use"])).sum::<f64>() / peak.len() as f64 / POOL as f64
+                * 100.0;
+        let mut queue: Vec<f64> = peak.iter().map(|s| f(&s["queue"])).collect();
+        queue.sort_by(f64::total_cmp);
         Self {
             policy: r["policy"].as_str().unwrap_or("?").to_owned(),
             genuine: pct(&r["genuine"]["served"], &r["genuine"]["sent"]),
@@ -59,10 +112,18 @@ impl Row {
             p99: r["critical"]["p99_ms"].clone(),
             unloaded: r["critical"]["unloaded_p99_ms"].clone(),
             ratio: f(&r["critical"]["p99_ms"]) / f(&r["critical"]["unloaded_p99_ms"]),
+            genuine_p99: r["genuine"]["p99_ms"].clone(),
+            genuine_unloaded: r["genuine"]["unloaded_p99_ms"].clone(),
+            genuine_ratio: f(&r["genuine"]["p99_ms"]) / f(&r["genuine"]["unloaded_p99_ms"]),
             bots_admitted: 100.0 * bots_reached / f(&r["bots"]["sent"]),
             peak_pool: r["server"]["peak_in_use"].clone(),
             peak_queue: r["server"]["peak_queue"].clone(),
             goodput: f(&r["goodput"]),
+            limit: (!limit.is_empty()).then(|| (median(&limit), limit[0], limit[limit.len() - 1])),
+            busy,
+            queue_median: median(&queue),
+            queue_max: queue.last().copied().unwrap_or(f64::NAN),
+            lag: f(&r["driver_lag"]["p99_ms"]),
         }
     }
 }
@@ -87,35 +148,36 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode, String> {
             .unwrap_or(99)
     };
     flash.sort_by_key(order);
+    if let Some(dir) = opts.get("--csv") {
+        for v in flash.iter().chain(&step) {
+            let name = format!(
+                "{}-{}.csv",
+                v["scenario"].as_str().unwrap_or("flash"),
+                v["policy"].as_str().unwrap_or("unknown")
+            );
+            csv(&std::path::Path::new(dir).join(name), samples(v))?;
+        }
+    }
     let mut out = String::new();
     let rows: Vec<Row> = flash.iter().map(Row::of).collect();
     if let Some(first) = flash.first() {
         header(&mut out, first);
     }
-    table(&mut out, &rows, &flash);
+    tables(&mut out, &rows, &flash);
     lateness(&mut out, flash.iter().chain(&step));
-    limits(&mut out, &flash);
-    let met = goals(&mut out, &rows);
-    // A goal missed while the driver fell behind says nothing of the
-    // policy: that check is inconclusive, not failed.
-    let trusted = flash
-        .iter()
-        .filter(|v| v["policy"] == RECOMMENDED)
-        .all(|v| f(&v["driver_lag"]["p99_ms"]) <= LATE_MS);
-    if !met && !trusted {
-        let _ = writeln!(
-            out,
-            "The check is inconclusive: the driver fell behind its schedule in `{RECOMMENDED}`'s run."
-        );
+    let verdict = goals(&mut out, &rows, step.as_ref());
+    against(&mut out, &rows);
+    for v in &flash {
+        flash_plot(&mut out, v);
     }
     if let Some(step) = &step {
-        plot(&mut out, step);
+        step_plot(&mut out, step);
     }
     print!("{out}");
-    Ok(match (opts.flag("--check"), met, trusted) {
-        (false, _, _) | (true, true, _) => ExitCode::SUCCESS,
-        (true, false, true) => ExitCode::from(1),
-        (true, false, false) => ExitCode::from(3),
+    Ok(match (opts.flag("--check"), verdict) {
+        (false, _) | (true, Verdict::Met) => ExitCode::SUCCESS,
+        (true, Verdict::Missed) => ExitCode::from(1),
+        (true, Verdict::Inconclusive) => ExitCode::from(3),
     })
 }
 
@@ -126,10 +188,13 @@ fn header(out: &mut String, first: &Value) {
         "Flash crowd{}: {} s at 150 genuine req/s, a {} s ramp to 900 genuine + 2,100 bot req/s, held {} s. \
          Backend: {POOL} permits x {} ms (640 req/s), waiters unbounded; client timeout {} s.\n\
          Rules: `user` token bucket {}/s burst {} per JWT `sub`; `anon` token bucket {}/s burst {} per /{ANON_PREFIX} + \
-         User-Agent hash (requests without a valid token); `rate+fixed` adds `backend` concurrency {FIXED} (Global); \
-         `rate+adaptive+reserve` adds `backend` concurrency {ADAPTIVE_MAX}, reserve {ADAPTIVE_RESERVE}, adaptive (Vegas, defaults), \
-         `/book` critical, `/browse` sheddable; `tower-cl+shed` is ConcurrencyLimit({POOL}) + LoadShed; \
-         `tower-acc` is its Vegas (initial 20, max {ADAPTIVE_MAX}) behind Buffer({ACC_BUFFER}) + LoadShed.\n",
+         User-Agent hash (requests without a valid token); every `rate*` policy starts with them. \
+         `rate+fixed` adds `backend` concurrency {FIXED} (Global); `rate+adaptive` adds `backend` concurrency \
+         {ADAPTIVE_MAX} (Global), adaptive (Vegas, defaults); `+reserve` adds reserve {ADAPTIVE_RESERVE}, \
+         `/book` critical, `/browse` sheddable; `@2x`: ceiling {ADAPTIVE_MAX_2X} instead of {ADAPTIVE_MAX}. \
+         `tower-cl+shed` is ConcurrencyLimit({POOL}) + LoadShed; `rate+tower-acc` and `rate+resilience` are the rate \
+         rules, then tower-acc's or tower-resilience-adaptive's Vegas (initial {PEER_INITIAL}, max the ceiling) behind \
+         Buffer({PEER_BUFFER}) + LoadShed.\n",
         if first["quick"] == true {
             " (QUICK)"
         } else {
@@ -147,16 +212,16 @@ fn header(out: &mut String, first: &Value) {
     );
 }
 
-fn table(out: &mut String, rows: &[Row], flash: &[Value]) {
+fn tables(out: &mut String, rows: &[Row], flash: &[Value]) {
     out.push_str(
         "| policy | genuine served | critical served | critical p50 / p99 (ms) | unloaded p99 (ms) | p99 / unloaded | \
-         bots admitted | peak pool | peak queue | goodput (req/s) | server CPU | driver CPU |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         genuine p99 (ms) | unloaded genuine p99 (ms) | genuine p99 / unloaded | bots admitted | goodput (req/s) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for (r, v) in rows.iter().zip(flash) {
+    for r in rows {
         let _ = writeln!(
             out,
-            "| `{}` | {:.1}% | {:.1}% | {} / {} | {} | {:.1}x | {:.1}% | {} | {} | {:.0} | {}% | {}% |",
+            "| `{}` | {:.1}% | {:.1}% | {} / {} | {} | {:.1}x | {} | {} | {:.1}x | {:.1}% | {:.0} |",
             r.policy,
             r.genuine,
             r.critical,
@@ -164,10 +229,34 @@ fn table(out: &mut String, rows: &[Row], flash: &[Value]) {
             ms(&r.p99),
             ms(&r.unloaded),
             r.ratio,
+            ms(&r.genuine_p99),
+            ms(&r.genuine_unloaded),
+            r.genuine_ratio,
             r.bots_admitted,
+            r.goodput,
+        );
+    }
+    out.push_str(
+        "\nThe backend and the limit (the limit over the crowd, ramp and peak; busy and the queue's median over the peak, \
+         from the 100 ms samples; peak pool and peak queue as the server counted them):\n\n\
+         | policy | limit median | limit min | limit max | busy | peak pool | peak queue | queue median | queue max (100 ms) | server CPU | driver CPU |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (r, v) in rows.iter().zip(flash) {
+        let (med, min, max) = r
+            .limit
+            .map_or(("-".into(), "-".into(), "-".into()), |(a, b, c)| {
+                (format!("{a:.0}"), format!("{b:.0}"), format!("{c:.0}"))
+            });
+        let _ = writeln!(
+            out,
+            "| `{}` | {med} | {min} | {max} | {:.0}% | {} | {} | {:.1} | {:.1} | {}% | {}% |",
+            r.policy,
+            r.busy,
             r.peak_pool,
             r.peak_queue,
-            r.goodput,
+            r.queue_median,
+            r.queue_max,
             v["cpu"]["server"],
             v["cpu"]["driver"],
         );
@@ -228,57 +317,108 @@ fn lateness<'a>(out: &mut String, runs: impl Iterator<Item = &'a Value>) {
 /// The driver's p99 lateness past which a run does not count.
 const LATE_MS: f64 = 10.0;
 
-/// The adaptive policies' limits while the crowd was at its peak, from
-/// the driver's reads of `/_limit` every 100 ms.
-fn limits(out: &mut String, flash: &[Value]) {
-    let mut lines = Vec::new();
-    for v in flash {
-        let peak_from = f(&v["phases_s"][0]) + f(&v["phases_s"][1]);
-        let samples = v["samples"].as_array().map_or(&[][..], |s| s.as_slice());
-        let mut limit: Vec<f64> = samples
-            .iter()
-            .filter(|s| f(&s["t"]) >= peak_from)
-            .filter_map(|s| s["limit"].as_f64())
-            .collect();
-        if limit.is_empty() {
-            continue;
-        }
-        limit.sort_by(f64::total_cmp);
-        let queue = samples.iter().map(|s| f(&s["queue"])).fold(0.0, f64::max);
-        let ramp_from = f(&v["phases_s"][0]);
-        let at_ramp = samples
-            .iter()
-            .find(|s| f(&s["t"]) >= ramp_from)
-            .map_or(Value::Null, |s| s["limit"].clone());
-        lines.push(format!(
-            "`{}`: {at_ramp} when the ramp began; at the peak median {:.0}, from {:.0} to {:.0}; \
-             the queue's highest 100 ms mean {queue:.1}",
-            v["policy"].as_str().unwrap_or("?"),
-            limit[limit.len() / 2],
-            limit[0],
-            limit[limit.len() - 1],
+/// What the goals check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Met,
+    /// A goal missed in a run where the driver kept to its schedule (or
+    /// the recommended policy did not run).
+    Missed,
+    /// Goals missed, each in a run where the driver fell behind.
+    Inconclusive,
+}
+
+/// One goal: what was measured against what, and whether it held.
+type Check = (bool, String);
+
+/// Prints one line of goals per policy that has some (met / NOT met each).
+fn goals(out: &mut String, rows: &[Row], step: Option<&Value>) -> Verdict {
+    let row = |p: &str| rows.iter().find(|r| r.policy == p);
+    // (policy, its run kept to schedule, its checks)
+    let mut sets: Vec<(String, bool, Vec<Check>)> = Vec::new();
+    let mut recommended_ran = true;
+    match row(RECOMMENDED) {
+        Some(r) => sets.push((format!("`{RECOMMENDED}`"), r.lag <= LATE_MS, recommended(r))),
+        None => recommended_ran = false,
+    }
+    if let Some(r) = row(ADAPTIVE) {
+        let fixed = row("rate+fixed").map(|p| p.goodput);
+        sets.push((
+            format!("`{ADAPTIVE}`"),
+            r.lag <= LATE_MS,
+            adaptive(r, fixed),
         ));
     }
-    if !lines.is_empty() {
+    if let Some(step) = step {
+        let checks = crate::plot::resettled(step)
+            .into_iter()
+            .skip(1)
+            .map(|p| {
+                let within = RESETTLE_S.min(p.length);
+                let ok = p.entered.is_some_and(|e| e <= within);
+                let what = match p.entered {
+                    Some(e) => format!(
+                        "step at {:.0} s: back in [{:.0}, {:.0}] after {e:.1} s (<= {within:.0} s)",
+                        p.from, BAND.0, BAND.1
+                    ),
+                    None => format!(
+                        "step at {:.0} s: not back in [{:.0}, {:.0}] by the phase's end ({:.0} s; <= {within:.0} s)",
+                        p.from, BAND.0, BAND.1, p.length
+                    ),
+                };
+                (ok, what)
+            })
+            .collect();
+        let policy = step["policy"].as_str().unwrap_or("?");
+        sets.push((
+            format!("`{policy}` in the step scenario"),
+            f(&step["driver_lag"]["p99_ms"]) <= LATE_MS,
+            checks,
+        ));
+    }
+    out.push('\n');
+    if !recommended_ran {
+        let _ = writeln!(out, "Goals: `{RECOMMENDED}` did not run: NOT met.");
+    }
+    if row(ADAPTIVE).is_none() {
+        let _ = writeln!(out, "Goals: `{ADAPTIVE}` did not run, not checked.");
+    }
+    let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+    let mut missed_on_time = !recommended_ran;
+    let mut missed = !recommended_ran;
+    for (policy, on_time, checks) in &sets {
+        let all = checks.iter().all(|(ok, _)| *ok);
+        missed |= !all;
+        missed_on_time |= !all && *on_time;
         let _ = writeln!(
             out,
-            "\nAdaptive limits (read every 100 ms): {}.",
-            lines.join("; ")
+            "Goals of {policy}: {}. {}{}",
+            checks
+                .iter()
+                .map(|(ok, what)| format!("{what}: {}", mark(*ok)))
+                .collect::<Vec<_>>()
+                .join("; "),
+            if all { "All met." } else { "NOT all met." },
+            if all || *on_time {
+                ""
+            } else {
+                " Inconclusive: the driver fell behind its schedule in this run."
+            }
         );
+    }
+    if missed_on_time {
+        Verdict::Missed
+    } else if missed {
+        Verdict::Inconclusive
+    } else {
+        Verdict::Met
     }
 }
 
-/// Prints the goals line and the ratios; whether every goal was met.
-fn goals(out: &mut String, rows: &[Row]) -> bool {
-    let Some(r) = rows.iter().find(|r| r.policy == RECOMMENDED) else {
-        let _ = writeln!(
-            out,
-            "\nGoals: `{RECOMMENDED}` did not run, nothing to check."
-        );
-        return false;
-    };
-    let mark = |ok: bool| if ok { "met" } else { "MISSED" };
-    let checks = [
+/// The recommended policy's goals: the genuine buyers served, quickly,
+/// the bots kept out, the backend's queue short.
+fn recommended(r: &Row) -> Vec<Check> {
+    vec![
         (
             r.critical >= CRITICAL_SERVED,
             format!("critical served {:.2}% (>= {CRITICAL_SERVED}%)", r.critical),
@@ -303,23 +443,62 @@ fn goals(out: &mut String, rows: &[Row]) -> bool {
                 100.0 - r.bots_admitted
             ),
         ),
+    ]
+}
+
+/// The adaptive rule's goals: its limit finds the pool, the queue stays
+/// short, the backend stays busy, and it serves at least what the fixed
+/// limit (which was told the pool's size) serves, quickly.
+fn adaptive(r: &Row, fixed_goodput: Option<f64>) -> Vec<Check> {
+    let median = r.limit.map_or(f64::NAN, |l| l.0);
+    let mut checks = vec![
+        (
+            (BAND.0..=BAND.1).contains(&median),
+            format!(
+                "limit median over the crowd {median:.0} (in [{:.0}, {:.0}])",
+                BAND.0, BAND.1
+            ),
+        ),
+        (
+            f(&r.peak_queue) <= POOL as f64,
+            format!("peak queue {} (<= {POOL})", r.peak_queue),
+        ),
+        (
+            r.busy >= BUSY,
+            format!("busy {:.1}% of the pool over the peak (>= {BUSY}%)", r.busy),
+        ),
     ];
-    let all = checks.iter().all(|(ok, _)| *ok);
-    let _ = writeln!(
-        out,
-        "\nGoals of `{RECOMMENDED}`: {}. {}",
-        checks
-            .iter()
-            .map(|(ok, what)| format!("{what}: {}", mark(*ok)))
-            .collect::<Vec<_>>()
-            .join("; "),
-        if all { "All met." } else { "NOT all met." }
-    );
+    if let Some(fixed) = fixed_goodput {
+        checks.push((
+            r.goodput >= fixed,
+            format!(
+                "goodput {:.0} req/s (>= `rate+fixed`'s {fixed:.0})",
+                r.goodput
+            ),
+        ));
+    }
+    checks.push((
+        r.genuine_ratio <= P99_RATIO,
+        format!(
+            "genuine p99 {} ms = {:.2}x unloaded {} ms (<= {P99_RATIO}x)",
+            ms(&r.genuine_p99),
+            r.genuine_ratio,
+            ms(&r.genuine_unloaded)
+        ),
+    ));
+    checks
+}
+
+/// The recommended policy against two others, as ratios.
+fn against(out: &mut String, rows: &[Row]) {
+    let Some(r) = rows.iter().find(|r| r.policy == RECOMMENDED) else {
+        return;
+    };
     for peer in ["tower-cl+shed", "rate"] {
         if let Some(p) = rows.iter().find(|p| p.policy == peer) {
             let _ = writeln!(
                 out,
-                "Against `{peer}`: critical served {:.2}x ({:.1}% vs {:.1}%), critical p99 {:.2}x ({} vs {} ms).",
+                "`{RECOMMENDED}` against `{peer}`: critical served {:.2}x ({:.1}% vs {:.1}%), critical p99 {:.2}x ({} vs {} ms).",
                 r.critical / p.critical,
                 r.critical,
                 p.critical,
@@ -328,155 +507,5 @@ fn goals(out: &mut String, rows: &[Row]) -> bool {
                 ms(&p.p99),
             );
         }
-    }
-    all
-}
-
-const WIDTH: usize = 60;
-const HEIGHT: usize = 15;
-
-/// The adaptive limit and the pool's mean use over the step scenario,
-/// and how long the limit took to settle after each step.
-fn plot(out: &mut String, step: &Value) {
-    let samples = step["samples"].as_array().cloned().unwrap_or_default();
-    let length = f(&step["length_s"]);
-    let steps: Vec<f64> = step["steps_s"]
-        .as_array()
-        .map_or(vec![], |s| s.iter().map(f).collect());
-    let service: Vec<f64> = step["service_ms"]
-        .as_array()
-        .map_or(vec![], |s| s.iter().map(f).collect());
-    let mut limit = vec![(0.0, 0usize); WIDTH];
-    let mut used = vec![(0.0, 0usize); WIDTH];
-    for s in &samples {
-        let col = ((f(&s["t"]) / length * WIDTH as f64) as usize).min(WIDTH - 1);
-        if let Some(l) = s["limit"].as_f64() {
-            limit[col].0 += l;
-            limit[col].1 += 1;
-        }
-        used[col].0 += f(&s["in_use"]);
-        used[col].1 += 1;
-    }
-    let mean = |(sum, n): (f64, usize)| (n > 0).then(|| sum / n as f64);
-    let limit: Vec<Option<f64>> = limit.into_iter().map(mean).collect();
-    let used: Vec<Option<f64>> = used.into_iter().map(mean).collect();
-    let top = limit
-        .iter()
-        .chain(&used)
-        .flatten()
-        .fold(POOL as f64, |a, b| a.max(*b));
-    let top = (top / 8.0).ceil() * 8.0;
-    let row_of = |v: f64| ((v / top * (HEIGHT - 1) as f64).round() as usize).min(HEIGHT - 1);
-    let mut grid = vec![vec![' '; WIDTH]; HEIGHT];
-    let pool_row = row_of(POOL as f64);
-    for c in grid[pool_row].iter_mut() {
-        *c = '.';
-    }
-    for col in 0..WIDTH {
-        if let Some(u) = used[col] {
-            grid[row_of(u)][col] = 'o';
-        }
-        if let Some(l) = limit[col] {
-            let r = row_of(l);
-            grid[r][col] = if grid[r][col] == 'o' { '#' } else { '*' };
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\nStep scenario (`{}`, {} genuine req/s; service time {} ms from {} s): `*` adaptive limit, `o` mean pool use, \
-         `#` both, `.` pool size {POOL}; `|` a step.\n\n```",
-        step["policy"].as_str().unwrap_or("?"),
-        crate::traffic::STEP_RATE,
-        service
-            .iter()
-            .map(|s| format!("{s:.0}"))
-            .collect::<Vec<_>>()
-            .join(" -> "),
-        steps
-            .iter()
-            .map(|s| format!("{s:.0}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    for (i, line) in grid.iter().enumerate().rev() {
-        let label = if i == pool_row {
-            format!("{POOL:>4}")
-        } else if i == HEIGHT - 1 || i == 0 {
-            format!("{:>4.0}", i as f64 / (HEIGHT - 1) as f64 * top)
-        } else {
-            "    ".into()
-        };
-        let _ = writeln!(out, "{label} |{}", line.iter().collect::<String>());
-    }
-    let mut axis = vec!['-'; WIDTH];
-    for s in steps.iter().skip(1) {
-        axis[((s / length * WIDTH as f64) as usize).min(WIDTH - 1)] = '|';
-    }
-    let _ = writeln!(out, "     +{}", axis.iter().collect::<String>());
-    let _ = writeln!(
-        out,
-        "      0 s{:>w$}",
-        format!("{length:.0} s"),
-        w = WIDTH - 3
-    );
-    out.push_str("```\n");
-    settling(out, &samples, &steps, length);
-}
-
-/// For each phase: the limit it settled at (the mean of its last 3 s) and
-/// how long after the phase began the limit's 1 s median stayed within a
-/// band of it. The median leaves out the probes (one 100 ms window at half
-/// the limit every 2.5 to 5 s), which are the algorithm's by design.
-fn settling(out: &mut String, samples: &[Value], steps: &[f64], length: f64) {
-    let all: Vec<(f64, f64)> = samples
-        .iter()
-        .filter_map(|s| Some((f(&s["t"]), s["limit"].as_f64()?)))
-        .collect();
-    let median: Vec<(f64, f64)> = (0..all.len())
-        .map(|i| {
-            let mut w: Vec<f64> = all[i.saturating_sub(5)..(i + 6).min(all.len())]
-                .iter()
-                .map(|(_, l)| *l)
-                .collect();
-            w.sort_by(f64::total_cmp);
-            (all[i].0, w[w.len() / 2])
-        })
-        .collect();
-    let mut parts = Vec::new();
-    for (i, &from) in steps.iter().enumerate() {
-        let to = steps.get(i + 1).copied().unwrap_or(length);
-        let phase: Vec<(f64, f64)> = median
-            .iter()
-            .copied()
-            .filter(|(t, _)| *t >= from && *t < to)
-            .collect();
-        let tail: Vec<f64> = all
-            .iter()
-            .filter(|(t, _)| *t >= to - 3.0 && *t < to)
-            .map(|(_, l)| *l)
-            .collect();
-        if tail.is_empty() {
-            continue;
-        }
-        let settled = tail.iter().sum::<f64>() / tail.len() as f64;
-        let band = (settled * 0.2).max(2.0);
-        let last_out = phase
-            .iter()
-            .filter(|(_, l)| (l - settled).abs() > band)
-            .map(|(t, _)| *t)
-            .fold(from, f64::max);
-        parts.push(format!(
-            "from {from:.0} s: settled at {settled:.1} (+-{band:.1}) after {:.1} s",
-            last_out - from
-        ));
-    }
-    if parts.is_empty() {
-        out.push_str("No adaptive limit was read.\n");
-    } else {
-        let _ = writeln!(
-            out,
-            "Settling (the limit's 1 s median within the band): {}.",
-            parts.join("; ")
-        );
     }
 }

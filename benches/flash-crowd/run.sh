@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# The flash-crowd benchmark: six policies in front of a backend whose
+# The flash-crowd benchmark: twelve policies in front of a backend whose
 # capacity is a pool of 16 connections, the same open-loop traffic for
 # each (a ticket sale: twentyfold in three seconds, 70% bots), then a
-# short scenario in which the backend slows down threefold and recovers,
-# to watch the recommended policy's adaptive limit. Prints one markdown
-# table, the answers' counts, the goals check and an ASCII plot; with
-# CHECK=1 the exit code says whether the recommended policy met every goal
-# (1: a goal missed; 3: missed while the driver fell behind its schedule,
-# inconclusive: a debug build on a busy machine).
+# scenario in which, under the crowd's peak mix, the backend slows down
+# threefold and recovers, to watch an adaptive limit follow it. Prints
+# markdown tables, the answers' counts, the goals check and ASCII plots
+# (one per adaptive policy, one of the step scenario); with CHECK=1 the
+# exit code says whether every goal was met (1: a goal missed; 3: missed
+# only in runs where the driver fell behind its schedule, inconclusive: a
+# debug build on a busy machine).
 #
 # Usage (from anywhere in the workspace):
 #
-#   benches/flash-crowd/run.sh                   # full: ~16 s a policy, 40 s step scenario, ~3 min with the build
+#   benches/flash-crowd/run.sh                   # full: ~16 s a policy, 40 s step scenario, ~5 min with the build
 #   QUICK=1 CHECK=1 benches/flash-crowd/run.sh   # 6 s a policy, 20 s step scenario (CI)
 #
-# Settings: POLICIES (default all six, in the table's order), STEP_POLICY
-# (the policy of the step scenario; default rate+adaptive+reserve), QUICK,
-# CHECK, SEED (the traffic's; default 1), FLASH_CROWD_BIN (a prebuilt
-# flash_crowd example), RELEASE (0: the debug build), KEEP_LOGS (1: keep
-# the servers' logs and the drivers' JSON; the folder is printed).
+# Settings: POLICIES (default all twelve, in the table's order), STEP_POLICY
+# (the policy of the step scenario; default rate+adaptive), QUICK, CHECK,
+# SEED (the traffic's; default 1), FLASH_CROWD_BIN (a prebuilt flash_crowd
+# example), RELEASE (0: the debug build), KEEP_LOGS (1: keep the servers'
+# logs, the drivers' JSON and each run's samples as CSV; the folder is
+# printed).
 # CARGO_TARGET_DIR is honoured by the build. Only loopback: each server
 # on a free port of 127.0.0.1, the clients on addresses of 127.0.0.0/8.
 # Everything started here is stopped on exit, Ctrl-C or kill.
@@ -27,8 +29,9 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 
-POLICIES=${POLICIES:-none rate rate+fixed rate+adaptive+reserve tower-cl+shed tower-acc}
-STEP_POLICY=${STEP_POLICY:-rate+adaptive+reserve}
+POLICIES=${POLICIES:-none rate rate+fixed rate+adaptive rate+adaptive+reserve rate+adaptive@2x \
+    rate+adaptive+reserve@2x tower-cl+shed rate+tower-acc rate+tower-acc@2x rate+resilience rate+resilience@2x}
+STEP_POLICY=${STEP_POLICY:-rate+adaptive}
 QUICK=${QUICK:-0}
 CHECK=${CHECK:-0}
 SEED=${SEED:-1}
@@ -80,4 +83,5 @@ say "ran in $(($(date +%s) - started)) s"
 
 report=(report)
 [ "$CHECK" = 1 ] && report+=(--check)
+[ "$KEEP_LOGS" = 1 ] && report+=(--csv "$WORK")
 "$BIN" "${report[@]}" "${results[@]}"

@@ -42,16 +42,23 @@ pub(crate) const ANON_PREFIX: u8 = 24;
 /// The fixed concurrency rule's slots, and tower's `ConcurrencyLimit`'s:
 /// the pool's size, which an operator of a fixed limit must know.
 pub(crate) const FIXED: u64 = POOL as u64;
-/// The adaptive rule's ceiling (tower-acc's too) and its reserve per class
-/// step. The ceiling is twice the pool, as the guide's chapter on
-/// protecting a backend advises: the backend's queue then stays under its
-/// pool whatever the algorithm does. (At 64, four times the pool, the
-/// queue reached 27 to 32 in three runs: see BENCHMARKS.md.)
-pub(crate) const ADAPTIVE_MAX: u64 = 2 * POOL as u64;
+/// The adaptive limits' ceiling (the peers' too): four times the pool,
+/// for the policies without a suffix. An adaptive limit is not told the
+/// pool's size; its ceiling only has to be above it, and the algorithm
+/// has to find the pool below it.
+pub(crate) const ADAPTIVE_MAX: u64 = 4 * POOL as u64;
+/// The ceiling of the `@2x` policies: twice the pool, as the guide's
+/// chapter on protecting a backend advises (the queue then stays under the
+/// pool whatever the algorithm does).
+pub(crate) const ADAPTIVE_MAX_2X: u64 = 2 * POOL as u64;
+/// The `+reserve` policies' reserve per class step.
 pub(crate) const ADAPTIVE_RESERVE: u64 = 8;
-/// Requests tower-acc's `Buffer` holds in front of its limit (its hyper
-/// example's size) before `LoadShed` refuses.
-pub(crate) const ACC_BUFFER: usize = 16;
+/// Requests the peers' `Buffer` holds in front of their limit (tower-acc's
+/// hyper example's size) before `LoadShed` refuses.
+pub(crate) const PEER_BUFFER: usize = 16;
+/// The initial limit of both peers' Vegas: tower-acc's default, and the
+/// core's `Vegas::new()`'s (tower-resilience-adaptive's own is 10).
+pub(crate) const PEER_INITIAL: usize = 20;
 
 /// The pool, its queue, and what the run saw of them.
 pub(crate) struct Backend {
@@ -230,8 +237,14 @@ fn rate_policy() -> Policy {
     rate_limits().into_iter().fold(Policy::new(), Policy::limit)
 }
 
+/// The rate rules' layer, alone (`rate`) or outside a peer's stack.
+fn rate_layer() -> Result<ThrottleLayer, String> {
+    ThrottleLayer::new(rate_policy(), MemoryBackend::default()).map_err(|e| e.to_string())
+}
+
 /// What answers `/book` and `/browse` under `policy`, and how to read its
-/// adaptive limit.
+/// adaptive limit. A policy ending in `@2x` is its namesake with the
+/// ceiling [`ADAPTIVE_MAX_2X`] instead of [`ADAPTIVE_MAX`].
 fn limited(policy: &str, backend: Arc<Backend>) -> Result<(Router, LimitFn), String> {
     let routes = Router::new()
         .route("/book", get(work))
@@ -239,20 +252,21 @@ fn limited(policy: &str, backend: Arc<Backend>) -> Result<(Router, LimitFn), Str
         .with_state(backend);
     let none: LimitFn = Arc::new(|| None);
     let shed = |_: BoxError| async { StatusCode::SERVICE_UNAVAILABLE };
-    Ok(match policy {
+    let (base, max) = match policy.strip_suffix("@2x") {
+        Some(base) => (base, ADAPTIVE_MAX_2X),
+        None => (policy, ADAPTIVE_MAX),
+    };
+    Ok(match base {
         "none" => (routes, none),
-        "rate" => {
-            let layer = ThrottleLayer::new(rate_policy(), MemoryBackend::default())
-                .map_err(|e| e.to_string())?;
-            (routes.layer(layer), none)
-        }
+        "rate" => (routes.layer(rate_layer()?), none),
         "rate+fixed" => {
             let policy = rate_policy().rule(Rule::concurrency("backend", FIXED), Global);
             let layer =
                 ThrottleLayer::new(policy, MemoryBackend::default()).map_err(|e| e.to_string())?;
             (routes.layer(layer), none)
         }
-        "rate+adaptive+reserve" => adaptive(routes)?,
+        "rate+adaptive" => adaptive(routes, max, false)?,
+        "rate+adaptive+reserve" => adaptive(routes, max, true)?,
         "tower-cl+shed" => {
             // Around the whole router, so every route shares one semaphore
             // (`ConcurrencyLimitLayer` makes one per `layer` call).
@@ -263,14 +277,14 @@ fn limited(policy: &str, backend: Arc<Backend>) -> Result<(Router, LimitFn), Str
                 .service(routes);
             (Router::new().fallback_service(stack), none)
         }
-        "tower-acc" => {
+        "rate+tower-acc" => {
             let seen = Arc::new(AtomicU64::new(0));
             let algorithm = Observed {
                 // Its README's quick start and usage; the initial limit is
                 // its default, the ceiling ours.
                 inner: tower_acc::Vegas::builder()
-                    .initial_limit(20)
-                    .max_limit(ADAPTIVE_MAX as usize)
+                    .initial_limit(PEER_INITIAL)
+                    .max_limit(max as usize)
                     .build(),
                 seen: seen.clone(),
             };
@@ -279,46 +293,81 @@ fn limited(policy: &str, backend: Arc<Backend>) -> Result<(Router, LimitFn), Str
                 Ordering::Relaxed,
             );
             // As tower-acc's hyper example stacks it: shed when the buffer
-            // in front of the adaptive limit is full.
+            // in front of the adaptive limit is full; the rate rules
+            // outside, as in front of ours.
             let stack = ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(shed))
                 .load_shed()
-                .buffer(ACC_BUFFER)
+                .buffer(PEER_BUFFER)
                 .layer(tower_acc::ConcurrencyLimitLayer::new(algorithm))
                 .service(routes);
             let read: LimitFn = Arc::new(move || Some(seen.load(Ordering::Relaxed)));
-            (Router::new().fallback_service(stack), read)
+            (
+                Router::new().fallback_service(stack).layer(rate_layer()?),
+                read,
+            )
         }
-        other => {
+        "rate+resilience" => {
+            // Its Vegas with its defaults (alpha 3, beta 6, min 1) but the
+            // ceiling ours and the initial limit tower-acc's.
+            let vegas = Arc::new(
+                tower_resilience_adaptive::Vegas::builder()
+                    .initial_limit(PEER_INITIAL)
+                    .max_limit(max as usize)
+                    .build(),
+            );
+            // Stacked as its docs say (`AdaptiveLimiterLayer` on the
+            // service). At its limit it does not refuse: `poll_ready` stays
+            // pending (it never returns its `LimitReached`), so, as for
+            // tower-acc, a `Buffer` in front and `LoadShed` answer 503 when
+            // the buffer is full.
+            let stack = ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(shed))
+                .load_shed()
+                .buffer(PEER_BUFFER)
+                .layer(tower_resilience_adaptive::AdaptiveLimiterLayer::new(
+                    Shared(vegas.clone()),
+                ))
+                .service(routes);
+            let read: LimitFn = Arc::new(move || {
+                Some(tower_resilience_adaptive::ConcurrencyAlgorithm::limit(&*vegas) as u64)
+            });
+            (
+                Router::new().fallback_service(stack).layer(rate_layer()?),
+                read,
+            )
+        }
+        _ => {
             return Err(format!(
-                "--policy: {other:?} is not one of {:?}",
+                "--policy: {policy:?} is not one of {:?}",
                 crate::POLICIES
             ));
         }
     })
 }
 
-/// Policy 4: the rate rules, then an adaptive concurrency rule whose
-/// reserve keeps slots for `/book` (critical) over `/browse` (sheddable).
-fn adaptive(routes: Router) -> Result<(Router, LimitFn), String> {
-    let backend = Limit::new(
-        Rule::concurrency(
-            "backend",
-            InFlightLimit {
-                reserve: ADAPTIVE_RESERVE,
-                adaptive: Some(Vegas::new()),
-                ..InFlightLimit::new(ADAPTIVE_MAX)
-            },
-        ),
-        Global,
-    )
-    .class_by(|req: &RequestHead<'_>| {
-        if req.uri.path() == "/book" {
-            Class::Critical
-        } else {
-            Class::Sheddable
-        }
-    });
+/// The rate rules, then an adaptive concurrency rule (`Vegas::new()`, the
+/// core's defaults) of ceiling `max`; with `reserve`, slots kept for
+/// `/book` (critical) over `/browse` (sheddable).
+fn adaptive(routes: Router, max: u64, reserve: bool) -> Result<(Router, LimitFn), String> {
+    let mut in_flight = InFlightLimit {
+        adaptive: Some(Vegas::new()),
+        ..InFlightLimit::new(max)
+    };
+    let mut backend;
+    if reserve {
+        in_flight.reserve = ADAPTIVE_RESERVE;
+        backend = Limit::new(Rule::concurrency("backend", in_flight), Global);
+        backend = backend.class_by(|req: &RequestHead<'_>| {
+            if req.uri.path() == "/book" {
+                Class::Critical
+            } else {
+                Class::Sheddable
+            }
+        });
+    } else {
+        backend = Limit::new(Rule::concurrency("backend", in_flight), Global);
+    }
     let layer = ThrottleLayer::new(rate_policy().limit(backend), MemoryBackend::default())
         .map_err(|e| e.to_string())?;
     let rules = layer.clone();
@@ -344,6 +393,39 @@ impl<A: tower_acc::Algorithm> tower_acc::Algorithm for Observed<A> {
         self.inner.update(rtt, inflight, error, canceled);
         self.seen
             .store(self.inner.max_concurrency() as u64, Ordering::Relaxed);
+    }
+}
+
+/// tower-resilience-adaptive's algorithm, shared with the server so that
+/// its limit can be read (`ConcurrencyAlgorithm::limit` is public, but
+/// `AdaptiveLimiterLayer` keeps the algorithm it is given).
+struct Shared<A>(Arc<A>);
+
+impl<A: tower_resilience_adaptive::ConcurrencyAlgorithm>
+    tower_resilience_adaptive::ConcurrencyAlgorithm for Shared<A>
+{
+    fn record_success(&self, latency: Duration) {
+        self.0.record_success(latency);
+    }
+
+    fn record_failure(&self) {
+        self.0.record_failure();
+    }
+
+    fn record_dropped(&self) {
+        self.0.record_dropped();
+    }
+
+    fn limit(&self) -> usize {
+        self.0.limit()
+    }
+
+    fn min_limit(&self) -> usize {
+        self.0.min_limit()
+    }
+
+    fn max_limit(&self) -> usize {
+        self.0.max_limit()
     }
 }
 

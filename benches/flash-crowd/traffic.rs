@@ -95,10 +95,6 @@ pub(crate) const BOTS_BOOK: f64 = 0.5;
 /// rest come from the address swarm.
 pub(crate) const BOTS_SIGNED_IN: f64 = 0.3;
 
-/// The step scenario's genuine load, requests a second: 70% of the pool's
-/// capacity at 25 ms, more than twice it at 75 ms.
-pub(crate) const STEP_RATE: f64 = 450.0;
-
 /// The shared address of the clients behind a carrier-grade NAT.
 pub(crate) const CGNAT: Ipv4Addr = Ipv4Addr::new(127, 1, 0, 1);
 /// The swarm's User-Agent.
@@ -233,11 +229,32 @@ impl Population {
 
     /// The flash crowd's arrivals, in time order.
     pub(crate) fn flash_crowd(&self, phases: Phases, seed: u64) -> Vec<Arrival> {
+        self.mix(
+            phases.total(),
+            seed,
+            |t| GENUINE_BASE + (GENUINE_PEAK - GENUINE_BASE) * phases.progress(t),
+            |t| BOTS_PEAK * phases.progress(t),
+        )
+    }
+
+    /// The step scenario's arrivals: the crowd's peak mix (genuine clients
+    /// and bots at their peak rates) for `length`, so that the step meets
+    /// the overload the flash crowd ends in.
+    pub(crate) fn peak_mix(&self, length: Duration, seed: u64) -> Vec<Arrival> {
+        self.mix(length, seed, |_| GENUINE_PEAK, |_| BOTS_PEAK)
+    }
+
+    /// Genuine arrivals at `genuine(t)` and bot arrivals at `bots(t)`
+    /// requests a second (at most their peak rates) until `end`, in time
+    /// order.
+    fn mix(
+        &self,
+        end: Duration,
+        seed: u64,
+        genuine: impl Fn(Duration) -> f64,
+        bots: impl Fn(Duration) -> f64,
+    ) -> Vec<Arrival> {
         let mut rng = Rng::new(seed);
-        let end = phases.total();
-        let genuine =
-            |t: Duration| GENUINE_BASE + (GENUINE_PEAK - GENUINE_BASE) * phases.progress(t);
-        let bots = |t: Duration| BOTS_PEAK * phases.progress(t);
         let mut all = Vec::new();
         poisson(&mut rng, end, GENUINE_PEAK, genuine, |rng, at| {
             all.push(Arrival {
@@ -259,27 +276,6 @@ impl Population {
             });
         });
         all.sort_by_key(|a| a.at);
-        all
-    }
-
-    /// The step scenario's arrivals: genuine clients only, at
-    /// [`STEP_RATE`], for `length`.
-    pub(crate) fn steady(&self, length: Duration, seed: u64) -> Vec<Arrival> {
-        let mut rng = Rng::new(seed);
-        let mut all = Vec::new();
-        poisson(
-            &mut rng,
-            length,
-            STEP_RATE,
-            |_| STEP_RATE,
-            |rng, at| {
-                all.push(Arrival {
-                    at,
-                    client: pick(rng, &self.genuine),
-                    book: chance(rng, GENUINE_BOOK),
-                });
-            },
-        );
         all
     }
 }
