@@ -44,10 +44,11 @@ use crate::ConfigError;
 /// jittered down to half: 15 to 30 s), and sooner when the latency says
 /// one is needed: after the first busy window (`no_load` not measured
 /// yet), after a window whose latency is a tenth below `no_load` (the
-/// backend became faster), and after 10 windows in a row that lowered the
-/// limit (a long queue, or a backend slower for good: the probe tells
-/// which). It waits for a busy window: while fewer than half the limit's
-/// slots are in use, a probe would only shed requests.
+/// backend became faster), and once the limit has fallen to half what it
+/// was after the last probe (a backend slower for good reads as a queue
+/// that no limit drains: the probe tells which). It waits for a busy
+/// window: while fewer than half the limit's slots are in use, a probe
+/// would only shed requests.
 ///
 /// Each window, with `log = max(1, ⌊log10 limit⌋)` and `inflight` the most
 /// requests in flight during the window:
@@ -55,10 +56,15 @@ use crate::ConfigError;
 /// | condition | new limit |
 /// |---|---|
 /// | `inflight < limit / 2` (the backend is not the bottleneck) | unchanged |
-/// | `queue ≤ log` | `limit + 6·log` |
-/// | `queue < 3·log` | `limit + log` |
+/// | `queue ≤ log` and `inflight ≥ ¾ limit` | `limit + 6·log` |
+/// | `queue < 3·log` and `inflight ≥ ¾ limit` | `limit + log` |
 /// | `queue > 6·log` | `limit − log` |
 /// | otherwise | unchanged |
+///
+/// The limit grows only while it is used (TCP's rule for a congestion
+/// window that limits the sender): with Netflix's `limit / 2` alone, a
+/// crowd that ramped up grew the limit to twice the pool while the pool
+/// still kept up, and then met a queue of the pool's size.
 ///
 /// bounded by [`min`](Self::min) and the rule's `n`. A backend with a pool
 /// of `p` connections settles at `p + 3·log` to `p + 6·log` in flight (a
@@ -235,8 +241,8 @@ pub struct VegasState {
     /// Windows since the last probe, and how many until the next one.
     windows: u32,
     next_probe: u32,
-    /// Windows in a row that lowered the limit.
-    falling: u32,
+    /// The limit when the last probe ended (at first, the initial one).
+    probed_limit: u64,
     probe: Option<Probe>,
     /// Requests admitted before this (during a probe, or while the queue
     /// refilled after it) are not samples of a window.
@@ -280,10 +286,6 @@ struct Probe {
 /// admitted under it to measure (requests that hold their slots for
 /// longer than that keep it from draining).
 const PROBE_GIVES_UP_WINDOWS: u64 = 10;
-/// Windows in a row that lowered the limit before a probe is brought
-/// forward: either the queue is long or the backend became slower for
-/// good, and a probe tells which.
-const FALLING_WINDOWS: u32 = 10;
 
 impl VegasState {
     /// A limit of at most `max` (the rule's `n`) with `params`.
@@ -298,12 +300,13 @@ impl VegasState {
             window: Window::default(),
             windows: 0,
             next_probe: 0,
-            falling: 0,
+            probed_limit: 0,
             probe: None,
             resume_at_us: 0,
             seed: 0x9E37_79B9_7F4A_7C15,
         };
         state.next_probe = state.jittered_probe();
+        state.probed_limit = state.limit;
         state
     }
 
@@ -382,7 +385,7 @@ impl VegasState {
         self.resume_at_us = now_us.saturating_add(self.no_load_us.saturating_mul(2));
         self.window = Window::default();
         self.windows = 0;
-        self.falling = 0;
+        self.probed_limit = self.limit;
         self.next_probe = self.jittered_probe();
     }
 
@@ -400,7 +403,6 @@ impl VegasState {
         // requests for nothing; it waits for a busy window.
         let busy = in_flight.saturating_mul(2) >= self.limit;
         if !busy {
-            self.falling = 0;
             if self.no_load_us == 0 {
                 self.no_load_us = rtt_us;
             }
@@ -408,10 +410,11 @@ impl VegasState {
         }
         // A probe is due, or the latency says one is needed: none measured
         // yet, or a latency a tenth below the one without load (the
-        // backend became faster), or a limit falling for long (a long
-        // queue, or a backend slower for good).
+        // backend became faster), or a limit that fell to half what it was
+        // after the last probe (a backend slower for good reads as a
+        // queue that the limit cannot drain).
         if self.windows >= self.next_probe
-            || self.falling >= FALLING_WINDOWS
+            || self.limit.saturating_mul(2) <= self.probed_limit
             || self.no_load_us == 0
             || rtt_us.saturating_mul(10) < self.no_load_us.saturating_mul(9)
         {
@@ -423,24 +426,20 @@ impl VegasState {
         let queue = (u128::from(limit) * u128::from(rtt_us.saturating_sub(self.no_load_us)))
             .div_ceil(u128::from(rtt_us)) as u64;
         let log = (limit.ilog10() as u64).max(1);
-        if std::env::var("VEGAS_DEBUG").is_ok() {
-            eprintln!(
-                "t={now_us} rtt={rtt_us} no_load={} inflight={in_flight} limit={limit} queue={queue}",
-                self.no_load_us
-            );
-        }
-        let next = if queue <= log {
+        // Grows only while the limit is used: with fewer in flight, no
+        // queue says nothing of what more would do (TCP's rule for a
+        // window that limits the sender).
+        let used = in_flight.saturating_mul(4) >= limit.saturating_mul(3);
+        let next = if queue <= log && used {
             limit + 6 * log
-        } else if queue < 3 * log {
+        } else if queue < 3 * log && used {
             limit + log
         } else if queue > 6 * log {
             limit.saturating_sub(log)
         } else {
             limit
         };
-        let next = next.clamp(self.min, self.max);
-        self.falling = if next < limit { self.falling + 1 } else { 0 };
-        self.limit = next;
+        self.limit = next.clamp(self.min, self.max);
     }
 
     /// Windows until the next probe: `probe_every`, jittered down to half.
