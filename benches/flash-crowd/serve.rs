@@ -47,9 +47,10 @@ pub(crate) const FIXED: u64 = POOL as u64;
 /// pool's size; its ceiling only has to be above it, and the algorithm
 /// has to find the pool below it.
 pub(crate) const ADAPTIVE_MAX: u64 = 4 * POOL as u64;
-/// The ceiling of the `@2x` policies: twice the pool, as the guide's
-/// chapter on protecting a backend advises (the queue then stays under the
-/// pool whatever the algorithm does).
+/// The ceiling of the `@2x` policies: twice the pool, which the guide
+/// advised before the probe drained the queue (the queue then stays under
+/// the pool whatever the algorithm does); kept to show the ceiling no
+/// longer matters.
 pub(crate) const ADAPTIVE_MAX_2X: u64 = 2 * POOL as u64;
 /// The `+reserve` policies' reserve per class step.
 pub(crate) const ADAPTIVE_RESERVE: u64 = 8;
