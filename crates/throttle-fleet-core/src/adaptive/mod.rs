@@ -4,19 +4,21 @@
 
 mod vegas;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 pub use vegas::{Vegas, VegasState};
 
 /// One rule's adaptive limit in this process: the limit admissions read
-/// (one atomic load), the requests in flight under it, and the algorithm's
-/// state, fed when a request ends.
+/// (one atomic load), the requests in flight under it, whether it refused
+/// one since a request last ended, and the algorithm's state, fed when a
+/// request ends.
 #[derive(Debug)]
 pub(crate) struct Adaptive {
     limit: AtomicU64,
     in_flight: AtomicU64,
+    refused: AtomicBool,
     state: Mutex<VegasState>,
 }
 
@@ -26,6 +28,7 @@ impl Adaptive {
         Self {
             limit: AtomicU64::new(state.limit()),
             in_flight: AtomicU64::new(0),
+            refused: AtomicBool::new(false),
             state: Mutex::new(state),
         }
     }
@@ -41,12 +44,27 @@ impl Adaptive {
         self.in_flight.fetch_add(cost, Ordering::Relaxed);
     }
 
+    /// The limit refused a request: told to the algorithm when the next
+    /// request ends (a flag, not the lock, on the refusal's path; written
+    /// only when not yet set).
+    #[inline]
+    pub(crate) fn refused(&self) {
+        if !self.refused.load(Ordering::Relaxed) {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// A request of `cost` admitted at `since_us` ended at `now_us`: a
     /// sample of the backend's latency.
     pub(crate) fn ended(&self, cost: u64, since_us: u64, now_us: u64) {
         let in_flight = self.in_flight.load(Ordering::Relaxed);
         self.left(cost);
+        let refused =
+            self.refused.load(Ordering::Relaxed) && self.refused.swap(false, Ordering::Relaxed);
         let mut state = self.state.lock();
+        if refused {
+            state.refused();
+        }
         let limit = state.sample(now_us, now_us.saturating_sub(since_us), in_flight);
         self.limit.store(limit, Ordering::Relaxed);
     }

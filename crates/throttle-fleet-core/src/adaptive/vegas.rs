@@ -50,21 +50,25 @@ use crate::ConfigError;
 /// window: while fewer than half the limit's slots are in use, a probe
 /// would only shed requests.
 ///
-/// Each window, with `log = max(1, ⌊log10 limit⌋)` and `inflight` the most
-/// requests in flight during the window:
+/// Each window, with `log = max(1, ⌊log10 limit⌋)`, `inflight` the most
+/// requests in flight during the window, and `refused` whether the limit
+/// (or a class's share of it, [`InFlightLimit::reserve`](crate::InFlightLimit::reserve))
+/// refused a request in it:
 ///
 /// | condition | new limit |
 /// |---|---|
-/// | `inflight < limit / 2` (the backend is not the bottleneck) | unchanged |
-/// | `queue ≤ log` and `inflight ≥ ¾ limit` | `limit + 6·log` |
-/// | `queue < 3·log` and `inflight ≥ ¾ limit` | `limit + log` |
+/// | not `refused` and `inflight < limit / 2` (the backend is not the bottleneck) | unchanged |
+/// | `queue ≤ log` and `refused` | `limit + 6·log` |
+/// | `queue < 3·log` and `refused` | `limit + log` |
 /// | `queue > 6·log` | `limit − log` |
 /// | otherwise | unchanged |
 ///
-/// The limit grows only while it is used (TCP's rule for a congestion
-/// window that limits the sender): with Netflix's `limit / 2` alone, a
-/// crowd that ramped up grew the limit to twice the pool while the pool
-/// still kept up, and then met a queue of the pool's size.
+/// The limit grows only while it limits (TCP's rule for a congestion
+/// window that limits the sender): with Netflix's `inflight ≥ limit / 2`
+/// alone, a crowd that ramped up grew the limit to twice the pool while
+/// the pool still kept up, and then met a queue of the pool's size; and a
+/// reserve that kept sheddable requests to a quarter of the limit held it
+/// where the pool was two-thirds used.
 ///
 /// bounded by [`min`](Self::min) and the rule's `n`. A backend with a pool
 /// of `p` connections settles at `p + 3·log` to `p + 6·log` in flight (a
@@ -223,9 +227,11 @@ impl Vegas {
 ///
 /// let mut v = VegasState::new(Vegas::new().initial(10), 100);
 /// let mut now = 0;
-/// // A backend that answers in 10 ms whatever the load: the limit grows.
+/// // A backend that answers in 10 ms whatever the load, and more requests
+/// // than the limit admits: the limit grows.
 /// for _ in 0..1_000 {
 ///     now += 2_000;
+///     v.refused();
 ///     v.sample(now, 10_000, v.limit());
 /// }
 /// assert!(v.limit() > 50, "{}", v.limit());
@@ -253,13 +259,14 @@ pub struct VegasState {
 }
 
 /// The latencies of one window: their sum and count, the most requests
-/// in flight.
+/// in flight, and whether the limit refused a request.
 #[derive(Debug, Clone, Copy, Default)]
 struct Window {
     start_us: Option<u64>,
     rtt_sum_us: u64,
     samples: u32,
     in_flight: u64,
+    refused: bool,
 }
 
 impl Window {
@@ -330,6 +337,15 @@ impl VegasState {
         self.probe.is_some()
     }
 
+    /// The limit refused a request (it, or its class's share of it, was
+    /// full): the limit is what limits, and it may grow if the latency
+    /// shows no queue. Without refusals it does not grow, whatever the
+    /// latency: with fewer in flight than the limit allows, no queue says
+    /// nothing of what more would do.
+    pub fn refused(&mut self) {
+        self.window.refused = true;
+    }
+
     /// A request ended at `now_us` after `rtt_us`, with `in_flight`
     /// requests in flight (itself included) when it ended. Returns the
     /// limit admissions use from now on.
@@ -367,7 +383,7 @@ impl VegasState {
             .rotate_left(17)
             .wrapping_add(done.rtt_sum_us)
             .wrapping_mul(0x2545_F491_4F6C_DD1D);
-        self.end_window(now_us, done.rtt_us(), done.in_flight);
+        self.end_window(now_us, done);
         self.limit()
     }
 
@@ -396,12 +412,15 @@ impl VegasState {
         });
     }
 
-    fn end_window(&mut self, now_us: u64, rtt_us: u64, in_flight: u64) {
+    fn end_window(&mut self, now_us: u64, window: Window) {
+        let (rtt_us, in_flight) = (window.rtt_us(), window.in_flight);
         self.windows = self.windows.saturating_add(1);
-        // A window with fewer than half the limit in flight: the backend is
-        // not the bottleneck, the limit stays, and a probe would only shed
-        // requests for nothing; it waits for a busy window.
-        let busy = in_flight.saturating_mul(2) >= self.limit;
+        // A window in which the limit refused no request and fewer than
+        // half of it were in flight: the backend is not the bottleneck, the
+        // limit stays, and a probe would only shed requests for nothing; it
+        // waits for a busy window.
+        let limited = window.refused;
+        let busy = limited || in_flight.saturating_mul(2) >= self.limit;
         if !busy {
             if self.no_load_us == 0 {
                 self.no_load_us = rtt_us;
@@ -422,17 +441,18 @@ impl VegasState {
             return;
         }
         let limit = self.limit;
-        // queue = ⌈limit × (1 − no_load / rtt)⌉, in integers.
+        // queue = ⌈limit × (1 − no_load / rtt)⌉, in integers. (With the
+        // requests in flight for `limit` it would be the queue exactly, by
+        // Little's law; with the limit, slack it leaves unused reads as
+        // queue too, and the limit stays close to what runs.)
         let queue = (u128::from(limit) * u128::from(rtt_us.saturating_sub(self.no_load_us)))
             .div_ceil(u128::from(rtt_us)) as u64;
         let log = (limit.ilog10() as u64).max(1);
-        // Grows only while the limit is used: with fewer in flight, no
-        // queue says nothing of what more would do (TCP's rule for a
-        // window that limits the sender).
-        let used = in_flight.saturating_mul(4) >= limit.saturating_mul(3);
-        let next = if queue <= log && used {
+        // Grows only while the limit limits (TCP's rule for a congestion
+        // window): see `refused`.
+        let next = if queue <= log && limited {
             limit + 6 * log
-        } else if queue < 3 * log && used {
+        } else if queue < 3 * log && limited {
             limit + log
         } else if queue > 6 * log {
             limit.saturating_sub(log)

@@ -84,6 +84,9 @@ impl Shedding {
     fn marked(&self, mut o: Outcome, shed: bool, cost: u64, clock: &Blocks) -> Outcome {
         if !o.step.allowed {
             o.shed = shed;
+            if let Some(a) = &self.adaptive {
+                a.refused();
+            }
         } else if let Some(a) = &self.adaptive {
             a.admitted(cost);
             o.at_us = clock.now_us();
