@@ -239,6 +239,8 @@ impl Vegas {
 #[derive(Debug, Clone)]
 pub struct VegasState {
     params: Vegas,
+    /// `params.window` in µs, worked out once (every sample reads it).
+    window_us: u64,
     max: u64,
     min: u64,
     limit: u64,
@@ -300,6 +302,7 @@ impl VegasState {
         let max = max.max(1);
         let mut state = Self {
             params,
+            window_us: u64::try_from(params.window.as_micros()).unwrap_or(u64::MAX),
             max,
             min: params.min_limit(max),
             limit: params.initial_limit(max),
@@ -352,7 +355,7 @@ impl VegasState {
     pub fn sample(&mut self, now_us: u64, rtt_us: u64, in_flight: u64) -> u64 {
         let rtt_us = rtt_us.max(1);
         let admitted_us = now_us.saturating_sub(rtt_us);
-        let window_us = self.window_us();
+        let window_us = self.window_us;
         if let Some(probe) = &mut self.probe {
             // Only a request admitted under the probe's limit found the
             // backend without a queue (at most `min` ahead of it).
@@ -385,10 +388,6 @@ impl VegasState {
             .wrapping_mul(0x2545_F491_4F6C_DD1D);
         self.end_window(now_us, done);
         self.limit()
-    }
-
-    fn window_us(&self) -> u64 {
-        u64::try_from(self.params.window.as_micros()).unwrap_or(u64::MAX)
     }
 
     /// The probe ends: what it measured is the latency without load, and
