@@ -227,6 +227,16 @@ fn lag(outcomes: &[Outcome]) -> Value {
 }
 
 /// Counts of the answers `outcomes` got.
+/// The outcomes of the arrivals that `f` picks, in order.
+fn pick(arrivals: &[Arrival], outcomes: &[Outcome], f: &dyn Fn(&Arrival) -> bool) -> Vec<Outcome> {
+    arrivals
+        .iter()
+        .zip(outcomes)
+        .filter(|(a, _)| f(a))
+        .map(|(_, o)| *o)
+        .collect()
+}
+
 fn statuses(outcomes: &[Outcome]) -> Value {
     let count = |f: &dyn Fn(u16) -> bool| outcomes.iter().filter(|o| f(o.status)).count();
     json!({
@@ -348,14 +358,7 @@ async fn flash(ctx: &Ctx<'_>) -> Result<Value, String> {
     let server = get_json(ctx.control, ctx.port, "/_stats").await?;
 
     let bot = |a: &Arrival| ctx.population.identities[a.client as usize].bot;
-    let pick = |f: &dyn Fn(&Arrival) -> bool| -> Vec<Outcome> {
-        arrivals
-            .iter()
-            .zip(&outcomes)
-            .filter(|(a, _)| f(a))
-            .map(|(_, o)| *o)
-            .collect()
-    };
+    let pick = |f: &dyn Fn(&Arrival) -> bool| pick(&arrivals, &outcomes, f);
     let served = |list: &[Outcome]| list.iter().filter(|o| o.status == 200).count();
     let latencies = |list: &[Outcome]| {
         let mut l: Vec<Duration> = list
@@ -425,14 +428,7 @@ async fn step(ctx: &Ctx<'_>) -> Result<Value, String> {
     steps?;
     let (outcomes, cpu, samples) = timed?;
     let bot = |a: &Arrival| ctx.population.identities[a.client as usize].bot;
-    let pick = |f: &dyn Fn(&Arrival) -> bool| -> Vec<Outcome> {
-        arrivals
-            .iter()
-            .zip(&outcomes)
-            .filter(|(a, _)| f(a))
-            .map(|(_, o)| *o)
-            .collect()
-    };
+    let pick = |f: &dyn Fn(&Arrival) -> bool| pick(&arrivals, &outcomes, f);
     let genuine = pick(&|a| !bot(a));
     let critical = pick(&|a| !bot(a) && a.book);
     let bots = pick(&|a| bot(a));

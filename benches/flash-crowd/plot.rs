@@ -181,16 +181,7 @@ fn settling(out: &mut String, samples: &[Value], steps: &[f64], length: f64) {
         .iter()
         .filter_map(|s| Some((f(&s["t"]), s["limit"].as_f64()?)))
         .collect();
-    let median: Vec<(f64, f64)> = (0..all.len())
-        .map(|i| {
-            let mut w: Vec<f64> = all[i.saturating_sub(5)..(i + 6).min(all.len())]
-                .iter()
-                .map(|(_, l)| *l)
-                .collect();
-            w.sort_by(f64::total_cmp);
-            (all[i].0, w[w.len() / 2])
-        })
-        .collect();
+    let median = rolling_median(&all, 5, 5);
     let mut parts = Vec::new();
     for (i, &from) in steps.iter().enumerate() {
         let to = steps.get(i + 1).copied().unwrap_or(length);
@@ -240,6 +231,21 @@ pub(crate) struct Phase {
     pub(crate) entered: Option<f64>,
 }
 
+/// Each `(time, value)` with the value replaced by the median of the
+/// `before` values before it, itself and the `after` after it.
+fn rolling_median(all: &[(f64, f64)], before: usize, after: usize) -> Vec<(f64, f64)> {
+    (0..all.len())
+        .map(|i| {
+            let mut w: Vec<f64> = all[i.saturating_sub(before)..(i + after + 1).min(all.len())]
+                .iter()
+                .map(|(_, l)| *l)
+                .collect();
+            w.sort_by(f64::total_cmp);
+            (all[i].0, w[w.len() / 2])
+        })
+        .collect()
+}
+
 /// Each phase of the step scenario: when the limit re-settled in [`BAND`].
 pub(crate) fn resettled(step: &Value) -> Vec<Phase> {
     let all: Vec<(f64, f64)> = samples(step)
@@ -248,16 +254,7 @@ pub(crate) fn resettled(step: &Value) -> Vec<Phase> {
         .collect();
     // The median of the last 1 s of reads (10 of them), this one included:
     // what was known at that time, not after it.
-    let median: Vec<(f64, f64)> = (0..all.len())
-        .map(|i| {
-            let mut w: Vec<f64> = all[i.saturating_sub(9)..=i]
-                .iter()
-                .map(|(_, l)| *l)
-                .collect();
-            w.sort_by(f64::total_cmp);
-            (all[i].0, w[w.len() / 2])
-        })
-        .collect();
+    let median = rolling_median(&all, 9, 0);
     let steps: Vec<f64> = step["steps_s"]
         .as_array()
         .map_or(vec![], |s| s.iter().map(f).collect());
