@@ -417,3 +417,23 @@ fn a_probe_waits_for_a_busy_window_and_gives_up_when_nothing_is_admitted() {
     assert!(!v.probing());
     assert_eq!(v.limit(), 20);
 }
+
+#[test]
+fn a_probe_that_gives_up_before_any_latency_is_known_is_not_repeated_at_once() {
+    let mut v = VegasState::new(Vegas::new(), CEILING);
+    // Requests of 5 s, the first window busy: a probe, which nothing
+    // admitted under it outlasts; it gives up after 1 s.
+    let now = feed(&mut v, 0, 20, 5_500, 5_000_000, 20);
+    assert!(v.probing());
+    let now = feed(&mut v, now, 11, 100_000, 5_000_000, 20);
+    assert!(!v.probing());
+    // The busy windows after it (of requests admitted since) keep the
+    // latency measured under load rather than probing again, and holding
+    // the limit at its minimum, for ever.
+    let mut now = now;
+    for _ in 0..120 {
+        now = feed(&mut v, now, 1, 55_000, 5_000_000, 20);
+        assert!(!v.probing(), "a probe again at {now} µs");
+    }
+    assert_eq!(v.limit(), 20);
+}

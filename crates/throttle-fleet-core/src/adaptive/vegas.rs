@@ -436,6 +436,11 @@ impl VegasState {
             || self.no_load_us == 0
             || rtt_us.saturating_mul(10) < self.no_load_us.saturating_mul(9)
         {
+            if self.no_load_us == 0 {
+                // Measured under load, but something to go on should the
+                // probe give up (requests that outlast it).
+                self.no_load_us = rtt_us;
+            }
             self.start_probe(now_us);
             return;
         }
