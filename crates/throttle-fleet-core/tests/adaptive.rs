@@ -34,6 +34,15 @@ const SLOW_US: u64 = 75_000;
 const CROWD_PER_S: u64 = 3_000;
 /// The band the limit settles in: the pool to one and a half times it.
 const BAND: std::ops::RangeInclusive<u64> = POOL..=POOL * 3 / 2;
+/// The goals are a queue of at most the pool, the pool 90% busy
+/// and 10 s to settle; the guide claims what the simulation measured, and
+/// the tests hold it to that, so that a regression short of the goals
+/// (the ramp's queue at 16 with the first fix, settling in 9 s) still
+/// shows: the longest queue, the least busy share and the longest
+/// settling.
+const QUEUE_CLAIMED: u64 = 10;
+const BUSY_CLAIMED: f64 = 0.99;
+const SETTLED_CLAIMED_US: u64 = 3_000_000;
 
 /// A small deterministic generator: the same run every time.
 struct Lcg(u64);
@@ -244,14 +253,17 @@ fn under_the_crowd_the_limit_settles_between_the_pool_and_half_again() {
         // crowd.
         let queue = report.iter().map(|r| r.queue).max().unwrap() as u64;
         assert!(
-            queue <= POOL,
+            queue <= QUEUE_CLAIMED,
             "seed {seed}: a queue of {queue}: {}",
             sketch(&report)
         );
-        // Busy: the pool's use, probes included, at least 90%.
+        // Busy: the pool's use, probes included.
         let busy: usize = peak.iter().map(|r| r.busy).sum();
         let share = busy as f64 / (peak.len() as u64 * POOL) as f64;
-        assert!(share >= 0.9, "seed {seed}: the pool {share:.3} busy");
+        assert!(
+            share >= BUSY_CLAIMED,
+            "seed {seed}: the pool {share:.3} busy"
+        );
     }
 }
 
@@ -283,7 +295,7 @@ fn under_the_crowd_a_reserve_serves_the_critical_requests() {
             );
             let queue = report.iter().map(|r| r.queue).max().unwrap() as u64;
             assert!(
-                queue <= POOL,
+                queue <= QUEUE_CLAIMED,
                 "reserve {reserve}, seed {seed}: a queue of {queue}: {}",
                 sketch(&report)
             );
@@ -299,7 +311,7 @@ fn under_the_crowd_a_reserve_serves_the_critical_requests() {
 }
 
 #[test]
-fn the_limit_settles_within_ten_seconds_of_each_step_in_service_time() {
+fn the_limit_settles_within_seconds_of_each_step_in_service_time() {
     for seed in 1..=5 {
         let report = run(
             Vegas::new(),
@@ -322,21 +334,24 @@ fn the_limit_settles_within_ten_seconds_of_each_step_in_service_time() {
                 )
             });
             assert!(
-                at - step <= 10_000_000,
+                at - step <= SETTLED_CLAIMED_US,
                 "seed {seed}: settled {} ms after the step at {} s: {}",
                 (at - step) / 1_000,
                 step / 1_000_000,
                 sketch(window(&report, step, next))
             );
         }
-        // Once settled, the backend's queue stays under its pool.
+        // Once settled, the backend's queue stays short.
         let worst = report
             .iter()
             .filter(|r| r.t_us % 30_000_000 >= 10_000_000)
             .map(|r| r.queue)
             .max()
             .unwrap();
-        assert!(worst as u64 <= POOL, "seed {seed}: a queue of {worst}");
+        assert!(
+            worst as u64 <= QUEUE_CLAIMED,
+            "seed {seed}: a queue of {worst}"
+        );
     }
 }
 
