@@ -36,9 +36,8 @@ use crate::ConfigError;
 ///   Our first probe halved the limit for one window instead (BBR's
 ///   `ProbeRTT`), which drains the queue only while the limit is at most
 ///   twice the backend's capacity; Netflix's Vegas takes one request's
-///   latency, queue included. Requests admitted before the probe, and
-///   until twice `no_load` after it (while the queue refills), are not
-///   samples.
+///   latency, queue included. Requests admitted before the probe are not
+///   its samples.
 ///
 /// A probe comes every [`probe_every`](Self::probe_every) windows (300,
 /// jittered down to half: 15 to 30 s), and sooner when the latency says
@@ -252,9 +251,6 @@ pub struct VegasState {
     /// The limit when the last probe ended (at first, the initial one).
     probed_limit: u64,
     probe: Option<Probe>,
-    /// Requests admitted before this (during a probe, or while the queue
-    /// refilled after it) are not samples of a window.
-    resume_at_us: u64,
     /// Jitter, from the latencies themselves: instances that see other
     /// requests probe at other times.
     seed: u64,
@@ -312,7 +308,6 @@ impl VegasState {
             next_probe: 0,
             probed_limit: 0,
             probe: None,
-            resume_at_us: 0,
             seed: 0x9E37_79B9_7F4A_7C15,
         };
         state.next_probe = state.jittered_probe();
@@ -366,11 +361,8 @@ impl VegasState {
             let gave_up = now_us.saturating_sub(probe.started_us)
                 >= PROBE_GIVES_UP_WINDOWS.saturating_mul(window_us);
             if probe.admitted.samples >= self.params.min_samples || gave_up {
-                self.end_probe(now_us, probe);
+                self.end_probe(probe);
             }
-            return self.limit();
-        }
-        if admitted_us < self.resume_at_us {
             return self.limit();
         }
         let w = &mut self.window;
@@ -390,14 +382,12 @@ impl VegasState {
         self.limit()
     }
 
-    /// The probe ends: what it measured is the latency without load, and
-    /// the requests admitted until the queue has refilled are not samples.
-    fn end_probe(&mut self, now_us: u64, probe: Probe) {
+    /// The probe ends: what it measured is the latency without load.
+    fn end_probe(&mut self, probe: Probe) {
         self.probe = None;
         if probe.admitted.samples > 0 {
             self.no_load_us = probe.admitted.rtt_us();
         }
-        self.resume_at_us = now_us.saturating_add(self.no_load_us.saturating_mul(2));
         self.window = Window::default();
         self.windows = 0;
         self.probed_limit = self.limit;
