@@ -150,7 +150,7 @@ fn run(
                         waiting.push_back(t);
                     }
                 } else {
-                    vegas.refused();
+                    vegas.denied();
                 }
                 t
             }

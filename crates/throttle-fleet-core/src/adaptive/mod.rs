@@ -11,14 +11,14 @@ use parking_lot::Mutex;
 pub use vegas::{Vegas, VegasState};
 
 /// One rule's adaptive limit in this process: the limit admissions read
-/// (one atomic load), the requests in flight under it, whether it refused
+/// (one atomic load), the requests in flight under it, whether it denied
 /// one since a request last ended, and the algorithm's state, fed when a
 /// request ends.
 #[derive(Debug)]
 pub(crate) struct Adaptive {
     limit: AtomicU64,
     in_flight: AtomicU64,
-    refused: AtomicBool,
+    denied: AtomicBool,
     state: Mutex<VegasState>,
 }
 
@@ -28,7 +28,7 @@ impl Adaptive {
         Self {
             limit: AtomicU64::new(state.limit()),
             in_flight: AtomicU64::new(0),
-            refused: AtomicBool::new(false),
+            denied: AtomicBool::new(false),
             state: Mutex::new(state),
         }
     }
@@ -44,13 +44,13 @@ impl Adaptive {
         self.in_flight.fetch_add(cost, Ordering::Relaxed);
     }
 
-    /// The limit refused a request: told to the algorithm when the next
-    /// request ends (a flag, not the lock, on the refusal's path; written
+    /// The limit denied a request: told to the algorithm when the next
+    /// request ends (a flag, not the lock, on the denial's path; written
     /// only when not yet set).
     #[inline]
-    pub(crate) fn refused(&self) {
-        if !self.refused.load(Ordering::Relaxed) {
-            self.refused.store(true, Ordering::Relaxed);
+    pub(crate) fn denied(&self) {
+        if !self.denied.load(Ordering::Relaxed) {
+            self.denied.store(true, Ordering::Relaxed);
         }
     }
 
@@ -59,11 +59,11 @@ impl Adaptive {
     pub(crate) fn ended(&self, cost: u64, since_us: u64, now_us: u64) {
         let in_flight = self.in_flight.load(Ordering::Relaxed);
         self.left(cost);
-        let refused =
-            self.refused.load(Ordering::Relaxed) && self.refused.swap(false, Ordering::Relaxed);
+        let denied =
+            self.denied.load(Ordering::Relaxed) && self.denied.swap(false, Ordering::Relaxed);
         let mut state = self.state.lock();
-        if refused {
-            state.refused();
+        if denied {
+            state.denied();
         }
         let limit = state.sample(now_us, now_us.saturating_sub(since_us), in_flight);
         self.limit.store(limit, Ordering::Relaxed);

@@ -50,15 +50,15 @@ use crate::ConfigError;
 /// would only shed requests.
 ///
 /// Each window, with `log = max(1, ⌊log10 limit⌋)`, `inflight` the most
-/// requests in flight during the window, and `refused` whether the limit
+/// requests in flight during the window, and `denied` whether the limit
 /// (or a class's share of it, [`InFlightLimit::reserve`](crate::InFlightLimit::reserve))
-/// refused a request in it:
+/// denied a request in it:
 ///
 /// | condition | new limit |
 /// |---|---|
-/// | not `refused` and `inflight < limit / 2` (the backend is not the bottleneck) | unchanged |
-/// | `queue ≤ log` and `refused` | `limit + 6·log` |
-/// | `queue < 3·log` and `refused` | `limit + log` |
+/// | not `denied` and `inflight < limit / 2` (the backend is not the bottleneck) | unchanged |
+/// | `queue ≤ log` and `denied` | `limit + 6·log` |
+/// | `queue < 3·log` and `denied` | `limit + log` |
 /// | `queue > 6·log` | `limit − log` |
 /// | otherwise | unchanged |
 ///
@@ -230,7 +230,7 @@ impl Vegas {
 /// // than the limit admits: the limit grows.
 /// for _ in 0..1_000 {
 ///     now += 2_000;
-///     v.refused();
+///     v.denied();
 ///     v.sample(now, 10_000, v.limit());
 /// }
 /// assert!(v.limit() > 50, "{}", v.limit());
@@ -257,14 +257,14 @@ pub struct VegasState {
 }
 
 /// The latencies of one window: their sum and count, the most requests
-/// in flight, and whether the limit refused a request.
+/// in flight, and whether the limit denied a request.
 #[derive(Debug, Clone, Copy, Default)]
 struct Window {
     start_us: Option<u64>,
     rtt_sum_us: u64,
     samples: u32,
     in_flight: u64,
-    refused: bool,
+    denied: bool,
 }
 
 impl Window {
@@ -335,13 +335,13 @@ impl VegasState {
         self.probe.is_some()
     }
 
-    /// The limit refused a request (it, or its class's share of it, was
+    /// The limit denied a request (it, or its class's share of it, was
     /// full): the limit is what limits, and it may grow if the latency
-    /// shows no queue. Without refusals it does not grow, whatever the
+    /// shows no queue. Without denials it does not grow, whatever the
     /// latency: with fewer in flight than the limit allows, no queue says
     /// nothing of what more would do.
-    pub fn refused(&mut self) {
-        self.window.refused = true;
+    pub fn denied(&mut self) {
+        self.window.denied = true;
     }
 
     /// A request ended at `now_us` after `rtt_us`, with `in_flight`
@@ -404,11 +404,11 @@ impl VegasState {
     fn end_window(&mut self, now_us: u64, window: Window) {
         let (rtt_us, in_flight) = (window.rtt_us(), window.in_flight);
         self.windows = self.windows.saturating_add(1);
-        // A window in which the limit refused no request and fewer than
+        // A window in which the limit denied no request and fewer than
         // half of it were in flight: the backend is not the bottleneck, the
         // limit stays, and a probe would only shed requests for nothing; it
         // waits for a busy window.
-        let limited = window.refused;
+        let limited = window.denied;
         let busy = limited || in_flight.saturating_mul(2) >= self.limit;
         if !busy {
             if self.no_load_us == 0 {
@@ -443,7 +443,7 @@ impl VegasState {
             .div_ceil(u128::from(rtt_us)) as u64;
         let log = (limit.ilog10() as u64).max(1);
         // Grows only while the limit limits (TCP's rule for a congestion
-        // window): see `refused`.
+        // window): see `denied`.
         let next = if queue <= log && limited {
             limit + 6 * log
         } else if queue < 3 * log && limited {

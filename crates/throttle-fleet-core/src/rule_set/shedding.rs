@@ -85,7 +85,7 @@ impl Shedding {
         if !o.step.allowed {
             o.shed = shed;
             if let Some(a) = &self.adaptive {
-                a.refused();
+                a.denied();
             }
         } else if let Some(a) = &self.adaptive {
             a.admitted(cost);
