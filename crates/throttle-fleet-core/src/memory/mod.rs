@@ -1,7 +1,7 @@
 //! The embedded default backend: bounded, sharded, in-process.
 
 mod direct;
-mod store;
+mod table;
 
 use std::sync::Arc;
 
@@ -14,8 +14,8 @@ use crate::rule::MeterVisitor;
 use crate::{Clock, ConfigError, Key, Rule, SystemClock};
 
 pub(crate) use direct::Direct;
-pub use store::MemoryStats;
-use store::Store;
+pub use table::MemoryStats;
+use table::Store;
 
 /// Counts in this process's memory. The embedded default: decisions take a
 /// lock on one shard of one rule's table and never await or allocate for a
