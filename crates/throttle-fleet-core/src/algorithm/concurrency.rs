@@ -112,11 +112,19 @@ impl Meter for Concurrency {
         if st.0 == 0 { 0 } else { u64::MAX }
     }
 
-    const DENIES_READ_ONLY: bool = true;
+    /// The count in flight is the word: every state packs.
+    fn packs(&self) -> bool {
+        true
+    }
 
     #[inline]
-    fn deny_read_only(&self, st: &InFlight, now_us: u64, cost: u64) -> Option<Step> {
-        super::deny_on_copy(self, st, now_us, cost)
+    fn pack(&self, st: &InFlight, _epoch_us: u64) -> u64 {
+        st.0
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64, _epoch_us: u64) -> InFlight {
+        InFlight(word)
     }
 }
 

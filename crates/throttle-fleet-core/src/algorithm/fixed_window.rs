@@ -111,11 +111,4 @@ impl Meter for FixedWindow {
             (st.window + 1) * self.period_us
         }
     }
-
-    const DENIES_READ_ONLY: bool = true;
-
-    #[inline]
-    fn deny_read_only(&self, st: &FixedWindowState, now_us: u64, cost: u64) -> Option<Step> {
-        super::deny_on_copy(self, st, now_us, cost)
-    }
 }

@@ -1,6 +1,9 @@
+mod packing;
+
 use crate::{ConfigError, Quota};
 
 use super::{Meter, Step};
+use packing::{Packing, Params};
 
 /// The longest time a bucket may take to fill from empty (`burst * period /
 /// limit`), about 146,000 years: the TAT is whole microseconds in a `u64`,
@@ -22,6 +25,15 @@ const MAX_FILL_US: u64 = 1 << 62;
 /// period` units pass. With `burst = limit` (the default) that is at most
 /// twice the limit in one period after a full idle period, and the long-run
 /// rate is exactly `limit / period`.
+///
+/// In the memory backend a key's state is one word updated by
+/// compare-and-swap ([`Meter::packs`]) when the interval's fraction of a
+/// microsecond has a denominator of at most 4,096 (`limit / gcd(limit,
+/// period in us)`: 1 whenever the interval is whole microseconds, 3 for 3
+/// a second, 1,000 for 1e9 a second) and the bucket fills within 2^51 us
+/// (71 years); the word keeps the TAT exactly for 142 years from the
+/// backend's start. Any other quota keeps its state behind a lock of the
+/// key's own, with the same decisions.
 ///
 /// As a **leaky bucket** (`shaping`), an admitted request is not let through
 /// at once: it is scheduled at the time its turn comes (`Step::delay_us`), so
@@ -53,6 +65,8 @@ pub struct Gcra {
     t_rem: u64,
     /// `burst * period`, when it fits in a u64 (the fast path of `report`).
     tau_s: Option<u64>,
+    /// How a state packs into one word, when it does ([`Meter::packs`]).
+    packing: Option<Packing>,
 }
 
 /// Per-key state of a [`Gcra`]: the theoretical arrival time
@@ -99,6 +113,12 @@ impl Gcra {
             t_us: period_us / limit,
             t_rem: period_us % limit,
             tau_s: u64::try_from(tau).ok(),
+            packing: Packing::new(Params {
+                limit,
+                period_us,
+                burst,
+                shaping,
+            }),
         })
     }
 
@@ -142,6 +162,7 @@ impl Gcra {
     /// was not) admitted. Everything the Redis script returns is the new
     /// state, and this turns it into the same figures the memory backend
     /// gives.
+    #[inline]
     pub fn report(&self, st: &GcraState, now_us: u64, cost: u64, allowed: bool) -> Step {
         // How far the TAT leads now, as (whole us, remainder in 1/limit us).
         let (ahead_us, ahead_rem) = if st.tat_us < now_us {
@@ -231,6 +252,7 @@ impl Meter for Gcra {
         self.burst
     }
 
+    #[inline]
     fn acquire(&self, st: &mut GcraState, now_us: u64, cost: u64) -> Step {
         if cost > self.burst {
             return self.report(st, now_us, cost, false);
@@ -272,10 +294,40 @@ impl Meter for Gcra {
         st.tat_us + u64::from(st.tat_rem > 0)
     }
 
-    const DENIES_READ_ONLY: bool = true;
+    /// See the type's documentation for the ranges that pack.
+    fn packs(&self) -> bool {
+        self.packing.is_some()
+    }
 
     #[inline]
-    fn deny_read_only(&self, st: &GcraState, now_us: u64, cost: u64) -> Option<Step> {
-        super::deny_on_copy(self, st, now_us, cost)
+    fn pack(&self, st: &GcraState, epoch_us: u64) -> u64 {
+        self.packing.map_or(0, |p| p.pack(st, epoch_us))
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64, epoch_us: u64) -> GcraState {
+        self.packing
+            .map_or_else(GcraState::default, |p| p.unpack(word, epoch_us))
+    }
+
+    /// Decided on the word itself, in `1/d` us: the same steps as
+    /// `acquire` on the unpacked state (tested against it).
+    #[inline]
+    fn acquire_packed(
+        &self,
+        word: u64,
+        epoch_us: u64,
+        now_us: u64,
+        cost: u64,
+        _: u64,
+    ) -> (Step, u64) {
+        match &self.packing {
+            Some(p) => p.acquire(word, epoch_us, now_us, cost),
+            // Never asked: only a meter that packs has packed states.
+            None => (
+                self.report(&GcraState::default(), now_us, cost, false),
+                word,
+            ),
+        }
     }
 }

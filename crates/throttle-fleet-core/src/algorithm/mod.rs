@@ -134,19 +134,57 @@ pub trait Meter: Send + Sync + 'static {
     /// be forgotten.
     fn idle_at(&self, state: &Self::State) -> u64;
 
-    /// Whether [`deny_read_only`](Self::deny_read_only) answers (default:
-    /// no). The memory backend then decides a key that keeps being denied
-    /// under a shared lock, so a denial flood on one key does not make the
-    /// cores take turns.
-    const DENIES_READ_ONLY: bool = false;
+    /// Whether every state of this meter packs into one `u64` without
+    /// loss ([`pack`](Self::pack), [`unpack`](Self::unpack)), within the
+    /// ranges the meter documents, and an `acquire` that denies leaves the
+    /// state as it was (default: no). The memory backend then
+    /// decides a tracked key by compare-and-swap on that word, under its
+    /// table's shared lock; otherwise each key's state has a lock of its own.
+    fn packs(&self) -> bool {
+        false
+    }
 
-    /// The step `acquire` would give for `cost` at `now_us` when that is a
-    /// denial, found without writing `state`; `None` when the cost fits (and
-    /// always, by default). It must agree with `acquire`: the same step, and
-    /// nothing `acquire` would have written may change a later decision.
-    fn deny_read_only(&self, state: &Self::State, now_us: u64, cost: u64) -> Option<Step> {
-        let _ = (state, now_us, cost);
-        None
+    /// `state` as one word, for a meter that [`packs`](Self::packs).
+    /// `epoch_us` is at or before every `now_us` the state has seen (the
+    /// memory backend's start): a meter that keeps a time in the word keeps
+    /// it from there. A state outside the documented ranges is clamped.
+    fn pack(&self, state: &Self::State, epoch_us: u64) -> u64 {
+        let _ = (state, epoch_us);
+        0
+    }
+
+    /// The state [`pack`](Self::pack) made `word` from, with the same
+    /// `epoch_us`.
+    fn unpack(&self, word: u64, epoch_us: u64) -> Self::State {
+        let _ = (word, epoch_us);
+        Self::State::default()
+    }
+
+    /// [`acquire_under`](Self::acquire_under) on a packed state: the step,
+    /// and the word to write back (`word` itself when nothing changed).
+    /// By default the state is unpacked, decided and packed again; a meter
+    /// may decide on the word directly, with the same steps.
+    #[inline]
+    fn acquire_packed(
+        &self,
+        word: u64,
+        epoch_us: u64,
+        now_us: u64,
+        cost: u64,
+        limit: u64,
+    ) -> (Step, u64) {
+        let mut st = self.unpack(word, epoch_us);
+        let step = if Self::TAKES_A_LIMIT {
+            self.acquire_under(&mut st, now_us, cost, limit)
+        } else {
+            self.acquire(&mut st, now_us, cost)
+        };
+        let word = if step.allowed {
+            self.pack(&st, epoch_us)
+        } else {
+            word
+        };
+        (step, word)
     }
 
     /// Whether [`acquire_under`](Self::acquire_under) applies its limit
@@ -160,17 +198,4 @@ pub trait Meter: Send + Sync + 'static {
         let _ = limit;
         self.acquire(state, now_us, cost)
     }
-}
-
-/// [`Meter::deny_read_only`] for a meter whose state is plain data and whose
-/// denials write nothing a later check needs (at most a roll to `now`'s
-/// window, which the next check makes again): `acquire` on a copy.
-#[inline]
-fn deny_on_copy<M: Meter>(meter: &M, state: &M::State, now_us: u64, cost: u64) -> Option<Step>
-where
-    M::State: Copy,
-{
-    let mut copy = *state;
-    let step = meter.acquire(&mut copy, now_us, cost);
-    (!step.allowed).then_some(step)
 }

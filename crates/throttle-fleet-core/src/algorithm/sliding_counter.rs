@@ -218,16 +218,4 @@ impl Meter for SlidingWindowCounter {
             0
         }
     }
-
-    const DENIES_READ_ONLY: bool = true;
-
-    #[inline]
-    fn deny_read_only(
-        &self,
-        st: &SlidingWindowCounterState,
-        now_us: u64,
-        cost: u64,
-    ) -> Option<Step> {
-        super::deny_on_copy(self, st, now_us, cost)
-    }
 }

@@ -1,6 +1,8 @@
 //! The embedded default backend: bounded, sharded, in-process.
 
+mod cell;
 mod direct;
+mod store;
 mod table;
 
 use std::sync::Arc;
@@ -14,15 +16,19 @@ use crate::rule::MeterVisitor;
 use crate::{Clock, ConfigError, Key, Rule, SystemClock};
 
 pub(crate) use direct::Direct;
+use store::Store;
 pub use table::MemoryStats;
-use table::Store;
 
-/// Counts in this process's memory. The embedded default: decisions take a
-/// lock on one shard of one rule's table and never await or allocate for a
-/// key already tracked. A key that keeps being denied is decided under the
-/// shard's shared lock, writing nothing (for the algorithms that can tell a
-/// denial without writing: all but the sliding window log), so a denial
-/// flood on one key does not make the cores take turns.
+/// Counts in this process's memory. The embedded default: decisions
+/// never await or allocate for a key already tracked, and take only the
+/// shared lock of one shard of one rule's table; the shard is locked
+/// exclusively only to insert or evict a key. A tracked key's state is
+/// updated by compare-and-swap on one word where the algorithm's states
+/// pack into 64 bits ([`Meter::packs`]: the token and leaky buckets within
+/// the ranges [`Gcra`](crate::algorithm::Gcra) states, and concurrency),
+/// and under a lock of the key's own otherwise (the windows). So cores
+/// checking keys of one shard do not take turns, and a denial of a packed
+/// key writes nothing.
 ///
 /// Memory is **bounded**: each rule tracks at most [`max_keys`] keys. When a
 /// shard is full, keys whose state has gone back to "never seen" (an expired
@@ -112,7 +118,7 @@ impl<C: Clock + Clone> MemoryBackend<C> {
             ));
         }
         Ok(Arc::new(MemoryLimiter {
-            store: Store::new(meter, self.shards, self.max_keys),
+            store: Store::new(meter, self.shards, self.max_keys, self.clock.now_us()),
             blocks: Arc::new(Blocks::new(Arc::new(self.clock.clone()))),
             clock: self.clock.clone(),
         }))
@@ -175,7 +181,7 @@ impl<M: Meter, C: Clock> MemoryLimiter<M, C> {
     #[inline]
     pub fn check(&self, key: &Key, cost: u64) -> Outcome {
         let now = self.clock.now_us();
-        Outcome::new(self.store.acquire(key, now, cost), now)
+        Outcome::new(self.store.acquire(key, now, cost, u64::MAX), now)
     }
 }
 
@@ -186,10 +192,7 @@ impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
             return Answer::Ready(Ok(self.check(key, cost)));
         }
         let now = self.clock.now_us();
-        let meter = self.store.meter();
-        let step = self
-            .store
-            .with_state(key, now, |st| meter.acquire_under(st, now, cost, limit));
+        let step = self.store.acquire(key, now, cost, limit);
         Answer::Ready(Ok(Outcome::new(step, now)))
     }
 
@@ -211,7 +214,7 @@ impl<M: Meter, C: Clock + Clone> Limiter for MemoryLimiter<M, C> {
                 let meter: Box<dyn std::any::Any> = Box::new(meter);
                 let meter = *meter.downcast::<M>().ok()?;
                 Some(Arc::new(MemoryLimiter {
-                    store: self.0.store.with_meter(meter),
+                    store: self.0.store.with_meter(meter)?,
                     blocks: self.0.blocks.clone(),
                     clock: self.0.clock.clone(),
                 }))

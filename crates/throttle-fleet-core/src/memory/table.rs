@@ -4,11 +4,13 @@
 //! no stored hash): a check is one probe and one slot read. Eviction picks
 //! random occupied buckets, so any slot can be chosen in O(1).
 //!
-//! A shard's table sits behind a reader-writer lock. Checks take it
-//! exclusively, except for a key the shard saw denied last: while its
-//! meter can tell a denial without writing ([`Meter::deny_read_only`]), that
-//! key is decided under the shared lock, so a denial flood on one key
-//! writes nothing but the lock word and the cores do not take turns.
+//! A shard's table sits behind a reader-writer lock, taken exclusively
+//! only to insert or evict a key (and for the few operations that rewrite
+//! a packed state in place). A check of a tracked key takes it shared and
+//! updates the key's [`Cell`]: a packed word by compare-and-swap, or a
+//! state behind a lock of its own; so two cores checking keys of one shard
+//! do not take turns, and a denial of a packed state writes nothing but
+//! the lock word.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use hashbrown::HashTable;
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 
+use super::cell::Cell;
 use crate::Key;
 use crate::algorithm::{Meter, Step};
 
@@ -40,38 +43,40 @@ pub struct MemoryStats {
     pub evictions: u64,
 }
 
-/// One shard: its table, and the hash of the key it saw denied last (0 for
-/// none), on the same cache line as the lock that is taken anyway.
+/// One shard: its table behind its lock, on a cache line of its own.
 #[repr(align(128))]
 #[derive(Debug)]
-struct ShardCell<S> {
-    lock: RwLock<Shard<S>>,
-    denied: AtomicU64,
+struct ShardCell<K> {
+    lock: RwLock<Shard<K>>,
 }
 
+/// One rule's keys and their states, kept in cells of type `K`.
 #[derive(Debug)]
-pub(crate) struct Store<M: Meter> {
+pub(crate) struct Table<M: Meter, K> {
     meter: M,
-    /// Shared with the stores of the same rule at another quota (a reload).
-    shards: Arc<[ShardCell<M::State>]>,
+    /// Shared with the tables of the same rule at another quota (a reload).
+    shards: Arc<[ShardCell<K>]>,
     hasher: foldhash::fast::RandomState,
     shard_mask: usize,
     max_keys: usize,
     evictions: Arc<AtomicU64>,
+    /// At or before every time a check passes in: what packed states keep
+    /// their times from.
+    epoch_us: u64,
 }
 
 #[derive(Debug)]
-struct Shard<S> {
-    table: HashTable<Slot<S>>,
+struct Shard<K> {
+    table: HashTable<Slot<K>>,
     cap: usize,
     rng: u64,
     inserts_since_sweep: usize,
 }
 
 #[derive(Debug)]
-struct Slot<S> {
+struct Slot<K> {
     key: StoredKey,
-    state: S,
+    cell: K,
 }
 
 #[inline]
@@ -102,8 +107,8 @@ fn stored_key(stored: &StoredKey) -> Key {
     Key::from_stored(stored[0] == 1, &stored[1..])
 }
 
-impl<M: Meter> Store<M> {
-    pub(crate) fn new(meter: M, shards: usize, max_keys: usize) -> Self {
+impl<M: Meter, K: Cell<M>> Table<M, K> {
+    pub(crate) fn new(meter: M, shards: usize, max_keys: usize, epoch_us: u64) -> Self {
         let cap = max_keys / shards;
         Self {
             meter,
@@ -117,17 +122,17 @@ impl<M: Meter> Store<M> {
                         // Sweep the first time the shard fills up.
                         inserts_since_sweep: usize::MAX,
                     }),
-                    denied: AtomicU64::new(0),
                 })
                 .collect(),
             hasher: foldhash::fast::RandomState::default(),
             shard_mask: shards - 1,
             max_keys: cap * shards,
             evictions: Arc::new(AtomicU64::new(0)),
+            epoch_us,
         }
     }
 
-    /// A store over the same table (the same keys and states) deciding
+    /// A table over the same shards (the same keys and states) deciding
     /// with `meter`: a rule reloaded with another quota keeps its counts.
     pub(crate) fn with_meter(&self, meter: M) -> Self {
         Self {
@@ -137,43 +142,53 @@ impl<M: Meter> Store<M> {
             shard_mask: self.shard_mask,
             max_keys: self.max_keys,
             evictions: self.evictions.clone(),
+            epoch_us: self.epoch_us,
         }
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &ShardCell<M::State> {
+    fn shard(&self, hash: u64) -> &ShardCell<K> {
         // Bits 40.. pick the shard: the table uses the low bits for the
         // bucket and the top seven for its control bytes.
         &self.shards[(hash >> 40) as usize & self.shard_mask]
     }
 
-    /// Runs `f` on `key`'s state, tracking the key first if needed.
+    /// Checks and takes `cost` for `key` under `limit` (for a meter that
+    /// [takes one](Meter::TAKES_A_LIMIT)), tracking the key first if needed.
     #[inline]
-    pub(crate) fn with_state<R>(
-        &self,
-        key: &Key,
-        now_us: u64,
-        f: impl FnOnce(&mut M::State) -> R,
-    ) -> R {
+    pub(crate) fn acquire(&self, key: &Key, now_us: u64, cost: u64, limit: u64) -> Step {
         let hash = self.hasher.hash_one(key);
-        self.with_state_at(self.shard(hash), hash, key, now_us, f)
+        let cell = self.shard(hash);
+        {
+            let shard = cell.lock.read();
+            if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key)) {
+                return slot
+                    .cell
+                    .acquire(&self.meter, self.epoch_us, now_us, cost, limit);
+            }
+        }
+        self.tracked(cell, hash, key, now_us, |c, meter, epoch| {
+            c.acquire(meter, epoch, now_us, cost, limit)
+        })
     }
 
-    /// [`with_state`](Self::with_state) with `key`'s hash and shard known.
-    #[inline]
-    fn with_state_at<R>(
+    /// Runs `f` on `key`'s cell, with the shard held exclusively, tracking
+    /// the key first if it is not (another core may have meanwhile).
+    #[cold]
+    #[inline(never)]
+    fn tracked<R>(
         &self,
-        cell: &ShardCell<M::State>,
+        cell: &ShardCell<K>,
         hash: u64,
         key: &Key,
         now_us: u64,
-        f: impl FnOnce(&mut M::State) -> R,
+        f: impl FnOnce(&mut K, &M, u64) -> R,
     ) -> R {
         let mut shard = cell.lock.write();
         if let Some(slot) = shard.table.find_mut(hash, |s| matches(&s.key, key)) {
-            return f(&mut slot.state);
+            return f(&mut slot.cell, &self.meter, self.epoch_us);
         }
-        let evicted = shard.make_room(now_us, &self.meter);
+        let evicted = shard.make_room(now_us, &self.meter, self.epoch_us);
         if evicted {
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
@@ -182,47 +197,56 @@ impl<M: Meter> Store<M> {
         stored.extend_from_slice(key.as_bytes());
         let slot = Slot {
             key: stored,
-            state: M::State::default(),
+            cell: K::fresh(&self.meter, self.epoch_us),
         };
         let hasher = &self.hasher;
         let mut entry = shard
             .table
             .insert_unique(hash, slot, |s| hasher.hash_one(stored_key(&s.key)));
-        f(&mut entry.get_mut().state)
+        f(&mut entry.get_mut().cell, &self.meter, self.epoch_us)
     }
 
-    #[inline]
-    pub(crate) fn acquire(&self, key: &Key, now_us: u64, cost: u64) -> Step {
+    /// Runs `f` on `key`'s state, tracking the key first if needed: under
+    /// the shard's shared lock and the key's own when the cell has one.
+    pub(crate) fn with_state<R>(
+        &self,
+        key: &Key,
+        now_us: u64,
+        f: impl FnOnce(&mut M::State) -> R,
+    ) -> R {
         let hash = self.hasher.hash_one(key);
         let cell = self.shard(hash);
-        let hinted = M::DENIES_READ_ONLY && cell.denied.load(Ordering::Relaxed) == hash;
-        if hinted {
-            // The key was denied last: most likely it still is, and telling
-            // so only reads.
+        let mut f = f;
+        if K::SHARED_WITH {
             let shard = cell.lock.read();
-            if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key))
-                && let Some(step) = self.meter.deny_read_only(&slot.state, now_us, cost)
-            {
-                return step;
+            if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key)) {
+                match slot.cell.try_with(&self.meter, self.epoch_us, f) {
+                    Ok(r) => return r,
+                    Err(back) => f = back,
+                }
             }
         }
-        self.with_state_at(cell, hash, key, now_us, |st| {
-            let step = self.meter.acquire(st, now_us, cost);
-            // Written only when it changes (under the lock, on its line).
-            if M::DENIES_READ_ONLY && step.allowed == hinted {
-                cell.denied
-                    .store(if step.allowed { 0 } else { hash }, Ordering::Relaxed);
-            }
-            step
+        self.tracked(cell, hash, key, now_us, |c, meter, epoch| {
+            c.with_mut(meter, epoch, f)
         })
     }
 
     /// Runs `f` on `key`'s state if the key is tracked.
     pub(crate) fn update<R>(&self, key: &Key, f: impl FnOnce(&mut M::State) -> R) -> Option<R> {
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash).lock.write();
+        let cell = self.shard(hash);
+        let mut f = f;
+        if K::SHARED_WITH {
+            let shard = cell.lock.read();
+            let slot = shard.table.find(hash, |s| matches(&s.key, key))?;
+            match slot.cell.try_with(&self.meter, self.epoch_us, f) {
+                Ok(r) => return Some(r),
+                Err(back) => f = back,
+            }
+        }
+        let mut shard = cell.lock.write();
         let slot = shard.table.find_mut(hash, |s| matches(&s.key, key))?;
-        Some(f(&mut slot.state))
+        Some(slot.cell.with_mut(&self.meter, self.epoch_us, f))
     }
 
     /// Visits every tracked key, one shard (and one lock) at a time.
@@ -230,13 +254,22 @@ impl<M: Meter> Store<M> {
         for shard in self.shards.iter() {
             let mut shard = shard.lock.write();
             for slot in shard.table.iter_mut() {
-                f(&stored_key(&slot.key), &mut slot.state);
+                let key = stored_key(&slot.key);
+                slot.cell
+                    .with_mut(&self.meter, self.epoch_us, |st| f(&key, st));
             }
         }
     }
 
+    /// Gives back `cost` taken from `key` at `acquired_at_us`, if the key
+    /// is still tracked.
     pub(crate) fn refund(&self, key: &Key, acquired_at_us: u64, cost: u64) {
-        self.update(key, |st| self.meter.refund(st, acquired_at_us, cost));
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash).lock.read();
+        if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key)) {
+            slot.cell
+                .refund(&self.meter, self.epoch_us, acquired_at_us, cost);
+        }
     }
 
     pub(crate) fn meter(&self) -> &M {
@@ -252,10 +285,13 @@ impl<M: Meter> Store<M> {
     }
 }
 
-impl<S> Shard<S> {
+impl<K> Shard<K> {
     /// Makes room for one more key if the shard is full. Returns whether a
     /// key that was not idle had to be evicted.
-    fn make_room<M: Meter<State = S>>(&mut self, now_us: u64, meter: &M) -> bool {
+    fn make_room<M: Meter>(&mut self, now_us: u64, meter: &M, epoch_us: u64) -> bool
+    where
+        K: Cell<M>,
+    {
         self.inserts_since_sweep = self.inserts_since_sweep.saturating_add(1);
         if self.table.len() < self.cap {
             return false;
@@ -265,7 +301,7 @@ impl<S> Shard<S> {
         if self.inserts_since_sweep >= (self.cap / 8).max(1) {
             self.inserts_since_sweep = 0;
             self.table
-                .retain(|slot| meter.idle_at(&slot.state) > now_us);
+                .retain(|slot| slot.cell.idle_at(meter, epoch_us) > now_us);
             if self.table.len() < self.cap {
                 return false;
             }
@@ -279,7 +315,7 @@ impl<S> Shard<S> {
             let i = self.random_below(buckets);
             if let Some(slot) = self.table.get_bucket(i) {
                 sampled += 1;
-                let idle = meter.idle_at(&slot.state);
+                let idle = slot.cell.idle_at(meter, epoch_us);
                 if victim.is_none_or(|(_, v)| idle < v) {
                     victim = Some((i, idle));
                 }

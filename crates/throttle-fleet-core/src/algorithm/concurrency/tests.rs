@@ -23,9 +23,6 @@ fn never_more_than_the_limit_in_flight_and_every_end_gives_its_cost_back() {
     c.refund(&mut st, 0, 1);
     assert_eq!(st, InFlight(0));
     assert!(!c.acquire(&mut st, 0, u64::MAX).allowed);
-    assert_eq!(
-        c.deny_read_only(&InFlight(3), 0, 1),
-        Some(c.report(3, false))
-    );
-    assert_eq!(c.deny_read_only(&InFlight(2), 0, 1), None);
+    assert!(c.packs());
+    assert_eq!(c.unpack(c.pack(&InFlight(7), 5), 5), InFlight(7));
 }

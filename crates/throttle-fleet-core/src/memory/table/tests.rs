@@ -1,13 +1,22 @@
+use std::sync::{Arc, OnceLock, Weak};
+
+use super::super::cell::Packed;
+use super::super::store::Store;
 use super::*;
 use crate::Quota;
-use crate::algorithm::{FixedWindow, Gcra, SlidingWindowLog};
+use crate::algorithm::{Concurrency, FixedWindow, Gcra, GcraState};
 
 #[test]
 fn the_table_never_grows_past_its_bound() {
-    let store = Store::new(Gcra::token_bucket(Quota::per_minute(5)).unwrap(), 16, 1_600);
+    let store = Store::new(
+        Gcra::token_bucket(Quota::per_minute(5)).unwrap(),
+        16,
+        1_600,
+        0,
+    );
     for i in 0..50_000u64 {
         // Every key stays busy for a minute, so most inserts must evict.
-        let s = store.acquire(&Key::from(i), 1_000_000, 1);
+        let s = store.acquire(&Key::from(i), 1_000_000, 1, u64::MAX);
         assert!(s.allowed);
     }
     let stats = store.stats();
@@ -26,15 +35,20 @@ fn the_table_never_grows_past_its_bound() {
 
 #[test]
 fn idle_keys_are_swept_before_anything_is_evicted() {
-    let store = Store::new(FixedWindow::new(Quota::per_second(5)).unwrap(), 16, 1_600);
+    let store = Store::new(
+        FixedWindow::new(Quota::per_second(5)).unwrap(),
+        16,
+        1_600,
+        0,
+    );
     // About 62 keys per shard of 100: no shard fills up.
     for i in 0..1_000u64 {
-        store.acquire(&Key::from(i), 0, 1);
+        store.acquire(&Key::from(i), 0, 1, u64::MAX);
     }
     assert_eq!(store.stats().tracked_keys, 1_000);
     // A second later every window has expired: new keys replace idle ones.
     for i in 10_000..11_000u64 {
-        store.acquire(&Key::from(i), 1_000_000, 1);
+        store.acquire(&Key::from(i), 1_000_000, 1, u64::MAX);
     }
     let stats = store.stats();
     assert_eq!(stats.evictions, 0, "{stats:?}");
@@ -46,7 +60,12 @@ fn idle_keys_are_swept_before_anything_is_evicted() {
 
 #[test]
 fn keys_come_back_as_they_went_in() {
-    let store = Store::new(FixedWindow::new(Quota::per_second(5)).unwrap(), 16, 1_600);
+    let store = Store::new(
+        FixedWindow::new(Quota::per_second(5)).unwrap(),
+        16,
+        1_600,
+        0,
+    );
     let keys = [
         Key::new("short"),
         Key::new([7u8; 64]),
@@ -69,94 +88,185 @@ fn keys_come_back_as_they_went_in() {
     assert_eq!(store.update(&keys[2], |st| st.count), Some(3));
 }
 
-/// A meter that counts its `acquire`s: the store calls `acquire` only
-/// under the shard's exclusive lock (where it may write the state), and
-/// `deny_read_only` under the shared one, so the count is the exclusive
-/// locks taken.
+/// A meter that notes, each time the table asks it to decide or to give
+/// back, whether any shard of its table was held exclusively then.
 #[derive(Debug)]
-struct Counting<M> {
+struct Spy<M: Meter> {
     inner: M,
-    acquires: AtomicU64,
+    table: OnceLock<Weak<Store<Spy<M>>>>,
+    calls: AtomicU64,
+    exclusive: AtomicU64,
 }
 
-impl<M: Meter> Counting<M> {
-    fn new(inner: M) -> Self {
-        Self {
-            inner,
-            acquires: AtomicU64::new(0),
-        }
+impl<M: Meter> Spy<M> {
+    fn store(inner: M) -> Arc<Store<Self>> {
+        let store = Arc::new(Store::new(
+            Self {
+                inner,
+                table: OnceLock::new(),
+                calls: AtomicU64::new(0),
+                exclusive: AtomicU64::new(0),
+            },
+            16,
+            1_600,
+            0,
+        ));
+        let _ = store.meter().table.set(Arc::downgrade(&store));
+        store
+    }
+
+    fn note(&self) {
+        let store = self.table.get().and_then(Weak::upgrade);
+        let exclusive = match store.as_deref() {
+            Some(Store::Packed(t)) => any_exclusive(t),
+            Some(Store::Locked(t)) => any_exclusive(t),
+            None => false,
+        };
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.exclusive
+            .fetch_add(u64::from(exclusive), Ordering::Relaxed);
     }
 }
 
-impl<M: Meter> Meter for Counting<M> {
+fn any_exclusive<M: Meter, K>(t: &Table<M, K>) -> bool {
+    t.shards.iter().any(|s| s.lock.is_locked_exclusive())
+}
+
+impl<M: Meter> Meter for Spy<M> {
     type State = M::State;
-    const DENIES_READ_ONLY: bool = M::DENIES_READ_ONLY;
+    const TAKES_A_LIMIT: bool = M::TAKES_A_LIMIT;
 
     fn capacity(&self) -> u64 {
         self.inner.capacity()
     }
     fn acquire(&self, state: &mut M::State, now_us: u64, cost: u64) -> Step {
-        self.acquires.fetch_add(1, Ordering::Relaxed);
+        self.note();
         self.inner.acquire(state, now_us, cost)
     }
+    fn acquire_under(&self, state: &mut M::State, now_us: u64, cost: u64, limit: u64) -> Step {
+        self.note();
+        self.inner.acquire_under(state, now_us, cost, limit)
+    }
     fn refund(&self, state: &mut M::State, acquired_at_us: u64, cost: u64) {
+        self.note();
         self.inner.refund(state, acquired_at_us, cost);
     }
     fn idle_at(&self, state: &M::State) -> u64 {
         self.inner.idle_at(state)
     }
-    fn deny_read_only(&self, state: &M::State, now_us: u64, cost: u64) -> Option<Step> {
-        self.inner.deny_read_only(state, now_us, cost)
+    fn packs(&self) -> bool {
+        self.inner.packs()
+    }
+    fn pack(&self, state: &M::State, epoch_us: u64) -> u64 {
+        self.inner.pack(state, epoch_us)
+    }
+    fn unpack(&self, word: u64, epoch_us: u64) -> M::State {
+        self.inner.unpack(word, epoch_us)
     }
 }
 
-/// Exclusive locks taken by `checks` checks of `key` at `now`, and
-/// whether all were allowed.
-fn exclusive_locks<M: Meter>(
-    store: &Store<Counting<M>>,
-    key: &Key,
-    now: u64,
-    checks: usize,
-) -> (u64, bool) {
-    let before = store.meter().acquires.load(Ordering::Relaxed);
-    let allowed = (0..checks).fold(true, |all, _| store.acquire(key, now, 1).allowed && all);
+/// `(calls made with a shard held exclusively, calls)` during `f`.
+fn locking<M: Meter>(store: &Store<Spy<M>>, f: impl FnOnce()) -> (u64, u64) {
+    let meter = store.meter();
+    let before = (
+        meter.exclusive.load(Ordering::Relaxed),
+        meter.calls.load(Ordering::Relaxed),
+    );
+    f();
     (
-        store.meter().acquires.load(Ordering::Relaxed) - before,
-        allowed,
+        meter.exclusive.load(Ordering::Relaxed) - before.0,
+        meter.calls.load(Ordering::Relaxed) - before.1,
     )
 }
 
-#[test]
-fn a_key_that_stays_denied_is_decided_without_an_exclusive_lock() {
-    let tb = Gcra::token_bucket(Quota::per_second(2)).unwrap();
-    let store = Store::new(Counting::new(tb), 16, 1_600);
-    let (hot, other) = (Key::new("hot"), Key::new("other"));
-    assert_eq!(exclusive_locks(&store, &hot, 0, 2), (2, true));
-    // The first denial is found under the exclusive lock; the rest only
-    // read, and say the same.
-    let first = store.acquire(&hot, 0, 1);
-    assert!(!first.allowed);
-    assert_eq!(exclusive_locks(&store, &hot, 0, 100), (0, false));
-    assert_eq!(store.acquire(&hot, 0, 1), first);
-    // Another key of the table is not affected.
-    assert_eq!(exclusive_locks(&store, &other, 0, 1), (1, true));
-    // Once the key fits again it takes the exclusive lock to be charged,
-    // and its next checks do too while they are allowed.
-    assert_eq!(exclusive_locks(&store, &hot, 500_000, 1), (1, true));
-    assert_eq!(exclusive_locks(&store, &hot, 2_000_000, 2), (2, true));
+/// Checks of a key the table tracks, allowed and denied, and the slots
+/// given back, never hold a shard exclusively: only the first check, which
+/// inserts the key, does.
+fn a_tracked_key_is_decided_under_the_shared_lock<M: Meter>(meter: M, packed: bool) {
+    let store = Spy::store(meter);
+    assert_eq!(matches!(*store, Store::Packed(_)), packed);
+    let key = Key::new("k");
+    let check = || store.acquire(&key, 0, 1, 2).allowed;
+    assert_eq!(locking(&store, || assert!(check())), (1, 1));
+    assert_eq!(locking(&store, || assert!(check())), (0, 1));
+    assert_eq!(locking(&store, || assert!(!check())), (0, 1));
+    assert_eq!(locking(&store, || store.refund(&key, 0, 1)), (0, 1));
+    // Another key of the table is inserted under the exclusive lock.
+    let other = Key::new("other");
+    assert_eq!(
+        locking(&store, || assert!(store.acquire(&other, 0, 1, 2).allowed)),
+        (1, 1)
+    );
 }
 
 #[test]
-fn a_meter_without_read_only_denials_always_locks() {
-    let log = SlidingWindowLog::new(Quota::per_second(1)).unwrap();
-    let store = Store::new(Counting::new(log), 16, 1_600);
-    let key = Key::new("k");
-    assert_eq!(exclusive_locks(&store, &key, 0, 1), (1, true));
-    assert_eq!(exclusive_locks(&store, &key, 0, 3), (3, false));
+fn a_tracked_token_bucket_key_is_decided_by_compare_and_swap() {
+    a_tracked_key_is_decided_under_the_shared_lock(
+        Gcra::token_bucket(Quota::per_hour(2)).unwrap(),
+        true,
+    );
+}
+
+#[test]
+fn a_tracked_concurrency_key_is_decided_by_compare_and_swap() {
+    a_tracked_key_is_decided_under_the_shared_lock(
+        Concurrency::new(Quota::in_flight(5)).unwrap(),
+        true,
+    );
+}
+
+#[test]
+fn a_tracked_fixed_window_key_is_decided_under_its_own_lock() {
+    a_tracked_key_is_decided_under_the_shared_lock(
+        FixedWindow::new(Quota::per_hour(2)).unwrap(),
+        false,
+    );
+}
+
+/// Two threads (or as many as there are cores) check one key at one
+/// instant as fast as they can: exactly the quota is admitted, so no
+/// update was lost between them.
+fn no_update_is_lost<M: Meter>(meter: M, quota: u64) {
+    let store = Store::new(meter, 16, 1_600, 0);
+    let key = Key::new("hot");
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2);
+    let per_thread = 2 * quota as usize / threads + 1;
+    let admitted: usize = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..per_thread)
+                        .filter(|_| store.acquire(&key, 0, 1, u64::MAX).allowed)
+                        .count()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    assert_eq!(admitted as u64, quota);
+}
+
+#[test]
+fn a_packed_key_checked_from_every_core_admits_exactly_its_quota() {
+    no_update_is_lost(
+        Gcra::token_bucket(Quota::per_hour(200_000)).unwrap(),
+        200_000,
+    );
+}
+
+#[test]
+fn a_locked_key_checked_from_every_core_admits_exactly_its_quota() {
+    no_update_is_lost(FixedWindow::new(Quota::per_hour(200_000)).unwrap(), 200_000);
 }
 
 #[test]
 fn a_slot_is_small() {
     assert_eq!(std::mem::size_of::<StoredKey>(), 24);
-    assert_eq!(std::mem::size_of::<Slot<crate::algorithm::GcraState>>(), 40);
+    assert_eq!(std::mem::size_of::<Slot<Packed>>(), 32);
+    assert_eq!(
+        std::mem::size_of::<Slot<parking_lot::Mutex<GcraState>>>(),
+        48
+    );
 }
