@@ -1,7 +1,7 @@
 //! Cost of one check, ours side by side with governor's keyed limiter and
 //! throttle-kit's.
 //!
-//! Run with `cargo bench -p throttle-fleet-core --bench check` (about two
+//! Run with `cargo bench -p throttle-fleet-core --bench check` (about three
 //! minutes); add a filter to run part of it, e.g. `-- allowed/2t`.
 //!
 //! Every scenario is one criterion group holding every subject, so the
@@ -18,13 +18,16 @@
 //!   (GCRA on a `DashMap<String, _>`), the key's text rendered at setup.
 //!
 //! Groups are `allowed/<threads>t/<keys>` (a quota of 1e9 per second, so
-//! nothing is denied) and `denied/<threads>t/1` (1 per hour, the key used up
-//! during setup, so every check takes the denial path). Keys are inserted
+//! nothing is denied; 1, 1,000, 10,000 and 1,000,000 keys) and
+//! `denied/<threads>t/1` (1 per hour, the key used up during setup, so
+//! every check takes the denial path: a denied hot key). Keys are inserted
 //! before measuring and visited in one pre-generated pseudo-random order
-//! that every subject shares. With two threads, each thread makes the same
+//! that every subject shares. `<threads>` is 1, then as many threads as
+//! `available_parallelism` gives (at least 2): each thread makes the same
 //! number of checks from its own place in that order and the time reported
-//! is wall time divided by all checks made: the cost of one check when two
-//! cores share the work.
+//! is wall time divided by all checks made, the cost of one check when the
+//! cores share the work. Its inverse over the 1-thread figure is how much
+//! more the cores check together than one alone.
 //!
 //! The memory backend is given room for two million keys: its default bound
 //! is one million, and a table exactly at its bound sweeps and evicts, which
@@ -56,42 +59,66 @@ fn one_thread(group: &mut BenchmarkGroup<'_, WallTime>, subjects: &Subjects, ord
     }
 }
 
-/// Time per check with two threads checking at once: each thread makes
-/// `iters` checks; wall time (the slower thread) over `2 * iters`.
-fn two_threads(group: &mut BenchmarkGroup<'_, WallTime>, subjects: &Subjects, order: &[u64]) {
+/// The threads of the many-thread groups: one per core, at least two.
+fn threads() -> usize {
+    thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2)
+}
+
+/// Time per check with `n` threads checking at once: each thread makes
+/// `iters` checks from its own place in the order; wall time (the slowest
+/// thread) over `n * iters`.
+fn n_threads(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    subjects: &Subjects,
+    order: &[u64],
+    n: usize,
+) {
     for (name, subject) in subjects.each() {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let start = Barrier::new(2);
-                let elapsed = thread::scope(|s| {
-                    let workers = [0, ORDER_LEN / 2].map(|offset| {
-                        let start = &start;
-                        s.spawn(move || {
-                            start.wait();
-                            let t0 = Instant::now();
-                            for i in 0..iters as usize {
-                                let key = order[(offset + i) & ORDER_MASK];
-                                black_box(subject.check(black_box(key)));
-                            }
-                            t0.elapsed()
+                let start = Barrier::new(n);
+                let elapsed: Vec<Duration> = thread::scope(|s| {
+                    let workers: Vec<_> = (0..n)
+                        .map(|t| {
+                            let (start, offset) = (&start, t * ORDER_LEN / n);
+                            s.spawn(move || {
+                                start.wait();
+                                let t0 = Instant::now();
+                                for i in 0..iters as usize {
+                                    let key = order[(offset + i) & ORDER_MASK];
+                                    black_box(subject.check(black_box(key)));
+                                }
+                                t0.elapsed()
+                            })
                         })
-                    });
-                    workers.map(|w| w.join().expect("bench thread panicked"))
+                        .collect();
+                    workers
+                        .into_iter()
+                        .map(|w| w.join().expect("bench thread panicked"))
+                        .collect()
                 });
-                elapsed[0].max(elapsed[1]) / 2
+                elapsed.into_iter().max().unwrap_or_default() / n as u32
             });
         });
     }
 }
 
 fn allowed(c: &mut Criterion) {
-    for (label, keys) in [("1", 1u64), ("10k", 10_000), ("1M", 1_000_000)] {
+    let n = threads();
+    for (label, keys) in [
+        ("1", 1u64),
+        ("1k", 1_000),
+        ("10k", 10_000),
+        ("1M", 1_000_000),
+    ] {
         let (subjects, order) = common::scenario(keys, false, None);
         let mut group = c.benchmark_group(format!("allowed/1t/{label}"));
         one_thread(&mut group, &subjects, &order);
         group.finish();
-        let mut group = c.benchmark_group(format!("allowed/2t/{label}"));
-        two_threads(&mut group, &subjects, &order);
+        let mut group = c.benchmark_group(format!("allowed/{n}t/{label}"));
+        n_threads(&mut group, &subjects, &order, n);
         group.finish();
 
         for (name, subject) in subjects.each() {
@@ -105,8 +132,9 @@ fn denied(c: &mut Criterion) {
     let mut group = c.benchmark_group("denied/1t/1");
     one_thread(&mut group, &subjects, &order);
     group.finish();
-    let mut group = c.benchmark_group("denied/2t/1");
-    two_threads(&mut group, &subjects, &order);
+    let n = threads();
+    let mut group = c.benchmark_group(format!("denied/{n}t/1"));
+    n_threads(&mut group, &subjects, &order, n);
     group.finish();
 }
 
