@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # throttle next to tower-rate-limiter 0.1.6.
 #
-# Usage: benches/tower-rate-limiter/run.sh [check | http | redis | all]   (default all)
+# Usage: benches/tower-rate-limiter/run.sh [check [SCENARIO...] | http | redis | all]   (default all)
 #   check  instructions per check (callgrind, least of 3): its memory
 #          store beside ours, governor and throttle-kit, in one run of
-#          src/bin/trl_check_instructions.rs (needs valgrind; ~5 minutes)
+#          src/bin/trl_check_instructions.rs (needs valgrind; ~25 minutes, most of it the million keys' setup under valgrind; name scenarios to run only those)
 #   http   instructions per request (callgrind, least of 3): its layer's
 #          modes beside bare axum, tower_governor, throttle-kit's layer and
 #          ours, the Redis modes included (benches/http/callgrind.sh with
-#          MODES below; needs valgrind and redis-server; ~20 minutes)
+#          MODES below; needs valgrind and redis-server; ~7 minutes)
 #   redis  Redis commands per request (INFO commandstats over 2,000
 #          requests after 200, one keep-alive client, the servers run
 #          natively): its Redis store beside our exact mode and the naive
@@ -30,7 +30,7 @@ if [ "$what" = check ] || [ "$what" = all ]; then
     bin=$(cargo build --release --ignore-rust-version "${target[@]}" --bin trl_check_instructions \
         --message-format=json-render-diagnostics \
         | sed -n 's/.*"executable":"\([^"]*trl_check_instructions\)".*/\1/p' | tail -n 1)
-    "$bin"
+    "$bin" "${@:2}"
     echo
 fi
 
@@ -53,9 +53,9 @@ if [ "$what" = redis ] || [ "$what" = all ]; then
         echo "|---|---:|---:|---|"
         for mode in $MODES; do
             start_server "$mode"
-            python3 ../http/seq_client.py 127.0.0.1 "$port" 200 >/dev/null 2>&1 || true
+            python3 benches/http/seq_client.py 127.0.0.1 "$port" 200 >/dev/null 2>&1 || true
             redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
-            python3 ../http/seq_client.py 127.0.0.1 "$port" 2000 >"$WORK/statuses" 2>/dev/null
+            python3 benches/http/seq_client.py 127.0.0.1 "$port" 2000 >"$WORK/statuses" 2>/dev/null
             redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' >"$WORK/stats"
             stop_server
             awk -F'[:=,]' -v m="$mode" -v n=2000 '
