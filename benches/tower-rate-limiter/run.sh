@@ -4,7 +4,9 @@
 # Usage: benches/tower-rate-limiter/run.sh [check [SCENARIO...] | http | redis | all]   (default all)
 #   check  instructions per check (callgrind, least of 3): its memory
 #          store beside ours, governor and throttle-kit, in one run of
-#          src/bin/trl_check_instructions.rs (needs valgrind; ~25 minutes, most of it the million keys' setup under valgrind; name scenarios to run only those)
+#          src/bin/trl_check_instructions.rs (needs valgrind; ~25
+#          minutes, most of it the million keys' setup under valgrind;
+#          name scenarios after `check` to run only those)
 #   http   instructions per request (callgrind, least of 3): its layer's
 #          modes beside bare axum, tower_governor, throttle-kit's layer and
 #          ours, the Redis modes included (benches/http/callgrind.sh with
