@@ -47,6 +47,10 @@
 //! - `memory-ietf`: `memory` sending the IETF draft's `RateLimit-Policy` and
 //!   `RateLimit` instead of the trio (`headers = "ietf-only"`);
 //!   `memory-ietf-both`: both sets (`headers = "ietf"`).
+//! - `memory-window`: `memory-ietf` with a fixed window (1e9 per second) in
+//!   place of the token bucket: the algorithm and the two fields of
+//!   tower-rate-limiter's modes (`benches/tower-rate-limiter`), like for
+//!   like.
 //! - `memory-concurrency`: a concurrency rule per client instead of the
 //!   token bucket, slots enough for every request: each takes its slot and
 //!   gives it back when its body has been sent.
@@ -57,6 +61,8 @@
 //! - `naive-mux`: the same script on one shared multiplexed connection.
 //! - `exact`, `exact-2conn`: our exact mode (token bucket per client IP) on
 //!   one or two multiplexed connections.
+//! - `exact-window`: `exact` with a fixed window (1e9 per second) and the
+//!   IETF fields only, as tower-rate-limiter's `trl-redis`.
 //! - `approximate`: our approximate mode (fixed window per client IP).
 //! - `leased`: our leased mode (token bucket per client IP, batches of 50).
 //!
@@ -193,6 +199,14 @@ fn memory_backend() -> Result<MemoryBackend, Box<dyn std::error::Error>> {
 fn ours(keying: Keying, quota: Quota) -> Result<ThrottleLayer, Box<dyn std::error::Error>> {
     let policy = keying.policy(Rule::new(keying.rule_name(), quota).token_bucket());
     Ok(ThrottleLayer::new(policy, memory_backend()?)?)
+}
+
+/// The IETF fields only (`headers = "ietf-only"`): on every answer the
+/// same `RateLimit-Policy` and `RateLimit` as tower-rate-limiter's default.
+fn ietf_only() -> HttpResponder {
+    HttpResponder::new()
+        .ietf_headers(true)
+        .x_ratelimit_headers(false)
 }
 
 /// The token bucket script of the API-gateway design, verbatim.
@@ -336,6 +350,13 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         }
         "memory" => app.layer(ours(keying, Quota::per_second(1_000_000_000))?),
         "memory-deny" => app.layer(ours(keying, Quota::per_hour(1))?),
+        "memory-window" => app.layer(ThrottleLayer::with_responder(
+            keying.policy(
+                Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).fixed_window(),
+            ),
+            memory_backend()?,
+            ietf_only(),
+        )?),
         "memory-concurrency" => app.layer(ThrottleLayer::new(
             keying.policy(Rule::concurrency(keying.rule_name(), 1_000_000_000)),
             memory_backend()?,
@@ -380,16 +401,21 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             });
             app.layer(axum::middleware::from_fn_with_state(state, naive))
         }
-        "exact" | "exact-2conn" => {
-            let connections = if mode == "exact" { 1 } else { 2 };
+        "exact" | "exact-2conn" | "exact-window" => {
+            let connections = if mode == "exact-2conn" { 2 } else { 1 };
             let backend =
                 RedisBackend::exact(RedisConfig::standalone(redis_url()).connections(connections))
                     .await?;
-            app.layer(redis_layer(
-                keying,
-                backend.into(),
-                Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000)).token_bucket(),
-            )?)
+            let rule = Rule::new(keying.rule_name(), Quota::per_second(1_000_000_000));
+            if mode == "exact-window" {
+                app.layer(ThrottleLayer::with_responder(
+                    keying.policy(rule.fixed_window()),
+                    RedisBackend::from(backend),
+                    ietf_only(),
+                )?)
+            } else {
+                app.layer(redis_layer(keying, backend.into(), rule.token_bucket())?)
+            }
         }
         "approximate" => {
             let backend = RedisBackend::approximate(
@@ -420,8 +446,8 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!(
                 "unknown BENCH_MODE {other:?}: use bare, governor, governor-headers, \
                  governor-deny, throttle-kit, throttle-kit-deny, memory, memory-deny, memory-no-headers, \
-                 memory-ietf, memory-ietf-both, naive-pool, naive-mux, \
-                 exact, exact-2conn, approximate or leased"
+                 memory-ietf, memory-ietf-both, memory-window, naive-pool, naive-mux, \
+                 exact, exact-2conn, exact-window, approximate or leased"
             )
             .into());
         }

@@ -38,7 +38,13 @@
 #                throttle-kit
 #                memory memory-no-headers memory-deny governor-deny
 #                throttle-kit-deny
-#                naive-pool naive-mux exact approximate leased)
+#                naive-pool naive-mux exact approximate leased); the
+#                server also knows memory-window and exact-window (a fixed
+#                window), and the modes named trl* are tower-rate-limiter's,
+#                served by benches/tower-rate-limiter's trl_bench_server
+#                (built here when asked for, with --ignore-rust-version;
+#                `benches/tower-rate-limiter/run.sh http` runs them beside
+#                ours: trl-bare trl trl-no-headers trl-deny trl-redis)
 #   KEYS         client keys (default: unset, keyed by peer IP)
 #   N            measured requests per run (default 2000)
 #   WARM         warm-up requests before them (default KEYS, or 200)

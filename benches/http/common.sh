@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 say() { printf '%s\n' "$*" >&2; }
 
 # The modes that need Redis.
-REDIS_MODES=" naive-pool naive-mux exact exact-2conn approximate leased "
+REDIS_MODES=" naive-pool naive-mux exact exact-2conn exact-window approximate leased trl-redis "
 
 WORK=$(mktemp -d)
 SERVER_PID=""
@@ -32,12 +32,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Builds examples/bench_server.rs in release and sets BIN.
+# Builds examples/bench_server.rs in release and sets BIN; if any of
+# $MODES starts with `trl`, also the tower-rate-limiter modes' server
+# (benches/tower-rate-limiter, a package outside the workspace: see its
+# Cargo.toml; its target directory is TRL_TARGET_DIR if set) and sets
+# TRL_BIN.
 build_server() {
     say "building examples/bench_server.rs (release)"
     BIN=$(cargo build --release -p throttle-fleet-suite --example bench_server --message-format=json-render-diagnostics \
         | sed -n 's/.*"executable":"\([^"]*bench_server\)".*/\1/p' | tail -n 1)
     [ -x "$BIN" ] || { say "could not find the bench_server executable"; exit 1; }
+    TRL_BIN=""
+    case " ${MODES:-} " in
+        *" trl"*)
+            say "building benches/tower-rate-limiter's trl_bench_server (release)"
+            TRL_BIN=$(env ${TRL_TARGET_DIR:+CARGO_TARGET_DIR=$TRL_TARGET_DIR} cargo build --release \
+                --ignore-rust-version --manifest-path benches/tower-rate-limiter/Cargo.toml \
+                --bin trl_bench_server --message-format=json-render-diagnostics \
+                | sed -n 's/.*"executable":"\([^"]*trl_bench_server\)".*/\1/p' | tail -n 1)
+            [ -x "$TRL_BIN" ] || { say "could not find the trl_bench_server executable"; exit 1; }
+            ;;
+    esac
 }
 
 # A free TCP port on 127.0.0.1.
@@ -80,7 +95,9 @@ flush_redis() {
 start_server() {
     local mode=$1 log="$WORK/server.log" host=${LISTEN%:*} port=${LISTEN##*:}
     flush_redis
-    BENCH_MODE=$mode BENCH_LISTEN=$LISTEN "${SERVER_WRAP[@]}" "$BIN" >"$log" 2>&1 &
+    local bin=$BIN
+    case $mode in trl*) bin=$TRL_BIN ;; esac
+    BENCH_MODE=$mode BENCH_LISTEN=$LISTEN "${SERVER_WRAP[@]}" "$bin" >"$log" 2>&1 &
     SERVER_PID=$!
     local ready=""
     for _ in $(seq "${READY_TRIES:-100}"); do

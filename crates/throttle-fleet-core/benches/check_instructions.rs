@@ -18,6 +18,12 @@
 //! instructions are collected. `loop` is the same loop with no check, and
 //! the table subtracts it. Each figure is the least of three runs (a check
 //! that reads the clock can differ by a few instructions from run to run).
+//!
+//! tower-rate-limiter's memory store is measured beside the first four
+//! subjects, with this file's scenarios and `common`, by
+//! `benches/tower-rate-limiter/run.sh check` at the workspace's root: it
+//! cannot be a dependency here (every 0.1.x release declares a
+//! `rust-version` above the workspace's toolchain).
 
 #[path = "support/callgrind.rs"]
 mod callgrind;

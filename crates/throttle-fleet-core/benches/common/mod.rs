@@ -1,4 +1,5 @@
-//! What the check benchmarks share: the subjects (ours bare, ours through
+//! What the check benchmarks share (and `benches/tower-rate-limiter`,
+//! which includes this file): the subjects (ours bare, ours through
 //! `RuleSet`, governor, throttle-kit) with the same quota, and the visiting
 //! order of keys.
 

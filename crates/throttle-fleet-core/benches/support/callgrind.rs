@@ -1,6 +1,7 @@
 //! Running a benchmark binary again under callgrind, for an instruction
 //! count: shared by the instruction-count benches here and by the
-//! limitador comparison (`benches/limitador`, which includes this file).
+//! limitador and tower-rate-limiter comparisons (`benches/limitador`,
+//! `benches/tower-rate-limiter`, which include this file).
 
 use std::process::Command;
 
