@@ -18,6 +18,12 @@ pub(super) struct Shedding {
     in_flight: InFlightLimit,
     /// The adaptive limit, if the rule has one.
     pub(super) adaptive: Option<Adaptive>,
+    /// The clock of the limiter's own table of blocks, when it has one
+    /// (the memory backend): the clock its answers are timed by
+    /// ([`Outcome::at_us`]), so an admission's time is read from the
+    /// answer and only a request's end reads a clock. `None`: the
+    /// admission is timed here, from the rule set's clock.
+    limiter_clock: Option<Arc<Blocks>>,
 }
 
 impl Shedding {
@@ -36,11 +42,14 @@ impl Shedding {
             )
             .in_rule(rule.name()));
         }
+        let adaptive = in_flight
+            .adaptive
+            .map(|v| Adaptive::new(v, in_flight.limit));
+        let limiter_clock = adaptive.as_ref().and_then(|_| limiter.ops()?.blocks());
         Ok(Some(Self {
             in_flight,
-            adaptive: in_flight
-                .adaptive
-                .map(|v| Adaptive::new(v, in_flight.limit)),
+            adaptive,
+            limiter_clock,
         }))
     }
 
@@ -56,6 +65,7 @@ impl Shedding {
     /// under a limit below `n` is shed. An admission under an adaptive
     /// limit is counted, and timed from `clock` (the rule set's: what
     /// [`ended`](Self::ended) reads).
+    #[inline]
     pub(super) fn acquire(
         self: &Arc<Self>,
         limiter: &dyn Limiter,
@@ -80,7 +90,8 @@ impl Shedding {
 
     /// `o` as the rule set reports it: a denial under a limit below `n`
     /// (`shed`) is shed; an admission under an adaptive limit is counted
-    /// and timed from `clock`.
+    /// and timed (by the limiter's answer, or from `clock`).
+    #[inline]
     fn marked(&self, mut o: Outcome, shed: bool, cost: u64, clock: &Blocks) -> Outcome {
         if !o.step.allowed {
             o.shed = shed;
@@ -89,7 +100,9 @@ impl Shedding {
             }
         } else if let Some(a) = &self.adaptive {
             a.admitted(cost);
-            o.at_us = clock.now_us();
+            if self.limiter_clock.is_none() {
+                o.at_us = clock.now_us();
+            }
         }
         o
     }
@@ -97,9 +110,11 @@ impl Shedding {
     /// A request that `d` admitted (`o`) gives its slot back: `ran` when it
     /// ran to its end (a sample of the backend's latency), not when another
     /// rule's denial sent it back.
+    #[inline]
     pub(super) fn ended(&self, d: &Demand, o: &Outcome, ran: bool, clock: &Blocks) {
         if let Some(a) = &self.adaptive {
             if ran {
+                let clock = self.limiter_clock.as_deref().unwrap_or(clock);
                 a.ended(d.cost, o.at_us, clock.now_us());
             } else {
                 a.left(d.cost);
