@@ -41,7 +41,7 @@ fn same_limits(seed: u64, params: Vegas, long_every: u64) {
         match running.peek() {
             Some(Reverse((end, _))) if *end <= next_arrival => {
                 let Reverse((end, mut since)) = running.pop().unwrap();
-                if long_every > 0 && rng.next() % long_every == 0 {
+                if long_every > 0 && rng.next().is_multiple_of(long_every) {
                     since = end - RTT_MAX_US - 1 - rng.next() % 1_000;
                 }
                 reference.sample(end, end - since, in_flight);
