@@ -75,24 +75,32 @@ impl Shedding {
         let limit = self.in_flight.limit_for(d.class, self.limit());
         let shed = limit < self.in_flight.limit;
         let cost = d.cost;
-        match limiter.acquire(&d.key, cost, limit) {
-            // A local limiter (every adaptive rule's) answers at once: no
-            // clone of the rule's state or clock for a later answer.
-            Answer::Ready(r) => Answer::Ready(r.map(|o| self.marked(o, shed, cost, clock))),
+        let mut answer = match limiter.acquire(&d.key, cost, limit) {
             Answer::Pending(f) => {
                 let (this, clock) = (self.clone(), clock.clone());
-                Answer::Pending(Box::pin(async move {
-                    f.await.map(|o| this.marked(o, shed, cost, &clock))
-                }))
+                return Answer::Pending(Box::pin(async move {
+                    f.await.map(|mut o| {
+                        this.mark(&mut o, shed, cost, &clock);
+                        o
+                    })
+                }));
             }
+            ready => ready,
+        };
+        // A local limiter (every adaptive rule's) answers at once: no
+        // clone of the rule's state or clock for a later answer, and the
+        // answer marked where it lies (not copied into another).
+        if let Answer::Ready(Ok(o)) = &mut answer {
+            self.mark(o, shed, cost, clock);
         }
+        answer
     }
 
-    /// `o` as the rule set reports it: a denial under a limit below `n`
-    /// (`shed`) is shed; an admission under an adaptive limit is counted
-    /// and timed (by the limiter's answer, or from `clock`).
+    /// Marks `o` as the rule set reports it: a denial under a limit below
+    /// `n` (`shed`) is shed; an admission under an adaptive limit is
+    /// counted and timed (by the limiter's answer, or from `clock`).
     #[inline]
-    fn marked(&self, mut o: Outcome, shed: bool, cost: u64, clock: &Blocks) -> Outcome {
+    fn mark(&self, o: &mut Outcome, shed: bool, cost: u64, clock: &Blocks) {
         if !o.step.allowed {
             o.shed = shed;
             if let Some(a) = &self.adaptive {
@@ -104,7 +112,6 @@ impl Shedding {
                 o.at_us = clock.now_us();
             }
         }
-        o
     }
 
     /// A request that `d` admitted (`o`) gives its slot back: `ran` when it
