@@ -22,6 +22,14 @@ pub use vegas::{Vegas, VegasState};
 /// decided on the last of those samples. Only a probe's samples, which
 /// the probe weighs one by one (was the request admitted under it?), take
 /// the lock each.
+///
+/// One request after another, this decides exactly as a `VegasState` fed
+/// every sample (the tests drive both side by side). With requests
+/// ending on several threads at once, a sample that ends while its window
+/// is being folded may count in the next window instead (its latency and
+/// its count always together: they share one word), and its requests in
+/// flight in either window; with the lock, which of two windows such a
+/// sample fell in was a race as well.
 #[derive(Debug)]
 pub(crate) struct Adaptive {
     limit: AtomicU64,
