@@ -273,6 +273,17 @@ impl Window {
         self.samples += 1;
     }
 
+    /// `samples` latencies summing to `rtt_sum_us`, the first of them
+    /// ended at `start_us`, with at most `in_flight` in flight: what as
+    /// many [`add`](Self::add)s (and the window's start and most in
+    /// flight) record.
+    fn merge(&mut self, start_us: u64, rtt_sum_us: u64, samples: u32, in_flight: u64) {
+        self.start_us.get_or_insert(start_us);
+        self.rtt_sum_us = self.rtt_sum_us.saturating_add(rtt_sum_us);
+        self.samples = self.samples.saturating_add(samples);
+        self.in_flight = self.in_flight.max(in_flight);
+    }
+
     /// The mean latency.
     fn rtt_us(&self) -> u64 {
         self.rtt_sum_us / u64::from(self.samples.max(1))
@@ -365,11 +376,31 @@ impl VegasState {
             }
             return self.limit();
         }
-        let w = &mut self.window;
-        let start = *w.start_us.get_or_insert(now_us);
-        w.add(rtt_us);
-        w.in_flight = w.in_flight.max(in_flight);
-        if now_us.saturating_sub(start) < window_us || w.samples < self.params.min_samples {
+        self.window.merge(now_us, rtt_us, 1, in_flight);
+        self.close_if_due(now_us)
+    }
+
+    /// Samples taken outside the state (the rule's requests add them up
+    /// without a lock, [`Adaptive`](super::Adaptive)): `samples` requests
+    /// that ended from `start_us` on, outside a probe, after latencies
+    /// (each at least 1 µs) summing to `rtt_sum_us`, at most `in_flight`
+    /// in flight. As many calls of [`sample`](Self::sample) none of which
+    /// ended the window; [`close_if_due`](Self::close_if_due) then does
+    /// what the last one's would.
+    pub(crate) fn merge(&mut self, start_us: u64, rtt_sum_us: u64, samples: u32, in_flight: u64) {
+        debug_assert!(self.probe.is_none(), "a probe takes its samples one by one");
+        self.window.merge(start_us, rtt_sum_us, samples, in_flight);
+    }
+
+    /// Ends the window if it is due at `now_us` (it lasted `window` and
+    /// holds `min_samples`): what [`sample`](Self::sample) does after
+    /// adding a sample. Returns the limit admissions use from now on.
+    pub(crate) fn close_if_due(&mut self, now_us: u64) -> u64 {
+        let w = &self.window;
+        let Some(start) = w.start_us else {
+            return self.limit();
+        };
+        if now_us.saturating_sub(start) < self.window_us || w.samples < self.params.min_samples {
             return self.limit();
         }
         let done = std::mem::take(&mut self.window);
@@ -380,6 +411,17 @@ impl VegasState {
             .wrapping_mul(0x2545_F491_4F6C_DD1D);
         self.end_window(now_us, done);
         self.limit()
+    }
+
+    /// The window being filled: its start and how many samples it holds.
+    pub(crate) fn window(&self) -> (Option<u64>, u32) {
+        (self.window.start_us, self.window.samples)
+    }
+
+    /// How long a window lasts at least, in µs, and how many samples it
+    /// needs.
+    pub(crate) fn window_needs(&self) -> (u64, u32) {
+        (self.window_us, self.params.min_samples)
     }
 
     /// The probe ends: what it measured is the latency without load.

@@ -198,6 +198,20 @@ impl RuleSet {
         if !self.keeps {
             return None;
         }
+        // One answer (a check of one demand): no list to filter and
+        // collect.
+        if let [(i, outcome)] = taken {
+            let demand = demands[*i];
+            return (outcome.step.allowed && self.rules[demand.rule].keep).then(|| {
+                Box::new(Held {
+                    rules: self.clone(),
+                    taken: smallvec::smallvec![Taken {
+                        demand,
+                        outcome: *outcome,
+                    }],
+                })
+            });
+        }
         let taken: SmallVec<[Taken; 1]> = taken
             .iter()
             .filter(|(i, o)| o.step.allowed && self.rules[demands[*i].rule].keep)

@@ -18,6 +18,12 @@ pub(super) struct Shedding {
     in_flight: InFlightLimit,
     /// The adaptive limit, if the rule has one.
     pub(super) adaptive: Option<Adaptive>,
+    /// The clock of the limiter's own table of blocks, when it has one
+    /// (the memory backend): the clock its answers are timed by
+    /// ([`Outcome::at_us`]), so an admission's time is read from the
+    /// answer and only a request's end reads a clock. `None`: the
+    /// admission is timed here, from the rule set's clock.
+    limiter_clock: Option<Arc<Blocks>>,
 }
 
 impl Shedding {
@@ -36,11 +42,14 @@ impl Shedding {
             )
             .in_rule(rule.name()));
         }
+        let adaptive = in_flight
+            .adaptive
+            .map(|v| Adaptive::new(v, in_flight.limit));
+        let limiter_clock = adaptive.as_ref().and_then(|_| limiter.ops()?.blocks());
         Ok(Some(Self {
             in_flight,
-            adaptive: in_flight
-                .adaptive
-                .map(|v| Adaptive::new(v, in_flight.limit)),
+            adaptive,
+            limiter_clock,
         }))
     }
 
@@ -56,6 +65,7 @@ impl Shedding {
     /// under a limit below `n` is shed. An admission under an adaptive
     /// limit is counted, and timed from `clock` (the rule set's: what
     /// [`ended`](Self::ended) reads).
+    #[inline]
     pub(super) fn acquire(
         self: &Arc<Self>,
         limiter: &dyn Limiter,
@@ -65,23 +75,32 @@ impl Shedding {
         let limit = self.in_flight.limit_for(d.class, self.limit());
         let shed = limit < self.in_flight.limit;
         let cost = d.cost;
-        match limiter.acquire(&d.key, cost, limit) {
-            // A local limiter (every adaptive rule's) answers at once: no
-            // clone of the rule's state or clock for a later answer.
-            Answer::Ready(r) => Answer::Ready(r.map(|o| self.marked(o, shed, cost, clock))),
+        let mut answer = match limiter.acquire(&d.key, cost, limit) {
             Answer::Pending(f) => {
                 let (this, clock) = (self.clone(), clock.clone());
-                Answer::Pending(Box::pin(async move {
-                    f.await.map(|o| this.marked(o, shed, cost, &clock))
-                }))
+                return Answer::Pending(Box::pin(async move {
+                    f.await.map(|mut o| {
+                        this.mark(&mut o, shed, cost, &clock);
+                        o
+                    })
+                }));
             }
+            ready => ready,
+        };
+        // A local limiter (every adaptive rule's) answers at once: no
+        // clone of the rule's state or clock for a later answer, and the
+        // answer marked where it lies (not copied into another).
+        if let Answer::Ready(Ok(o)) = &mut answer {
+            self.mark(o, shed, cost, clock);
         }
+        answer
     }
 
-    /// `o` as the rule set reports it: a denial under a limit below `n`
-    /// (`shed`) is shed; an admission under an adaptive limit is counted
-    /// and timed from `clock`.
-    fn marked(&self, mut o: Outcome, shed: bool, cost: u64, clock: &Blocks) -> Outcome {
+    /// Marks `o` as the rule set reports it: a denial under a limit below
+    /// `n` (`shed`) is shed; an admission under an adaptive limit is
+    /// counted and timed (by the limiter's answer, or from `clock`).
+    #[inline]
+    fn mark(&self, o: &mut Outcome, shed: bool, cost: u64, clock: &Blocks) {
         if !o.step.allowed {
             o.shed = shed;
             if let Some(a) = &self.adaptive {
@@ -89,17 +108,20 @@ impl Shedding {
             }
         } else if let Some(a) = &self.adaptive {
             a.admitted(cost);
-            o.at_us = clock.now_us();
+            if self.limiter_clock.is_none() {
+                o.at_us = clock.now_us();
+            }
         }
-        o
     }
 
     /// A request that `d` admitted (`o`) gives its slot back: `ran` when it
     /// ran to its end (a sample of the backend's latency), not when another
     /// rule's denial sent it back.
+    #[inline]
     pub(super) fn ended(&self, d: &Demand, o: &Outcome, ran: bool, clock: &Blocks) {
         if let Some(a) = &self.adaptive {
             if ran {
+                let clock = self.limiter_clock.as_deref().unwrap_or(clock);
                 a.ended(d.cost, o.at_us, clock.now_us());
             } else {
                 a.left(d.cost);
