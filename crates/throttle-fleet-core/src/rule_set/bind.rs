@@ -214,7 +214,9 @@ pub enum Carried {
     /// policy): the counts carried over; the new quota applies from the
     /// next request.
     Requoted,
-    /// New, or its algorithm changed: it starts from nothing (a Redis
+    /// New, or its algorithm changed, or a token bucket moved between a
+    /// quota whose states pack into one word and one whose states do not
+    /// ([`Gcra`](crate::algorithm::Gcra)): it starts from nothing (a Redis
     /// mode's counts live in Redis under the rule's name, and are read
     /// again).
     Fresh,

@@ -270,3 +270,26 @@ fn a_slot_is_small() {
         48
     );
 }
+
+#[test]
+fn a_reload_keeps_a_packed_buckets_counts_unless_the_new_quota_does_not_pack() {
+    let store = Store::new(
+        Gcra::token_bucket(Quota::per_second(3)).unwrap(),
+        16,
+        1_600,
+        0,
+    );
+    let key = Key::new("k");
+    for _ in 0..3 {
+        assert!(store.acquire(&key, 0, 1, u64::MAX).allowed);
+    }
+    // 6 a second: the second the three took is all its burst.
+    let six = store
+        .with_meter(Gcra::token_bucket(Quota::per_second(6)).unwrap())
+        .expect("both pack");
+    assert!(!six.acquire(&key, 0, 1, u64::MAX).allowed);
+    assert!(six.acquire(&key, 1_000_000, 6, u64::MAX).allowed);
+    // 4,097 a second does not pack: its table starts afresh.
+    let odd = Gcra::token_bucket(Quota::per_second(4_097)).unwrap();
+    assert!(store.with_meter(odd).is_none());
+}
