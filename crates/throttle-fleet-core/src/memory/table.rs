@@ -155,7 +155,7 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
 
     /// Checks and takes `cost` for `key` under `limit` (for a meter that
     /// [takes one](Meter::TAKES_A_LIMIT)), tracking the key first if needed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn acquire(&self, key: &Key, now_us: u64, cost: u64, limit: u64) -> Step {
         let hash = self.hasher.hash_one(key);
         let cell = self.shard(hash);
