@@ -158,18 +158,7 @@ impl SuccessHeaders {
     }
 
     /// Writes the headers into `headers`, replacing same-named ones.
-    #[inline]
     pub fn apply(self, headers: &mut HeaderMap) {
-        // No headers (a responder without success headers, a shadow rule)
-        // is a branch here, not a call.
-        if !matches!(self.0, SuccessRepr::None) {
-            self.write(headers);
-        }
-    }
-
-    /// [`apply`](Self::apply) with headers to write.
-    #[inline(never)]
-    fn write(self, headers: &mut HeaderMap) {
         match self.0 {
             SuccessRepr::None => {}
             SuccessRepr::Standard {
