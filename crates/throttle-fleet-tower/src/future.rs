@@ -88,6 +88,18 @@ impl<F, S, ReqBody, R, W> ResponseFuture<F, S, ReqBody, R, W> {
         }
     }
 
+    /// The inner call made in `call`, with the headers for its response
+    /// and what the request holds.
+    #[inline]
+    pub(crate) fn called(future: F, headers: SuccessHeaders, held: Option<Box<Held>>) -> Self {
+        Self {
+            state: State::Call { future },
+            headers,
+            held,
+            bodies: PhantomData,
+        }
+    }
+
     pub(crate) fn checking(
         check: Pending<Checked>,
         service: S,

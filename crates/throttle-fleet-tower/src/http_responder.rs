@@ -514,10 +514,21 @@ impl Responder for HttpResponder {
         }
     }
 
+    // Inline: without success headers the answer is one branch, not a
+    // call that sets up the frame the headers need.
+    #[inline]
     fn allowed(&self, _req: &RequestHead<'_>, decision: &Decision, rule: &Rule) -> SuccessHeaders {
         if !self.success {
             return SuccessHeaders::none();
         }
+        self.success_headers_for(decision, rule)
+    }
+}
+
+impl HttpResponder {
+    /// [`Responder::allowed`] with success headers on.
+    #[inline(never)]
+    fn success_headers_for(&self, decision: &Decision, rule: &Rule) -> SuccessHeaders {
         if !self.ietf {
             // The default, and the hot path: the trio alone.
             return SuccessHeaders::for_allowed(decision, rule);

@@ -105,6 +105,9 @@ where
         match shared.prepare(&head) {
             Ok(Answer::Ready(checked)) => {
                 let (decision, held) = checked.into_parts();
+                if let Some(headers) = shared.call_now(&head, &decision) {
+                    return ResponseFuture::called(self.inner.call(req), headers, held);
+                }
                 let next = shared.next(&head, &decision);
                 ResponseFuture::decided(&mut self.inner, req, next, held)
             }

@@ -21,20 +21,44 @@ pub(crate) enum Next {
 }
 
 impl<R: Responder> Engine<R> {
+    /// The success headers when `decision` calls the inner service now
+    /// (allowed, no delay); `None` for anything else, which [`next`](Self::next)
+    /// answers. The common case without building a [`Next`], whose
+    /// rejection makes it large.
+    #[inline]
+    pub(crate) fn call_now(
+        &self,
+        req: &RequestHead<'_>,
+        decision: &Decision,
+    ) -> Option<SuccessHeaders> {
+        if !matches!(decision.kind(), Kind::Allowed) || !decision.delay().is_zero() {
+            return None;
+        }
+        Some(self.success_headers(req, decision))
+    }
+
+    /// The headers for an allowed decision's response.
+    #[inline]
+    fn success_headers(&self, req: &RequestHead<'_>, decision: &Decision) -> SuccessHeaders {
+        let headers = if decision.is_shadow() {
+            // Only shadow rules applied: clients are not told of them.
+            SuccessHeaders::none()
+        } else {
+            self.allowed(req, decision)
+        };
+        if decision.shadow_denied().is_empty() {
+            headers
+        } else {
+            shadow_report(self, decision, headers)
+        }
+    }
+
     /// What `decision` on the request `req` leads to.
     #[inline]
     pub(crate) fn next(&self, req: &RequestHead<'_>, decision: &Decision) -> Next {
         match decision.kind() {
             Kind::Allowed => {
-                let mut headers = if decision.is_shadow() {
-                    // Only shadow rules applied: clients are not told of them.
-                    SuccessHeaders::none()
-                } else {
-                    self.allowed(req, decision)
-                };
-                if !decision.shadow_denied().is_empty() {
-                    headers = shadow_report(self, decision, headers);
-                }
+                let headers = self.success_headers(req, decision);
                 let delay = decision.delay();
                 if delay.is_zero() {
                     Next::Call(headers)

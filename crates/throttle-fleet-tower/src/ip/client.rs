@@ -242,6 +242,7 @@ impl<P: PeerSource> ClientAddr<P> {
 
     /// The client address of `req`: the peer, or what trusted proxies
     /// forwarded for. `None` when the server recorded no peer address.
+    #[inline]
     pub fn client_ip(&self, req: &RequestHead<'_>) -> Option<IpAddr> {
         let peer = self.peer.peer_addr(req)?.ip();
         Some(self.resolve(peer, req.headers))
@@ -249,6 +250,7 @@ impl<P: PeerSource> ClientAddr<P> {
 
     /// The client address of a request from `peer` with these headers (the
     /// walk described on the type).
+    #[inline]
     pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         if self.hops == 0 && self.proxies.is_empty() {
             return peer.to_canonical();

@@ -56,6 +56,7 @@ impl IpPrefix {
 
     /// The key of `ip` under this grouping: a version tag and the masked
     /// address bytes (IPv6 cut to the prefix's whole bytes).
+    #[inline]
     pub fn key_of(&self, ip: IpAddr) -> Key {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
