@@ -206,12 +206,14 @@ where
             match this.state.as_mut().project() {
                 StateProj::Call { future } => {
                     let result = ready!(future.poll(cx));
+                    // Done first: an error returns at once, and a poll
+                    // after it must not poll the finished future again.
+                    this.state.set(State::Done);
                     let mut response = match this.held.take() {
                         None => result?.map(W::inner),
                         Some(held) => settle::<W, _>(held, result?),
                     };
                     std::mem::take(this.headers).apply(response.headers_mut());
-                    this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
                 StateProj::Check { pending } => {
