@@ -125,8 +125,8 @@ where
     // The same run as the memory backend makes it for a meter that packs
     // its states: every step decided on the state unpacked from one word,
     // and packed again.
-    let epoch = plan.start;
-    let mut word = m.pack(&M::State::default(), epoch);
+    let origin = plan.start;
+    let mut word = m.pack(&M::State::default(), origin);
     let mut run = Run::default();
     for req in &plan.requests {
         let at_us = match run.steps.last() {
@@ -142,9 +142,9 @@ where
         let s = m.acquire(&mut st, e.at_us, e.cost);
         let now = e.at_us;
         if m.packs() {
-            let mut unpacked = m.unpack(word, epoch);
+            let mut unpacked = m.unpack(word, origin);
             let told = m.acquire(&mut unpacked, now, e.cost);
-            word = m.pack(&unpacked, epoch);
+            word = m.pack(&unpacked, origin);
             prop_assert_eq!(told, s, "{:?}: the packed state disagrees", e);
         }
         if s.allowed {

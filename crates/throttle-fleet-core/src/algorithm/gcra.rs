@@ -300,14 +300,14 @@ impl Meter for Gcra {
     }
 
     #[inline]
-    fn pack(&self, st: &GcraState, epoch_us: u64) -> u64 {
-        self.packing.map_or(0, |p| p.pack(st, epoch_us))
+    fn pack(&self, st: &GcraState, origin_us: u64) -> u64 {
+        self.packing.map_or(0, |p| p.pack(st, origin_us))
     }
 
     #[inline]
-    fn unpack(&self, word: u64, epoch_us: u64) -> GcraState {
+    fn unpack(&self, word: u64, origin_us: u64) -> GcraState {
         self.packing
-            .map_or_else(GcraState::default, |p| p.unpack(word, epoch_us))
+            .map_or_else(GcraState::default, |p| p.unpack(word, origin_us))
     }
 
     /// Decided on the word itself, in `1/d` us: the same steps as
@@ -316,13 +316,13 @@ impl Meter for Gcra {
     fn acquire_packed(
         &self,
         word: u64,
-        epoch_us: u64,
+        origin_us: u64,
         now_us: u64,
         cost: u64,
         _: u64,
     ) -> (Step, u64) {
         match &self.packing {
-            Some(p) => p.acquire(word, epoch_us, now_us, cost),
+            Some(p) => p.acquire(word, origin_us, now_us, cost),
             // Never asked: only a meter that packs has packed states.
             None => (
                 self.report(&GcraState::default(), now_us, cost, false),

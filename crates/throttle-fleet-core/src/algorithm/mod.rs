@@ -145,18 +145,18 @@ pub trait Meter: Send + Sync + 'static {
     }
 
     /// `state` as one word, for a meter that [`packs`](Self::packs).
-    /// `epoch_us` is at or before every `now_us` the state has seen (the
+    /// `origin_us` is at or before every `now_us` the state has seen (the
     /// memory backend's start): a meter that keeps a time in the word keeps
     /// it from there. A state outside the documented ranges is clamped.
-    fn pack(&self, state: &Self::State, epoch_us: u64) -> u64 {
-        let _ = (state, epoch_us);
+    fn pack(&self, state: &Self::State, origin_us: u64) -> u64 {
+        let _ = (state, origin_us);
         0
     }
 
     /// The state [`pack`](Self::pack) made `word` from, with the same
-    /// `epoch_us`.
-    fn unpack(&self, word: u64, epoch_us: u64) -> Self::State {
-        let _ = (word, epoch_us);
+    /// `origin_us`.
+    fn unpack(&self, word: u64, origin_us: u64) -> Self::State {
+        let _ = (word, origin_us);
         Self::State::default()
     }
 
@@ -168,19 +168,19 @@ pub trait Meter: Send + Sync + 'static {
     fn acquire_packed(
         &self,
         word: u64,
-        epoch_us: u64,
+        origin_us: u64,
         now_us: u64,
         cost: u64,
         limit: u64,
     ) -> (Step, u64) {
-        let mut st = self.unpack(word, epoch_us);
+        let mut st = self.unpack(word, origin_us);
         let step = if Self::TAKES_A_LIMIT {
             self.acquire_under(&mut st, now_us, cost, limit)
         } else {
             self.acquire(&mut st, now_us, cost)
         };
         let word = if step.allowed {
-            self.pack(&st, epoch_us)
+            self.pack(&st, origin_us)
         } else {
             word
         };

@@ -16,29 +16,29 @@ pub(crate) trait Cell<M: Meter>: Send + Sync + fmt::Debug + Sized + 'static {
     const SHARED_WITH: bool;
 
     /// The state of a key never seen.
-    fn fresh(meter: &M, epoch_us: u64) -> Self;
+    fn fresh(meter: &M, origin_us: u64) -> Self;
 
     /// Checks `cost` at `now_us` under `limit` ([`Meter::acquire_under`]
     /// for a meter that takes one), taking it when it fits.
-    fn acquire(&self, meter: &M, epoch_us: u64, now_us: u64, cost: u64, limit: u64) -> Step;
+    fn acquire(&self, meter: &M, origin_us: u64, now_us: u64, cost: u64, limit: u64) -> Step;
 
     /// Gives back `cost` taken at `acquired_at_us`.
-    fn refund(&self, meter: &M, epoch_us: u64, acquired_at_us: u64, cost: u64);
+    fn refund(&self, meter: &M, origin_us: u64, acquired_at_us: u64, cost: u64);
 
     /// Runs `f` on the state through a shared reference, when the cell can
     /// (a lock of its own); gives `f` back otherwise.
     fn try_with<R, F: FnOnce(&mut M::State) -> R>(
         &self,
         meter: &M,
-        epoch_us: u64,
+        origin_us: u64,
         f: F,
     ) -> Result<R, F>;
 
     /// Runs `f` on the state, with the table held exclusively.
-    fn with_mut<R>(&mut self, meter: &M, epoch_us: u64, f: impl FnOnce(&mut M::State) -> R) -> R;
+    fn with_mut<R>(&mut self, meter: &M, origin_us: u64, f: impl FnOnce(&mut M::State) -> R) -> R;
 
     /// [`Meter::idle_at`] of the state.
-    fn idle_at(&self, meter: &M, epoch_us: u64) -> u64;
+    fn idle_at(&self, meter: &M, origin_us: u64) -> u64;
 }
 
 #[inline(always)]
@@ -59,17 +59,17 @@ pub(crate) struct Packed(AtomicU64);
 impl<M: Meter> Cell<M> for Packed {
     const SHARED_WITH: bool = false;
 
-    fn fresh(meter: &M, epoch_us: u64) -> Self {
-        Self(AtomicU64::new(meter.pack(&M::State::default(), epoch_us)))
+    fn fresh(meter: &M, origin_us: u64) -> Self {
+        Self(AtomicU64::new(meter.pack(&M::State::default(), origin_us)))
     }
 
     #[inline(always)]
-    fn acquire(&self, meter: &M, epoch_us: u64, now_us: u64, cost: u64, limit: u64) -> Step {
-        // A clock that steps back past the epoch stands still at it.
-        let now_us = now_us.max(epoch_us);
+    fn acquire(&self, meter: &M, origin_us: u64, now_us: u64, cost: u64, limit: u64) -> Step {
+        // A clock that steps back past the origin stands still at it.
+        let now_us = now_us.max(origin_us);
         let mut word = self.0.load(Ordering::Relaxed);
         loop {
-            let (step, new) = meter.acquire_packed(word, epoch_us, now_us, cost, limit);
+            let (step, new) = meter.acquire_packed(word, origin_us, now_us, cost, limit);
             match self.swap(word, new) {
                 Ok(()) => return step,
                 Err(seen) => word = seen,
@@ -77,24 +77,26 @@ impl<M: Meter> Cell<M> for Packed {
         }
     }
 
-    fn refund(&self, meter: &M, epoch_us: u64, acquired_at_us: u64, cost: u64) {
-        self.update(meter, epoch_us, |st| meter.refund(st, acquired_at_us, cost));
+    fn refund(&self, meter: &M, origin_us: u64, acquired_at_us: u64, cost: u64) {
+        self.update(meter, origin_us, |st| {
+            meter.refund(st, acquired_at_us, cost)
+        });
     }
 
     fn try_with<R, F: FnOnce(&mut M::State) -> R>(&self, _: &M, _: u64, f: F) -> Result<R, F> {
         Err(f)
     }
 
-    fn with_mut<R>(&mut self, meter: &M, epoch_us: u64, f: impl FnOnce(&mut M::State) -> R) -> R {
+    fn with_mut<R>(&mut self, meter: &M, origin_us: u64, f: impl FnOnce(&mut M::State) -> R) -> R {
         let word = self.0.get_mut();
-        let mut st = meter.unpack(*word, epoch_us);
+        let mut st = meter.unpack(*word, origin_us);
         let r = f(&mut st);
-        *word = meter.pack(&st, epoch_us);
+        *word = meter.pack(&st, origin_us);
         r
     }
 
-    fn idle_at(&self, meter: &M, epoch_us: u64) -> u64 {
-        meter.idle_at(&meter.unpack(self.0.load(Ordering::Relaxed), epoch_us))
+    fn idle_at(&self, meter: &M, origin_us: u64) -> u64 {
+        meter.idle_at(&meter.unpack(self.0.load(Ordering::Relaxed), origin_us))
     }
 }
 
@@ -107,14 +109,14 @@ impl Packed {
     fn update<M: Meter, R>(
         &self,
         meter: &M,
-        epoch_us: u64,
+        origin_us: u64,
         mut f: impl FnMut(&mut M::State) -> R,
     ) -> R {
         let mut word = self.0.load(Ordering::Relaxed);
         loop {
-            let mut st = meter.unpack(word, epoch_us);
+            let mut st = meter.unpack(word, origin_us);
             let r = f(&mut st);
-            match self.swap(word, meter.pack(&st, epoch_us)) {
+            match self.swap(word, meter.pack(&st, origin_us)) {
                 Ok(()) => return r,
                 Err(seen) => word = seen,
             }

@@ -26,11 +26,11 @@ macro_rules! each {
 }
 
 impl<M: Meter> Store<M> {
-    pub(crate) fn new(meter: M, shards: usize, max_keys: usize, epoch_us: u64) -> Self {
+    pub(crate) fn new(meter: M, shards: usize, max_keys: usize, origin_us: u64) -> Self {
         if meter.packs() {
-            Self::Packed(Table::new(meter, shards, max_keys, epoch_us))
+            Self::Packed(Table::new(meter, shards, max_keys, origin_us))
         } else {
-            Self::Locked(Table::new(meter, shards, max_keys, epoch_us))
+            Self::Locked(Table::new(meter, shards, max_keys, origin_us))
         }
     }
 

@@ -62,7 +62,7 @@ pub(crate) struct Table<M: Meter, K> {
     evictions: Arc<AtomicU64>,
     /// At or before every time a check passes in: what packed states keep
     /// their times from.
-    epoch_us: u64,
+    origin_us: u64,
 }
 
 #[derive(Debug)]
@@ -108,7 +108,7 @@ fn stored_key(stored: &StoredKey) -> Key {
 }
 
 impl<M: Meter, K: Cell<M>> Table<M, K> {
-    pub(crate) fn new(meter: M, shards: usize, max_keys: usize, epoch_us: u64) -> Self {
+    pub(crate) fn new(meter: M, shards: usize, max_keys: usize, origin_us: u64) -> Self {
         let cap = max_keys / shards;
         Self {
             meter,
@@ -128,7 +128,7 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
             shard_mask: shards - 1,
             max_keys: cap * shards,
             evictions: Arc::new(AtomicU64::new(0)),
-            epoch_us,
+            origin_us,
         }
     }
 
@@ -142,7 +142,7 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
             shard_mask: self.shard_mask,
             max_keys: self.max_keys,
             evictions: self.evictions.clone(),
-            epoch_us: self.epoch_us,
+            origin_us: self.origin_us,
         }
     }
 
@@ -164,11 +164,11 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
             if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key)) {
                 return slot
                     .cell
-                    .acquire(&self.meter, self.epoch_us, now_us, cost, limit);
+                    .acquire(&self.meter, self.origin_us, now_us, cost, limit);
             }
         }
-        self.tracked(cell, hash, key, now_us, |c, meter, epoch| {
-            c.acquire(meter, epoch, now_us, cost, limit)
+        self.tracked(cell, hash, key, now_us, |c, meter, origin| {
+            c.acquire(meter, origin, now_us, cost, limit)
         })
     }
 
@@ -186,9 +186,9 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
     ) -> R {
         let mut shard = cell.lock.write();
         if let Some(slot) = shard.table.find_mut(hash, |s| matches(&s.key, key)) {
-            return f(&mut slot.cell, &self.meter, self.epoch_us);
+            return f(&mut slot.cell, &self.meter, self.origin_us);
         }
-        let evicted = shard.make_room(now_us, &self.meter, self.epoch_us);
+        let evicted = shard.make_room(now_us, &self.meter, self.origin_us);
         if evicted {
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
@@ -197,13 +197,13 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
         stored.extend_from_slice(key.as_bytes());
         let slot = Slot {
             key: stored,
-            cell: K::fresh(&self.meter, self.epoch_us),
+            cell: K::fresh(&self.meter, self.origin_us),
         };
         let hasher = &self.hasher;
         let mut entry = shard
             .table
             .insert_unique(hash, slot, |s| hasher.hash_one(stored_key(&s.key)));
-        f(&mut entry.get_mut().cell, &self.meter, self.epoch_us)
+        f(&mut entry.get_mut().cell, &self.meter, self.origin_us)
     }
 
     /// Runs `f` on `key`'s state, tracking the key first if needed: under
@@ -220,14 +220,14 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
         if K::SHARED_WITH {
             let shard = cell.lock.read();
             if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key)) {
-                match slot.cell.try_with(&self.meter, self.epoch_us, f) {
+                match slot.cell.try_with(&self.meter, self.origin_us, f) {
                     Ok(r) => return r,
                     Err(back) => f = back,
                 }
             }
         }
-        self.tracked(cell, hash, key, now_us, |c, meter, epoch| {
-            c.with_mut(meter, epoch, f)
+        self.tracked(cell, hash, key, now_us, |c, meter, origin| {
+            c.with_mut(meter, origin, f)
         })
     }
 
@@ -239,14 +239,14 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
         if K::SHARED_WITH {
             let shard = cell.lock.read();
             let slot = shard.table.find(hash, |s| matches(&s.key, key))?;
-            match slot.cell.try_with(&self.meter, self.epoch_us, f) {
+            match slot.cell.try_with(&self.meter, self.origin_us, f) {
                 Ok(r) => return Some(r),
                 Err(back) => f = back,
             }
         }
         let mut shard = cell.lock.write();
         let slot = shard.table.find_mut(hash, |s| matches(&s.key, key))?;
-        Some(slot.cell.with_mut(&self.meter, self.epoch_us, f))
+        Some(slot.cell.with_mut(&self.meter, self.origin_us, f))
     }
 
     /// Visits every tracked key, one shard (and one lock) at a time.
@@ -256,7 +256,7 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
             for slot in shard.table.iter_mut() {
                 let key = stored_key(&slot.key);
                 slot.cell
-                    .with_mut(&self.meter, self.epoch_us, |st| f(&key, st));
+                    .with_mut(&self.meter, self.origin_us, |st| f(&key, st));
             }
         }
     }
@@ -268,7 +268,7 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
         let shard = self.shard(hash).lock.read();
         if let Some(slot) = shard.table.find(hash, |s| matches(&s.key, key)) {
             slot.cell
-                .refund(&self.meter, self.epoch_us, acquired_at_us, cost);
+                .refund(&self.meter, self.origin_us, acquired_at_us, cost);
         }
     }
 
@@ -288,7 +288,7 @@ impl<M: Meter, K: Cell<M>> Table<M, K> {
 impl<K> Shard<K> {
     /// Makes room for one more key if the shard is full. Returns whether a
     /// key that was not idle had to be evicted.
-    fn make_room<M: Meter>(&mut self, now_us: u64, meter: &M, epoch_us: u64) -> bool
+    fn make_room<M: Meter>(&mut self, now_us: u64, meter: &M, origin_us: u64) -> bool
     where
         K: Cell<M>,
     {
@@ -301,7 +301,7 @@ impl<K> Shard<K> {
         if self.inserts_since_sweep >= (self.cap / 8).max(1) {
             self.inserts_since_sweep = 0;
             self.table
-                .retain(|slot| slot.cell.idle_at(meter, epoch_us) > now_us);
+                .retain(|slot| slot.cell.idle_at(meter, origin_us) > now_us);
             if self.table.len() < self.cap {
                 return false;
             }
@@ -315,7 +315,7 @@ impl<K> Shard<K> {
             let i = self.random_below(buckets);
             if let Some(slot) = self.table.get_bucket(i) {
                 sampled += 1;
-                let idle = slot.cell.idle_at(meter, epoch_us);
+                let idle = slot.cell.idle_at(meter, origin_us);
                 if victim.is_none_or(|(_, v)| idle < v) {
                     victim = Some((i, idle));
                 }

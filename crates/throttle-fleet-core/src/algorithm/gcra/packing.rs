@@ -1,12 +1,11 @@
 //! A GCRA state in one word, for the memory backend's compare-and-swap.
 //!
-//! The word is `(tat_us - epoch) << 12 | fraction`: the TAT's whole
-//! microseconds since the table's epoch in the top 52 bits (142 years),
-//! and its fraction of a microsecond in the low 12, in units of `1/d` us
-//! where `d` is the emission interval's denominator. Lossless for every
-//! state the meter reaches while `d` is at most 4,096 and the bucket fills
-//! within 2^51 us (71 years; the rest of the 142 is the process's
-//! lifetime): a quota outside that keeps each key behind a lock instead.
+//! The word is `(tat_us - origin) << 12 | fraction`: the TAT's whole
+//! microseconds since the table's origin in the top 52 bits, and its
+//! fraction of a microsecond in the low 12, in units of `1/d` us where `d`
+//! is the emission interval's denominator. The ranges that pack follow
+//! from the constants below; [`Gcra`](super::Gcra)'s documentation states
+//! them for users.
 
 use super::GcraState;
 use crate::algorithm::Step;
@@ -14,7 +13,7 @@ use crate::algorithm::Step;
 /// Bits of the word that hold the TAT's fraction of a microsecond.
 const FRACTION_BITS: u32 = 12;
 const FRACTION_MASK: u64 = (1 << FRACTION_BITS) - 1;
-/// The most whole microseconds a word holds past its epoch.
+/// The most whole microseconds a word holds past its origin.
 const MAX_OFFSET_US: u64 = u64::MAX >> FRACTION_BITS;
 /// The longest fill time (`burst * period / limit`) that packs.
 const MAX_FILL_US: u64 = 1 << 51;
@@ -107,11 +106,12 @@ impl Packing {
 
     /// [`Meter::acquire`](crate::algorithm::Meter::acquire) on a packed
     /// word: the same step as on the unpacked state, and the word to write
-    /// back (`word` itself when denied). `now_us` is at or after the epoch.
+    /// back (`word` itself when denied). A `now_us` before the origin is
+    /// taken as the origin.
     #[inline(always)]
-    pub(super) fn acquire(&self, word: u64, epoch_us: u64, now_us: u64, cost: u64) -> (Step, u64) {
+    pub(super) fn acquire(&self, word: u64, origin_us: u64, now_us: u64, cost: u64) -> (Step, u64) {
         let d = self.d;
-        let now_s = (now_us - epoch_us).min(MAX_OFFSET_US) * d;
+        let now_s = now_us.saturating_sub(origin_us).min(MAX_OFFSET_US) * d;
         let tat_s = (word >> FRACTION_BITS) * d + (word & FRACTION_MASK).min(d - 1);
         // How far the TAT leads now (0 when it is past).
         let ahead = tat_s.saturating_sub(now_s);
@@ -155,20 +155,20 @@ impl Packing {
     }
 
     #[inline]
-    pub(super) fn pack(&self, st: &GcraState, epoch_us: u64) -> u64 {
-        if st.tat_us < epoch_us {
-            // Before the epoch is in the past: a full bucket, as at the epoch.
+    pub(super) fn pack(&self, st: &GcraState, origin_us: u64) -> u64 {
+        if st.tat_us < origin_us {
+            // Before the origin is in the past: a full bucket, as at the origin.
             return 0;
         }
-        let offset = (st.tat_us - epoch_us).min(MAX_OFFSET_US);
+        let offset = (st.tat_us - origin_us).min(MAX_OFFSET_US);
         let fraction = (st.tat_rem >> self.shift).wrapping_mul(self.inverse) & FRACTION_MASK;
         (offset << FRACTION_BITS) | fraction
     }
 
     #[inline]
-    pub(super) fn unpack(&self, word: u64, epoch_us: u64) -> GcraState {
+    pub(super) fn unpack(&self, word: u64, origin_us: u64) -> GcraState {
         GcraState {
-            tat_us: epoch_us.saturating_add(word >> FRACTION_BITS),
+            tat_us: origin_us.saturating_add(word >> FRACTION_BITS),
             // Below `limit` whatever the word (one packed for another quota
             // of the same table, before a reload).
             tat_rem: (word & FRACTION_MASK)

@@ -157,11 +157,11 @@ impl<M: Meter> Meter for Spy<M> {
     fn packs(&self) -> bool {
         self.inner.packs()
     }
-    fn pack(&self, state: &M::State, epoch_us: u64) -> u64 {
-        self.inner.pack(state, epoch_us)
+    fn pack(&self, state: &M::State, origin_us: u64) -> u64 {
+        self.inner.pack(state, origin_us)
     }
-    fn unpack(&self, word: u64, epoch_us: u64) -> M::State {
-        self.inner.unpack(word, epoch_us)
+    fn unpack(&self, word: u64, origin_us: u64) -> M::State {
+        self.inner.unpack(word, origin_us)
     }
 }
 

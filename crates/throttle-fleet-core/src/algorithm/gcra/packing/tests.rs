@@ -52,8 +52,8 @@ fn a_packed_bucket_decides_as_its_state_does() {
                 continue;
             }
             packed += 1;
-            let epoch = 1_700_000_000_000_000 + next(&mut rng) % 1_000_000;
-            let (mut st, mut now) = (meter.unpack(0, epoch), epoch);
+            let origin = 1_700_000_000_000_000 + next(&mut rng) % 1_000_000;
+            let (mut st, mut now) = (meter.unpack(0, origin), origin);
             let mut word = 0;
             let gap = quota.period_us() / quota.limit() * 3 + 2;
             for _ in 0..2_000 {
@@ -61,23 +61,23 @@ fn a_packed_bucket_decides_as_its_state_does() {
                 let cost = 1 + next(&mut rng) % (quota.burst() + 1).min(4);
                 if next(&mut rng).is_multiple_of(5) {
                     meter.refund(&mut st, now, cost);
-                    word = meter.pack(&st, epoch);
+                    word = meter.pack(&st, origin);
                 } else {
-                    let (told, new) = meter.acquire_packed(word, epoch, now, cost, u64::MAX);
+                    let (told, new) = meter.acquire_packed(word, origin, now, cost, u64::MAX);
                     let step = meter.acquire(&mut st, now, cost);
                     assert_eq!(told, step, "{quota:?} cost {cost} at {now}");
                     assert_eq!(new == word, !step.allowed, "{quota:?} at {now}");
                     word = new;
                 }
-                let back = meter.unpack(word, epoch);
-                if st.tat_us >= epoch {
+                let back = meter.unpack(word, origin);
+                if st.tat_us >= origin {
                     assert_eq!(back, st, "{quota:?} at {now}: {word:#x}");
-                    assert_eq!(meter.pack(&st, epoch), word, "{quota:?} at {now}");
+                    assert_eq!(meter.pack(&st, origin), word, "{quota:?} at {now}");
                 } else {
-                    // A refund took the TAT back before the epoch: a full
-                    // bucket, as the epoch's (every check is at or after it).
-                    assert_eq!(back, meter.unpack(0, epoch), "{quota:?} at {now}");
-                    assert!(meter.idle_at(&st) <= epoch);
+                    // A refund took the TAT back before the origin: a full
+                    // bucket, as the origin's (every check is at or after it).
+                    assert_eq!(back, meter.unpack(0, origin), "{quota:?} at {now}");
+                    assert!(meter.idle_at(&st) <= origin);
                     st = back;
                 }
             }
