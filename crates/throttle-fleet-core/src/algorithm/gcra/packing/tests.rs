@@ -104,13 +104,18 @@ fn a_quota_whose_fractions_or_fill_time_do_not_fit_does_not_pack() {
 }
 
 #[test]
-fn a_time_before_the_epoch_packs_as_the_epoch() {
+fn a_time_before_the_origin_counts_as_the_origin() {
     let meter = Gcra::token_bucket(Quota::per_second(3)).unwrap();
     let st = GcraState {
         tat_us: 5,
         tat_rem: 2,
     };
     assert_eq!(meter.pack(&st, 10), 0);
+    // A check from a clock behind the origin decides as at the origin.
+    assert_eq!(
+        meter.acquire_packed(0, 10, 5, 1, u64::MAX),
+        meter.acquire_packed(0, 10, 10, 1, u64::MAX)
+    );
     assert_eq!(
         meter.unpack(0, 10),
         GcraState {
