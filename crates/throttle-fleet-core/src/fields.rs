@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use crate::Decision;
 
+pub mod names;
+
 /// Whole seconds of `wait`, rounded up, and never 0 for a positive wait
 /// (a `Retry-After: 0` invites an immediate retry storm; one truncated by
 /// `as_secs` invites a retry before the wait is over): `Retry-After`, the

@@ -26,7 +26,8 @@ use crate::denial::{
 
 /// `grpc-retry-pushback-ms`: how long a client with a retry policy must wait
 /// before retrying (gRPC's retry design, A6).
-pub static GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+pub static GRPC_RETRY_PUSHBACK_MS: HeaderName =
+    HeaderName::from_static(throttle_fleet_core::fields::names::GRPC_RETRY_PUSHBACK_MS);
 
 pub use crate::denial::ERROR_DOMAIN;
 

@@ -7,22 +7,23 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
-use throttle_fleet_core::fields::{self, reset_epoch_secs, retry_after_secs};
+use throttle_fleet_core::fields::{self, names, reset_epoch_secs, retry_after_secs};
 use throttle_fleet_core::{Rule, decision::Decision};
 
 /// `X-RateLimit-Limit`.
-pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static(names::X_RATELIMIT_LIMIT);
 /// `X-RateLimit-Remaining`.
-pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub static X_RATELIMIT_REMAINING: HeaderName =
+    HeaderName::from_static(names::X_RATELIMIT_REMAINING);
 /// `X-RateLimit-Reset` (Unix epoch seconds).
-pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static(names::X_RATELIMIT_RESET);
 /// `RateLimit-Policy` (IETF draft).
-pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static(names::RATELIMIT_POLICY);
 /// `X-RateLimit-Shadow`: the shadow rules that would have denied the
 /// request, when [`Policy::shadow_header`](crate::Policy::shadow_header) is on.
-pub static X_RATELIMIT_SHADOW: HeaderName = HeaderName::from_static("x-ratelimit-shadow");
+pub static X_RATELIMIT_SHADOW: HeaderName = HeaderName::from_static(names::X_RATELIMIT_SHADOW);
 /// `RateLimit` (IETF draft).
-pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub static RATELIMIT: HeaderName = HeaderName::from_static(names::RATELIMIT);
 
 /// Headers to add to an allowed response; small and allocation-free itself.
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::google::protobuf::{self as pb, ListValue, Struct, Value, value::Kind};
 use throttle_fleet_core::backend::Outcome;
-use throttle_fleet_core::fields::{ratelimit_item, retry_after_secs};
+use throttle_fleet_core::fields::{names, ratelimit_item, retry_after_secs};
 use throttle_fleet_core::{Quota, decision::Decision, decision::Demand};
 
 use crate::rules::{Loaded, current_limit, policy_text};
@@ -222,10 +222,13 @@ fn headers(loaded: &Loaded, a: &Asked) -> Vec<HeaderValue> {
     };
     let mut out = Vec::with_capacity(3);
     let field = ratelimit_item(rule.name(), a.remaining, retry_after_secs(a.reset));
-    out.push(header("ratelimit-policy", policy));
-    out.push(header("ratelimit", field));
+    out.push(header(names::RATELIMIT_POLICY, policy));
+    out.push(header(names::RATELIMIT, field));
     if let Some(wait) = a.retry_after {
-        out.push(header("retry-after", retry_after_secs(wait).to_string()));
+        out.push(header(
+            names::RETRY_AFTER,
+            retry_after_secs(wait).to_string(),
+        ));
     }
     out
 }
