@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::Decision;
 
 pub mod names;
+pub mod read;
 
 /// Whole seconds of `wait`, rounded up, and never 0 for a positive wait
 /// (a `Retry-After: 0` invites an immediate retry storm; one truncated by
