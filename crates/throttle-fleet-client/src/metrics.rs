@@ -1,0 +1,52 @@
+//! The layer's metrics, through the `metrics` facade, labelled by the
+//! partition's class and never by its key:
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `throttle_client_waits_total` | counter | `class` | calls that waited for their partition before going |
+//! | `throttle_client_wait_seconds` | histogram | `class` | how long each of those waited |
+//! | `throttle_client_throttled_total` | counter | `class` | calls failed without being sent ([`Throttled`](crate::Throttled)) |
+//! | `throttle_client_retries_total` | counter | `class`, `reason` | retries; `reason` is `refused` (a limiter's refusal) or `failed` (another failure) |
+//! | `throttle_client_budget_exhausted_total` | counter | `class` | retries the budget did not allow |
+
+/// Calls that waited.
+pub const WAITS: &str = "throttle_client_waits_total";
+/// Their waits.
+pub const WAIT_SECONDS: &str = "throttle_client_wait_seconds";
+/// Calls failed unsent.
+pub const THROTTLED: &str = "throttle_client_throttled_total";
+/// Retries.
+pub const RETRIES: &str = "throttle_client_retries_total";
+/// Retries the budget refused.
+pub const BUDGET_EXHAUSTED: &str = "throttle_client_budget_exhausted_total";
+
+#[cfg(feature = "metrics")]
+pub(crate) fn waited(class: &'static str, wait: std::time::Duration) {
+    metrics::counter!(WAITS, "class" => class).increment(1);
+    metrics::histogram!(WAIT_SECONDS, "class" => class).record(wait.as_secs_f64());
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn throttled(class: &'static str) {
+    metrics::counter!(THROTTLED, "class" => class).increment(1);
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn retried(class: &'static str, refused: bool) {
+    let reason = if refused { "refused" } else { "failed" };
+    metrics::counter!(RETRIES, "class" => class, "reason" => reason).increment(1);
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) fn budget_exhausted(class: &'static str) {
+    metrics::counter!(BUDGET_EXHAUSTED, "class" => class).increment(1);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn waited(_: &'static str, _: std::time::Duration) {}
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn throttled(_: &'static str) {}
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn retried(_: &'static str, _: bool) {}
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn budget_exhausted(_: &'static str) {}

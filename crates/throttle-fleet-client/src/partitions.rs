@@ -1,0 +1,188 @@
+//! Per partition (a server, or what the key function names), when the
+//! next request may go, and how many may go before an answer says more.
+//!
+//! A partition's [`Gate`] is a value with methods that tests drive with
+//! their own instants:
+//! - an answer that says to wait ([`Told::wait`]) closes the gate until
+//!   then; when it opens, as many requests go as the quota's size says
+//!   (`X-RateLimit-Limit`, `q`), or one when no field gave it, whose
+//!   answer tells the rest (a gate that opens onto the whole queue would
+//!   be the storm over again);
+//! - between waits, what the answers report as remaining, less the
+//!   requests still in flight, may go; the rest wait for the next answer;
+//! - an answer with no quota field stops the counting.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::told::Told;
+
+/// Which partition a request counts under: a class (a label of the
+/// layer's metrics, so a handful of names) and a key within it (hashed;
+/// never a label).
+///
+/// ```
+/// use throttle_fleet_client::{ClientLayer, Partition};
+///
+/// // One partition per tenant header value, all of class "tenant".
+/// let layer = ClientLayer::new().partition_by(|parts| {
+///     Partition::new("tenant", parts.headers.get("x-tenant").map(|v| v.as_bytes()))
+/// });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    class: &'static str,
+    key: u64,
+}
+
+impl Partition {
+    /// The partition `key` of `class`.
+    pub fn new(class: &'static str, key: impl Hash) -> Self {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        Self {
+            class,
+            key: hasher.finish(),
+        }
+    }
+
+    /// Its class: the label its waits and retries are counted under.
+    pub fn class(&self) -> &'static str {
+        self.class
+    }
+}
+
+/// What a request may do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Go (the request is counted in flight).
+    Go,
+    /// Not before this instant: a server said so.
+    Until(Instant),
+    /// Not before an answer in flight says how much is left.
+    Answer,
+}
+
+/// One partition's state.
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    /// Closed until then.
+    until: Option<Instant>,
+    /// How many may go when it opens.
+    opens_with: u64,
+    /// How many may go before an answer says more; `None`: not counted.
+    credit: Option<u64>,
+    in_flight: u64,
+}
+
+impl Gate {
+    /// Whether a request may go at `now`; if so it is in flight.
+    pub(crate) fn turn(&mut self, now: Instant) -> Turn {
+        if let Some(until) = self.until {
+            if now < until {
+                return Turn::Until(until);
+            }
+            self.until = None;
+            self.credit = Some(self.opens_with.max(1));
+        }
+        match self.credit {
+            // Nothing left and nothing in flight to say more: one goes and
+            // asks.
+            Some(0) if self.in_flight > 0 => return Turn::Answer,
+            Some(credit) => self.credit = Some(credit.saturating_sub(1)),
+            None => {}
+        }
+        self.in_flight += 1;
+        Turn::Go
+    }
+
+    /// A request in flight ended with `told` (`None`: no answer).
+    pub(crate) fn answered(&mut self, told: Option<&Told>, now: Instant) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let Some(told) = told else { return };
+        if let Some(wait) = told.wait {
+            let until = now + wait;
+            if self.until.is_none_or(|u| u < until) {
+                self.until = Some(until);
+            }
+            self.opens_with = told.limit.unwrap_or(1);
+            self.credit = Some(0);
+            return;
+        }
+        if self.until.is_some() {
+            // An answer to a request sent before the gate closed: the
+            // gate's own figures are newer.
+            return;
+        }
+        self.credit = match told.remaining {
+            None => None,
+            Some(left) if self.in_flight == 0 => Some(left),
+            Some(left) => Some(
+                self.credit
+                    .unwrap_or(u64::MAX)
+                    .min(left.saturating_sub(self.in_flight)),
+            ),
+        };
+    }
+}
+
+/// A partition: its gate and the answers waited for.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    pub(crate) gate: Mutex<Gate>,
+    pub(crate) answered: Notify,
+}
+
+/// The partitions of one layer, at most `max` tracked at once.
+#[derive(Debug)]
+pub(crate) struct Partitions {
+    map: Mutex<HashMap<u64, Arc<Slot>>>,
+    max: usize,
+}
+
+impl Partitions {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            max,
+        }
+    }
+
+    /// The slot of `partition`. When `max` are tracked, those with
+    /// nothing in flight and no wait ahead of `now` are forgotten first;
+    /// if none is, the request gets a slot of its own (its answers then
+    /// teach no other request).
+    pub(crate) fn slot(&self, partition: Partition, now: Instant) -> Arc<Slot> {
+        let mut map = self.map.lock();
+        if let Some(slot) = map.get(&partition.key) {
+            return slot.clone();
+        }
+        if map.len() >= self.max {
+            map.retain(|_, slot| {
+                let gate = slot.gate.lock();
+                Arc::strong_count(slot) > 1 || gate.until.is_some_and(|u| u > now)
+            });
+            if map.len() >= self.max {
+                return Arc::default();
+            }
+        }
+        map.entry(partition.key).or_default().clone()
+    }
+
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

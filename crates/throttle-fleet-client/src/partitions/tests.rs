@@ -1,0 +1,131 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+
+fn told(remaining: Option<u64>, wait: Option<u64>, limit: Option<u64>) -> Told {
+    Told {
+        remaining,
+        wait: wait.map(Duration::from_secs),
+        limit,
+        ..Told::default()
+    }
+}
+
+#[test]
+fn untold_partitions_let_everything_go() {
+    let mut gate = Gate::default();
+    let now = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(gate.turn(now), Turn::Go);
+    }
+}
+
+#[test]
+fn a_wait_closes_the_gate_and_it_opens_onto_the_quota_not_the_queue() {
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    assert_eq!(gate.turn(t0), Turn::Go);
+    gate.answered(Some(&told(Some(0), Some(1), Some(3))), t0);
+    let open = t0 + Duration::from_secs(1);
+    assert_eq!(gate.turn(t0), Turn::Until(open));
+    assert_eq!(gate.turn(open - Duration::from_nanos(1)), Turn::Until(open));
+    // Three go (the quota), the fourth waits for an answer.
+    for _ in 0..3 {
+        assert_eq!(gate.turn(open), Turn::Go);
+    }
+    assert_eq!(gate.turn(open), Turn::Answer);
+    // An answer: 2 left of which 2 are in flight: still nothing.
+    gate.answered(Some(&told(Some(2), None, Some(3))), open);
+    assert_eq!(gate.turn(open), Turn::Answer);
+    // All answered, the last saying 1 is left: one goes.
+    gate.answered(Some(&told(Some(1), None, Some(3))), open);
+    gate.answered(Some(&told(Some(1), None, Some(3))), open);
+    assert_eq!(gate.turn(open), Turn::Go);
+    assert_eq!(gate.turn(open), Turn::Answer);
+}
+
+#[test]
+fn without_a_quota_size_one_goes_and_asks() {
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    assert_eq!(gate.turn(t0), Turn::Go);
+    gate.answered(Some(&told(None, Some(2), None)), t0);
+    let open = t0 + Duration::from_secs(2);
+    assert_eq!(gate.turn(open), Turn::Go);
+    assert_eq!(gate.turn(open), Turn::Answer);
+    // Its answer has no quota field: counting stops.
+    gate.answered(Some(&told(None, None, None)), open);
+    assert_eq!(gate.turn(open), Turn::Go);
+    assert_eq!(gate.turn(open), Turn::Go);
+}
+
+#[test]
+fn nothing_left_and_nothing_in_flight_sends_one_to_ask() {
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    assert_eq!(gate.turn(t0), Turn::Go);
+    // r=0 with no reset known: no time to wait for, so one asks.
+    gate.answered(Some(&told(Some(0), None, None)), t0);
+    assert_eq!(gate.turn(t0), Turn::Go);
+    assert_eq!(gate.turn(t0), Turn::Answer);
+}
+
+#[test]
+fn a_later_wait_extends_an_earlier_one_never_shortens_it() {
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    gate.turn(t0);
+    gate.turn(t0);
+    gate.answered(Some(&told(Some(0), Some(5), None)), t0);
+    gate.answered(Some(&told(Some(0), Some(1), None)), t0);
+    assert_eq!(gate.turn(t0), Turn::Until(t0 + Duration::from_secs(5)));
+}
+
+#[test]
+fn an_answer_lost_in_flight_frees_its_place() {
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    gate.turn(t0);
+    gate.answered(Some(&told(Some(1), None, None)), t0);
+    assert_eq!(gate.turn(t0), Turn::Go);
+    assert_eq!(gate.turn(t0), Turn::Answer);
+    gate.answered(None, t0);
+    assert_eq!(gate.turn(t0), Turn::Go, "one asks again");
+}
+
+#[test]
+fn partitions_are_bounded_and_forget_the_idle_first() {
+    let partitions = Partitions::new(2);
+    let now = Instant::now();
+    let a = partitions.slot(Partition::new("c", "a"), now);
+    let b = partitions.slot(Partition::new("c", "b"), now);
+    assert!(Arc::ptr_eq(
+        &a,
+        &partitions.slot(Partition::new("c", "a"), now)
+    ));
+    // Both in use: a third gets a slot of its own, untracked.
+    let c = partitions.slot(Partition::new("c", "c"), now);
+    assert_eq!(partitions.len(), 2);
+    assert!(!Arc::ptr_eq(
+        &c,
+        &partitions.slot(Partition::new("c", "c"), now)
+    ));
+    // b idle but told to wait: kept; a idle: forgotten.
+    b.gate
+        .lock()
+        .answered(Some(&told(Some(0), Some(9), None)), now);
+    drop((a, b));
+    let d = partitions.slot(Partition::new("c", "d"), now);
+    assert_eq!(partitions.len(), 2);
+    assert!(Arc::ptr_eq(
+        &d,
+        &partitions.slot(Partition::new("c", "d"), now)
+    ));
+    let b = partitions.slot(Partition::new("c", "b"), now);
+    assert_eq!(
+        b.gate.lock().turn(now),
+        Turn::Until(now + Duration::from_secs(9))
+    );
+}

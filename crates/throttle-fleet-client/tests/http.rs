@@ -1,0 +1,269 @@
+//! The layer in front of hyper-util's client, against throttle's own axum
+//! layer over real TCP, on tokio's paused clock (the server's limiter
+//! counts on it too).
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use support::{echo_behind, hyper_client, layer, serve};
+use throttle_fleet_axum::HttpResponder;
+use throttle_fleet_client::{Budget, ClientLayer, Deadline, Error};
+use tokio::time::Instant;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn request(method: Method, addr: std::net::SocketAddr, body: &'static str) -> Request<Full<Bytes>> {
+    Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/items"))
+        .header("x-client", "a")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap()
+}
+
+/// Answers with the IETF fields only (`t` relative, no dates), and none on
+/// allowed answers when `success` is off.
+fn ietf(success: bool) -> HttpResponder {
+    HttpResponder::new()
+        .ietf_headers(true)
+        .x_ratelimit_headers(false)
+        .success_headers(success)
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_0_holds_the_next_call_for_t_instead_of_spending_it_on_a_429() {
+    let (router, counts) = echo_behind(layer(2, SECOND, ietf(true)));
+    let addr = serve(router).await;
+    let mut client = ServiceBuilder::new()
+        .layer(ClientLayer::new())
+        .service(hyper_client());
+
+    let start = Instant::now();
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let res = client
+            .ready()
+            .await
+            .unwrap()
+            .call(request(Method::GET, addr, ""))
+            .await
+            .unwrap();
+        statuses.push(res.status());
+    }
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        counts.arrived.get(),
+        6,
+        "no request was refused, none repeated"
+    );
+    // 2 a second, a burst of 2: the 3rd and 5th each waited for `t`.
+    assert!(start.elapsed() >= 2 * SECOND, "{:?}", start.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_post_waits_out_retry_after_and_is_sent_again_with_its_body() {
+    let (router, counts) = echo_behind(layer(1, 2 * SECOND, ietf(false)));
+    let addr = serve(router).await;
+    let mut client = ServiceBuilder::new()
+        .layer(ClientLayer::new())
+        .service(hyper_client());
+
+    let first = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::POST, addr, "one"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let start = Instant::now();
+    let second = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::POST, addr, "two"))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(
+        second.into_body().collect().await.unwrap().to_bytes(),
+        "two"
+    );
+    assert!(
+        start.elapsed() >= 2 * SECOND,
+        "Retry-After: 2 waited out: {:?}",
+        start.elapsed()
+    );
+    assert_eq!((counts.arrived.get(), counts.handled.get()), (3, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_may_not_wait_that_long_fails_at_once_saying_until_when() {
+    let (router, counts) = echo_behind(layer(1, 30 * SECOND, ietf(true)));
+    let addr = serve(router).await;
+    let mut client = ServiceBuilder::new()
+        .layer(ClientLayer::new())
+        .service(hyper_client());
+    client
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::GET, addr, ""))
+        .await
+        .unwrap();
+
+    // Told r=0;t=30: a call with 5 s to live is not sent.
+    let mut call = request(Method::GET, addr, "");
+    call.extensions_mut().insert(Deadline::after(5 * SECOND));
+    let start = Instant::now();
+    let err = client.ready().await.unwrap().call(call).await.unwrap_err();
+    let Error::Throttled(throttled) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(throttled.until() - start, 30 * SECOND);
+    assert_eq!(start.elapsed(), Duration::ZERO, "failed at once");
+    assert_eq!(counts.arrived.get(), 1, "nothing sent");
+
+    // Failing fast: the same without a deadline.
+    let mut fast = ServiceBuilder::new()
+        .layer(ClientLayer::new().fail_fast())
+        .service(hyper_client());
+    // Its first call is refused (the quota is the other client's too),
+    // and not waited out: the 429 is the caller's.
+    let res = fast
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::GET, addr, ""))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let err = fast
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::GET, addr, ""))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Throttled(_)), "{err:?}");
+    assert!(err.to_string().contains("to wait 30"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_budget_a_refusal_goes_back_to_the_caller() {
+    let (router, counts) = echo_behind(layer(1, SECOND, ietf(false)));
+    let addr = serve(router).await;
+    let budget = Budget::new(10 * SECOND, 0, 0.0).unwrap();
+    let mut client = ServiceBuilder::new()
+        .layer(ClientLayer::new().budget(budget))
+        .service(hyper_client());
+    client
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::GET, addr, ""))
+        .await
+        .unwrap();
+    let res = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::GET, addr, ""))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(counts.arrived.get(), 2, "not retried");
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_failures_are_retried_for_idempotent_methods_only() {
+    // A handler that answers 503 (no Retry-After: not a limiter's) to
+    // every other request.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = calls.clone();
+    let router = axum::Router::new().route(
+        "/items",
+        axum::routing::any(move || {
+            let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n.is_multiple_of(2) {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::OK
+                }
+            }
+        }),
+    );
+    let addr = serve(router).await;
+    let mut client = ServiceBuilder::new()
+        .layer(ClientLayer::new())
+        .service(hyper_client());
+    let get = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::GET, addr, ""))
+        .await
+        .unwrap();
+    assert_eq!(get.status(), StatusCode::OK, "retried after a backoff");
+    let post = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request(Method::POST, addr, "x"))
+        .await
+        .unwrap();
+    assert_eq!(
+        post.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not retried"
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_behind_a_wait_goes_as_the_quota_allows_not_all_at_once() {
+    // 4 a second, a burst of 4: four calls empty it and the fourth answer
+    // says r=0;t=1. Then 12 calls at once: they wait, and when the gate
+    // opens 4 go (RateLimit-Policy's q), the rest after their answers.
+    let (router, counts) = echo_behind(layer(4, SECOND, ietf(true)));
+    let addr = serve(router).await;
+    let client = ServiceBuilder::new()
+        .layer(ClientLayer::new().max_retries(0))
+        .service(hyper_client());
+    for _ in 0..4 {
+        let res = client
+            .clone()
+            .oneshot(request(Method::GET, addr, ""))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    let start = Instant::now();
+    let calls = (0..12).map(|_| {
+        let client = client.clone();
+        async move {
+            client
+                .oneshot(request(Method::GET, addr, ""))
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    assert_eq!(counts.arrived.get(), 16, "none refused");
+    assert!(start.elapsed() >= 3 * SECOND, "{:?}", start.elapsed());
+}
