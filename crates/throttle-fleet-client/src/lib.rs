@@ -24,6 +24,39 @@
 //!   call's [`Deadline`];
 //! - a body is sent again only if it was kept ([`ReplayBody`]).
 //!
+//! # Which field wins
+//!
+//! 1. On a refusal, the retry fields: `Retry-After` (delta seconds, or an
+//!    HTTP-date), gRPC `RetryInfo` and `grpc-retry-pushback-ms`. Several
+//!    of them, or one named twice: the longest wait.
+//! 2. Otherwise, and on any answer: the IETF `RateLimit` items at `r=0`,
+//!    the longest `t` (an item without `t`: the `w` of the policy of that
+//!    name in `RateLimit-Policy`). The least `r` of all items is what is
+//!    left, and that policy's `q` the quota's size.
+//! 3. Otherwise, `X-RateLimit-Remaining: 0` with `X-RateLimit-Reset`. A
+//!    reset of 1,000,000,000 or more is a Unix time in seconds (September
+//!    2001 on), a smaller one a number of seconds: no server means a delta
+//!    of 31 years, and none a Unix time before 2001.
+//!    `X-RateLimit-Limit` is the quota's size.
+//!
+//! A refusal's own wait wins over the quota fields because a token
+//! bucket's reset is when it is full again, not when the next request
+//! fits. The IETF fields win over the `X-` ones when both are sent.
+//!
+//! Every wait is cut to [`ClientLayer::max_wait`]. An absolute time counts
+//! from this host's clock, or from the answer's `Date` when the two differ
+//! by more than `Date`'s resolution (a second, and one more for the trip).
+//! A value that does not parse is ignored as if absent (a `RateLimit`
+//! that is not a Structured Field list is ignored whole, RFC 9651); a
+//! figure too large for 64 bits is only long, and cut to the ceiling. A
+//! negative `grpc-retry-pushback-ms`, or one that is not a number, means
+//! "never retry" (gRFC A6). `pk` is read and not used: it names the
+//! server's partition, which a client cannot know before it sends.
+//!
+//! A gRPC status is read from the answer's headers, where a limiter's
+//! Trailers-Only answer puts it; a status in trailers after messages is
+//! the caller's (the call has begun).
+//!
 //! The guide's chapter "Calling rate-limited APIs" (in the `throttle-fleet`
 //! crate) has hyper-util and tonic examples, the rules for contradictory
 //! fields and the storm benchmark's figures.

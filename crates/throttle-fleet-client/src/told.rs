@@ -2,25 +2,9 @@
 //! before its handler ran, how long to wait, and what is left of the
 //! quota. Pure: the head of a response and the time in, a [`Told`] out.
 //!
-//! Which field wins (the rule the guide's chapter points to):
-//! 1. On a refusal, the retry fields: `Retry-After` (delta seconds, or an
-//!    HTTP-date), gRPC `RetryInfo` and `grpc-retry-pushback-ms`. Several
-//!    of them, or one named twice: the longest wait.
-//! 2. Otherwise, and on any answer: the IETF `RateLimit` items with
-//!    `r=0`, the longest `t` (an item without `t`: the `w` of the policy of
-//!    that name in `RateLimit-Policy`).
-//! 3. Otherwise, `X-RateLimit-Remaining: 0` with `X-RateLimit-Reset`.
-//!    A reset of 1,000,000,000 or more is a Unix time in seconds
-//!    (September 2001 on), a smaller one a number of seconds: no server
-//!    means a delta of 31 years, and none means a Unix time before 2001.
-//!
-//! Every wait is cut to the ceiling. An absolute time (an HTTP-date, a
-//! Unix reset) counts from this host's clock, or from the answer's `Date`
-//! when the two differ by more than `Date`'s own resolution (a second, and
-//! one more for the trip): a client whose clock is off then still waits
-//! what the server meant. A value that does not parse is ignored; a
-//! negative `grpc-retry-pushback-ms`, or one that is not a number, means
-//! "never retry" (gRFC A6).
+//! Which field wins, how absolute times are read and what a value that
+//! does not parse means: the crate's docs, "Which field wins" (stated
+//! there once, for users; the constants below follow it).
 
 use std::time::{Duration, SystemTime};
 

@@ -16,6 +16,7 @@
 //! 12. [Protecting a backend: classes, a reserve, adaptive concurrency](shedding)
 //! 13. [Capacity: what each mode costs Redis, and what a check costs](capacity)
 //! 14. [Migrating from tower_governor](migrating)
+//! 15. [Calling rate-limited APIs: the client side](client)
 //!
 //! The guide is built with every feature of this crate (docs.rs builds it
 //! so), and `cargo test --all-features` compiles every Rust example in it.
@@ -61,3 +62,6 @@ pub mod capacity {}
 
 #[doc = include_str!("../guide/migrating.md")]
 pub mod migrating {}
+
+#[doc = include_str!("../guide/client.md")]
+pub mod client {}

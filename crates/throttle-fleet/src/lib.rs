@@ -45,6 +45,7 @@
 //! | `redis-tls` | in [`redis`](mod@redis) | `throttle-fleet-redis` (`tls`) | TLS to Redis: `rediss://`, a CA file, client certificates, on rustls with ring (brings `redis`; with `config`, `[backend]`'s TLS files) |
 //! | `config` | [`config`](mod@config) | `throttle-fleet-config` | the configuration file, validated whole, and its reload; `from_config` on the layers |
 //! | `envoy` | [`envoy`](mod@envoy) | `throttle-fleet-envoy` | Envoy's rate limit services, RLS v3 and RLQS |
+//! | `client` | [`client`](mod@client) | `throttle-fleet-client` | the client side: a Tower layer for HTTP and gRPC clients that waits when a server says so (`Retry-After`, `RateLimit`, gRPC pushback) and retries within a budget |
 //! | `tls` | [`tls`](mod@tls) | `throttle-fleet-tls` | TLS ClientHello fingerprints (JA4) and the acceptor that reads them |
 //! | `jwt` | in [`axum::key`], [`tonic::key`] | `throttle-fleet-tower` | the `Jwt` key extractor: a claim of a verified bearer token (`config` brings it too) |
 //! | always | [`core`](mod@core), [`tower`](mod@tower) | `throttle-fleet-core`, `throttle-fleet-tower` | algorithms, rules, keys, decisions, the memory backend; the Tower layer every integration builds on |
@@ -62,7 +63,8 @@
     feature = "redis",
     feature = "config",
     feature = "envoy",
-    feature = "tls"
+    feature = "tls",
+    feature = "client"
 ))]
 // (docs.rs marks it with the features it needs, as every gated item.)
 pub mod guide;
@@ -70,6 +72,9 @@ pub mod guide;
 #[cfg(feature = "axum")]
 #[doc(inline)]
 pub use throttle_fleet_axum as axum;
+#[cfg(feature = "client")]
+#[doc(inline)]
+pub use throttle_fleet_client as client;
 #[cfg(feature = "config")]
 #[doc(inline)]
 pub use throttle_fleet_config as config;
