@@ -9,11 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use support::{echo_behind, hyper_client, layer, serve};
+use support::{echo_behind, layer, serve, through};
 use throttle_fleet_axum::HttpResponder;
 use throttle_fleet_client::{Budget, ClientLayer, Deadline, Error};
 use tokio::time::Instant;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::ServiceExt;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -39,18 +39,14 @@ fn ietf(success: bool) -> HttpResponder {
 async fn r_0_holds_the_next_call_for_t_instead_of_spending_it_on_a_429() {
     let (router, counts) = echo_behind(layer(2, SECOND, ietf(true)));
     let addr = serve(router).await;
-    let mut client = ServiceBuilder::new()
-        .layer(ClientLayer::new())
-        .service(hyper_client());
+    let client = through(ClientLayer::new());
 
     let start = Instant::now();
     let mut statuses = Vec::new();
     for _ in 0..6 {
         let res = client
-            .ready()
-            .await
-            .unwrap()
-            .call(request(Method::GET, addr, ""))
+            .clone()
+            .oneshot(request(Method::GET, addr, ""))
             .await
             .unwrap();
         statuses.push(res.status());
@@ -72,24 +68,18 @@ async fn r_0_holds_the_next_call_for_t_instead_of_spending_it_on_a_429() {
 async fn a_refused_post_waits_out_retry_after_and_is_sent_again_with_its_body() {
     let (router, counts) = echo_behind(layer(1, 2 * SECOND, ietf(false)));
     let addr = serve(router).await;
-    let mut client = ServiceBuilder::new()
-        .layer(ClientLayer::new())
-        .service(hyper_client());
+    let client = through(ClientLayer::new());
 
     let first = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::POST, addr, "one"))
+        .clone()
+        .oneshot(request(Method::POST, addr, "one"))
         .await
         .unwrap();
     assert_eq!(first.status(), StatusCode::OK);
     let start = Instant::now();
     let second = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::POST, addr, "two"))
+        .clone()
+        .oneshot(request(Method::POST, addr, "two"))
         .await
         .unwrap();
     assert_eq!(second.status(), StatusCode::OK);
@@ -109,14 +99,10 @@ async fn a_refused_post_waits_out_retry_after_and_is_sent_again_with_its_body() 
 async fn a_call_that_may_not_wait_that_long_fails_at_once_saying_until_when() {
     let (router, counts) = echo_behind(layer(1, 30 * SECOND, ietf(true)));
     let addr = serve(router).await;
-    let mut client = ServiceBuilder::new()
-        .layer(ClientLayer::new())
-        .service(hyper_client());
+    let client = through(ClientLayer::new());
     client
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::GET, addr, ""))
+        .clone()
+        .oneshot(request(Method::GET, addr, ""))
         .await
         .unwrap();
 
@@ -124,7 +110,7 @@ async fn a_call_that_may_not_wait_that_long_fails_at_once_saying_until_when() {
     let mut call = request(Method::GET, addr, "");
     call.extensions_mut().insert(Deadline::after(5 * SECOND));
     let start = Instant::now();
-    let err = client.ready().await.unwrap().call(call).await.unwrap_err();
+    let err = client.clone().oneshot(call).await.unwrap_err();
     let Error::Throttled(throttled) = err else {
         panic!("{err:?}")
     };
@@ -133,24 +119,18 @@ async fn a_call_that_may_not_wait_that_long_fails_at_once_saying_until_when() {
     assert_eq!(counts.arrived.get(), 1, "nothing sent");
 
     // Failing fast: the same without a deadline.
-    let mut fast = ServiceBuilder::new()
-        .layer(ClientLayer::new().fail_fast())
-        .service(hyper_client());
+    let fast = through(ClientLayer::new().fail_fast());
     // Its first call is refused (the quota is the other client's too),
     // and not waited out: the 429 is the caller's.
     let res = fast
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::GET, addr, ""))
+        .clone()
+        .oneshot(request(Method::GET, addr, ""))
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     let err = fast
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::GET, addr, ""))
+        .clone()
+        .oneshot(request(Method::GET, addr, ""))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Throttled(_)), "{err:?}");
@@ -162,21 +142,15 @@ async fn without_budget_a_refusal_goes_back_to_the_caller() {
     let (router, counts) = echo_behind(layer(1, SECOND, ietf(false)));
     let addr = serve(router).await;
     let budget = Budget::new(10 * SECOND, 0, 0.0).unwrap();
-    let mut client = ServiceBuilder::new()
-        .layer(ClientLayer::new().budget(budget))
-        .service(hyper_client());
+    let client = through(ClientLayer::new().budget(budget));
     client
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::GET, addr, ""))
+        .clone()
+        .oneshot(request(Method::GET, addr, ""))
         .await
         .unwrap();
     let res = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::GET, addr, ""))
+        .clone()
+        .oneshot(request(Method::GET, addr, ""))
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -204,22 +178,16 @@ async fn other_failures_are_retried_for_idempotent_methods_only() {
         }),
     );
     let addr = serve(router).await;
-    let mut client = ServiceBuilder::new()
-        .layer(ClientLayer::new())
-        .service(hyper_client());
+    let client = through(ClientLayer::new());
     let get = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::GET, addr, ""))
+        .clone()
+        .oneshot(request(Method::GET, addr, ""))
         .await
         .unwrap();
     assert_eq!(get.status(), StatusCode::OK, "retried after a backoff");
     let post = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request(Method::POST, addr, "x"))
+        .clone()
+        .oneshot(request(Method::POST, addr, "x"))
         .await
         .unwrap();
     assert_eq!(
@@ -237,9 +205,7 @@ async fn a_queue_behind_a_wait_goes_as_the_quota_allows_not_all_at_once() {
     // opens 4 go (RateLimit-Policy's q), the rest after their answers.
     let (router, counts) = echo_behind(layer(4, SECOND, ietf(true)));
     let addr = serve(router).await;
-    let client = ServiceBuilder::new()
-        .layer(ClientLayer::new().max_retries(0))
-        .service(hyper_client());
+    let client = through(ClientLayer::new().max_retries(0));
     for _ in 0..4 {
         let res = client
             .clone()

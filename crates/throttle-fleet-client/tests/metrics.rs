@@ -9,10 +9,10 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use support::{echo_behind, hyper_client, layer, serve};
+use support::{echo_behind, layer, serve, through};
 use throttle_fleet_axum::HttpResponder;
 use throttle_fleet_client::{ClientLayer, Partition, metrics};
-use tower::{ServiceBuilder, ServiceExt};
+use tower::ServiceExt;
 
 #[tokio::test(start_paused = true)]
 async fn waits_retries_and_refusals_are_counted_by_class_never_by_key() {
@@ -25,14 +25,12 @@ async fn waits_retries_and_refusals_are_counted_by_class_never_by_key() {
     let responder = HttpResponder::new().success_headers(false);
     let (router, _) = echo_behind(layer(1, Duration::from_secs(1), responder));
     let addr = serve(router).await;
-    let client = ServiceBuilder::new()
-        .layer(ClientLayer::new().partition_by(|parts| {
-            Partition::new(
-                "tenant",
-                parts.headers.get("x-client").map(|v| v.as_bytes().to_vec()),
-            )
-        }))
-        .service(hyper_client());
+    let client = through(ClientLayer::new().partition_by(|parts| {
+        Partition::new(
+            "tenant",
+            parts.headers.get("x-client").map(|v| v.as_bytes().to_vec()),
+        )
+    }));
     let request = || {
         Request::get(format!("http://{addr}/items"))
             .header("x-client", "secret-key-1")

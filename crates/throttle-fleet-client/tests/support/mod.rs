@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use throttle_fleet_axum::HttpResponder;
 use throttle_fleet_axum::prelude::*;
-use throttle_fleet_client::ReplayBody;
+use throttle_fleet_client::{ClientLayer, ClientService, ReplayBody};
 use tokio::time::Instant;
 
 /// Unix microseconds that advance with tokio's clock, paused or not.
@@ -114,4 +114,11 @@ pub(crate) fn layer(limit: u64, period: Duration, responder: HttpResponder) -> T
 /// hyper-util's client, built for the bodies the layer passes on.
 pub(crate) fn hyper_client() -> Client<HttpConnector, ReplayBody<Full<Bytes>>> {
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// hyper-util's client behind `layer`.
+pub(crate) fn through(
+    layer: ClientLayer,
+) -> ClientService<Client<HttpConnector, ReplayBody<Full<Bytes>>>> {
+    tower::Layer::layer(&layer, hyper_client())
 }
