@@ -266,7 +266,10 @@ where
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Bytes>, BoxError>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
         self.client.poll_ready(cx).map_err(Into::into)
     }
 
@@ -300,7 +303,9 @@ where
 }
 
 fn get_request(uri: &str) -> Request<Full<Bytes>> {
-    Request::get(uri).body(Full::new(Bytes::new())).expect("a valid request")
+    Request::get(uri)
+        .body(Full::new(Bytes::new()))
+        .expect("a valid request")
 }
 
 // ---------------------------------------------------------------- arms
@@ -420,7 +425,10 @@ impl Caller {
                 let mut retries = 0;
                 loop {
                     match client.clone().oneshot(get_request(uri)).await {
-                        Ok(res) if res.status() == StatusCode::TOO_MANY_REQUESTS && retries < RETRIES => {
+                        Ok(res)
+                            if res.status() == StatusCode::TOO_MANY_REQUESTS
+                                && retries < RETRIES =>
+                        {
                             retries += 1;
                         }
                         Ok(res) => return Ended::Status(res.status()),
@@ -477,7 +485,11 @@ fn parse(args: &[String]) -> Result<Settings, BoxError> {
                     .filter(|a| !a.is_empty())
                     .map(str::to_string)
                     .collect();
-                if let Some(bad) = s.algorithms.iter().find(|a| !ALGORITHMS.contains(&a.as_str())) {
+                if let Some(bad) = s
+                    .algorithms
+                    .iter()
+                    .find(|a| !ALGORITHMS.contains(&a.as_str()))
+                {
                     return Err(format!("unknown algorithm {bad:?} (fixed, token)").into());
                 }
             }
@@ -698,10 +710,7 @@ fn report(algorithm: &str, rows: &[Measured], s: &Settings) -> bool {
         lag.as_secs_f64() * 1e3
     );
     let ours = &rows[2];
-    let best_other = rows[..2]
-        .iter()
-        .map(Measured::goodput)
-        .fold(0.0, f64::max);
+    let best_other = rows[..2].iter().map(Measured::goodput).fold(0.0, f64::max);
     let tower = &rows[1];
     let goals = [
         (
@@ -718,7 +727,10 @@ fn report(algorithm: &str, rows: &[Measured], s: &Settings) -> bool {
             ours.goodput() >= best_other * (1.0 - s.noise),
         ),
         (
-            format!("sent by ours {} < sent by tower's {}", ours.sent, tower.sent),
+            format!(
+                "sent by ours {} < sent by tower's {}",
+                ours.sent, tower.sent
+            ),
             ours.sent < tower.sent,
         ),
     ];
