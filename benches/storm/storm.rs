@@ -53,7 +53,14 @@
 //!   `429`. Every answer's body is read in full there, so connections go
 //!   back to the pool.
 //! - Goodput is the calls answered `200` over the arm's time to finish
-//!   (from its first arrival to the end of its last call). The "perfect"
+//!   (from its first arrival to the end of its last call). A quota of
+//!   whole windows admits `10 × (T + 1)` in `T` seconds, so an arm that
+//!   keeps serving after the arrivals stop (waiting calls, up to 5 s) has
+//!   a longer `T` and a lower figure for the same use of its quota (31/30
+//!   against 36/35 of the quota on the full run, under 1%; 7/6 against
+//!   11/11 on the quick one, some 15%). "Goodput while arriving" counts
+//!   only the calls answered `200` by the end of the arrivals' schedule,
+//!   over its duration: the same span for every arm. The "perfect"
 //!   line is what an exact limiter admits: `10 × duration + 10` (one
 //!   burst) per client, over the duration.
 //! - Goals (checked on `fixed`; reported on `token`, whose whole-second
@@ -220,6 +227,8 @@ struct Counts {
     sent_429: AtomicU64,
     /// Calls that ended answered 200.
     ok: AtomicU64,
+    /// Of those, the ones that ended while calls still arrived.
+    ok_in_arrivals: AtomicU64,
     /// Calls that ended answered 429 (retries spent, or none allowed).
     ended_429: AtomicU64,
     /// Calls the layer did not send (`Error::Throttled`).
@@ -527,6 +536,7 @@ struct Measured {
     sent: u64,
     sent_429: u64,
     ok: u64,
+    ok_in_arrivals: u64,
     ended_429: u64,
     throttled: u64,
     timed_out: u64,
@@ -556,6 +566,7 @@ async fn run_arm(arm: &'static str, addr: SocketAddr, s: &Settings) -> Result<Me
     let per_client = WANT * s.secs;
     let base = Instant::now();
     let start = base + Duration::from_millis(200);
+    let arrivals_end = start + Duration::from_secs(s.secs);
     let mut rng = s.seed;
     let mut clients = Vec::new();
     for i in 0..s.clients {
@@ -581,6 +592,11 @@ async fn run_arm(arm: &'static str, addr: SocketAddr, s: &Settings) -> Result<Me
                 let uri = uri.clone();
                 calls.push(tokio::spawn(async move {
                     let ended = timeout(DEADLINE, caller.call(&uri)).await;
+                    if matches!(ended, Ok(Ended::Status(StatusCode::OK)))
+                        && Instant::now() < arrivals_end
+                    {
+                        bump(&counts.ok_in_arrivals);
+                    }
                     counts
                         .last_end
                         .fetch_max((Instant::now() - base).as_nanos() as u64, Ordering::Relaxed);
@@ -614,6 +630,7 @@ async fn run_arm(arm: &'static str, addr: SocketAddr, s: &Settings) -> Result<Me
         sent: read(&counts.sent),
         sent_429: read(&counts.sent_429),
         ok: read(&counts.ok),
+        ok_in_arrivals: read(&counts.ok_in_arrivals),
         ended_429: read(&counts.ended_429),
         throttled: read(&counts.throttled),
         timed_out: read(&counts.timed_out),
@@ -675,12 +692,12 @@ fn report(algorithm: &str, rows: &[Measured], s: &Settings) -> bool {
     };
     println!("## `{algorithm}` ({rule}, 10/s per client IP)\n");
     println!(
-        "| arm | calls | sent | 429s | 429 share of sent | answered 200 | goodput/s | per client/s | time to finish s | not sent (Throttled) | ended 429 | timed out | other failures |"
+        "| arm | calls | sent | 429s | 429 share of sent | answered 200 | goodput/s | per client/s | time to finish s | goodput while arriving/s | not sent (Throttled) | ended 429 | timed out | other failures |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
-            "| {} | {} | {} | {} | {:.1}% | {} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.1}% | {} | {:.1} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} |",
             r.arm,
             r.calls,
             r.sent,
@@ -690,6 +707,7 @@ fn report(algorithm: &str, rows: &[Measured], s: &Settings) -> bool {
             r.goodput(),
             r.goodput() / clients,
             r.finish.as_secs_f64(),
+            r.ok_in_arrivals as f64 / s.secs as f64,
             r.throttled,
             r.ended_429,
             r.timed_out,
@@ -699,7 +717,7 @@ fn report(algorithm: &str, rows: &[Measured], s: &Settings) -> bool {
     let perfect = (QUOTA * s.secs + QUOTA) * u64::from(s.clients);
     let perfect_rate = perfect as f64 / s.secs as f64;
     println!(
-        "| perfect | {} | {perfect} | 0 | 0.0% | {perfect} | {perfect_rate:.1} | {:.2} | {} | | | | |",
+        "| perfect | {} | {perfect} | 0 | 0.0% | {perfect} | {perfect_rate:.1} | {:.2} | {} | {perfect_rate:.1} | | | | |",
         WANT * s.secs * u64::from(s.clients),
         perfect_rate / clients,
         s.secs,
