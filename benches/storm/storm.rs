@@ -42,6 +42,11 @@
 //!   once a call (whatever its outcome), as Finagle and our layer count,
 //!   and each call gets a backoff of its own (a fresh random source: a
 //!   cloned `HasherRng` repeats the same jitter for every call).
+//! - The arrivals' schedule starts half a second into a second of the
+//!   wall clock, the clock the gateway's fixed windows are cut by: the
+//!   first and last windows then take the same share of the arrivals in
+//!   every run. Started anywhere, they move goodput by up to a window's
+//!   worth, 1/duration of it (a sixth on the quick run), from run to run.
 //! - Arrivals are open-loop: client `i` makes its `k`-th call at
 //!   `phase_i + k / 30 s`, `phase_i` drawn from `[0, 1/30 s)` (SplitMix64
 //!   seeded with `--seed`); each call is a task of its own, so one call's
@@ -565,7 +570,15 @@ async fn run_arm(arm: &'static str, addr: SocketAddr, s: &Settings) -> Result<Me
     let period = Duration::from_nanos(1_000_000_000 / WANT);
     let per_client = WANT * s.secs;
     let base = Instant::now();
-    let start = base + Duration::from_millis(200);
+    // Half a second into a second of the wall clock, at least 200 ms on.
+    let into = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .subsec_nanos();
+    let mut to_start = Duration::from_nanos(u64::from(1_500_000_000 - into) % 1_000_000_000);
+    if to_start < Duration::from_millis(200) {
+        to_start += Duration::from_secs(1);
+    }
+    let start = base + to_start;
     let arrivals_end = start + Duration::from_secs(s.secs);
     let mut rng = s.seed;
     let mut clients = Vec::new();
