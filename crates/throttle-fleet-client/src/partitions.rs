@@ -10,7 +10,11 @@
 //!   be the storm over again);
 //! - between waits, what the answers report as remaining, less the
 //!   requests still in flight, may go; the rest wait for the next answer;
-//! - an answer with no quota field stops the counting.
+//! - an answer with no quota field stops the counting;
+//! - an answer to a request sent before one whose answer has already
+//!   counted is older news (answers overtake one another on their way
+//!   back): it closes the gate if it says to wait, but never raises what
+//!   may go.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -78,6 +82,10 @@ pub(crate) struct Gate {
     /// How many may go before an answer says more; `None`: not counted.
     credit: Option<u64>,
     in_flight: u64,
+    /// Requests let go so far: the last one's sequence number.
+    sent: u64,
+    /// The latest sequence number whose answer counted.
+    newest_answered: u64,
 }
 
 impl Gate {
@@ -98,13 +106,31 @@ impl Gate {
             None => {}
         }
         self.in_flight += 1;
+        self.sent += 1;
         Turn::Go
     }
 
-    /// A request in flight ended with `told` (`None`: no answer).
+    /// The sequence number of the request last let go.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// The request last let go ended with `told` (`None`: no answer).
+    #[cfg(test)]
     pub(crate) fn answered(&mut self, told: Option<&Told>, now: Instant) {
+        self.answered_as(self.sent, told, now);
+    }
+
+    /// Request number `seq` (its [`sent`](Self::sent) when it went) ended
+    /// with `told` (`None`: no answer).
+    pub(crate) fn answered_as(&mut self, seq: u64, told: Option<&Told>, now: Instant) {
         self.in_flight = self.in_flight.saturating_sub(1);
         let Some(told) = told else { return };
+        // Sent before a request whose answer already counted: the server
+        // decided it before that one, as far as can be told, so what it
+        // says is left is more than is.
+        let stale = seq < self.newest_answered;
+        self.newest_answered = self.newest_answered.max(seq);
         if let Some(wait) = told.wait {
             let until = now + wait;
             if self.until.is_none_or(|u| u < until) {
@@ -117,6 +143,9 @@ impl Gate {
         if self.until.is_some() {
             // An answer to a request sent before the gate closed: the
             // gate's own figures are newer.
+            return;
+        }
+        if stale {
             return;
         }
         self.credit = match told.remaining {

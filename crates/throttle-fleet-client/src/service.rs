@@ -196,14 +196,22 @@ async fn take_turn<'a>(
         let answered = slot.answered.notified();
         tokio::pin!(answered);
         answered.as_mut().enable();
-        let turn = slot.gate.lock().turn(now);
+        let (turn, seq) = {
+            let mut gate = slot.gate.lock();
+            let turn = gate.turn(now);
+            (turn, gate.sent())
+        };
         let bound = deadline.map_or(now + settings.ceiling, |d| d.min(now + settings.ceiling));
         match turn {
             Turn::Go => {
                 if now > start {
                     metrics::waited(class, now - start);
                 }
-                return Ok(InFlight { slot, done: false });
+                return Ok(InFlight {
+                    slot,
+                    seq,
+                    done: false,
+                });
             }
             Turn::Until(until) if settings.fail_fast || until > bound => {
                 metrics::throttled(class);
@@ -232,12 +240,14 @@ async fn take_turn<'a>(
 /// recorded, or until it is dropped (a call cancelled mid-flight).
 struct InFlight<'a> {
     slot: &'a Slot,
+    /// Its sequence number in the partition.
+    seq: u64,
     done: bool,
 }
 
 impl InFlight<'_> {
     fn answered(mut self, told: Option<&Told>, now: Instant) {
-        self.slot.gate.lock().answered(told, now);
+        self.slot.gate.lock().answered_as(self.seq, told, now);
         self.done = true;
         self.slot.answered.notify_waiters();
     }
@@ -246,7 +256,10 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.slot.gate.lock().answered(None, Instant::now());
+            self.slot
+                .gate
+                .lock()
+                .answered_as(self.seq, None, Instant::now());
             self.slot.answered.notify_waiters();
         }
     }
