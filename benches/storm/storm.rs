@@ -236,7 +236,8 @@ struct Counts {
     ok_in_arrivals: AtomicU64,
     /// Calls that ended answered 429 (retries spent, or none allowed).
     ended_429: AtomicU64,
-    /// Calls the layer did not send (`Error::Throttled`).
+    /// Calls the layer did not send (`Error::Throttled`, or
+    /// `Error::TooLate`: the deadline closer than an answer takes).
     throttled: AtomicU64,
     /// Calls cut by the 5 s deadline.
     timed_out: AtomicU64,
@@ -456,7 +457,10 @@ impl Caller {
             },
             Self::Layer(layer) => match layer.oneshot(get_request(uri)).await {
                 Ok(res) => Ended::Status(res.status()),
-                Err(throttle_fleet_client::Error::Throttled(_)) => Ended::Throttled,
+                Err(
+                    throttle_fleet_client::Error::Throttled(_)
+                    | throttle_fleet_client::Error::TooLate,
+                ) => Ended::Throttled,
                 Err(_) => Ended::Failed,
             },
         }
@@ -705,7 +709,7 @@ fn report(algorithm: &str, rows: &[Measured], s: &Settings) -> bool {
     };
     println!("## `{algorithm}` ({rule}, 10/s per client IP)\n");
     println!(
-        "| arm | calls | sent | 429s | 429 share of sent | answered 200 | goodput/s | per client/s | time to finish s | goodput while arriving/s | not sent (Throttled) | ended 429 | timed out | other failures |"
+        "| arm | calls | sent | 429s | 429 share of sent | answered 200 | goodput/s | per client/s | time to finish s | goodput while arriving/s | not sent (Throttled, TooLate) | ended 429 | timed out | other failures |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {

@@ -80,6 +80,11 @@ pub enum Error<E> {
     Inner(E),
     /// Not sent: its partition must wait longer than the call may.
     Throttled(Throttled),
+    /// Not sent: the call's deadline came while it waited for its turn
+    /// behind answers in flight, or was closer than its partition's
+    /// answers take (smoothed), so the server would have counted a
+    /// request nobody waited for.
+    TooLate,
     /// The request body failed while it was read for buffering.
     Body(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -89,6 +94,9 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
         match self {
             Self::Inner(e) => e.fmt(f),
             Self::Throttled(t) => t.fmt(f),
+            Self::TooLate => {
+                f.write_str("not sent: the call's deadline is closer than an answer takes")
+            }
             Self::Body(e) => write!(f, "request body: {e}"),
         }
     }
@@ -99,6 +107,7 @@ impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
         match self {
             Self::Inner(e) => Some(e),
             Self::Throttled(t) => Some(t),
+            Self::TooLate => None,
             Self::Body(e) => Some(e.as_ref()),
         }
     }

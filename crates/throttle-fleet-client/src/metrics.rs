@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | `throttle_client_waits_total` | counter | `class` | calls that waited for their partition before going |
 //! | `throttle_client_wait_seconds` | histogram | `class` | how long each of those waited |
-//! | `throttle_client_throttled_total` | counter | `class` | calls failed without being sent ([`Throttled`](crate::Throttled)) |
+//! | `throttle_client_unsent_total` | counter | `class`, `reason` | calls failed without being sent; `reason` is `told` (a server's wait past the deadline, [`Throttled`](crate::Throttled)) or `late` (the deadline too close, [`Error::TooLate`](crate::Error::TooLate)) |
 //! | `throttle_client_retries_total` | counter | `class`, `reason` | retries; `reason` is `refused` (a limiter's refusal) or `failed` (another failure) |
 //! | `throttle_client_budget_exhausted_total` | counter | `class` | retries the budget did not allow |
 
@@ -14,7 +14,7 @@ pub const WAITS: &str = "throttle_client_waits_total";
 /// Their waits.
 pub const WAIT_SECONDS: &str = "throttle_client_wait_seconds";
 /// Calls failed unsent.
-pub const THROTTLED: &str = "throttle_client_throttled_total";
+pub const UNSENT: &str = "throttle_client_unsent_total";
 /// Retries.
 pub const RETRIES: &str = "throttle_client_retries_total";
 /// Retries the budget refused.
@@ -27,8 +27,9 @@ pub(crate) fn waited(class: &'static str, wait: std::time::Duration) {
 }
 
 #[cfg(feature = "metrics")]
-pub(crate) fn throttled(class: &'static str) {
-    metrics::counter!(THROTTLED, "class" => class).increment(1);
+pub(crate) fn unsent(class: &'static str, told: bool) {
+    let reason = if told { "told" } else { "late" };
+    metrics::counter!(UNSENT, "class" => class, "reason" => reason).increment(1);
 }
 
 #[cfg(feature = "metrics")]
@@ -45,7 +46,7 @@ pub(crate) fn budget_exhausted(class: &'static str) {
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn waited(_: &'static str, _: std::time::Duration) {}
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn throttled(_: &'static str) {}
+pub(crate) fn unsent(_: &'static str, _: bool) {}
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn retried(_: &'static str, _: bool) {}
 #[cfg(not(feature = "metrics"))]

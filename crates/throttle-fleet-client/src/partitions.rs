@@ -11,6 +11,9 @@
 //! - between waits, what the answers report as remaining, less the
 //!   requests still in flight, may go; the rest wait for the next answer;
 //! - an answer with no quota field stops the counting;
+//! - a call whose deadline is closer than answers take (smoothed) is not
+//!   sent: the server would count a request its caller no longer waits
+//!   for;
 //! - an answer to a request sent before one whose answer has already
 //!   counted is older news (answers overtake one another on their way
 //!   back): it closes the gate if it says to wait, but never raises what
@@ -19,6 +22,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -70,6 +74,8 @@ pub(crate) enum Turn {
     Until(Instant),
     /// Not before an answer in flight says how much is left.
     Answer,
+    /// Not at all: the call's deadline is closer than an answer takes.
+    TooLate,
 }
 
 /// One partition's state.
@@ -86,11 +92,14 @@ pub(crate) struct Gate {
     sent: u64,
     /// The latest sequence number whose answer counted.
     newest_answered: u64,
+    /// How long answers take, smoothed (an eighth of each new one).
+    round_trip: Option<Duration>,
 }
 
 impl Gate {
-    /// Whether a request may go at `now`; if so it is in flight.
-    pub(crate) fn turn(&mut self, now: Instant) -> Turn {
+    /// Whether a request that must be answered by `deadline` may go at
+    /// `now`; if so it is in flight.
+    pub(crate) fn turn(&mut self, now: Instant, deadline: Option<Instant>) -> Turn {
         if let Some(until) = self.until {
             if now < until {
                 return Turn::Until(until);
@@ -102,8 +111,15 @@ impl Gate {
             // Nothing left and nothing in flight to say more: one goes and
             // asks.
             Some(0) if self.in_flight > 0 => return Turn::Answer,
-            Some(credit) => self.credit = Some(credit.saturating_sub(1)),
-            None => {}
+            _ => {}
+        }
+        // Sent now, its answer would come after its caller stopped
+        // waiting: the server would count it for nothing.
+        if deadline.is_some_and(|d| now + self.round_trip.unwrap_or_default() > d) {
+            return Turn::TooLate;
+        }
+        if let Some(credit) = self.credit {
+            self.credit = Some(credit.saturating_sub(1));
         }
         self.in_flight += 1;
         self.sent += 1;
@@ -119,6 +135,14 @@ impl Gate {
     #[cfg(test)]
     pub(crate) fn answered(&mut self, told: Option<&Told>, now: Instant) {
         self.answered_as(self.sent, told, now);
+    }
+
+    /// An answer came `took` after its request went.
+    pub(crate) fn timed(&mut self, took: Duration) {
+        self.round_trip = Some(match self.round_trip {
+            None => took,
+            Some(smoothed) => smoothed - smoothed / 8 + took / 8,
+        });
     }
 
     /// Request number `seq` (its [`sent`](Self::sent) when it went) ended

@@ -126,9 +126,7 @@ where
     let mut first = Some(first);
     let mut retries = 0;
     loop {
-        let turn = take_turn(&slot, &settings, class, deadline)
-            .await
-            .map_err(Error::Throttled)?;
+        let turn = take_turn(&slot, &settings, class, deadline).await?;
         let Some(body) = first.take().or_else(|| kept.as_ref().map(|k| k.body())) else {
             // Not reached: a retry needs the copy.
             return Err(Error::Body("the body was not kept".into()));
@@ -184,12 +182,12 @@ where
 
 /// Waits for the partition's turn: until a time a server gave (if the
 /// call may wait that long), or for an answer in flight.
-async fn take_turn<'a>(
+async fn take_turn<'a, E>(
     slot: &'a Slot,
     settings: &Settings,
     class: &'static str,
     deadline: Option<Instant>,
-) -> Result<InFlight<'a>, Throttled> {
+) -> Result<InFlight<'a>, Error<E>> {
     let start = Instant::now();
     loop {
         let now = Instant::now();
@@ -198,7 +196,7 @@ async fn take_turn<'a>(
         answered.as_mut().enable();
         let (turn, seq) = {
             let mut gate = slot.gate.lock();
-            let turn = gate.turn(now);
+            let turn = gate.turn(now, deadline);
             (turn, gate.sent())
         };
         let bound = deadline.map_or(now + settings.ceiling, |d| d.min(now + settings.ceiling));
@@ -210,27 +208,28 @@ async fn take_turn<'a>(
                 return Ok(InFlight {
                     slot,
                     seq,
+                    sent_at: now,
                     done: false,
                 });
             }
             Turn::Until(until) if settings.fail_fast || until > bound => {
-                metrics::throttled(class);
-                return Err(Throttled {
+                metrics::unsent(class, true);
+                return Err(Error::Throttled(Throttled {
                     until,
                     wait: until - now,
                     class,
-                });
+                }));
             }
             Turn::Until(until) => sleep_until(until).await,
             Turn::Answer => {
                 if timeout_at(bound, answered).await.is_err() {
-                    metrics::throttled(class);
-                    return Err(Throttled {
-                        until: bound,
-                        wait: bound - now,
-                        class,
-                    });
+                    metrics::unsent(class, false);
+                    return Err(Error::TooLate);
                 }
+            }
+            Turn::TooLate => {
+                metrics::unsent(class, false);
+                return Err(Error::TooLate);
             }
         }
     }
@@ -242,12 +241,18 @@ struct InFlight<'a> {
     slot: &'a Slot,
     /// Its sequence number in the partition.
     seq: u64,
+    sent_at: Instant,
     done: bool,
 }
 
 impl InFlight<'_> {
     fn answered(mut self, told: Option<&Told>, now: Instant) {
-        self.slot.gate.lock().answered_as(self.seq, told, now);
+        let mut gate = self.slot.gate.lock();
+        gate.answered_as(self.seq, told, now);
+        if told.is_some() {
+            gate.timed(now - self.sent_at);
+        }
+        drop(gate);
         self.done = true;
         self.slot.answered.notify_waiters();
     }

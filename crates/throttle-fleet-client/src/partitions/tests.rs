@@ -18,7 +18,7 @@ fn untold_partitions_let_everything_go() {
     let mut gate = Gate::default();
     let now = Instant::now();
     for _ in 0..100 {
-        assert_eq!(gate.turn(now), Turn::Go);
+        assert_eq!(gate.turn(now, None), Turn::Go);
     }
 }
 
@@ -26,24 +26,27 @@ fn untold_partitions_let_everything_go() {
 fn a_wait_closes_the_gate_and_it_opens_onto_the_quota_not_the_queue() {
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    assert_eq!(gate.turn(t0), Turn::Go);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
     gate.answered(Some(&told(Some(0), Some(1), Some(3))), t0);
     let open = t0 + Duration::from_secs(1);
-    assert_eq!(gate.turn(t0), Turn::Until(open));
-    assert_eq!(gate.turn(open - Duration::from_nanos(1)), Turn::Until(open));
+    assert_eq!(gate.turn(t0, None), Turn::Until(open));
+    assert_eq!(
+        gate.turn(open - Duration::from_nanos(1), None),
+        Turn::Until(open)
+    );
     // Three go (the quota), the fourth waits for an answer.
     for _ in 0..3 {
-        assert_eq!(gate.turn(open), Turn::Go);
+        assert_eq!(gate.turn(open, None), Turn::Go);
     }
-    assert_eq!(gate.turn(open), Turn::Answer);
+    assert_eq!(gate.turn(open, None), Turn::Answer);
     // An answer: 2 left of which 2 are in flight: still nothing.
     gate.answered(Some(&told(Some(2), None, Some(3))), open);
-    assert_eq!(gate.turn(open), Turn::Answer);
+    assert_eq!(gate.turn(open, None), Turn::Answer);
     // All answered, the last saying 1 is left: one goes.
     gate.answered(Some(&told(Some(1), None, Some(3))), open);
     gate.answered(Some(&told(Some(1), None, Some(3))), open);
-    assert_eq!(gate.turn(open), Turn::Go);
-    assert_eq!(gate.turn(open), Turn::Answer);
+    assert_eq!(gate.turn(open, None), Turn::Go);
+    assert_eq!(gate.turn(open, None), Turn::Answer);
 }
 
 #[test]
@@ -53,13 +56,13 @@ fn an_answer_overtaken_on_its_way_back_does_not_raise_what_may_go() {
     // nothing was in flight, and let 8 more go into a window with 2 left.
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    assert_eq!(gate.turn(t0), Turn::Go);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
     let first = gate.sent();
     gate.answered_as(first, Some(&told(Some(5), None, Some(6))), t0);
     // 5 left: three go (numbers 2, 3, 4), decided in that order.
     let sent: Vec<u64> = (0..3)
         .map(|_| {
-            assert_eq!(gate.turn(t0), Turn::Go);
+            assert_eq!(gate.turn(t0, None), Turn::Go);
             gate.sent()
         })
         .collect();
@@ -69,7 +72,7 @@ fn an_answer_overtaken_on_its_way_back_does_not_raise_what_may_go() {
     gate.answered_as(sent[0], Some(&told(Some(4), None, Some(6))), t0);
     // 2 are left at the server: no more than 2 may go before an answer.
     let mut went = 0;
-    while gate.turn(t0) == Turn::Go {
+    while gate.turn(t0, None) == Turn::Go {
         went += 1;
         assert!(went <= 2, "an overtaken answer let {went} go with 2 left");
     }
@@ -80,49 +83,52 @@ fn an_answer_overtaken_on_its_way_back_does_not_raise_what_may_go() {
 fn without_a_quota_size_one_goes_and_asks() {
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    assert_eq!(gate.turn(t0), Turn::Go);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
     gate.answered(Some(&told(None, Some(2), None)), t0);
     let open = t0 + Duration::from_secs(2);
-    assert_eq!(gate.turn(open), Turn::Go);
-    assert_eq!(gate.turn(open), Turn::Answer);
+    assert_eq!(gate.turn(open, None), Turn::Go);
+    assert_eq!(gate.turn(open, None), Turn::Answer);
     // Its answer has no quota field: counting stops.
     gate.answered(Some(&told(None, None, None)), open);
-    assert_eq!(gate.turn(open), Turn::Go);
-    assert_eq!(gate.turn(open), Turn::Go);
+    assert_eq!(gate.turn(open, None), Turn::Go);
+    assert_eq!(gate.turn(open, None), Turn::Go);
 }
 
 #[test]
 fn nothing_left_and_nothing_in_flight_sends_one_to_ask() {
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    assert_eq!(gate.turn(t0), Turn::Go);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
     // r=0 with no reset known: no time to wait for, so one asks.
     gate.answered(Some(&told(Some(0), None, None)), t0);
-    assert_eq!(gate.turn(t0), Turn::Go);
-    assert_eq!(gate.turn(t0), Turn::Answer);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
+    assert_eq!(gate.turn(t0, None), Turn::Answer);
 }
 
 #[test]
 fn a_later_wait_extends_an_earlier_one_never_shortens_it() {
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    gate.turn(t0);
-    gate.turn(t0);
+    gate.turn(t0, None);
+    gate.turn(t0, None);
     gate.answered(Some(&told(Some(0), Some(5), None)), t0);
     gate.answered(Some(&told(Some(0), Some(1), None)), t0);
-    assert_eq!(gate.turn(t0), Turn::Until(t0 + Duration::from_secs(5)));
+    assert_eq!(
+        gate.turn(t0, None),
+        Turn::Until(t0 + Duration::from_secs(5))
+    );
 }
 
 #[test]
 fn an_answer_lost_in_flight_frees_its_place() {
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    gate.turn(t0);
+    gate.turn(t0, None);
     gate.answered(Some(&told(Some(1), None, None)), t0);
-    assert_eq!(gate.turn(t0), Turn::Go);
-    assert_eq!(gate.turn(t0), Turn::Answer);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
+    assert_eq!(gate.turn(t0, None), Turn::Answer);
     gate.answered(None, t0);
-    assert_eq!(gate.turn(t0), Turn::Go, "one asks again");
+    assert_eq!(gate.turn(t0, None), Turn::Go, "one asks again");
 }
 
 #[test]
@@ -155,7 +161,33 @@ fn partitions_are_bounded_and_forget_the_idle_first() {
     ));
     let b = partitions.slot(Partition::new("c", "b"), now);
     assert_eq!(
-        b.gate.lock().turn(now),
+        b.gate.lock().turn(now, None),
         Turn::Until(now + Duration::from_secs(9))
     );
+}
+
+#[test]
+fn a_call_due_sooner_than_an_answer_takes_is_not_sent() {
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    // Nothing timed yet: only a deadline already past is too late.
+    assert_eq!(gate.turn(t0, Some(t0 - ms(1))), Turn::TooLate);
+    assert_eq!(gate.turn(t0, Some(t0)), Turn::Go);
+    gate.answered(Some(&told(None, None, None)), t0);
+    gate.timed(ms(80));
+    assert_eq!(gate.turn(t0, Some(t0 + ms(79))), Turn::TooLate);
+    assert_eq!(gate.turn(t0, Some(t0 + ms(80))), Turn::Go);
+    // Smoothed: one fast answer moves it an eighth of the way.
+    gate.answered(Some(&told(None, None, None)), t0);
+    gate.timed(ms(0));
+    assert_eq!(gate.turn(t0, Some(t0 + ms(69))), Turn::TooLate);
+    assert_eq!(gate.turn(t0, Some(t0 + ms(70))), Turn::Go);
+    // A call turned away takes no credit and is not in flight.
+    let mut gate = Gate::default();
+    gate.turn(t0, None);
+    gate.answered(Some(&told(Some(1), None, None)), t0);
+    assert_eq!(gate.turn(t0, Some(t0 - ms(1))), Turn::TooLate);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
+    assert_eq!(gate.turn(t0, None), Turn::Answer);
 }
