@@ -118,7 +118,10 @@ impl ClientLayer {
     }
 
     /// Fails a call at once with [`Throttled`](crate::Throttled) when its
-    /// partition is told to wait, instead of waiting.
+    /// partition is told to wait, instead of waiting; a refusal that says
+    /// to wait is returned as it came rather than retried after the wait.
+    /// Calls still wait for an answer in flight when the partition has
+    /// nothing left (a round trip, not a server's wait).
     #[must_use]
     pub fn fail_fast(mut self) -> Self {
         self.settings().fail_fast = true;

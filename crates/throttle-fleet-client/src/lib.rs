@@ -12,7 +12,10 @@
 //! keeps when the next request may go and how many may go before an
 //! answer says more:
 //! - a call to a partition told to wait waits (up to its deadline), or
-//!   fails at once with [`Throttled`], which says until when;
+//!   fails at once with [`Throttled`], which says until when; a call
+//!   whose deadline is closer than the partition's answers take is not
+//!   sent either ([`Error::TooLate`]): the server would count a request
+//!   nobody waits for;
 //! - `r=0` (or `X-RateLimit-Remaining: 0`) holds the partition for `t`
 //!   (or until the reset) rather than spending a request on a `429`;
 //! - a limiter's refusal (`429`, `503` with `Retry-After`, gRPC

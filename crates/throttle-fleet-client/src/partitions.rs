@@ -115,7 +115,7 @@ impl Gate {
         }
         // Sent now, its answer would come after its caller stopped
         // waiting: the server would count it for nothing.
-        if deadline.is_some_and(|d| now + self.round_trip.unwrap_or_default() > d) {
+        if deadline.is_some_and(|d| now + self.round_trip() > d) {
             return Turn::TooLate;
         }
         if let Some(credit) = self.credit {
@@ -135,6 +135,11 @@ impl Gate {
     #[cfg(test)]
     pub(crate) fn answered(&mut self, told: Option<&Told>, now: Instant) {
         self.answered_as(self.sent, told, now);
+    }
+
+    /// How long answers take, smoothed (zero before the first).
+    pub(crate) fn round_trip(&self) -> Duration {
+        self.round_trip.unwrap_or_default()
     }
 
     /// An answer came `took` after its request went.

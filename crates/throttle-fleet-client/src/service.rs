@@ -163,7 +163,10 @@ where
             return result.map_err(Error::Inner);
         }
         let wait = server_wait.unwrap_or_else(|| settings.retries.backoff(retries));
-        if deadline.is_some_and(|d| now + wait > d) {
+        // A retry the deadline leaves no answer for: this answer is the
+        // caller's, rather than `TooLate` after the wait.
+        let round_trip = slot.gate.lock().round_trip();
+        if deadline.is_some_and(|d| now + wait + round_trip > d) {
             return result.map_err(Error::Inner);
         }
         if !state.budget.withdraw(now) {
