@@ -11,7 +11,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::error::ConfigError;
+use throttle_fleet_core::ConfigError;
 
 /// How many retries a client may make: `share` of its requests over the
 /// last `window`, plus `floor_per_sec` a second.
@@ -89,11 +89,6 @@ impl Budget {
             slots: Mutex::new(Slots::new(Instant::now())),
             ..*self
         }
-    }
-
-    /// The window the budget counts over.
-    pub fn window(&self) -> Duration {
-        self.window
     }
 
     /// Counts a request (not a retry) made at `now`.

@@ -1,36 +1,11 @@
-//! The layer's errors: a configuration it refuses, and a call it ends
-//! before or instead of the inner service's answer.
+//! The layer's errors: a call it ends before or instead of the inner
+//! service's answer. (A setting it refuses is core's `ConfigError`, which
+//! names the setting.)
 
 use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-/// A setting the layer refuses, named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    field: &'static str,
-    problem: &'static str,
-}
-
-impl ConfigError {
-    pub(crate) fn new(field: &'static str, problem: &'static str) -> Self {
-        Self { field, problem }
-    }
-
-    /// The setting.
-    pub fn field(&self) -> &'static str {
-        self.field
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.problem)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// A call the layer did not send because its partition was told to wait:
 /// longer than the call's deadline allows, or at all when the layer fails

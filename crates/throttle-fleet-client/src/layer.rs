@@ -9,10 +9,10 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 
 use crate::budget::Budget;
-use crate::error::ConfigError;
 use crate::partitions::{Partition, Partitions};
 use crate::retry::Retries;
 use crate::service::ClientService;
+use throttle_fleet_core::ConfigError;
 
 /// A Tower layer for HTTP and gRPC clients that waits when a server says
 /// so and retries within a budget: see the crate's docs.

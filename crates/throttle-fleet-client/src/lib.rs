@@ -100,7 +100,8 @@ mod told;
 
 pub use body::ReplayBody;
 pub use budget::Budget;
-pub use error::{ConfigError, Error, Throttled};
+pub use error::{Error, Throttled};
 pub use layer::{ClientLayer, Deadline};
 pub use partitions::Partition;
 pub use service::{ClientService, ResponseFuture};
+pub use throttle_fleet_core::ConfigError;
