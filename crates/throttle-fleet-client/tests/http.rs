@@ -233,3 +233,51 @@ async fn a_queue_behind_a_wait_goes_as_the_quota_allows_not_all_at_once() {
     assert_eq!(counts.arrived.get(), 16, "none refused");
     assert!(start.elapsed() >= 3 * SECOND, "{:?}", start.elapsed());
 }
+
+#[tokio::test(start_paused = true)]
+async fn this_projects_503_shed_answer_is_waited_out_and_retried() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use throttle_fleet_axum::prelude::*;
+    use throttle_fleet_core::InFlightLimit;
+
+    // 3 slots, 1 kept for critical requests: a third default request
+    // while two run is shed, 503 with Retry-After: 1 and no rate fields.
+    let pool = InFlightLimit {
+        reserve: 1,
+        ..InFlightLimit::new(3)
+    };
+    let policy = Policy::new().rule(Rule::concurrency("pool", pool), Header::new("x-client"));
+    let layer = ThrottleLayer::new(policy, MemoryBackend::default()).unwrap();
+    let shed = Arc::new(AtomicU64::new(0));
+    let counted = shed.clone();
+    let router = axum::Router::new()
+        .route(
+            "/items",
+            axum::routing::post(|| async {
+                tokio::time::sleep(SECOND / 2).await;
+                "done"
+            }),
+        )
+        .layer(layer)
+        .layer(tower::util::MapResponseLayer::new(
+            move |res: axum::response::Response| {
+                if res.status() == StatusCode::SERVICE_UNAVAILABLE {
+                    assert_eq!(res.headers()["retry-after"], "1");
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+                res
+            },
+        ));
+    let addr = serve(router).await;
+    let client = through(ClientLayer::new());
+    // POSTs: repeated only because the 503 is a limiter's refusal.
+    let calls = (0..3).map(|_| client.clone().oneshot(request(Method::POST, addr, "x")));
+    let statuses: Vec<_> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().status())
+        .collect();
+    assert_eq!(statuses, [StatusCode::OK; 3]);
+    assert_eq!(shed.load(Ordering::SeqCst), 1, "one was shed, then retried");
+}
