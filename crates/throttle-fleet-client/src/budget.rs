@@ -27,7 +27,6 @@ use throttle_fleet_core::ConfigError;
 /// ```
 #[derive(Debug)]
 pub struct Budget {
-    window: Duration,
     slot: Duration,
     floor: u64,
     /// Retries allowed per request, in millionths.
@@ -75,7 +74,6 @@ impl Budget {
         }
         let floor = (u128::from(floor_per_sec) * window.as_millis()).div_ceil(1000) as u64;
         Ok(Self {
-            window,
             slot: window / SLOTS as u32,
             floor,
             share_ppm: (share * PPM as f64).round() as u64,
