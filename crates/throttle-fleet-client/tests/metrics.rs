@@ -1,6 +1,8 @@
 //! The layer's metrics, by partition class, from a real exchange with
 //! throttle's axum layer over TCP.
 
+#![cfg(feature = "metrics")]
+
 mod support;
 
 use std::time::Duration;
