@@ -31,7 +31,14 @@ struct Instance {
 }
 
 async fn instance(server: &RedisServer, time: &TestTime, rule: &Rule) -> Instance {
-    let config = RedisConfig::standalone(server.url()).scheduler(time.scheduler());
+    // Timeouts far above the default 50 ms: these tests count slots under
+    // every interleaving, and a check that a starved machine (the compat
+    // run beside the contracts in CI) made wait past 50 ms decides
+    // degraded, failing open, which is not what they are about.
+    let config = RedisConfig::standalone(server.url())
+        .scheduler(time.scheduler())
+        .command_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2));
     let backend = RedisBackend::exact(config).await.unwrap();
     let mut rules = RuleSet::new();
     rules.bind(rule.clone(), &backend).unwrap();
