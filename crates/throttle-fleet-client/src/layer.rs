@@ -1,17 +1,17 @@
-//! [`ClientLayer`]: the settings, and the state every service it makes
-//! shares (the partitions and the retry budget).
+//! [`ClientLayer`]: its builder, which makes the settings and the state
+//! every service it makes shares (`settings.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use tokio::time::Instant;
 use tower_layer::Layer;
 
 use crate::budget::Budget;
 use crate::partitions::{Partition, Partitions};
 use crate::retry::Retries;
 use crate::service::ClientService;
+use crate::settings::{Settings, State};
 use throttle_fleet_core::ConfigError;
 
 /// A Tower layer for HTTP and gRPC clients that waits when a server says
@@ -32,27 +32,6 @@ use throttle_fleet_core::ConfigError;
 pub struct ClientLayer {
     settings: Arc<Settings>,
     state: Arc<State>,
-}
-
-/// What a service reads for every call.
-#[derive(Clone)]
-pub(crate) struct Settings {
-    pub(crate) class: &'static str,
-    pub(crate) partition_by: Option<Arc<PartitionFn>>,
-    pub(crate) fail_fast: bool,
-    pub(crate) ceiling: Duration,
-    pub(crate) deadline: Option<Duration>,
-    pub(crate) retries: Retries,
-    pub(crate) replay_limit: usize,
-}
-
-type PartitionFn = dyn Fn(&Parts) -> Partition + Send + Sync;
-
-/// What the services of one layer share.
-#[derive(Debug)]
-pub(crate) struct State {
-    pub(crate) partitions: Partitions,
-    pub(crate) budget: Budget,
 }
 
 /// The default ceiling on any one wait.
@@ -240,31 +219,5 @@ impl<S> Layer<S> for ClientLayer {
 
     fn layer(&self, inner: S) -> Self::Service {
         ClientService::new(inner, self.settings.clone(), self.state.clone())
-    }
-}
-
-/// A call's deadline, as a request extension: waits and retries end by
-/// then (a sooner one of the layer's, or the request's `grpc-timeout`,
-/// counts instead).
-///
-/// ```
-/// use std::time::Duration;
-/// use throttle_fleet_client::Deadline;
-///
-/// let mut request = http::Request::new(());
-/// request.extensions_mut().insert(Deadline::after(Duration::from_secs(2)));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadline(pub(crate) Instant);
-
-impl Deadline {
-    /// At `at`.
-    pub fn at(at: Instant) -> Self {
-        Self(at)
-    }
-
-    /// `after` from now.
-    pub fn after(after: Duration) -> Self {
-        Self(Instant::now() + after)
     }
 }

@@ -89,6 +89,7 @@
 
 mod body;
 mod budget;
+mod deadline;
 mod error;
 mod grpc;
 mod layer;
@@ -96,12 +97,14 @@ pub mod metrics;
 mod partitions;
 mod retry;
 mod service;
+mod settings;
 mod told;
 
 pub use body::ReplayBody;
 pub use budget::Budget;
+pub use deadline::Deadline;
 pub use error::{Error, Throttled};
-pub use layer::{ClientLayer, Deadline};
+pub use layer::ClientLayer;
 pub use partitions::Partition;
 pub use service::{ClientService, ResponseFuture};
 pub use throttle_fleet_core::ConfigError;

@@ -16,12 +16,13 @@ use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use tower_service::Service;
 
 use crate::body::{ReplayBody, buffer};
+use crate::deadline::Deadline;
 use crate::error::{Error, Throttled};
 use crate::grpc;
-use crate::layer::{Deadline, Settings, State};
 use crate::metrics;
 use crate::partitions::{Partition, Slot, Turn};
 use crate::retry::Attempt;
+use crate::settings::{Settings, State};
 use crate::told::{self, Told};
 
 /// The service [`ClientLayer`](crate::ClientLayer) makes.
