@@ -24,7 +24,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -60,7 +60,7 @@ impl Partition {
     }
 
     /// Its class: the label its waits and retries are counted under.
-    pub fn class(&self) -> &'static str {
+    pub(crate) fn class(&self) -> &'static str {
         self.class
     }
 }
@@ -199,14 +199,16 @@ pub(crate) struct Slot {
 /// The partitions of one layer, at most `max` tracked at once.
 #[derive(Debug)]
 pub(crate) struct Partitions {
-    map: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// Read-locked to find a tracked partition (every call), written
+    /// only to add one.
+    map: RwLock<HashMap<u64, Arc<Slot>>>,
     max: usize,
 }
 
 impl Partitions {
     pub(crate) fn new(max: usize) -> Self {
         Self {
-            map: Mutex::new(HashMap::new()),
+            map: RwLock::new(HashMap::new()),
             max,
         }
     }
@@ -216,7 +218,10 @@ impl Partitions {
     /// if none is, the request gets a slot of its own (its answers then
     /// teach no other request).
     pub(crate) fn slot(&self, partition: Partition, now: Instant) -> Arc<Slot> {
-        let mut map = self.map.lock();
+        if let Some(slot) = self.map.read().get(&partition.key) {
+            return slot.clone();
+        }
+        let mut map = self.map.write();
         if let Some(slot) = map.get(&partition.key) {
             return slot.clone();
         }
@@ -238,7 +243,7 @@ impl Partitions {
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map.lock().len()
+        self.map.read().len()
     }
 }
 
