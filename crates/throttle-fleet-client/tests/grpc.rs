@@ -92,7 +92,7 @@ async fn resource_exhausted_with_retry_info_is_waited_out_then_retried() {
         Rule::new("all", Quota::new(1, Duration::from_secs(2)).with_burst(1)).token_bucket(),
         GrpcMethod::default(),
     );
-    let backend = MemoryBackend::with_clock(TokioClock::new());
+    let backend = MemoryBackend::with_clock(TokioClock::from_wall());
     let layer = ThrottleLayer::new(policy, backend).unwrap();
     let calls = Arc::new(AtomicU64::new(0));
     let greeter = Counting {

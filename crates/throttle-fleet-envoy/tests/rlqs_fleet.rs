@@ -28,8 +28,9 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf as pb;
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::{clock::Clock, memory::MemoryBackend};
+use throttle_fleet_core::memory::MemoryBackend;
 use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions};
+use throttle_fleet_test_support::tokio_clock::TokioClock;
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -274,15 +275,6 @@ async fn run(service: Vec<Rlqs>, report: f64) -> Run {
     }
 }
 
-/// Tokio's (paused) clock, counted from 1000 s after the epoch.
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    fn now_us(&self) -> u64 {
-        1_000_000_000 + self.0.elapsed().as_micros() as u64
-    }
-}
-
 async fn service(report: f64) -> Rlqs {
     let config = GatewayConfig::parse(
         "rls.toml",
@@ -299,7 +291,7 @@ period_secs = 60
     )
     .unwrap();
     let rules = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default()).unwrap();
-    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let clock = Arc::new(TokioClock::starting_at(1_000_000_000));
     Rlqs::with_clock(
         rules,
         RlqsOptions::new(Duration::from_secs_f64(report)),

@@ -19,8 +19,9 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf as pb;
 use throttle_fleet_config::GatewayConfig;
-use throttle_fleet_core::{clock::Clock, clock::ManualClock, memory::MemoryBackend};
+use throttle_fleet_core::{clock::ManualClock, memory::MemoryBackend};
 use throttle_fleet_envoy::{EnvoyRules, Rlqs, RlqsOptions};
+use throttle_fleet_test_support::tokio_clock::TokioClock;
 use throttle_fleet_test_support::{RedisCluster, RedisServer};
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -46,16 +47,6 @@ enum Store {
 /// A clock the test moves, starting 1000 s after the epoch.
 fn start_clock() -> ManualClock {
     ManualClock::new(1_000_000_000)
-}
-
-/// Tokio's clock (paused in the test that reads it), counted from 1000 s
-/// after the epoch.
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    fn now_us(&self) -> u64 {
-        1_000_000_000 + self.0.elapsed().as_micros() as u64
-    }
 }
 
 async fn replica(store: &Store, clock: &ManualClock) -> Rlqs {
@@ -265,7 +256,7 @@ async fn a_gone_replicas_shares_stay_held_until_they_expire() {
 async fn an_unreported_bucket_is_abandoned_and_a_silent_stream_costs_nothing() {
     let config = GatewayConfig::parse("rls.toml", RULES, None).unwrap();
     let rules = EnvoyRules::new(&config, "rls.toml", MemoryBackend::default()).unwrap();
-    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let clock = Arc::new(TokioClock::starting_at(1_000_000_000));
     let service = Rlqs::with_clock(rules, RlqsOptions::new(Duration::from_secs(5)), clock)
         .await
         .unwrap();

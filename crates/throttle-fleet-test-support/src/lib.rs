@@ -51,6 +51,8 @@ pub mod server_binary;
 pub mod sim;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "clock")]
+pub mod tokio_clock;
 
 pub use check::{allowed, check, check_cost, outcome};
 pub use cluster::RedisCluster;

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::any;
@@ -19,33 +19,7 @@ use hyper_util::rt::TokioExecutor;
 use throttle_fleet_axum::HttpResponder;
 use throttle_fleet_axum::prelude::*;
 use throttle_fleet_client::{ClientLayer, ClientService, ReplayBody};
-use tokio::time::Instant;
-
-/// Unix microseconds that advance with tokio's clock, paused or not.
-#[derive(Debug, Clone)]
-pub(crate) struct TokioClock {
-    unix_us: u64,
-    at: Instant,
-}
-
-impl TokioClock {
-    pub(crate) fn new() -> Self {
-        let unix_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_micros() as u64;
-        Self {
-            unix_us,
-            at: Instant::now(),
-        }
-    }
-}
-
-impl throttle_fleet_core::clock::Clock for TokioClock {
-    fn now_us(&self) -> u64 {
-        self.unix_us + self.at.elapsed().as_micros() as u64
-    }
-}
+pub(crate) use throttle_fleet_test_support::tokio_clock::TokioClock;
 
 /// How many requests reached the handler.
 #[derive(Debug, Clone, Default)]
@@ -105,7 +79,7 @@ pub(crate) fn layer(limit: u64, period: Duration, responder: HttpResponder) -> T
     );
     ThrottleLayer::with_responder(
         policy,
-        MemoryBackend::with_clock(TokioClock::new()),
+        MemoryBackend::with_clock(TokioClock::from_wall()),
         responder,
     )
     .unwrap()
