@@ -1,10 +1,5 @@
-//! The retry budget: retries may be at most a share of the requests
-//! made over a sliding window, plus a floor per second for clients that
-//! make few (Finagle's `RetryBudget`, tower's `TpsBudget`). The share is
-//! kept in parts per million and compared in integers, so 0.3 allows 30
-//! retries in 100 requests and not 33: tower's `TpsBudget` turns a
-//! fraction into a whole number of requests per retry and rounds it down
-//! (tower#857).
+//! The retry budget ([`Budget`], whose docs hold its arithmetic), over a
+//! ring of slots that a window slides along a tenth at a time.
 
 use std::time::Duration;
 
@@ -14,7 +9,13 @@ use tokio::time::Instant;
 use throttle_fleet_core::ConfigError;
 
 /// How many retries a client may make: `share` of its requests over the
-/// last `window`, plus `floor_per_sec` a second.
+/// last `window`, plus `floor_per_sec` a second (Finagle's `RetryBudget`,
+/// tower's `TpsBudget`). The window slides a tenth of itself at a time.
+/// The share is kept in millionths and compared in integers, so 0.3
+/// allows 30 retries in 100 requests, not 33: tower's `TpsBudget` turns
+/// a fraction into a whole number of requests per retry and rounds it
+/// down (tower#857). [`Budget::default`] is Finagle's: 20% over 10 s,
+/// and 10 a second.
 ///
 /// ```
 /// use std::time::Duration;

@@ -116,7 +116,7 @@ impl ClientLayer {
     }
 
     /// How long a call may take, waits and retries included, unless the
-    /// request carries a sooner [`Deadline`] or `grpc-timeout`.
+    /// request carries a sooner [`Deadline`](crate::Deadline) or `grpc-timeout`.
     #[must_use]
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.settings().deadline = Some(deadline);
