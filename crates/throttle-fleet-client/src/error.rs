@@ -14,7 +14,7 @@ use tokio::time::Instant;
 pub struct Throttled {
     pub(crate) until: Instant,
     pub(crate) wait: Duration,
-    pub(crate) class: &'static str,
+    pub(crate) group: &'static str,
 }
 
 impl Throttled {
@@ -28,9 +28,9 @@ impl Throttled {
         self.wait
     }
 
-    /// The partition's class.
-    pub fn class(&self) -> &'static str {
-        self.class
+    /// The partition's group.
+    pub fn group(&self) -> &'static str {
+        self.group
     }
 }
 
@@ -38,8 +38,8 @@ impl fmt::Display for Throttled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "not sent: the server asked partition class {:?} to wait {:.3} s, past what this call may wait",
-            self.class,
+            "not sent: the server asked partition group {:?} to wait {:.3} s, past what this call may wait",
+            self.group,
             self.wait.as_secs_f64()
         )
     }

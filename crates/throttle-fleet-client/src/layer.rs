@@ -22,7 +22,7 @@ use throttle_fleet_core::ConfigError;
 /// use throttle_fleet_client::{Budget, ClientLayer};
 ///
 /// let layer = ClientLayer::new()
-///     .class("billing-api")
+///     .group("billing-api")
 ///     .deadline(Duration::from_secs(5))
 ///     .max_retries(2)
 ///     .budget(Budget::new(Duration::from_secs(10), 5, 0.1)?);
@@ -46,13 +46,13 @@ const UNAVAILABLE_BIT: u32 = 1 << crate::grpc::UNAVAILABLE;
 impl ClientLayer {
     /// Waits when told (up to a minute for any one wait), retries up to 3
     /// times within [`Budget::default`], replays bodies of up to 64 KiB,
-    /// partitions by the request's scheme and authority (class
+    /// partitions by the request's scheme and authority (group
     /// `"default"`) and retries gRPC `UNAVAILABLE`; full-jitter backoff
     /// from 100 ms to 10 s where the server gave no wait.
     pub fn new() -> Self {
         Self {
             settings: Arc::new(Settings {
-                class: "default",
+                group: "default",
                 partition_by: None,
                 fail_fast: false,
                 ceiling: CEILING,
@@ -76,13 +76,13 @@ impl ClientLayer {
         Arc::make_mut(&mut self.settings)
     }
 
-    /// The class of the default partitions (one per scheme and
+    /// The group of the default partitions (one per scheme and
     /// authority), the label of their metrics. A request with no
     /// authority (tonic's, before its `Channel` adds one) counts under
-    /// one partition of this class.
+    /// one partition of this group.
     #[must_use]
-    pub fn class(mut self, class: &'static str) -> Self {
-        self.settings().class = class;
+    pub fn group(mut self, group: &'static str) -> Self {
+        self.settings().group = group;
         self
     }
 
@@ -203,7 +203,7 @@ impl Default for ClientLayer {
 impl std::fmt::Debug for ClientLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientLayer")
-            .field("class", &self.settings.class)
+            .field("group", &self.settings.group)
             .field("fail_fast", &self.settings.fail_fast)
             .field("max_wait", &self.settings.ceiling)
             .field("deadline", &self.settings.deadline)

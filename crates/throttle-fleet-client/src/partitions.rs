@@ -30,38 +30,38 @@ use tokio::time::Instant;
 
 use crate::told::Told;
 
-/// Which partition a request counts under: a class (a label of the
+/// Which partition a request counts under: a group (a label of the
 /// layer's metrics, so a handful of names) and a key within it (hashed;
 /// never a label).
 ///
 /// ```
 /// use throttle_fleet_client::{ClientLayer, Partition};
 ///
-/// // One partition per tenant header value, all of class "tenant".
+/// // One partition per tenant header value, all of group "tenant".
 /// let layer = ClientLayer::new().partition_by(|parts| {
 ///     Partition::new("tenant", parts.headers.get("x-tenant").map(|v| v.as_bytes()))
 /// });
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Partition {
-    class: &'static str,
+    group: &'static str,
     key: u64,
 }
 
 impl Partition {
-    /// The partition `key` of `class`.
-    pub fn new(class: &'static str, key: impl Hash) -> Self {
+    /// The partition `key` of `group`.
+    pub fn new(group: &'static str, key: impl Hash) -> Self {
         let mut hasher = DefaultHasher::new();
         key.hash(&mut hasher);
         Self {
-            class,
+            group,
             key: hasher.finish(),
         }
     }
 
-    /// Its class: the label its waits and retries are counted under.
-    pub(crate) fn class(&self) -> &'static str {
-        self.class
+    /// Its group: the label its waits and retries are counted under.
+    pub(crate) fn group(&self) -> &'static str {
+        self.group
     }
 }
 

@@ -100,14 +100,14 @@ where
     let partition = match &settings.partition_by {
         Some(f) => f(&parts),
         None => Partition::new(
-            settings.class,
+            settings.group,
             (
                 parts.uri.scheme_str(),
                 parts.uri.authority().map(|a| a.as_str()),
             ),
         ),
     };
-    let class = partition.class();
+    let group = partition.group();
     let slot = state.partitions.slot(partition, start);
     let grpc = grpc::is_grpc(&parts.headers);
     let deadline = [
@@ -127,7 +127,7 @@ where
     let mut first = Some(first);
     let mut retries = 0;
     loop {
-        let turn = take_turn(&slot, &settings, class, deadline).await?;
+        let turn = take_turn(&slot, &settings, group, deadline).await?;
         let Some(body) = first.take().or_else(|| kept.as_ref().map(|k| k.body())) else {
             // Not reached: a retry needs the copy.
             return Err(Error::Body("the body was not kept".into()));
@@ -171,10 +171,10 @@ where
             return result.map_err(Error::Inner);
         }
         if !state.budget.withdraw(now) {
-            metrics::budget_exhausted(class);
+            metrics::budget_exhausted(group);
             return result.map_err(Error::Inner);
         }
-        metrics::retried(class, told.is_some_and(|t| t.refused));
+        metrics::retried(group, told.is_some_and(|t| t.refused));
         retries += 1;
         drop(result);
         if server_wait.is_none() {
@@ -189,7 +189,7 @@ where
 async fn take_turn<'a, E>(
     slot: &'a Slot,
     settings: &Settings,
-    class: &'static str,
+    group: &'static str,
     deadline: Option<Instant>,
 ) -> Result<InFlight<'a>, Error<E>> {
     let start = Instant::now();
@@ -207,7 +207,7 @@ async fn take_turn<'a, E>(
         match turn {
             Turn::Go => {
                 if now > start {
-                    metrics::waited(class, now - start);
+                    metrics::waited(group, now - start);
                 }
                 return Ok(InFlight {
                     slot,
@@ -217,22 +217,22 @@ async fn take_turn<'a, E>(
                 });
             }
             Turn::Until(until) if settings.fail_fast || until > bound => {
-                metrics::unsent(class, true);
+                metrics::unsent(group, true);
                 return Err(Error::Throttled(Throttled {
                     until,
                     wait: until - now,
-                    class,
+                    group,
                 }));
             }
             Turn::Until(until) => sleep_until(until).await,
             Turn::Answer => {
                 if timeout_at(bound, answered).await.is_err() {
-                    metrics::unsent(class, false);
+                    metrics::unsent(group, false);
                     return Err(Error::TooLate);
                 }
             }
             Turn::TooLate => {
-                metrics::unsent(class, false);
+                metrics::unsent(group, false);
                 return Err(Error::TooLate);
             }
         }

@@ -13,7 +13,7 @@ use crate::retry::Retries;
 /// What a service reads for every call.
 #[derive(Clone)]
 pub(crate) struct Settings {
-    pub(crate) class: &'static str,
+    pub(crate) group: &'static str,
     pub(crate) partition_by: Option<Arc<PartitionFn>>,
     pub(crate) fail_fast: bool,
     pub(crate) ceiling: Duration,

@@ -1,4 +1,4 @@
-//! The layer's metrics, by partition class, from a real exchange with
+//! The layer's metrics, by partition group, from a real exchange with
 //! throttle's axum layer over TCP.
 
 #![cfg(feature = "metrics")]
@@ -17,7 +17,7 @@ use throttle_fleet_client::{ClientLayer, Partition, metrics};
 use tower::ServiceExt;
 
 #[tokio::test(start_paused = true)]
-async fn waits_retries_and_refusals_are_counted_by_class_never_by_key() {
+async fn waits_retries_and_refusals_are_counted_by_group_never_by_key() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _guard = ::metrics::set_default_local_recorder(&recorder);
@@ -69,15 +69,15 @@ async fn waits_retries_and_refusals_are_counted_by_class_never_by_key() {
         [
             (
                 metrics::RETRIES.to_owned(),
-                "class=tenant,reason=refused".to_owned(),
+                "group=tenant,reason=refused".to_owned(),
                 1
             ),
             (
                 metrics::WAIT_SECONDS.to_owned(),
-                "class=tenant".to_owned(),
+                "group=tenant".to_owned(),
                 1
             ),
-            (metrics::WAITS.to_owned(), "class=tenant".to_owned(), 1),
+            (metrics::WAITS.to_owned(), "group=tenant".to_owned(), 1),
         ]
     );
 }
