@@ -152,9 +152,13 @@ pub(crate) fn is_grpc(req: &RequestHead<'_>) -> bool {
 ///
 /// # Allowed calls
 ///
-/// Their response headers (the call's initial metadata) carry
-/// `x-ratelimit-limit`, `x-ratelimit-remaining` and `x-ratelimit-reset` of
-/// the most restrictive rule, as HTTP responses do.
+/// Their response headers (the call's initial metadata) carry what an
+/// allowed HTTP response carries under the [`http`](Self::http)
+/// responder's settings: by default `x-ratelimit-limit`,
+/// `x-ratelimit-remaining` and `x-ratelimit-reset` of the most restrictive
+/// rule; also `ratelimit-policy` and `ratelimit` with
+/// [`ietf_headers`](HttpResponder::ietf_headers); nothing with
+/// [`success_headers(false)`](HttpResponder::success_headers).
 ///
 /// # gRPC-web
 ///
@@ -212,7 +216,8 @@ impl GrpcResponder {
         Self::default()
     }
 
-    /// Answers plain HTTP requests (and adds success headers) with `http`.
+    /// Answers plain HTTP requests with `http`, whose settings also choose
+    /// the success headers of every allowed call, gRPC or not.
     #[must_use]
     pub fn http(mut self, http: HttpResponder) -> Self {
         self.http = http;
@@ -470,11 +475,9 @@ impl Responder for GrpcResponder {
     }
 
     fn allowed(&self, req: &RequestHead<'_>, decision: &Decision, rule: &Rule) -> SuccessHeaders {
-        if GrpcProtocol::of(req.headers).is_some() {
-            SuccessHeaders::for_allowed(decision, rule)
-        } else {
-            self.http.allowed(req, decision, rule)
-        }
+        // gRPC calls and plain requests alike: an allowed call's initial
+        // metadata is the headers the HTTP responder's settings choose.
+        self.http.allowed(req, decision, rule)
     }
 
     fn bind(&mut self, rules: &[(&Rule, &str)]) {

@@ -11,7 +11,9 @@ use throttle_fleet_test_support::grpc::{
     GreeterClient, channel, details, expect_code, meta, meta_u64, say_hello,
 };
 use throttle_fleet_test_support::http::{self as http1, serve};
-use throttle_fleet_tonic::{MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer};
+use throttle_fleet_tonic::{
+    GrpcResponder, HttpResponder, MemoryBackend, PeerIp, Policy, Quota, Rule, ThrottleLayer,
+};
 use tonic::Code;
 
 /// The greeter and echo services plus `GET /health`, all behind `layer`.
@@ -82,4 +84,56 @@ async fn without_connect_info_grpc_gets_internal_and_http_gets_500() {
     let body = json(&r.body);
     assert_eq!(body["error"], "RATE_LIMIT_KEY_MISSING");
     assert_eq!(body["dimension"], "ip");
+}
+
+/// One layer whose HTTP responder is `http`: a quota of 2 a day per peer
+/// (a day, so no window boundary falls inside the test).
+fn per_peer_with(http: HttpResponder) -> ThrottleLayer {
+    let policy = Policy::new().rule(
+        Rule::new("ip", Quota::per_day(2)).fixed_window(),
+        PeerIp::default(),
+    );
+    let responder = GrpcResponder::new().http(http);
+    ThrottleLayer::with_responder(policy, MemoryBackend::default(), responder).unwrap()
+}
+
+/// The HTTP responder's settings choose the success headers of gRPC calls
+/// too: none with `success_headers(false)` (a denial still says when to
+/// come back), the IETF fields with `ietf_headers(true)`.
+#[tokio::test]
+async fn grpc_calls_take_their_success_metadata_from_the_http_responder() {
+    let quiet = serve(
+        app(per_peer_with(HttpResponder::new().success_headers(false))),
+        true,
+    )
+    .await;
+    let mut grpc = GreeterClient::new(channel(quiet).await);
+    let reply = say_hello(&mut grpc, &[]).await.unwrap();
+    for name in [
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ] {
+        assert_eq!(meta(reply.metadata(), name), None, "{name}");
+    }
+    let r = http1::get(quiet, "/health").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-ratelimit-remaining"), None);
+    let status = expect_code(say_hello(&mut grpc, &[]).await, Code::ResourceExhausted);
+    assert!(meta_u64(status.metadata(), "retry-after") >= 1);
+
+    let ietf = serve(
+        app(per_peer_with(HttpResponder::new().ietf_headers(true))),
+        true,
+    )
+    .await;
+    let mut grpc = GreeterClient::new(channel(ietf).await);
+    let reply = say_hello(&mut grpc, &[]).await.unwrap();
+    let md = reply.metadata();
+    assert_eq!(meta(md, "ratelimit-policy"), Some("\"ip\";q=2;w=86400"));
+    assert!(
+        meta(md, "ratelimit").unwrap().starts_with("\"ip\";r=1;t="),
+        "{md:?}"
+    );
+    assert_eq!(meta(md, "x-ratelimit-remaining"), Some("1"));
 }
