@@ -87,6 +87,14 @@ limit = 10
 period_secs = 60
 "#;
 
+/// `PER_USER` over a day, for the tests on a real clock (the memory
+/// backend's system clock, Redis `TIME`): the fixed window is aligned to
+/// it, and a minute's boundary inside the run would admit a second
+/// window's quota; a day's is all but never inside it.
+fn per_user_daily() -> String {
+    PER_USER.replace("period_secs = 60", "period_secs = 86400")
+}
+
 #[tokio::test]
 async fn twelve_calls_ten_ok_then_over_limit_with_reset_and_headers() {
     // In memory on a clock stopped 30 s into a minute: the twelve calls
@@ -148,8 +156,9 @@ async fn twelve_calls_ten_ok_then_over_limit_with_reset_and_headers() {
 async fn two_replicas_on_one_redis_admit_ten_in_all() {
     let redis = RedisServer::start();
     let text = format!(
-        "[backend]\nkind = \"redis-exact\"\nurl = \"{}\"\n{PER_USER}",
-        redis.url()
+        "[backend]\nkind = \"redis-exact\"\nurl = \"{}\"\n{}",
+        redis.url(),
+        per_user_daily()
     );
     let mut a = serve(rules(&text).await).await;
     let mut b = serve(rules(&text).await).await;
@@ -166,7 +175,8 @@ async fn two_replicas_on_one_redis_admit_ten_in_all() {
 
 #[tokio::test]
 async fn four_algorithms_with_any_period_and_two_limits_on_one_descriptor() {
-    // 3 per 7 s (no protocol unit) under each algorithm Envoy can get.
+    // 3 per 7 h (no protocol unit) under each algorithm Envoy can get; not
+    // 7 s, whose window boundaries (on the system clock) a run could cross.
     for algorithm in [
         "fixed_window",
         "sliding_window_log",
@@ -174,7 +184,7 @@ async fn four_algorithms_with_any_period_and_two_limits_on_one_descriptor() {
         "token_bucket",
     ] {
         let text = format!(
-            "[[rules]]\nname = \"r\"\ndomain = \"api\"\ndescriptor = [\"user_id\"]\nalgorithm = \"{algorithm}\"\nlimit = 3\nperiod_secs = 7\n"
+            "[[rules]]\nname = \"r\"\ndomain = \"api\"\ndescriptor = [\"user_id\"]\nalgorithm = \"{algorithm}\"\nlimit = 3\nperiod_secs = 25200\n"
         );
         let mut client = serve(rules(&text).await).await;
         let req = request(&[&[("user_id", "dave")]], 0);
@@ -187,7 +197,7 @@ async fn four_algorithms_with_any_period_and_two_limits_on_one_descriptor() {
         };
         let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
         assert_eq!(codes, [ok, ok, ok, over], "{algorithm}");
-        // 7 s is no unit of the protocol: no current_limit rather than a
+        // 7 h is no unit of the protocol: no current_limit rather than a
         // wrong one.
         assert!(
             ask(&mut client, &req).await.statuses[0]
@@ -195,10 +205,11 @@ async fn four_algorithms_with_any_period_and_two_limits_on_one_descriptor() {
                 .is_none()
         );
     }
-    // A minute and an hour on the same descriptor: both hold; the first to
+    // A day and an hour on the same descriptor: both hold; the first to
     // run out answers, and a denial costs the other nothing.
     let text = format!(
-        "{PER_USER}\n[[rules]]\nname = \"hourly\"\ndomain = \"api\"\ndescriptor = [\"user_id\"]\nlimit = 12\nperiod_secs = 3600\n"
+        "{}\n[[rules]]\nname = \"hourly\"\ndomain = \"api\"\ndescriptor = [\"user_id\"]\nlimit = 12\nperiod_secs = 3600\n",
+        per_user_daily()
     );
     let mut client = serve(rules(&text).await).await;
     let req = request(&[&[("user_id", "erin")]], 0);
@@ -207,7 +218,7 @@ async fn four_algorithms_with_any_period_and_two_limits_on_one_descriptor() {
         let r = ask(&mut client, &req).await;
         remaining.push((r.overall_code, r.statuses[0].limit_remaining));
     }
-    // The minute's figures (fewer left) until it denies.
+    // The day's figures (fewer left) until it denies.
     assert_eq!(remaining[0], (Code::Ok as i32, 9));
     assert_eq!(remaining[10], (Code::OverLimit as i32, 0));
     // The hour was charged 10, not 11: 2 left.
@@ -216,7 +227,7 @@ async fn four_algorithms_with_any_period_and_two_limits_on_one_descriptor() {
     assert_eq!(
         r.overall_code,
         Code::OverLimit as i32,
-        "the minute still denies"
+        "the day still denies"
     );
 }
 
@@ -354,7 +365,7 @@ failure = "open"
 
 #[tokio::test]
 async fn a_reload_keeps_counts_and_applies_new_limits() {
-    let mut target = rules(PER_USER).await;
+    let mut target = rules(&per_user_daily()).await;
     let mut client = serve(target.clone()).await;
     let req = request(&[&[("user_id", "ivan")]], 0);
     for _ in 0..8 {
@@ -363,7 +374,7 @@ async fn a_reload_keeps_counts_and_applies_new_limits() {
     // The same rule with a higher limit: counts kept, 8 of 12 used.
     let raised = GatewayConfig::parse(
         "rls.toml",
-        &PER_USER.replace("limit = 10", "limit = 12"),
+        &per_user_daily().replace("limit = 10", "limit = 12"),
         None,
     )
     .unwrap();
@@ -393,7 +404,7 @@ async fn a_reload_keeps_counts_and_applies_new_limits() {
 
 #[tokio::test]
 async fn one_rule_matched_twice_in_a_request_is_charged_all_or_nothing() {
-    let mut client = serve(rules(&PER_USER.replace("limit = 10", "limit = 3")).await).await;
+    let mut client = serve(rules(&per_user_daily().replace("limit = 10", "limit = 3")).await).await;
     let twice = request(&[&[("user_id", "jo")], &[("user_id", "jo")]], 0);
     let once = request(&[&[("user_id", "jo")]], 0);
     let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);

@@ -58,7 +58,9 @@ async fn limits_hold_across_slots_and_through_a_failover() {
         .connect_timeout(Duration::from_millis(250))
         .probe_interval(Duration::from_millis(100));
     let backend = RedisBackend::exact(config).await.unwrap();
-    let rule = Rule::new("tenant", Quota::per_minute(5))
+    // Five a day: the window is aligned to Redis `TIME`, and a wall-clock
+    // window boundary inside a key's run would admit a second window's quota.
+    let rule = Rule::new("tenant", Quota::per_day(5))
         .fixed_window()
         .fail_open();
     let limiter = throttle_fleet_core::backend::Backend::limiter(&backend, &rule).unwrap();

@@ -130,7 +130,9 @@ async fn a_hung_redis_costs_one_timeout_until_the_breaker_opens_then_nothing() {
 async fn a_killed_and_restarted_redis_is_used_again_with_its_scripts_reloaded() {
     let server = RedisServer::start();
     let backend = RedisBackend::exact(config(&server)).await.unwrap();
-    let rule = Rule::new("tenant", Quota::per_minute(5)).fixed_window();
+    // Five a day: the window is aligned to Redis `TIME`, and a wall-clock
+    // window boundary inside the run would admit a second window's quota.
+    let rule = Rule::new("tenant", Quota::per_day(5)).fixed_window();
     let limiter = backend.limiter(&rule).unwrap();
     let key = Key::new("acme");
     for _ in 0..2 {
@@ -243,7 +245,9 @@ async fn local_fallback_allows_each_instance_its_share_of_the_quota() {
         .unwrap();
     let limiter = backend
         .limiter(
-            &Rule::new("search", Quota::per_minute(40))
+            // A day's window: the local fallback's window is aligned to the
+            // system clock, and a boundary inside the run would admit more.
+            &Rule::new("search", Quota::per_day(40))
                 .fixed_window()
                 .local_fallback(),
         )

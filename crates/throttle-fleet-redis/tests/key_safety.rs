@@ -16,7 +16,9 @@ async fn hostile_keys_stay_apart_and_inside_their_hash_tag() {
     let backend = RedisBackend::exact(config).await.unwrap();
     let limiter = backend
         .limiter(
-            &Rule::new("hostile", Quota::per_minute(1))
+            // One a day: the window is aligned to Redis `TIME`, and a
+            // wall-clock boundary between a key's two checks would allow both.
+            &Rule::new("hostile", Quota::per_day(1))
                 .fixed_window()
                 .fail_closed(),
         )

@@ -26,10 +26,11 @@ async fn echo(fingerprint: Option<axum::Extension<Fingerprint>>) -> (HeaderMap, 
     (headers, "ok\n")
 }
 
-/// An HTTPS server limiting `/` to 2 requests a minute per
-/// (/24 prefix, JA4).
+/// An HTTPS server limiting `/` to 2 requests a day per (/24 prefix, JA4).
+/// A day, not a minute: the fixed window is aligned to the system clock,
+/// and a window boundary inside a test would admit a second window's quota.
 async fn serve(acceptor: FingerprintAcceptor) -> std::net::SocketAddr {
-    let quota = Quota::new(2, Duration::from_secs(60));
+    let quota = Quota::per_day(2);
     let key = (
         ClientIp::default().ipv4_prefix(24),
         throttle_fleet_tls::TlsFingerprint::ja4(),

@@ -23,6 +23,14 @@ use throttle_fleet_tonic::{
 use tokio_stream::StreamExt;
 use tonic::Code;
 
+/// `limit` a day, for a fixed window a test's calls must all fall in: the
+/// memory backend aligns the window to the system clock, and a window
+/// boundary inside the run (a minute's would be, once in a while) would
+/// admit a second window's quota.
+fn one_window(limit: u64) -> Quota {
+    Quota::per_day(limit)
+}
+
 /// The example's policy: 5 per 60 s per peer IP, token bucket, burst 5.
 fn per_peer_5_per_minute() -> ThrottleLayer {
     let policy = Policy::new().rule(
@@ -152,11 +160,11 @@ async fn each_peer_address_has_its_own_count() {
 async fn per_method_limits_apply_to_their_methods_only() {
     let policy = Policy::new()
         .rule(
-            Rule::new("hello", Quota::per_minute(2)).fixed_window(),
+            Rule::new("hello", one_window(2)).fixed_window(),
             GrpcMethod::only([SAY_HELLO]),
         )
         .rule(
-            Rule::new("method", Quota::per_minute(3)).fixed_window(),
+            Rule::new("method", one_window(3)).fixed_window(),
             GrpcMethod::full(),
         );
     let layer = ThrottleLayer::new(policy, MemoryBackend::default()).unwrap();
@@ -203,7 +211,7 @@ async fn per_method_limits_apply_to_their_methods_only() {
 #[tokio::test]
 async fn a_service_limit_is_shared_by_the_services_methods() {
     let policy = Policy::new().rule(
-        Rule::new("echo", Quota::per_minute(3)).fixed_window(),
+        Rule::new("echo", one_window(3)).fixed_window(),
         GrpcService::only(["echo.Echo"]),
     );
     let addr = serve(ThrottleLayer::new(policy, MemoryBackend::default()).unwrap()).await;
@@ -228,7 +236,7 @@ async fn a_service_limit_is_shared_by_the_services_methods() {
 #[tokio::test]
 async fn streaming_calls_are_limited_once_when_they_start() {
     let policy = Policy::new().rule(
-        Rule::new("streams", Quota::per_minute(2)).fixed_window(),
+        Rule::new("streams", one_window(2)).fixed_window(),
         GrpcService::each(),
     );
     let addr = serve(ThrottleLayer::new(policy, MemoryBackend::default()).unwrap()).await;
@@ -352,7 +360,7 @@ async fn a_verified_identity_from_an_auth_interceptor_layer_is_a_key() {
         Ok(req)
     };
     let policy = Policy::new().rule(
-        Rule::new("user", Quota::per_minute(2)).fixed_window(),
+        Rule::new("user", one_window(2)).fixed_window(),
         Extension::new(|u: &User| Key::new(&u.0)),
     );
     let throttle = ThrottleLayer::new(policy, MemoryBackend::default()).unwrap();

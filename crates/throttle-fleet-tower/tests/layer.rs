@@ -276,7 +276,9 @@ async fn missing_keys_reject_by_default_and_skip_when_told() {
 async fn cost_functions_weigh_requests_and_zero_exempts() {
     let policy = Policy::new().limit(
         Limit::new(
-            Rule::new("bytes", Quota::per_minute(100)).fixed_window(),
+            // A day's window: the memory backend aligns it to the system
+            // clock, and a boundary inside the run would restore the quota.
+            Rule::new("bytes", Quota::per_day(100)).fixed_window(),
             Global,
         )
         .cost_fn(|req| {
@@ -400,7 +402,9 @@ async fn ietf_only_sends_the_two_fields_and_no_trio() {
     let ietf_only = HttpResponder::new()
         .ietf_headers(true)
         .x_ratelimit_headers(false);
-    let layer = |name: &str| one_rule(Rule::new(name, Quota::per_minute(100)), ietf_only);
+    // 100 a day, not a minute: a token back every 0.6 s could come between
+    // the three requests (on the system clock) and change `r`.
+    let layer = |name: &str| one_rule(Rule::new(name, Quota::per_day(100)), ietf_only);
     for (name, requests) in [("ip", 1), ("ix", 1), ("ip", 3)] {
         let (_, inner) = counting();
         let mut svc = layer(name).layer(inner);
@@ -415,7 +419,7 @@ async fn ietf_only_sends_the_two_fields_and_no_trio() {
             !names.iter().any(|n| n.starts_with("x-ratelimit")),
             "{names:?}"
         );
-        let policy = format!("\"{name}\";q=100;w=60");
+        let policy = format!("\"{name}\";q=100;w=86400");
         assert_eq!(res.headers()["ratelimit-policy"], policy.as_str());
         let r = res.headers()["ratelimit"].to_str().unwrap();
         let want = format!("\"{name}\";r={};t=", 100 - requests);
