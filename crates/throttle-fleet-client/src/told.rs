@@ -30,10 +30,23 @@ pub(crate) struct Told {
     /// That quota's size, when a field gives it (`X-RateLimit-Limit`,
     /// `RateLimit-Policy`'s `q`).
     pub(crate) limit: Option<u64>,
+    /// When that quota is whole again, as the field tells it, whatever is
+    /// left.
+    pub(crate) reset: Option<Reset>,
     /// The gRPC status of a Trailers-Only answer.
     pub(crate) grpc_status: Option<u32>,
     /// Pushback was negative or not a number: never repeat this request.
     pub(crate) never_retry: bool,
+}
+
+/// A quota's reset as told: two answers' resets compare exactly when both
+/// are Unix times; relative ones count from each answer's own second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// `X-RateLimit-Reset` as a Unix time, in seconds.
+    Unix(u64),
+    /// Seconds from the answer (`t`, or a small `X-RateLimit-Reset`).
+    After(u64),
 }
 
 /// Reads the head of an answer at `now`, every wait cut to `ceiling`.
@@ -76,6 +89,7 @@ pub(crate) fn read(
         wait: wait.map(|w| w.min(ceiling)),
         remaining: quota.map(|q| q.remaining),
         limit: quota.and_then(|q| q.limit),
+        reset: quota.and_then(|q| q.reset),
         grpc_status,
         never_retry: pushback == Some(Pushback::Never),
     }
@@ -86,6 +100,7 @@ pub(crate) fn read(
 struct Quota {
     remaining: u64,
     limit: Option<u64>,
+    reset: Option<Reset>,
     /// Set when `remaining` is 0 and the field says until when.
     wait: Option<Duration>,
 }
@@ -93,7 +108,7 @@ struct Quota {
 /// The IETF fields: the item with the least `r`; the longest wait of the
 /// items at `r=0`.
 fn ietf(headers: &HeaderMap) -> Option<Quota> {
-    let mut least: Option<(u64, &str)> = None;
+    let mut least: Option<(u64, &str, Option<u64>)> = None;
     let mut wait: Option<Duration> = None;
     let policies: Vec<_> = headers
         .get_all(names::RATELIMIT_POLICY)
@@ -108,8 +123,8 @@ fn ietf(headers: &HeaderMap) -> Option<Quota> {
             continue;
         };
         for item in items {
-            if least.is_none_or(|(r, _)| item.remaining < r) {
-                least = Some((item.remaining, item.name));
+            if least.is_none_or(|(r, _, _)| item.remaining < r) {
+                least = Some((item.remaining, item.name, item.reset_secs));
             }
             if item.remaining == 0 {
                 let secs = item
@@ -122,10 +137,11 @@ fn ietf(headers: &HeaderMap) -> Option<Quota> {
             }
         }
     }
-    let (remaining, name) = least?;
+    let (remaining, name, reset) = least?;
     Some(Quota {
         remaining,
         limit: policy(name).map(|p| p.quota),
+        reset: reset.map(Reset::After),
         wait,
     })
 }
@@ -134,17 +150,20 @@ fn ietf(headers: &HeaderMap) -> Option<Quota> {
 fn legacy(headers: &HeaderMap, reference: SystemTime) -> Option<Quota> {
     let remaining = number(headers.get(names::X_RATELIMIT_REMAINING)?)?;
     let limit = headers.get(names::X_RATELIMIT_LIMIT).and_then(number);
-    let wait = if remaining == 0 {
-        headers
-            .get(names::X_RATELIMIT_RESET)
-            .and_then(number)
-            .map(|reset| reset_wait(reset, reference))
-    } else {
-        None
-    };
+    let reset = headers.get(names::X_RATELIMIT_RESET).and_then(number);
+    let wait = reset
+        .filter(|_| remaining == 0)
+        .map(|reset| reset_wait(reset, reference));
     Some(Quota {
         remaining,
         limit,
+        reset: reset.map(|r| {
+            if r < UNIX_RESET_FROM {
+                Reset::After(r)
+            } else {
+                Reset::Unix(r)
+            }
+        }),
         wait,
     })
 }

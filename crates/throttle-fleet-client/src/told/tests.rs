@@ -157,8 +157,8 @@ fn the_ietf_fields() {
     );
     assert!(!t.refused);
     assert_eq!(
-        (t.wait, t.remaining, t.limit),
-        (secs(12), Some(0), Some(100))
+        (t.wait, t.remaining, t.limit, t.reset),
+        (secs(12), Some(0), Some(100), Some(Reset::After(12)))
     );
     // r=0 without t: the policy's window.
     let t = told(
@@ -168,7 +168,7 @@ fn the_ietf_fields() {
             ("ratelimit", "\"burst\";r=0"),
         ],
     );
-    assert_eq!(t.wait, secs(60));
+    assert_eq!((t.wait, t.reset), (secs(60), None));
     // Neither: no wait is known.
     assert_eq!(told(200, &[("ratelimit", "\"burst\";r=0")]).wait, None);
     // A field that is not a list is ignored, the X- ones are read.
@@ -207,6 +207,16 @@ fn x_ratelimit_reset_as_a_unix_time_or_seconds() {
         &[("x-ratelimit-remaining", "1"), ("x-ratelimit-reset", "59")],
     );
     assert_eq!((t.wait, t.remaining), (None, Some(1)));
+    // It is still the quota's reset, in the form it was told.
+    assert_eq!(t.reset, Some(Reset::After(59)));
+    let t = told(
+        200,
+        &[
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-reset", &unix.to_string()),
+        ],
+    );
+    assert_eq!(t.reset, Some(Reset::Unix(unix)));
     // Remaining that is not a count: no quota known.
     let t = told(
         200,
