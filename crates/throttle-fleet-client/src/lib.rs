@@ -17,7 +17,11 @@
 //!   sent either ([`Error::TooLate`]): the server would count a request
 //!   nobody waits for;
 //! - `r=0` (or `X-RateLimit-Remaining: 0`) holds the partition for `t`
-//!   (or until the reset) rather than spending a request on a `429`;
+//!   (or until the reset) rather than spending a request on a `429`; a
+//!   partition whose answers show it refills as time passes (a token
+//!   bucket: its reset moves later as it empties) is held for one
+//!   request's share of that time instead, the longest one request's
+//!   refill can take, so a reset rounded up to the second costs nothing;
 //! - a limiter's refusal (`429`, `503` with `Retry-After`, gRPC
 //!   `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a retry field) is retried
 //!   whatever the method; other failures only for idempotent methods and
@@ -55,6 +59,24 @@
 //! negative `grpc-retry-pushback-ms`, or one that is not a number, means
 //! "never retry" (gRFC A6). `pk` is read and not used: it names the
 //! server's partition, which a client cannot know before it sends.
+//!
+//! # Pacing a quota that refills
+//!
+//! A token bucket's reset is when it is full again, rounded up to a whole
+//! second: held until then, a client of 10 a second loses up to a second
+//! of refill each time it empties the bucket, half its quota. The answers
+//! show which partitions refill as time passes: their reset moves later
+//! as what is left falls (a fixed window's stays where it is until the
+//! window ends, and moves on with more left, not less). Once two answers
+//! in a row have shown that, "0 left until `R`" holds the partition for
+//! `(R - now) / limit` only: `R` is when all `limit` are back, so one
+//! request's share is back by then. One request goes, and its answer
+//! says what is left. Two resets compare exactly when both are Unix
+//! times; relative ones (`t`, a small `X-RateLimit-Reset`) count only
+//! when more than a second apart, since each is rounded to its second. A
+//! refusal's own wait is never shortened, and a refusal once pacing has
+//! begun turns it off for the partition for good: its quota was not the
+//! bucket's size, or another client draws on it too.
 //!
 //! A gRPC status is read from the answer's headers, where a limiter's
 //! Trailers-Only answer puts it; a status in trailers after messages is

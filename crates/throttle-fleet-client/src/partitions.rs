@@ -17,7 +17,14 @@
 //! - an answer to a request sent before one whose answer has already
 //!   counted is older news (answers overtake one another on their way
 //!   back): it closes the gate if it says to wait, but never raises what
-//!   may go.
+//!   may go;
+//! - a partition that refills as time passes is paced rather than held.
+//!
+//! # Pacing
+//!
+//! The rule is the crate's docs', "Pacing a quota that refills" (stated
+//! there once, for users; [`Gate::learn`] and the wait in
+//! [`Gate::answered_as`] follow it).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -28,7 +35,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::told::Told;
+use crate::told::{Reset, Told};
 
 /// Which partition a request counts under: a group (a label of the
 /// layer's metrics, so a handful of names) and a key within it (hashed;
@@ -94,7 +101,43 @@ pub(crate) struct Gate {
     newest_answered: u64,
     /// How long answers take, smoothed (an eighth of each new one).
     round_trip: Option<Duration>,
+    /// Whether the partition refills as time passes: `None` not known,
+    /// `Some(true)` its answers showed it, `Some(false)` never paced again
+    /// (a refusal came after it was learnt).
+    refills: Option<bool>,
+    /// What the newest counted answer said was left, and its reset.
+    last: Option<(u64, ResetAt)>,
 }
+
+/// A told reset, in a form two answers' resets compare in.
+#[derive(Debug, Clone, Copy)]
+enum ResetAt {
+    /// A Unix time in seconds: exact.
+    Unix(u64),
+    /// An instant from a relative reset: within a second of the truth.
+    About(Instant),
+}
+
+impl ResetAt {
+    fn new(reset: Reset, now: Instant) -> Self {
+        match reset {
+            Reset::Unix(secs) => Self::Unix(secs),
+            Reset::After(secs) => Self::About(now + Duration::from_secs(secs.min(MAX_RESET_SECS))),
+        }
+    }
+
+    /// Whether `self` is surely later than `before`.
+    fn later_than(self, before: Self) -> bool {
+        match (before, self) {
+            (Self::Unix(a), Self::Unix(b)) => b > a,
+            (Self::About(a), Self::About(b)) => b > a + Duration::from_secs(1),
+            _ => false,
+        }
+    }
+}
+
+/// A relative reset longer than this (a century) is only long.
+const MAX_RESET_SECS: u64 = 100 * 365 * 86_400;
 
 impl Gate {
     /// Whether a request that must be answered by `deadline` may go at
@@ -160,12 +203,22 @@ impl Gate {
         // says is left is more than is.
         let stale = seq < self.newest_answered;
         self.newest_answered = self.newest_answered.max(seq);
+        if !stale {
+            self.learn(told, now);
+        }
         if let Some(wait) = told.wait {
+            let (wait, opens_with) = match told.limit {
+                // Refilling: one request's share of the time to full.
+                Some(limit) if self.refills == Some(true) && !told.refused => {
+                    (wait / u32::try_from(limit.max(1)).unwrap_or(u32::MAX), 1)
+                }
+                limit => (wait, limit.unwrap_or(1)),
+            };
             let until = now + wait;
             if self.until.is_none_or(|u| u < until) {
                 self.until = Some(until);
             }
-            self.opens_with = told.limit.unwrap_or(1);
+            self.opens_with = opens_with;
             self.credit = Some(0);
             return;
         }
@@ -186,6 +239,28 @@ impl Gate {
                     .min(left.saturating_sub(self.in_flight)),
             ),
         };
+    }
+}
+
+impl Gate {
+    /// What `told` shows of how the partition refills (the crate's docs,
+    /// "Pacing a quota that refills").
+    fn learn(&mut self, told: &Told, now: Instant) {
+        if told.refused && self.refills == Some(true) {
+            self.refills = Some(false);
+        }
+        let (Some(left), Some(reset)) = (told.remaining, told.reset) else {
+            return;
+        };
+        let at = ResetAt::new(reset, now);
+        if let Some((before_left, before_at)) = self.last
+            && self.refills.is_none()
+            && left < before_left
+            && at.later_than(before_at)
+        {
+            self.refills = Some(true);
+        }
+        self.last = Some((left, at));
     }
 }
 

@@ -9,8 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use support::{echo_behind, layer, serve, through};
+use support::{bucket, echo_behind, layer, serve, through};
 use throttle_fleet_axum::HttpResponder;
+use throttle_fleet_axum::Quota;
 use throttle_fleet_client::{Budget, ClientLayer, Deadline, Error};
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -62,6 +63,36 @@ async fn r_0_holds_the_next_call_for_t_instead_of_spending_it_on_a_429() {
     );
     // 2 a second, a burst of 2: the 3rd and 5th each waited for `t`.
     assert!(start.elapsed() >= 2 * SECOND, "{:?}", start.elapsed());
+}
+
+/// A bucket of 3 that gains one every 1.5 s is full 4.5 s after it
+/// empties, told as `t=5`: held to that, a client loses half a second each
+/// time; paced (its resets move later as it empties), it gets the rate.
+#[tokio::test(start_paused = true)]
+async fn a_quota_that_refills_is_paced_to_its_rate_not_held_to_its_rounded_reset() {
+    let quota = Quota::new(4, 6 * SECOND).with_burst(3);
+    let (router, counts) = echo_behind(bucket(quota, ietf(true)));
+    let addr = serve(router).await;
+    let client = through(ClientLayer::new());
+
+    let start = Instant::now();
+    let mut answered = 0;
+    while start.elapsed() < 60 * SECOND {
+        let res = client
+            .clone()
+            .oneshot(request(Method::GET, addr, ""))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        answered += 1;
+    }
+    // The burst and one every 1.5 s over 60 s: 43.
+    assert!(answered >= 42, "{answered} in {:?}", start.elapsed());
+    assert_eq!(
+        counts.arrived.get(),
+        counts.handled.get(),
+        "no request refused"
+    );
 }
 
 #[tokio::test(start_paused = true)]

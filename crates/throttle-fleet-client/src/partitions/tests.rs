@@ -191,3 +191,128 @@ fn a_call_due_sooner_than_an_answer_takes_is_not_sent() {
     assert_eq!(gate.turn(t0, None), Turn::Go);
     assert_eq!(gate.turn(t0, None), Turn::Answer);
 }
+
+/// An answer's figures with a reset: what is left, the reset, the wait
+/// (when nothing is left) and the quota's size, 3.
+fn with_reset(remaining: u64, reset: Reset, wait: Option<Duration>) -> Told {
+    Told {
+        remaining: Some(remaining),
+        reset: Some(reset),
+        wait,
+        limit: Some(3),
+        ..Told::default()
+    }
+}
+
+/// Sends one request at `now` and records `told` as its answer.
+fn one(gate: &mut Gate, now: Instant, told: &Told) {
+    assert_eq!(gate.turn(now, None), Turn::Go);
+    gate.answered(Some(told), now);
+}
+
+#[test]
+fn a_partition_whose_reset_moves_later_as_it_empties_is_paced_not_held() {
+    // A token bucket of 3 told in Unix seconds: full again at 1,001 while
+    // 2 and 1 are left, at 1,002 once empty.
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    one(&mut gate, t0, &with_reset(2, Reset::Unix(1_001), None));
+    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
+    one(
+        &mut gate,
+        t0,
+        &with_reset(0, Reset::Unix(1_002), Some(ms(1_500))),
+    );
+    // Held for a third of the time to full, then one goes and asks.
+    let paced = t0 + ms(500);
+    assert_eq!(gate.turn(t0, None), Turn::Until(paced));
+    assert_eq!(gate.turn(paced, None), Turn::Go);
+    assert_eq!(gate.turn(paced, None), Turn::Answer);
+    // Its answer says 1 came back meanwhile: it goes at once.
+    gate.answered(Some(&with_reset(1, Reset::Unix(1_002), None)), paced);
+    assert_eq!(gate.turn(paced, None), Turn::Go);
+}
+
+#[test]
+fn a_reset_that_stays_put_or_moves_with_a_new_window_is_held_to() {
+    let ms = Duration::from_millis;
+    let t0 = Instant::now();
+    // A fixed window: the same reset as what is left falls.
+    let mut gate = Gate::default();
+    one(&mut gate, t0, &with_reset(2, Reset::Unix(1_001), None));
+    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
+    one(
+        &mut gate,
+        t0,
+        &with_reset(0, Reset::Unix(1_001), Some(ms(900))),
+    );
+    assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(900)));
+    // The next window: a later reset, but more left, not less.
+    let next = t0 + ms(900);
+    one(&mut gate, next, &with_reset(2, Reset::Unix(1_002), None));
+    one(&mut gate, next, &with_reset(1, Reset::Unix(1_002), None));
+    one(
+        &mut gate,
+        next,
+        &with_reset(0, Reset::Unix(1_002), Some(ms(950))),
+    );
+    assert_eq!(gate.turn(next, None), Turn::Until(next + ms(950)));
+    // Relative resets a second apart may be the same instant rounded
+    // twice: not taken for a refill; two seconds apart are.
+    let mut gate = Gate::default();
+    one(&mut gate, t0, &with_reset(1, Reset::After(5), None));
+    one(
+        &mut gate,
+        t0,
+        &with_reset(0, Reset::After(6), Some(ms(6_000))),
+    );
+    assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(6_000)));
+    let mut gate = Gate::default();
+    one(&mut gate, t0, &with_reset(1, Reset::After(4), None));
+    one(
+        &mut gate,
+        t0,
+        &with_reset(0, Reset::After(6), Some(ms(6_000))),
+    );
+    assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(2_000)));
+}
+
+#[test]
+fn a_refusal_turns_pacing_off_for_good_and_its_own_wait_is_never_paced() {
+    let ms = Duration::from_millis;
+    let t0 = Instant::now();
+    let refusal = |reset, wait| Told {
+        refused: true,
+        ..with_reset(0, Reset::Unix(reset), Some(ms(wait)))
+    };
+    // A refusal's wait is waited out whole, even the one that shows the
+    // partition refills.
+    let mut gate = Gate::default();
+    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
+    one(&mut gate, t0, &refusal(1_002, 1_000));
+    assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(1_000)));
+
+    let mut gate = Gate::default();
+    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
+    one(
+        &mut gate,
+        t0,
+        &with_reset(0, Reset::Unix(1_002), Some(ms(1_500))),
+    );
+    let paced = t0 + ms(500);
+    assert_eq!(gate.turn(t0, None), Turn::Until(paced));
+    // Refused all the same: its Retry-After is waited out whole ...
+    one(&mut gate, paced, &refusal(1_003, 1_000));
+    let open = paced + ms(1_000);
+    assert_eq!(gate.turn(paced, None), Turn::Until(open));
+    // ... and the partition is held to its resets from then on, even
+    // when they move later again.
+    one(&mut gate, open, &with_reset(1, Reset::Unix(1_003), None));
+    one(
+        &mut gate,
+        open,
+        &with_reset(0, Reset::Unix(1_004), Some(ms(1_200))),
+    );
+    assert_eq!(gate.turn(open, None), Turn::Until(open + ms(1_200)));
+}

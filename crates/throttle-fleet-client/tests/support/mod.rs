@@ -73,8 +73,14 @@ pub(crate) fn echo_behind(layer: ThrottleLayer) -> (Router, Counts) {
 /// `limit` requests per `period` for each `x-client` header value, token
 /// bucket with a burst of `limit`, counted on tokio's clock.
 pub(crate) fn layer(limit: u64, period: Duration, responder: HttpResponder) -> ThrottleLayer {
+    bucket(Quota::new(limit, period).with_burst(limit), responder)
+}
+
+/// `quota` for each `x-client` header value, token bucket, counted on
+/// tokio's clock.
+pub(crate) fn bucket(quota: Quota, responder: HttpResponder) -> ThrottleLayer {
     let policy = Policy::new().rule(
-        Rule::new("client", Quota::new(limit, period).with_burst(limit)).token_bucket(),
+        Rule::new("client", quota).token_bucket(),
         Header::new("x-client"),
     );
     ThrottleLayer::with_responder(
