@@ -19,7 +19,7 @@
 # seconds, 7/6 of the rate for the other arms against 11/10.5 for it.
 # Compare "goodput while arriving" there (see storm.rs's header).
 #
-# Settings: ALGORITHMS (default "fixed token"), QUICK, CHECK, SEED (the
+# Settings: ALGORITHMS (default "fixed token"; also counter, log, leaky), QUICK, CHECK, SEED (the
 # arrivals' phases; default 1), NOISE (the goodput tolerance, a fraction;
 # default 0.03, the run's noise as measured by two quick runs), STORM_BIN
 # (a prebuilt storm example), RELEASE (0: the debug build).

@@ -110,16 +110,33 @@ const DEADLINE: Duration = Duration::from_secs(5);
 const RETRIES: u32 = 3;
 /// The arms, in the table's order.
 const ARMS: [&str; 3] = ["immediate", "tower-retry", "throttle-client"];
-const ALGORITHMS: [&str; 2] = ["fixed", "token"];
+/// The gateway's algorithms by name, with how the tables name them: the
+/// first two run by default, the others when `--algorithms` names them.
+const ALGORITHMS: [(&str, &str); 5] = [
+    ("fixed", "fixed window"),
+    ("token", "token bucket, burst 10"),
+    ("counter", "sliding window counter"),
+    ("log", "sliding window log"),
+    ("leaky", "leaky bucket"),
+];
+
+/// The names `--algorithms` takes, for error messages.
+fn algorithm_names() -> String {
+    ALGORITHMS.map(|(name, _)| name).join(", ")
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("serve") if args.len() == 3 => serve(Path::new(&args[1]), &args[2]),
         Some("drive") => drive(&args[1..]),
-        _ => Err("usage: storm serve <addr-file> <fixed|token> | storm drive [--quick] \
-                  [--algorithms fixed,token] [--clients N] [--secs S] [--seed N] [--noise F] [--check]"
-            .into()),
+        _ => Err(format!(
+            "usage: storm serve <addr-file> <algorithm> | storm drive [--quick] \
+             [--algorithms fixed,token] [--clients N] [--secs S] [--seed N] [--noise F] [--check] \
+             (algorithms: {})",
+            algorithm_names()
+        )
+        .into()),
     };
     match result {
         Ok(code) => code,
@@ -141,7 +158,12 @@ fn serve(addr_file: &Path, algorithm: &str) -> Result<ExitCode, BoxError> {
     let rule = match algorithm {
         "fixed" => rule.fixed_window(),
         "token" => rule.token_bucket(),
-        other => return Err(format!("unknown algorithm {other:?} (fixed, token)").into()),
+        "counter" => rule.sliding_window_counter(),
+        "log" => rule.sliding_window_log(),
+        "leaky" => rule.leaky_bucket(),
+        other => {
+            return Err(format!("unknown algorithm {other:?} ({})", algorithm_names()).into());
+        }
     };
     let policy = Policy::new().rule(rule, ClientIp::default());
     let app = Router::new()
@@ -479,7 +501,7 @@ struct Settings {
 
 fn parse(args: &[String]) -> Result<Settings, BoxError> {
     let mut s = Settings {
-        algorithms: ALGORITHMS.iter().map(|a| a.to_string()).collect(),
+        algorithms: vec!["fixed".to_owned(), "token".to_owned()],
         clients: 200,
         secs: 30,
         seed: 1,
@@ -504,9 +526,9 @@ fn parse(args: &[String]) -> Result<Settings, BoxError> {
                 if let Some(bad) = s
                     .algorithms
                     .iter()
-                    .find(|a| !ALGORITHMS.contains(&a.as_str()))
+                    .find(|a| !ALGORITHMS.iter().any(|(name, _)| name == a))
                 {
-                    return Err(format!("unknown algorithm {bad:?} (fixed, token)").into());
+                    return Err(format!("unknown algorithm {bad:?} ({})", algorithm_names()).into());
                 }
             }
             "--clients" => clients = Some(value()?.parse()?),
@@ -699,10 +721,10 @@ fn scratch_dir() -> Result<PathBuf, BoxError> {
 /// Prints the table and the goals; whether every goal was met.
 fn report(algorithm: &str, rows: &[Measured], s: &Settings) -> bool {
     let clients = f64::from(s.clients);
-    let rule = match algorithm {
-        "fixed" => "fixed window",
-        _ => "token bucket, burst 10",
-    };
+    let rule = ALGORITHMS
+        .iter()
+        .find(|(name, _)| *name == algorithm)
+        .map_or(algorithm, |(_, rule)| rule);
     println!("## `{algorithm}` ({rule}, 10/s per client IP)\n");
     println!(
         "| arm | calls | sent | 429s | 429 share of sent | answered 200 | goodput/s | per client/s | time to finish s | goodput while arriving/s | not sent (Throttled, TooLate) | ended 429 | timed out | other failures |"
