@@ -170,7 +170,6 @@ fn partitions_are_bounded_and_forget_the_idle_first() {
 fn a_call_due_sooner_than_an_answer_takes_is_not_sent() {
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    let ms = Duration::from_millis;
     // Nothing timed yet: only a deadline already past is too late.
     assert_eq!(gate.turn(t0, Some(t0 - ms(1))), Turn::TooLate);
     assert_eq!(gate.turn(t0, Some(t0)), Turn::Go);
@@ -204,10 +203,24 @@ fn with_reset(remaining: u64, reset: Reset, wait: Option<Duration>) -> Told {
     }
 }
 
-/// Sends one request at `now` and records `told` as its answer.
-fn one(gate: &mut Gate, now: Instant, told: &Told) {
-    assert_eq!(gate.turn(now, None), Turn::Go);
-    gate.answered(Some(told), now);
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Sends one request at `now` for each of `resets` and records its
+/// answer: 2, 1, ... left with that reset, the last with nothing left and
+/// `wait`. How long the gate then holds the partition.
+fn held_after(gate: &mut Gate, now: Instant, resets: &[Reset], wait: Duration) -> Duration {
+    for (i, reset) in resets.iter().enumerate() {
+        let left = (resets.len() - 1 - i) as u64;
+        let told = with_reset(left, *reset, (left == 0).then_some(wait));
+        assert_eq!(gate.turn(now, None), Turn::Go);
+        gate.answered(Some(&told), now);
+    }
+    match gate.turn(now, None) {
+        Turn::Until(until) => until - now,
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -216,17 +229,10 @@ fn a_partition_whose_reset_moves_later_as_it_empties_is_paced_not_held() {
     // 2 and 1 are left, at 1,002 once empty.
     let mut gate = Gate::default();
     let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    one(&mut gate, t0, &with_reset(2, Reset::Unix(1_001), None));
-    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
-    one(
-        &mut gate,
-        t0,
-        &with_reset(0, Reset::Unix(1_002), Some(ms(1_500))),
-    );
+    let resets = [Reset::Unix(1_001), Reset::Unix(1_001), Reset::Unix(1_002)];
     // Held for a third of the time to full, then one goes and asks.
+    assert_eq!(held_after(&mut gate, t0, &resets, ms(1_500)), ms(500));
     let paced = t0 + ms(500);
-    assert_eq!(gate.turn(t0, None), Turn::Until(paced));
     assert_eq!(gate.turn(paced, None), Turn::Go);
     assert_eq!(gate.turn(paced, None), Turn::Answer);
     // Its answer says 1 came back meanwhile: it goes at once.
@@ -236,51 +242,30 @@ fn a_partition_whose_reset_moves_later_as_it_empties_is_paced_not_held() {
 
 #[test]
 fn a_reset_that_stays_put_or_moves_with_a_new_window_is_held_to() {
-    let ms = Duration::from_millis;
     let t0 = Instant::now();
-    // A fixed window: the same reset as what is left falls.
+    // A fixed window: the same reset as what is left falls ...
     let mut gate = Gate::default();
-    one(&mut gate, t0, &with_reset(2, Reset::Unix(1_001), None));
-    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
-    one(
-        &mut gate,
-        t0,
-        &with_reset(0, Reset::Unix(1_001), Some(ms(900))),
-    );
-    assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(900)));
-    // The next window: a later reset, but more left, not less.
-    let next = t0 + ms(900);
-    one(&mut gate, next, &with_reset(2, Reset::Unix(1_002), None));
-    one(&mut gate, next, &with_reset(1, Reset::Unix(1_002), None));
-    one(
-        &mut gate,
-        next,
-        &with_reset(0, Reset::Unix(1_002), Some(ms(950))),
-    );
-    assert_eq!(gate.turn(next, None), Turn::Until(next + ms(950)));
+    let window = [Reset::Unix(1_001); 3];
+    assert_eq!(held_after(&mut gate, t0, &window, ms(900)), ms(900));
+    // ... and in the next window a later reset, but with more left.
+    let next = [Reset::Unix(1_002); 3];
+    assert_eq!(held_after(&mut gate, t0 + ms(900), &next, ms(950)), ms(950));
     // Relative resets a second apart may be the same instant rounded
     // twice: not taken for a refill; two seconds apart are.
-    let mut gate = Gate::default();
-    one(&mut gate, t0, &with_reset(1, Reset::After(5), None));
-    one(
-        &mut gate,
-        t0,
-        &with_reset(0, Reset::After(6), Some(ms(6_000))),
-    );
-    assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(6_000)));
-    let mut gate = Gate::default();
-    one(&mut gate, t0, &with_reset(1, Reset::After(4), None));
-    one(
-        &mut gate,
-        t0,
-        &with_reset(0, Reset::After(6), Some(ms(6_000))),
-    );
-    assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(2_000)));
+    let relative = |a, b| {
+        held_after(
+            &mut Gate::default(),
+            t0,
+            &[Reset::After(a), Reset::After(b)],
+            ms(6_000),
+        )
+    };
+    assert_eq!(relative(5, 6), ms(6_000));
+    assert_eq!(relative(4, 6), ms(2_000));
 }
 
 #[test]
 fn a_refusal_turns_pacing_off_for_good_and_its_own_wait_is_never_paced() {
-    let ms = Duration::from_millis;
     let t0 = Instant::now();
     let refusal = |reset, wait| Told {
         refused: true,
@@ -289,30 +274,23 @@ fn a_refusal_turns_pacing_off_for_good_and_its_own_wait_is_never_paced() {
     // A refusal's wait is waited out whole, even the one that shows the
     // partition refills.
     let mut gate = Gate::default();
-    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
-    one(&mut gate, t0, &refusal(1_002, 1_000));
+    assert_eq!(gate.turn(t0, None), Turn::Go);
+    gate.answered(Some(&with_reset(1, Reset::Unix(1_001), None)), t0);
+    assert_eq!(gate.turn(t0, None), Turn::Go);
+    gate.answered(Some(&refusal(1_002, 1_000)), t0);
     assert_eq!(gate.turn(t0, None), Turn::Until(t0 + ms(1_000)));
 
     let mut gate = Gate::default();
-    one(&mut gate, t0, &with_reset(1, Reset::Unix(1_001), None));
-    one(
-        &mut gate,
-        t0,
-        &with_reset(0, Reset::Unix(1_002), Some(ms(1_500))),
-    );
-    let paced = t0 + ms(500);
-    assert_eq!(gate.turn(t0, None), Turn::Until(paced));
+    let resets = [Reset::Unix(1_001), Reset::Unix(1_002)];
+    assert_eq!(held_after(&mut gate, t0, &resets, ms(1_500)), ms(500));
     // Refused all the same: its Retry-After is waited out whole ...
-    one(&mut gate, paced, &refusal(1_003, 1_000));
-    let open = paced + ms(1_000);
-    assert_eq!(gate.turn(paced, None), Turn::Until(open));
+    let paced = t0 + ms(500);
+    assert_eq!(gate.turn(paced, None), Turn::Go);
+    gate.answered(Some(&refusal(1_003, 1_000)), paced);
+    assert_eq!(gate.turn(paced, None), Turn::Until(paced + ms(1_000)));
     // ... and the partition is held to its resets from then on, even
     // when they move later again.
-    one(&mut gate, open, &with_reset(1, Reset::Unix(1_003), None));
-    one(
-        &mut gate,
-        open,
-        &with_reset(0, Reset::Unix(1_004), Some(ms(1_200))),
-    );
-    assert_eq!(gate.turn(open, None), Turn::Until(open + ms(1_200)));
+    let open = paced + ms(1_000);
+    let again = [Reset::Unix(1_003), Reset::Unix(1_004)];
+    assert_eq!(held_after(&mut gate, open, &again, ms(1_200)), ms(1_200));
 }
