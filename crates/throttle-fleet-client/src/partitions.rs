@@ -240,9 +240,7 @@ impl Gate {
             ),
         };
     }
-}
 
-impl Gate {
     /// What `told` shows of how the partition refills (the crate's docs,
     /// "Pacing a quota that refills").
     fn learn(&mut self, told: &Told, now: Instant) {
