@@ -65,13 +65,17 @@
 //! A token bucket's reset is when it is full again, rounded up to a whole
 //! second: held until then, a client of 10 a second loses up to a second
 //! of refill each time it empties the bucket, half its quota. The answers
-//! show which partitions refill as time passes: their reset moves later
-//! as what is left falls (a fixed window's stays where it is until the
-//! window ends, and moves on with more left, not less). Once two answers
-//! in a row have shown that, "0 left until `R`" holds the partition for
-//! `(R - now) / limit` only: `R` is when all `limit` are back, so one
-//! request's share is back by then. One request goes, and its answer
-//! says what is left. Two resets compare exactly when both are Unix
+//! show which partitions refill as time passes: from one answer to the
+//! next their reset moves later while what is left falls, or holds short
+//! of a fresh quota's (a fixed window's reset stays where it is until the
+//! window ends, and then moves on with a fresh quota: all but the one
+//! request left). Once two answers in a row have shown that, "0 left
+//! until `R`" holds the partition for `(R - now) / limit` only: `R` is
+//! when all `limit` are back, so one request's share is back by then. One
+//! request goes, and its answer says what is left. A property test drives
+//! the gate against a token bucket and a fixed window that answer as this
+//! project's servers do: the bucket is paced, never refused, and yields
+//! its rate less 5%; the window is never taken for a refill. Two resets compare exactly when both are Unix
 //! times; relative ones (`t`, a small `X-RateLimit-Reset`) count only
 //! when more than a second apart, since each is rounded to its second. A
 //! refusal's own wait is never shortened, and a refusal once pacing has

@@ -251,9 +251,15 @@ impl Gate {
             return;
         };
         let at = ResetAt::new(reset, now);
+        // What is left has not grown, and is short of a fresh quota's
+        // (one request out of a new window), while the reset moved later.
+        let not_fresh = match told.limit {
+            Some(limit) => left.saturating_add(1) < limit,
+            None => false,
+        };
         if let Some((before_left, before_at)) = self.last
             && self.refills.is_none()
-            && left < before_left
+            && (left < before_left || (left == before_left && not_fresh))
             && at.later_than(before_at)
         {
             self.refills = Some(true);

@@ -2,6 +2,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use proptest::prelude::*;
+
 use super::*;
 
 fn told(remaining: Option<u64>, wait: Option<u64>, limit: Option<u64>) -> Told {
@@ -293,4 +295,190 @@ fn a_refusal_turns_pacing_off_for_good_and_its_own_wait_is_never_paced() {
     let open = paced + ms(1_000);
     let again = [Reset::Unix(1_003), Reset::Unix(1_004)];
     assert_eq!(held_after(&mut gate, open, &again, ms(1_200)), ms(1_200));
+}
+
+/// A limiter as this project's servers keep one, answering as they do:
+/// what is left (rounded down), `X-RateLimit-Reset` as the Unix second,
+/// rounded up, at which the quota is whole again, and a refusal's
+/// `Retry-After` in seconds, rounded up. Times are microseconds from the
+/// run's start; the Unix clock is that plus `epoch_us`.
+enum Model {
+    /// `level` is the refill banked, in microseconds of it: a token every
+    /// `per_token`, at most `capacity`.
+    Bucket {
+        capacity: u64,
+        per_token: u64,
+        level: u64,
+        at: u64,
+    },
+    /// `limit` a window of `window` microseconds, windows cut from the
+    /// Unix epoch.
+    Window {
+        limit: u64,
+        window: u64,
+        index: u64,
+        used: u64,
+    },
+}
+
+/// One decision: allowed, what is left, the Unix reset, and a refusal's
+/// wait in whole seconds.
+struct Decided {
+    allowed: bool,
+    left: u64,
+    reset: u64,
+    retry_secs: u64,
+}
+
+const SECOND_US: u64 = 1_000_000;
+
+impl Model {
+    fn decide(&mut self, now: u64, epoch_us: u64) -> Decided {
+        let unix = epoch_us + now;
+        match self {
+            Model::Bucket {
+                capacity,
+                per_token,
+                level,
+                at,
+            } => {
+                let full = *capacity * *per_token;
+                *level = (*level + (now - *at)).min(full);
+                *at = now;
+                let allowed = *level >= *per_token;
+                if allowed {
+                    *level -= *per_token;
+                }
+                Decided {
+                    allowed,
+                    left: *level / *per_token,
+                    reset: (unix + (full - *level)).div_ceil(SECOND_US),
+                    retry_secs: per_token.saturating_sub(*level).div_ceil(SECOND_US),
+                }
+            }
+            Model::Window {
+                limit,
+                window,
+                index,
+                used,
+            } => {
+                if unix / *window != *index {
+                    (*index, *used) = (unix / *window, 0);
+                }
+                let allowed = *used < *limit;
+                *used += u64::from(allowed);
+                let end = (*index + 1) * *window;
+                Decided {
+                    allowed,
+                    left: *limit - *used,
+                    reset: end.div_ceil(SECOND_US),
+                    retry_secs: (end - unix).div_ceil(SECOND_US),
+                }
+            }
+        }
+    }
+
+    fn limit(&self) -> u64 {
+        match self {
+            Model::Bucket { capacity, .. } => *capacity,
+            Model::Window { limit, .. } => *limit,
+        }
+    }
+}
+
+/// A client sends through a gate to `model` for `span` microseconds, its
+/// next request ready `gap` after each answer, each answer `rtt` after its
+/// request (decided halfway), its clock the server's. What was allowed
+/// and refused, and the gate.
+fn drive(model: &mut Model, epoch_us: u64, rtt: u64, gap: u64, span: u64) -> (u64, u64, Gate) {
+    let mut gate = Gate::default();
+    let t0 = Instant::now();
+    let (mut now, mut allowed, mut refused) = (0, 0, 0);
+    while now < span {
+        match gate.turn(t0 + Duration::from_micros(now), None) {
+            Turn::Go => {
+                let d = model.decide(now + rtt / 2, epoch_us);
+                now += rtt;
+                let until_reset = (d.reset * SECOND_US).saturating_sub(epoch_us + now);
+                let wait = if !d.allowed {
+                    Some(Duration::from_secs(d.retry_secs))
+                } else {
+                    (d.left == 0).then_some(Duration::from_micros(until_reset))
+                };
+                let told = Told {
+                    refused: !d.allowed,
+                    wait,
+                    remaining: Some(d.left),
+                    limit: Some(model.limit()),
+                    reset: Some(Reset::Unix(d.reset)),
+                    ..Told::default()
+                };
+                gate.answered(Some(&told), t0 + Duration::from_micros(now));
+                allowed += u64::from(d.allowed);
+                refused += u64::from(!d.allowed);
+                now += gap;
+            }
+            // Rounded up to the microsecond, or the gate is not open yet.
+            Turn::Until(until) => now = ((until - t0).as_nanos() as u64).div_ceil(1_000),
+            other => panic!("{other:?} with one request at a time"),
+        }
+    }
+    (allowed, refused, gate)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Against a token bucket whose size is the limit it tells, pacing is
+    /// never refused, and the client gets the bucket's rate less 5%: once
+    /// the first burst's answers show the refill, every paced request
+    /// finds its token back.
+    #[test]
+    fn a_paced_token_bucket_is_never_refused_and_yields_its_rate(
+        capacity in 5_u64..=20,
+        per_token_ms in 50_u64..=500,
+        epoch_frac in 0_u64..SECOND_US,
+        rtt_share in 0_u64..=25,
+    ) {
+        let per_token = per_token_ms * 1_000;
+        // Rounding a reset up costs under a second; paced, it costs
+        // nothing as long as the bucket does not fill while the gate
+        // waits (at most a token's time and a second's share).
+        proptest::prop_assume!((capacity - 1) * per_token >= SECOND_US + SECOND_US / 5);
+        let rtt = per_token * rtt_share / 100;
+        let mut bucket = Model::Bucket { capacity, per_token, level: capacity * per_token, at: 0 };
+        let span = 60 * SECOND_US;
+        let (allowed, refused, gate) =
+            drive(&mut bucket, 1_800_000_000 * SECOND_US + epoch_frac, rtt, 0, span);
+        prop_assert_eq!(refused, 0);
+        prop_assert_eq!(gate.refills, Some(true));
+        let ideal = capacity + span / per_token;
+        prop_assert!(allowed * 100 >= ideal * 95, "{} of {}", allowed, ideal);
+    }
+
+    /// Against a fixed window the gate never takes its resets for a
+    /// refill, whether its client spends each window (held to the
+    /// window's end, it gets the limit each time) or comes a few times a
+    /// window: never refused.
+    #[test]
+    fn a_fixed_window_is_held_to_its_reset_and_never_refused(
+        limit in 1_u64..=20,
+        window_secs in 1_u64..=5,
+        epoch_frac in 0_u64..SECOND_US,
+        rtt_ms in 0_u64..=20,
+        gap_ms in prop_oneof![Just(0_u64), 0_u64..=3_000],
+    ) {
+        let window = window_secs * SECOND_US;
+        let mut model = Model::Window { limit, window, index: 0, used: 0 };
+        let span = 60 * SECOND_US;
+        let epoch = 1_800_000_000 * SECOND_US + epoch_frac;
+        let (allowed, refused, gate) =
+            drive(&mut model, epoch, rtt_ms * 1_000, gap_ms * 1_000, span);
+        prop_assert_eq!(refused, 0);
+        prop_assert_eq!(gate.refills, None);
+        if gap_ms == 0 {
+            // Every window the run spans whole, at least.
+            prop_assert!(allowed >= limit * (span / window - 1), "{}", allowed);
+        }
+    }
 }
