@@ -72,10 +72,7 @@
 //! request left). Once two answers in a row have shown that, "0 left
 //! until `R`" holds the partition for `(R - now) / limit` only: `R` is
 //! when all `limit` are back, so one request's share is back by then. One
-//! request goes, and its answer says what is left. A property test drives
-//! the gate against a token bucket and a fixed window that answer as this
-//! project's servers do: the bucket is paced, never refused, and yields
-//! its rate less 5%; the window is never taken for a refill. Two resets compare exactly when both are Unix
+//! request goes, and its answer says what is left. Two resets compare exactly when both are Unix
 //! times; relative ones (`t`, a small `X-RateLimit-Reset`) count only
 //! when more than a second apart, since each is rounded to its second. A
 //! refusal's own wait is never shortened, and a refusal once pacing has
