@@ -27,6 +27,14 @@ fn request(method: Method, addr: std::net::SocketAddr, body: &'static str) -> Re
         .unwrap()
 }
 
+/// One call through `client` (a clone of it, as a caller would hold).
+async fn send<S>(client: &S, request: Request<Full<Bytes>>) -> Result<S::Response, S::Error>
+where
+    S: tower::Service<Request<Full<Bytes>>> + Clone,
+{
+    client.clone().oneshot(request).await
+}
+
 /// Answers with the IETF fields only (`t` relative, no dates), and none on
 /// allowed answers when `success` is off.
 fn ietf(success: bool) -> HttpResponder {
@@ -45,11 +53,7 @@ async fn r_0_holds_the_next_call_for_t_instead_of_spending_it_on_a_429() {
     let start = Instant::now();
     let mut statuses = Vec::new();
     for _ in 0..6 {
-        let res = client
-            .clone()
-            .oneshot(request(Method::GET, addr, ""))
-            .await
-            .unwrap();
+        let res = send(&client, request(Method::GET, addr, "")).await.unwrap();
         statuses.push(res.status());
     }
     assert!(
@@ -78,11 +82,7 @@ async fn a_quota_that_refills_is_paced_to_its_rate_not_held_to_its_rounded_reset
     let start = Instant::now();
     let mut answered = 0;
     while start.elapsed() < 60 * SECOND {
-        let res = client
-            .clone()
-            .oneshot(request(Method::GET, addr, ""))
-            .await
-            .unwrap();
+        let res = send(&client, request(Method::GET, addr, "")).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         answered += 1;
     }
@@ -101,16 +101,12 @@ async fn a_refused_post_waits_out_retry_after_and_is_sent_again_with_its_body() 
     let addr = serve(router).await;
     let client = through(ClientLayer::new());
 
-    let first = client
-        .clone()
-        .oneshot(request(Method::POST, addr, "one"))
+    let first = send(&client, request(Method::POST, addr, "one"))
         .await
         .unwrap();
     assert_eq!(first.status(), StatusCode::OK);
     let start = Instant::now();
-    let second = client
-        .clone()
-        .oneshot(request(Method::POST, addr, "two"))
+    let second = send(&client, request(Method::POST, addr, "two"))
         .await
         .unwrap();
     assert_eq!(second.status(), StatusCode::OK);
@@ -131,17 +127,13 @@ async fn a_call_that_may_not_wait_that_long_fails_at_once_saying_until_when() {
     let (router, counts) = echo_behind(layer(1, 30 * SECOND, ietf(true)));
     let addr = serve(router).await;
     let client = through(ClientLayer::new());
-    client
-        .clone()
-        .oneshot(request(Method::GET, addr, ""))
-        .await
-        .unwrap();
+    send(&client, request(Method::GET, addr, "")).await.unwrap();
 
     // Told r=0;t=30: a call with 5 s to live is not sent.
     let mut call = request(Method::GET, addr, "");
     call.extensions_mut().insert(Deadline::after(5 * SECOND));
     let start = Instant::now();
-    let err = client.clone().oneshot(call).await.unwrap_err();
+    let err = send(&client, call).await.unwrap_err();
     let Error::Throttled(throttled) = err else {
         panic!("{err:?}")
     };
@@ -153,15 +145,9 @@ async fn a_call_that_may_not_wait_that_long_fails_at_once_saying_until_when() {
     let fast = through(ClientLayer::new().fail_fast());
     // Its first call is refused (the quota is the other client's too),
     // and not waited out: the 429 is the caller's.
-    let res = fast
-        .clone()
-        .oneshot(request(Method::GET, addr, ""))
-        .await
-        .unwrap();
+    let res = send(&fast, request(Method::GET, addr, "")).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-    let err = fast
-        .clone()
-        .oneshot(request(Method::GET, addr, ""))
+    let err = send(&fast, request(Method::GET, addr, ""))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Throttled(_)), "{err:?}");
@@ -174,16 +160,8 @@ async fn without_budget_a_refusal_goes_back_to_the_caller() {
     let addr = serve(router).await;
     let budget = Budget::new(10 * SECOND, 0, 0.0).unwrap();
     let client = through(ClientLayer::new().budget(budget));
-    client
-        .clone()
-        .oneshot(request(Method::GET, addr, ""))
-        .await
-        .unwrap();
-    let res = client
-        .clone()
-        .oneshot(request(Method::GET, addr, ""))
-        .await
-        .unwrap();
+    send(&client, request(Method::GET, addr, "")).await.unwrap();
+    let res = send(&client, request(Method::GET, addr, "")).await.unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(res.headers()["retry-after"], "1");
     assert_eq!(counts.arrived.get(), 2, "not retried");
@@ -210,15 +188,9 @@ async fn other_failures_are_retried_for_idempotent_methods_only() {
     );
     let addr = serve(router).await;
     let client = through(ClientLayer::new());
-    let get = client
-        .clone()
-        .oneshot(request(Method::GET, addr, ""))
-        .await
-        .unwrap();
+    let get = send(&client, request(Method::GET, addr, "")).await.unwrap();
     assert_eq!(get.status(), StatusCode::OK, "retried after a backoff");
-    let post = client
-        .clone()
-        .oneshot(request(Method::POST, addr, "x"))
+    let post = send(&client, request(Method::POST, addr, "x"))
         .await
         .unwrap();
     assert_eq!(
@@ -238,11 +210,7 @@ async fn a_queue_behind_a_wait_goes_as_the_quota_allows_not_all_at_once() {
     let addr = serve(router).await;
     let client = through(ClientLayer::new().max_retries(0));
     for _ in 0..4 {
-        let res = client
-            .clone()
-            .oneshot(request(Method::GET, addr, ""))
-            .await
-            .unwrap();
+        let res = send(&client, request(Method::GET, addr, "")).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
     }
     let start = Instant::now();
